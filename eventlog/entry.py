@@ -1,0 +1,271 @@
+"""Format-v1 entries: building, signing, encoding, parsing and leaf hashes.
+
+An entry is a CBOR map with exactly the keys v, seq, ts, type, tv, data, prev,
+kid and sig (DESIGN §2). The envelope is encoded by hand, in canonical key
+order, because the writer and verifier spend most of their time here; only
+the payload goes through cbor2's canonical encoder. A property test holds the
+hand encoding equal to cbor2's canonical encoding of the same map.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import cbor2
+
+from mnemolog.eventlog import codec
+from mnemolog.eventlog.errors import DecodeError
+
+FORMAT_VERSION = 1
+ENTRY_DOMAIN = b"mnemolog/entry/v1\x00"
+ZERO_HASH = bytes(32)
+KID_LEN = 8
+SIG_LEN = 64
+HASH_LEN = 32
+ENTRY_KEYS = frozenset({"v", "seq", "ts", "type", "tv", "data", "prev", "kid", "sig"})
+TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+MAX_TYPE_LEN = 64
+
+
+def _head(major: int, n: int) -> bytes:
+    mt = major << 5
+    if n < 24:
+        return bytes((mt | n,))
+    if n < 0x100:
+        return bytes((mt | 24, n))
+    if n < 0x10000:
+        return struct.pack(">BH", mt | 25, n)
+    if n < 0x100000000:
+        return struct.pack(">BI", mt | 26, n)
+    return struct.pack(">BQ", mt | 27, n)
+
+
+def _text(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return _head(3, len(b)) + b
+
+
+def _bytes(b: bytes) -> bytes:
+    return _head(2, len(b)) + b
+
+
+# Canonical order of the entry keys: shorter encodings first, then bytewise.
+_K_V = _text("v")
+_K_TS = _text("ts")
+_K_TV = _text("tv")
+_K_KID = _text("kid")
+_K_SEQ = _text("seq")
+_K_SIG = _text("sig")
+_K_DATA = _text("data")
+_K_PREV = _text("prev")
+_K_TYPE = _text("type")
+
+
+class Signer(Protocol):
+    """What the writer needs from a key: its id and a detached Ed25519 signature."""
+
+    @property
+    def kid(self) -> bytes: ...
+
+    def sign(self, message: bytes) -> bytes: ...
+
+
+def leaf_hash(entry_bytes: bytes) -> bytes:
+    """RFC 9162 leaf hash: SHA-256(0x00 || entry bytes)."""
+    return hashlib.sha256(b"\x00" + entry_bytes).digest()
+
+
+def check_type_name(type_: str) -> None:
+    if len(type_) > MAX_TYPE_LEN or not TYPE_RE.match(type_):
+        raise DecodeError(
+            f"event type {type_!r} is not a dotted lowercase name (e.g. memory.stored)",
+            field="type",
+            found=type_,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One decoded, shape-checked entry together with its exact bytes."""
+
+    seq: int
+    ts: int
+    type: str
+    tv: int
+    data: dict[str, Any]
+    prev: bytes
+    kid: bytes
+    sig: bytes
+    raw: bytes
+    leaf: bytes
+    v: int = FORMAT_VERSION
+
+    def tbs(self) -> bytes:
+        """The to-be-signed bytes: domain tag || canonical entry without sig."""
+        return tbs_bytes(self.seq, self.ts, self.type, self.tv, self.data, self.prev, self.kid)
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-friendly view (bytes as hex) for `log show` and reports."""
+        return {
+            "seq": self.seq,
+            "ts": self.ts,
+            "type": self.type,
+            "tv": self.tv,
+            "data": to_jsonable(self.data),
+            "prev": self.prev.hex(),
+            "kid": self.kid.hex(),
+            "sig": self.sig.hex(),
+            "leaf_hash": self.leaf.hex(),
+        }
+
+
+def to_jsonable(value: Any) -> Any:
+    """Bytes become hex strings; everything else in the value model is JSON already."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def _body(
+    seq: int,
+    ts: int,
+    type_: str,
+    tv: int,
+    data_enc: bytes,
+    prev: bytes,
+    kid: bytes,
+    sig: bytes | None,
+) -> bytes:
+    parts = [
+        b"\xa8" if sig is None else b"\xa9",
+        _K_V,
+        _head(0, FORMAT_VERSION),
+        _K_TS,
+        _head(0, ts),
+        _K_TV,
+        _head(0, tv),
+        _K_KID,
+        _bytes(kid),
+        _K_SEQ,
+        _head(0, seq),
+    ]
+    if sig is not None:
+        parts += [_K_SIG, _bytes(sig)]
+    parts += [_K_DATA, data_enc, _K_PREV, _bytes(prev), _K_TYPE, _text(type_)]
+    return b"".join(parts)
+
+
+def _encode_data(data: dict[str, Any]) -> bytes:
+    codec.check_value(data, "data")
+    return bytes(cbor2.dumps(data, canonical=True))
+
+
+def encodings(
+    seq: int,
+    ts: int,
+    type_: str,
+    tv: int,
+    data: dict[str, Any],
+    prev: bytes,
+    kid: bytes,
+    sig: bytes,
+) -> tuple[bytes, bytes]:
+    """(to-be-signed bytes, canonical entry bytes), encoding the payload once."""
+    data_enc = _encode_data(data)
+    return (
+        ENTRY_DOMAIN + _body(seq, ts, type_, tv, data_enc, prev, kid, None),
+        _body(seq, ts, type_, tv, data_enc, prev, kid, sig),
+    )
+
+
+def tbs_bytes(
+    seq: int, ts: int, type_: str, tv: int, data: dict[str, Any], prev: bytes, kid: bytes
+) -> bytes:
+    return ENTRY_DOMAIN + _body(seq, ts, type_, tv, _encode_data(data), prev, kid, None)
+
+
+def _check_fields(seq: int, ts: int, type_: str, tv: int, prev: bytes, kid: bytes) -> None:
+    for name, n in (("seq", seq), ("ts", ts), ("tv", tv)):
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= codec.UINT_MAX:
+            raise DecodeError(f"entry field {name} must be an unsigned integer", field=name)
+    check_type_name(type_)
+    if len(prev) != HASH_LEN:
+        raise DecodeError("entry field prev must be 32 bytes", field="prev", found=len(prev))
+    if len(kid) != KID_LEN:
+        raise DecodeError("entry field kid must be 8 bytes", field="kid", found=len(kid))
+
+
+def make_entry(
+    *,
+    seq: int,
+    ts: int,
+    type_: str,
+    tv: int,
+    data: dict[str, Any],
+    prev: bytes,
+    signer: Signer,
+) -> Entry:
+    """Build and sign an entry; the result carries its bytes and leaf hash."""
+    kid = signer.kid
+    _check_fields(seq, ts, type_, tv, prev, kid)
+    if not isinstance(data, dict):
+        raise DecodeError("entry data must be a map", field="data")
+    data_enc = _encode_data(data)
+    sig = signer.sign(ENTRY_DOMAIN + _body(seq, ts, type_, tv, data_enc, prev, kid, None))
+    if len(sig) != SIG_LEN:
+        raise DecodeError("signer returned a signature that is not 64 bytes", field="sig")
+    raw = _body(seq, ts, type_, tv, data_enc, prev, kid, sig)
+    return Entry(seq, ts, type_, tv, data, prev, kid, sig, raw, leaf_hash(raw))
+
+
+def entry_from_map(m: Any, raw: bytes, where: str = "entry") -> Entry:
+    """Shape-check a decoded map (keys, types, version) and wrap it with its bytes."""
+    if not isinstance(m, dict):
+        raise DecodeError(f"{where}: not a CBOR map", field="entry")
+    keys = set(m)
+    if keys != ENTRY_KEYS:
+        missing = sorted(ENTRY_KEYS - keys)
+        extra = sorted(str(k) for k in keys - ENTRY_KEYS)
+        raise DecodeError(
+            f"{where}: entry keys differ from format v1 (missing {missing}, unexpected {extra})",
+            field="entry",
+        )
+    if m["v"] != FORMAT_VERSION:
+        raise DecodeError(
+            f"{where}: format version {m['v']!r}, this reader knows {FORMAT_VERSION}",
+            field="v",
+            expected=FORMAT_VERSION,
+            found=m["v"],
+        )
+    for name, typ in (("type", str), ("data", dict), ("prev", bytes), ("kid", bytes)):
+        if not isinstance(m[name], typ):
+            raise DecodeError(f"{where}: field {name} has the wrong CBOR type", field=name)
+    if not isinstance(m["sig"], bytes) or len(m["sig"]) != SIG_LEN:
+        raise DecodeError(f"{where}: field sig must be 64 bytes", field="sig")
+    _check_fields(m["seq"], m["ts"], m["type"], m["tv"], m["prev"], m["kid"])
+    return Entry(
+        seq=m["seq"],
+        ts=m["ts"],
+        type=m["type"],
+        tv=m["tv"],
+        data=m["data"],
+        prev=m["prev"],
+        kid=m["kid"],
+        sig=m["sig"],
+        raw=raw,
+        leaf=leaf_hash(raw),
+    )
+
+
+def parse_entry(raw: bytes | memoryview, where: str = "entry") -> Entry:
+    """Decode entry bytes strictly: canonical CBOR, exactly the v1 keys and types."""
+    b = bytes(raw)
+    return entry_from_map(codec.decode(b, where), b, where)

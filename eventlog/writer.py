@@ -1,0 +1,638 @@
+"""The single writer: appends, durability policies, segment rolls, torn-tail recovery.
+
+One process at a time writes, under an exclusive lock on `log/.lock` that is
+held only while a batch is written. Every batch starts by bringing the
+writer's view up to date with the disk (another process may have appended),
+so any number of processes can append and the log stays one contiguous
+chain. An append returns only once its entry is durable: `fsync` mode writes
+and syncs each append; `group` mode buffers appends for at most N entries or
+T milliseconds and acknowledges them all after one sync.
+
+Recovery on open: a trailing partial entry in the last segment (a crash
+mid-write, never acknowledged) is moved aside to `log/torn/`, cut off, and
+reported in `recovered`. Anything else that does not parse is damage: the
+writer refuses to append after it and raises a VerificationError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from mnemolog.eventlog.entry import (
+    ZERO_HASH,
+    Entry,
+    entry_from_map,
+    leaf_hash,
+    make_entry,
+    parse_entry,
+)
+from mnemolog.eventlog.errors import (
+    DecodeError,
+    SignerError,
+    StorageError,
+    VerificationError,
+)
+from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.index import IndexRecord, IndexWriter, Location
+from mnemolog.eventlog.keys import SigningKey, key_id
+from mnemolog.eventlog.lock import FileLock
+from mnemolog.eventlog.log import (
+    CHECKPOINT_DIR,
+    GENESIS_TYPE,
+    ROTATION_TYPE,
+    checkpoint_name,
+    segment_file,
+)
+from mnemolog.eventlog.note import Checkpoint, origin_for, peek_checkpoint
+from mnemolog.eventlog.progress import Progress
+from mnemolog.eventlog.segments import list_segments, read_file, split_items
+
+Clock = Callable[[], int]
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+
+
+def system_clock() -> int:
+    """Microseconds since the Unix epoch, UTC."""
+    return time.time_ns() // 1000
+
+
+@dataclass(frozen=True)
+class Durability:
+    """`fsync`: each append is synced before it returns. `group`: appends are
+    batched (at most `max_entries` or `max_ms`) and acknowledged after one sync."""
+
+    mode: Literal["fsync", "group"] = "fsync"
+    max_entries: int = 512
+    max_ms: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("fsync", "group"):
+            raise StorageError(f"unknown durability mode {self.mode!r} (fsync or group)")
+        if self.max_entries < 1 or self.max_ms < 0:
+            raise StorageError("group commit needs max_entries >= 1 and max_ms >= 0")
+
+
+@dataclass(frozen=True)
+class Receipt:
+    seq: int
+    ts: int
+    type: str
+    leaf: bytes
+
+
+@dataclass(frozen=True)
+class TornTail:
+    segment: str
+    offset: int
+    length: int
+    saved_to: str
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"cut a torn tail of {self.length} bytes at offset {self.offset} of "
+            f"{self.segment} (an interrupted, unacknowledged write); saved to {self.saved_to}"
+        )
+
+
+@dataclass
+class _Pending:
+    type: str
+    tv: int
+    data: dict[str, Any]
+    future: Future[Receipt]
+    new_key: SigningKey | None = None
+
+
+@dataclass
+class _State:
+    next_seq: int = 0
+    prev: bytes = ZERO_HASH
+    last_ts: int = 0
+    seg_first: int = 0
+    seg_size: int = 0
+    kid: bytes = b""  # the key the next entry must be signed by
+    next_key_pub: bytes | None = None
+    checkpoints: list[int] = field(default_factory=list)
+
+
+class LogWriter:
+    def __init__(
+        self,
+        log_dir: Path,
+        keys: Sequence[SigningKey],
+        *,
+        durability: Durability | None = None,
+        clock: Clock = system_clock,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        lock_timeout: float = 30.0,
+        checkpoint_on_close: bool = True,
+        progress: bool | None = None,
+    ) -> None:
+        self.dir = log_dir
+        self.durability = durability or Durability()
+        self.clock = clock
+        self.segment_bytes = segment_bytes
+        self.checkpoint_on_close = checkpoint_on_close
+        self.recovered: list[TornTail] = []
+        self._progress = progress
+        self._keys = list(keys)
+        self._signer: SigningKey | None = None
+        self._lock = FileLock(log_dir / ".lock", lock_timeout, "log writer lock")
+        self._mutex = threading.RLock()  # one batch at a time within this process
+        self._st = _State()
+        self._index: IndexWriter | None = None
+        self._seg_fd: int | None = None
+        self._size_at_open = 0
+        self._closed = False
+        if not (log_dir / segment_file(0)).exists():
+            raise StorageError(f"no log at {log_dir} (run `mnemolog init`)", file=str(log_dir))
+        with self._mutex, self._lock:
+            self._reload()
+        self._size_at_open = self._st.next_seq
+        self._cond = threading.Condition()
+        self._queue: list[_Pending] = []
+        self._thread: threading.Thread | None = None
+        if self.durability.mode == "group":
+            self._thread = threading.Thread(target=self._committer, daemon=True)
+            self._thread.start()
+
+    # -- creating a log ----------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        log_dir: Path,
+        key: SigningKey,
+        *,
+        clock: Clock = system_clock,
+        log_id: bytes | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> tuple[Entry, bytes]:
+        """Write the genesis entry and the first checkpoint; return both."""
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / CHECKPOINT_DIR).mkdir(exist_ok=True)
+        lock = FileLock(log_dir / ".lock", 10.0, "log writer lock")
+        with lock:
+            seg0 = log_dir / segment_file(0)
+            if seg0.exists() and seg0.stat().st_size > 0:
+                raise StorageError(f"a log already exists at {log_dir}", file=str(seg0))
+            lid = log_id or os.urandom(16)
+            ts = clock()
+            data: dict[str, Any] = {
+                "log_id": lid,
+                "public_key": key.public_key,
+                "key_name": key.name,
+                "created_at": ts,
+                **(extra or {}),
+            }
+            genesis = make_entry(
+                seq=0, ts=ts, type_=GENESIS_TYPE, tv=1, data=data, prev=ZERO_HASH, signer=key
+            )
+            fd = os.open(seg0, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, genesis.raw)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(log_dir)
+            idx = IndexWriter(log_dir)
+            idx.reset_to(0)
+            idx.append([IndexRecord(Location(0, 0, len(genesis.raw)), genesis.leaf, True)])
+            idx.close()
+            cp = Checkpoint(origin_for(lid), 1, genesis.leaf)
+            raw = cp.sign(key)
+            atomic_write(log_dir / CHECKPOINT_DIR / checkpoint_name(1), raw)
+        return genesis, raw
+
+    # -- state -------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return self._st.next_seq
+
+    @property
+    def key(self) -> SigningKey:
+        if self._signer is None:
+            raise SignerError("no signing key matches the log's current key")
+        return self._signer
+
+    def _reload(self) -> None:
+        """Rebuild the in-memory view from disk; caller holds the lock."""
+        if self._seg_fd is not None:
+            os.close(self._seg_fd)
+            self._seg_fd = None
+        if self._index is not None:
+            self._index.close()
+        idx = IndexWriter(self.dir)
+        self._index = idx
+        segs = list_segments(self.dir)
+        if not segs or segs[0][0] != 0:
+            raise VerificationError(
+                "the log has no first segment", check="segments.first", file=str(self.dir)
+            )
+        c = idx.n
+        # Distrust an index whose last record points past its segment (lost on power failure)
+        # or whose bytes no longer hash to the recorded leaf.
+        if c > 0:
+            loc = idx.location(c - 1)
+            seg_path = self.dir / segment_file(loc.segment)
+            ok = seg_path.exists() and loc.offset + loc.length <= seg_path.stat().st_size
+            if ok:
+                with open(seg_path, "rb") as f:
+                    raw = os.pread(f.fileno(), loc.length, loc.offset)
+                ok = leaf_hash(raw) == idx.leaf(c - 1)
+            if not ok:
+                idx.reset_to(0)
+                c = 0
+        st = _State()
+        if c > 0:
+            loc = idx.location(c - 1)
+            with open(self.dir / segment_file(loc.segment), "rb") as f:
+                last = entry_from_map_raw(os.pread(f.fileno(), loc.length, loc.offset), c - 1)
+            st.next_seq = c
+            st.prev = last.leaf
+            st.last_ts = last.ts
+            st.seg_first = loc.segment
+            st.seg_size = loc.offset + loc.length
+            self._note_key(st, last)
+            start_seg, start_off = loc.segment, loc.offset + loc.length
+        else:
+            start_seg, start_off = 0, 0
+        # Index whatever the index does not cover yet, checking the chain as we go.
+        later = [(f, p) for f, p in segs if f >= start_seg]
+        prog = Progress("indexing log", enabled=self._progress)
+        for i, (first, path) in enumerate(later):
+            if first not in (start_seg, st.next_seq):
+                raise VerificationError(
+                    f"segment {path.name} should start at seq {st.next_seq}",
+                    check="segments.name",
+                    file=path.name,
+                    expected=segment_file(st.next_seq),
+                    found=path.name,
+                )
+            off = start_off if first == start_seg else 0
+            buf = read_file(path, off)
+            split = split_items(buf)
+            records: list[IndexRecord] = []
+            for s, e, value in split.items:
+                entry = entry_from_map(value, buf[s:e], f"entry {st.next_seq}")
+                self._check_continues(st, entry, path.name)
+                records.append(
+                    IndexRecord(
+                        Location(first, off + s, e - s),
+                        entry.leaf,
+                        entry.type in (GENESIS_TYPE, ROTATION_TYPE),
+                    )
+                )
+                st.next_seq += 1
+                st.prev = entry.leaf
+                st.last_ts = entry.ts
+                self._note_key(st, entry)
+                if len(records) >= 65536:
+                    idx.append(records)
+                    prog.advance(len(records))
+                    records = []
+            idx.append(records)
+            prog.advance(len(records))
+            st.seg_first = first
+            st.seg_size = off + len(buf)
+            if split.tail is not None:
+                is_last = i == len(later) - 1
+                if not (split.tail.torn and is_last):
+                    raise VerificationError(
+                        f"{path.name}: {split.tail.reason} at offset {off + split.tail.offset}; "
+                        "refusing to append after damaged bytes (run `mnemolog log verify`)",
+                        check="segment.damage",
+                        file=path.name,
+                        seq=st.next_seq,
+                    )
+                cut = off + split.tail.offset
+                self._cut_tail(path, cut, buf[split.tail.offset :], st.next_seq)
+                st.seg_size = cut
+        prog.close()
+        sizes = _checkpoint_sizes(self.dir)
+        if sizes and sizes[-1] > st.next_seq:
+            raise VerificationError(
+                f"the log has {st.next_seq} entries but a checkpoint covers {sizes[-1]}: "
+                "committed entries are missing (truncated log)",
+                check="log.truncated",
+                seq=st.next_seq,
+                expected=sizes[-1],
+                found=st.next_seq,
+            )
+        st.checkpoints = sizes
+        self._st = st
+        self._pick_signer()
+        self._seg_fd = os.open(self.dir / segment_file(st.seg_first), os.O_WRONLY | os.O_APPEND)
+
+    def _note_key(self, st: _State, e: Entry) -> None:
+        if (e.type == GENESIS_TYPE and e.seq == 0) or e.type == ROTATION_TYPE:
+            pk = e.data.get("public_key")
+        else:
+            st.kid = e.kid
+            return
+        if not isinstance(pk, bytes) or len(pk) != 32:
+            raise DecodeError(f"key event at seq {e.seq} lacks a 32-byte public_key", seq=e.seq)
+        st.kid = key_id(pk)
+
+    def _pick_signer(self) -> None:
+        for k in self._keys:
+            if k.kid == self._st.kid:
+                self._signer = k
+                return
+        raise SignerError(
+            f"the log's current key is {self._st.kid.hex()} but the loaded key is "
+            f"{', '.join(k.kid.hex() for k in self._keys) or 'none'}",
+            expected=self._st.kid.hex(),
+            found=[k.kid.hex() for k in self._keys],
+        )
+
+    @staticmethod
+    def _check_continues(st: _State, e: Entry, where: str) -> None:
+        if e.seq != st.next_seq:
+            raise VerificationError(
+                f"{where}: entry has seq {e.seq}, expected {st.next_seq}",
+                check="entry.seq",
+                seq=st.next_seq,
+                file=where,
+                expected=st.next_seq,
+                found=e.seq,
+            )
+        if e.prev != st.prev:
+            raise VerificationError(
+                f"{where}: entry {e.seq} does not chain to the previous entry",
+                check="entry.prev",
+                seq=e.seq,
+                file=where,
+                expected=st.prev.hex(),
+                found=e.prev.hex(),
+            )
+
+    def _cut_tail(self, path: Path, offset: int, tail: bytes, seq: int) -> None:
+        torn_dir = self.dir / "torn"
+        torn_dir.mkdir(exist_ok=True)
+        saved = torn_dir / f"{path.stem}-{offset}.bin"
+        atomic_write(saved, tail)
+        with open(path, "r+b") as f:
+            f.truncate(offset)
+            os.fsync(f.fileno())
+        self.recovered.append(
+            TornTail(path.name, offset, len(tail), str(saved), "partial entry (interrupted write)")
+        )
+        with open(self.dir / "recovery.log", "a", encoding="utf-8") as f:
+            f.write(
+                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} cut {len(tail)} bytes "
+                f"at {path.name}:{offset} before seq {seq}; saved to {saved.name}\n"
+            )
+
+    def _sync_with_disk(self) -> None:
+        """Caller holds the lock: reload if another process appended since our last batch."""
+        assert self._index is not None
+        if self._index.count() == self._st.next_seq:
+            try:
+                size = os.fstat(self._seg_fd).st_size if self._seg_fd is not None else -1
+            except OSError:
+                size = -1
+            newest = list_segments(self.dir)[-1][0]
+            if size == self._st.seg_size and newest == self._st.seg_first:
+                return
+        self._reload()
+
+    # -- appending -----------------------------------------------------------
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        """Sign, write and sync one batch under the lock; resolve every future."""
+        with self._mutex:
+            try:
+                with self._lock:
+                    self._sync_with_disk()
+                    receipts = self._write_batch(batch)
+            except BaseException as exc:
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                return
+        for p, r in zip(batch, receipts, strict=True):
+            p.future.set_result(r)
+
+    def _write_batch(self, batch: list[_Pending]) -> list[Receipt]:
+        st = self._st
+        assert self._index is not None and self._seg_fd is not None
+        if st.seg_size >= self.segment_bytes:
+            self._roll()
+        signer = self.key
+        buf = bytearray()
+        records: list[IndexRecord] = []
+        receipts: list[Receipt] = []
+        seq, prev, last_ts = st.next_seq, st.prev, st.last_ts
+        next_signer = signer
+        for p in batch:
+            ts = max(self.clock(), last_ts)
+            e = make_entry(
+                seq=seq, ts=ts, type_=p.type, tv=p.tv, data=p.data, prev=prev, signer=next_signer
+            )
+            records.append(
+                IndexRecord(
+                    Location(st.seg_first, st.seg_size + len(buf), len(e.raw)),
+                    e.leaf,
+                    e.type == ROTATION_TYPE,
+                )
+            )
+            buf += e.raw
+            receipts.append(Receipt(seq, ts, p.type, e.leaf))
+            seq, prev, last_ts = seq + 1, e.leaf, ts
+            if p.new_key is not None:
+                next_signer = p.new_key
+        try:
+            _write_all(self._seg_fd, bytes(buf))
+            os.fdatasync(self._seg_fd)
+        except OSError as exc:
+            # Nothing of this batch was acknowledged: take back whatever reached the file.
+            try:
+                os.ftruncate(self._seg_fd, st.seg_size)
+                os.fsync(self._seg_fd)
+            except OSError:
+                pass
+            raise StorageError(f"appending to the log failed: {exc}") from exc
+        self._index.append(records)
+        st.next_seq, st.prev, st.last_ts = seq, prev, last_ts
+        st.seg_size += len(buf)
+        if next_signer is not signer:
+            self._signer = next_signer
+            if next_signer not in self._keys:
+                self._keys.append(next_signer)
+        st.kid = self.key.kid
+        return receipts
+
+    def _roll(self) -> None:
+        st = self._st
+        path = self.dir / segment_file(st.next_seq)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fsync_dir(self.dir)
+        if self._seg_fd is not None:
+            os.close(self._seg_fd)
+        self._seg_fd = fd
+        st.seg_first = st.next_seq
+        st.seg_size = 0
+
+    def submit(self, type_: str, data: dict[str, Any], tv: int = 1) -> Future[Receipt]:
+        """Queue an append; the future resolves once the entry is durable."""
+        return self._submit(_Pending(type_, tv, data, Future()))
+
+    def _submit(self, p: _Pending) -> Future[Receipt]:
+        if self._closed:
+            raise StorageError("the log writer is closed")
+        if self._thread is None:
+            self._commit([p])
+            return p.future
+        with self._cond:
+            self._queue.append(p)
+            self._cond.notify()
+        return p.future
+
+    def append(self, type_: str, data: dict[str, Any], tv: int = 1) -> Receipt:
+        return self.submit(type_, data, tv).result()
+
+    def append_many(self, items: Iterable[tuple[str, dict[str, Any], int]]) -> list[Receipt]:
+        """Append several entries as one batch (one sync) in the given order."""
+        batch = [_Pending(t, tv, d, Future()) for t, d, tv in items]
+        if self._thread is None:
+            self._commit(batch)
+        else:
+            with self._cond:
+                self._queue.extend(batch)
+                self._cond.notify()
+        return [p.future.result() for p in batch]
+
+    def rotate_key(self, new_key: SigningKey, extra: dict[str, Any] | None = None) -> Receipt:
+        """Append `key.rotated` (signed by the current key); later entries use `new_key`."""
+        if new_key.kid == self.key.kid:
+            raise SignerError("the new key is the current key")
+        data = {
+            "public_key": new_key.public_key,
+            "key_name": new_key.name,
+            "rotated_at": self.clock(),
+            **(extra or {}),
+        }
+        p = _Pending(ROTATION_TYPE, 1, data, Future(), new_key=new_key)
+        return self._submit(p).result()
+
+    def _committer(self) -> None:
+        max_n = self.durability.max_entries
+        max_wait = self.durability.max_ms / 1000.0
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue and self._closed:
+                    return
+                deadline = time.monotonic() + max_wait
+                while len(self._queue) < max_n and not self._closed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                # A key rotation ends its batch: later entries need the new key.
+                batch: list[_Pending] = []
+                while self._queue and len(batch) < max_n:
+                    p = self._queue.pop(0)
+                    batch.append(p)
+                    if p.new_key is not None:
+                        break
+            self._commit(batch)
+
+    def flush(self) -> None:
+        """Wait until everything submitted so far is durable."""
+        if self._thread is None:
+            return
+        f = None
+        with self._cond:
+            if self._queue:
+                f = self._queue[-1].future
+        if f is not None:
+            with contextlib.suppress(Exception):
+                f.result()
+
+    # -- checkpoints and closing --------------------------------------------
+
+    def checkpoint(self) -> tuple[Checkpoint, bytes]:
+        """Sign a checkpoint of the log as it is now and store it (idempotent per size)."""
+        self.flush()
+        with self._mutex, self._lock:
+            self._sync_with_disk()
+            assert self._index is not None
+            n = self._st.next_seq
+            path = self.dir / CHECKPOINT_DIR / checkpoint_name(n)
+            if path.exists():
+                raw = path.read_bytes()
+                return peek_checkpoint(raw, str(path)), raw
+            with open(self.dir / segment_file(0), "rb") as f:
+                genesis = entry_from_map_raw(
+                    os.pread(f.fileno(), self._index.location(0).length, 0), 0
+                )
+            cp = Checkpoint(origin_for(genesis.data["log_id"]), n, self._index.root(n))
+            raw = cp.sign(self.key)
+            atomic_write(path, raw)
+            self._st.checkpoints.append(n)
+            return cp, raw
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self._thread is not None:
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+            self._thread.join()
+        self._closed = True
+        try:
+            if self.checkpoint_on_close and self._grew():
+                self.checkpoint()
+        finally:
+            if self._seg_fd is not None:
+                os.close(self._seg_fd)
+                self._seg_fd = None
+            if self._index is not None:
+                self._index.close()
+
+    def _grew(self) -> bool:
+        return self._st.next_seq > self._size_at_open or (
+            bool(self._st.checkpoints) and self._st.checkpoints[-1] < self._st.next_seq
+        )
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def entry_from_map_raw(raw: bytes, seq: int) -> Entry:
+    return parse_entry(raw, f"entry {seq}")
+
+
+def _checkpoint_sizes(log_dir: Path) -> list[int]:
+    d = log_dir / CHECKPOINT_DIR
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
