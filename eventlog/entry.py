@@ -79,13 +79,20 @@ def leaf_hash(entry_bytes: bytes) -> bytes:
     return hashlib.sha256(b"\x00" + entry_bytes).digest()
 
 
+_VALID_TYPES: set[str] = set()
+
+
 def check_type_name(type_: str) -> None:
-    if len(type_) > MAX_TYPE_LEN or not TYPE_RE.match(type_):
+    if type_ in _VALID_TYPES:
+        return
+    if not isinstance(type_, str) or len(type_) > MAX_TYPE_LEN or not TYPE_RE.match(type_):
         raise DecodeError(
             f"event type {type_!r} is not a dotted lowercase name (e.g. memory.stored)",
             field="type",
             found=type_,
         )
+    if len(_VALID_TYPES) < 4096:
+        _VALID_TYPES.add(type_)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,36 +141,34 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def _body(
-    seq: int,
-    ts: int,
-    type_: str,
-    tv: int,
-    data_enc: bytes,
-    prev: bytes,
-    kid: bytes,
-    sig: bytes | None,
-) -> bytes:
-    parts = [
-        b"\xa8" if sig is None else b"\xa9",
-        _K_V,
-        _head(0, FORMAT_VERSION),
-        _K_TS,
-        _head(0, ts),
-        _K_TV,
-        _head(0, tv),
-        _K_KID,
-        _bytes(kid),
-        _K_SEQ,
-        _head(0, seq),
-    ]
-    if sig is not None:
-        parts += [_K_SIG, _bytes(sig)]
-    parts += [_K_DATA, data_enc, _K_PREV, _bytes(prev), _K_TYPE, _text(type_)]
-    return b"".join(parts)
+_V1 = _K_V + _head(0, FORMAT_VERSION) + _K_TS
+_SIG_HEAD = _K_SIG + _head(2, SIG_LEN)
+_PREV_HEAD = _K_PREV + _head(2, HASH_LEN)
 
 
-def _encode_data(data: dict[str, Any]) -> bytes:
+def _parts(
+    seq: int, ts: int, type_: str, tv: int, data_enc: bytes, prev: bytes, kid: bytes
+) -> tuple[bytes, bytes]:
+    """The canonical pairs before and after `sig` (v, ts, tv, kid, seq | data, prev, type)."""
+    head = b"".join(
+        (_V1, _head(0, ts), _K_TV, _head(0, tv), _K_KID, _bytes(kid), _K_SEQ, _head(0, seq))
+    )
+    tail = b"".join((_K_DATA, data_enc, _PREV_HEAD, prev, _K_TYPE, _text(type_)))
+    return head, tail
+
+
+def _tbs(head: bytes, tail: bytes) -> bytes:
+    return ENTRY_DOMAIN + b"\xa8" + head + tail
+
+
+def _full(head: bytes, tail: bytes, sig: bytes) -> bytes:
+    return b"\xa9" + head + _SIG_HEAD + sig + tail
+
+
+def encode_payload(data: dict[str, Any]) -> bytes:
+    """Canonical CBOR of an entry payload (a map with text keys, in the value model)."""
+    if not isinstance(data, dict):
+        raise DecodeError("entry data must be a map", field="data")
     codec.check_value(data, "data")
     return bytes(cbor2.dumps(data, canonical=True))
 
@@ -179,17 +184,14 @@ def encodings(
     sig: bytes,
 ) -> tuple[bytes, bytes]:
     """(to-be-signed bytes, canonical entry bytes), encoding the payload once."""
-    data_enc = _encode_data(data)
-    return (
-        ENTRY_DOMAIN + _body(seq, ts, type_, tv, data_enc, prev, kid, None),
-        _body(seq, ts, type_, tv, data_enc, prev, kid, sig),
-    )
+    head, tail = _parts(seq, ts, type_, tv, encode_payload(data), prev, kid)
+    return _tbs(head, tail), _full(head, tail, sig)
 
 
 def tbs_bytes(
     seq: int, ts: int, type_: str, tv: int, data: dict[str, Any], prev: bytes, kid: bytes
 ) -> bytes:
-    return ENTRY_DOMAIN + _body(seq, ts, type_, tv, _encode_data(data), prev, kid, None)
+    return _tbs(*_parts(seq, ts, type_, tv, encode_payload(data), prev, kid))
 
 
 def _check_fields(seq: int, ts: int, type_: str, tv: int, prev: bytes, kid: bytes) -> None:
@@ -212,17 +214,37 @@ def make_entry(
     data: dict[str, Any],
     prev: bytes,
     signer: Signer,
+    data_enc: bytes | None = None,
 ) -> Entry:
-    """Build and sign an entry; the result carries its bytes and leaf hash."""
+    """Build and sign an entry; the result carries its bytes and leaf hash.
+
+    `data_enc` is `encode_payload(data)` when the caller encoded it already
+    (the group-commit writer does so in the submitting thread).
+    """
     kid = signer.kid
     _check_fields(seq, ts, type_, tv, prev, kid)
-    if not isinstance(data, dict):
-        raise DecodeError("entry data must be a map", field="data")
-    data_enc = _encode_data(data)
-    sig = signer.sign(ENTRY_DOMAIN + _body(seq, ts, type_, tv, data_enc, prev, kid, None))
+    if data_enc is None:
+        data_enc = encode_payload(data)
+    return sign_checked(seq, ts, type_, tv, data, data_enc, prev, signer)
+
+
+def sign_checked(
+    seq: int,
+    ts: int,
+    type_: str,
+    tv: int,
+    data: dict[str, Any],
+    data_enc: bytes,
+    prev: bytes,
+    signer: Signer,
+) -> Entry:
+    """make_entry without re-checking fields the caller has already checked."""
+    kid = signer.kid
+    head, tail = _parts(seq, ts, type_, tv, data_enc, prev, kid)
+    sig = signer.sign(_tbs(head, tail))
     if len(sig) != SIG_LEN:
         raise DecodeError("signer returned a signature that is not 64 bytes", field="sig")
-    raw = _body(seq, ts, type_, tv, data_enc, prev, kid, sig)
+    raw = _full(head, tail, sig)
     return Entry(seq, ts, type_, tv, data, prev, kid, sig, raw, leaf_hash(raw))
 
 

@@ -39,11 +39,9 @@ class Location:
     length: int
 
 
-@dataclass(frozen=True, slots=True)
-class IndexRecord:
-    location: Location
-    leaf: bytes
-    key_event: bool
+# (segment first seq, offset, length, leaf hash, is a key event): a plain tuple,
+# because the writer makes one per append on its hot path.
+IndexRecord = tuple[int, int, int, bytes, bool]
 
 
 def _size(path: Path) -> int:
@@ -177,12 +175,14 @@ class IndexWriter(Index):
         levels: dict[int, bytearray] = {}
         edge = self._edge
         n = self.n
-        for r in records:
-            loc += LOC.pack(r.location.segment, r.location.offset, r.location.length)
-            if r.key_event:
+        pack = LOC.pack
+        level0 = levels.setdefault(0, bytearray())
+        for seg, off, length, leaf, key_event in records:
+            loc += pack(seg, off, length)
+            if key_event:
                 keys += KEYREC.pack(n)
-            levels.setdefault(0, bytearray()).extend(r.leaf)
-            h, level = r.leaf, 0
+            level0 += leaf
+            h, level = leaf, 0
             while edge and edge[-1][0] == level:
                 h = hash_children(edge.pop()[1], h)
                 level += 1

@@ -16,12 +16,10 @@ writer refuses to append after it and raises a VerificationError.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,10 +27,13 @@ from typing import Any, Literal
 from mnemolog.eventlog.entry import (
     ZERO_HASH,
     Entry,
+    check_type_name,
+    encode_payload,
     entry_from_map,
     leaf_hash,
     make_entry,
     parse_entry,
+    sign_checked,
 )
 from mnemolog.eventlog.errors import (
     DecodeError,
@@ -41,7 +42,7 @@ from mnemolog.eventlog.errors import (
     VerificationError,
 )
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir
-from mnemolog.eventlog.index import IndexRecord, IndexWriter, Location
+from mnemolog.eventlog.index import IndexRecord, IndexWriter
 from mnemolog.eventlog.keys import SigningKey, key_id
 from mnemolog.eventlog.lock import FileLock
 from mnemolog.eventlog.log import (
@@ -57,6 +58,7 @@ from mnemolog.eventlog.segments import list_segments, read_file, split_items
 
 Clock = Callable[[], int]
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+IDLE_SLICE = 0.0002  # seconds without a new append that end a group-commit wait
 
 
 def system_clock() -> int:
@@ -103,13 +105,57 @@ class TornTail:
         )
 
 
-@dataclass
 class _Pending:
-    type: str
-    tv: int
-    data: dict[str, Any]
-    future: Future[Receipt]
-    new_key: SigningKey | None = None
+    __slots__ = ("data", "data_enc", "new_key", "tv", "type")
+
+    def __init__(
+        self, type_: str, tv: int, data: dict[str, Any], new_key: SigningKey | None = None
+    ) -> None:
+        # Checked and encoded by the submitting thread, so the work overlaps the
+        # committer's signing (libsodium runs without the GIL) and a bad payload
+        # fails in its caller before anything is queued.
+        check_type_name(type_)
+        if isinstance(tv, bool) or not isinstance(tv, int) or not 0 <= tv < 2**32:
+            raise DecodeError("an event type version is an unsigned integer", field="tv")
+        self.type = type_
+        self.tv = tv
+        self.data = data
+        self.new_key = new_key
+        self.data_enc = encode_payload(data)
+
+
+class _Batch:
+    """Appends committed together: one sync, one wake-up for all their waiters."""
+
+    __slots__ = ("closed", "done", "error", "first_at", "items", "receipts")
+
+    def __init__(self) -> None:
+        self.items: list[_Pending] = []
+        self.receipts: list[Receipt] = []
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.first_at = 0.0
+        self.closed = False
+
+
+class Ticket:
+    """The handle `submit` returns; `result()` blocks until the entry is durable."""
+
+    __slots__ = ("_batch", "_i")
+
+    def __init__(self, batch: _Batch, i: int) -> None:
+        self._batch = batch
+        self._i = i
+
+    def result(self, timeout: float | None = None) -> Receipt:
+        if not self._batch.done.wait(timeout):
+            raise StorageError("timed out waiting for an append to become durable")
+        if self._batch.error is not None:
+            raise self._batch.error
+        return self._batch.receipts[self._i]
+
+    def done(self) -> bool:
+        return self._batch.done.is_set()
 
 
 @dataclass
@@ -159,7 +205,7 @@ class LogWriter:
             self._reload()
         self._size_at_open = self._st.next_seq
         self._cond = threading.Condition()
-        self._queue: list[_Pending] = []
+        self._batches: list[_Batch] = []
         self._thread: threading.Thread | None = None
         if self.durability.mode == "group":
             self._thread = threading.Thread(target=self._committer, daemon=True)
@@ -206,7 +252,7 @@ class LogWriter:
             fsync_dir(log_dir)
             idx = IndexWriter(log_dir)
             idx.reset_to(0)
-            idx.append([IndexRecord(Location(0, 0, len(genesis.raw)), genesis.leaf, True)])
+            idx.append([(0, 0, len(genesis.raw), genesis.leaf, True)])
             idx.close()
             cp = Checkpoint(origin_for(lid), 1, genesis.leaf)
             raw = cp.sign(key)
@@ -287,11 +333,7 @@ class LogWriter:
                 entry = entry_from_map(value, buf[s:e], f"entry {st.next_seq}")
                 self._check_continues(st, entry, path.name)
                 records.append(
-                    IndexRecord(
-                        Location(first, off + s, e - s),
-                        entry.leaf,
-                        entry.type in (GENESIS_TYPE, ROTATION_TYPE),
-                    )
+                    (first, off + s, e - s, entry.leaf, entry.type in (GENESIS_TYPE, ROTATION_TYPE))
                 )
                 st.next_seq += 1
                 st.prev = entry.leaf
@@ -409,22 +451,18 @@ class LogWriter:
 
     # -- appending -----------------------------------------------------------
 
-    def _commit(self, batch: list[_Pending]) -> None:
-        """Sign, write and sync one batch under the lock; resolve every future."""
-        with self._mutex:
-            try:
-                with self._lock:
-                    self._sync_with_disk()
-                    receipts = self._write_batch(batch)
-            except BaseException as exc:
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(exc)
-                if not isinstance(exc, Exception):
-                    raise
-                return
-        for p, r in zip(batch, receipts, strict=True):
-            p.future.set_result(r)
+    def _commit(self, batch: _Batch) -> None:
+        """Sign, write and sync one batch under the lock; wake its waiters."""
+        try:
+            with self._mutex, self._lock:
+                self._sync_with_disk()
+                batch.receipts = self._write_batch(batch.items)
+        except BaseException as exc:
+            batch.error = exc
+            if not isinstance(exc, Exception):
+                batch.done.set()
+                raise
+        batch.done.set()
 
     def _write_batch(self, batch: list[_Pending]) -> list[Receipt]:
         st = self._st
@@ -439,15 +477,9 @@ class LogWriter:
         next_signer = signer
         for p in batch:
             ts = max(self.clock(), last_ts)
-            e = make_entry(
-                seq=seq, ts=ts, type_=p.type, tv=p.tv, data=p.data, prev=prev, signer=next_signer
-            )
+            e = sign_checked(seq, ts, p.type, p.tv, p.data, p.data_enc, prev, next_signer)
             records.append(
-                IndexRecord(
-                    Location(st.seg_first, st.seg_size + len(buf), len(e.raw)),
-                    e.leaf,
-                    e.type == ROTATION_TYPE,
-                )
+                (st.seg_first, st.seg_size + len(buf), len(e.raw), e.leaf, p.new_key is not None)
             )
             buf += e.raw
             receipts.append(Receipt(seq, ts, p.type, e.leaf))
@@ -486,34 +518,50 @@ class LogWriter:
         st.seg_first = st.next_seq
         st.seg_size = 0
 
-    def submit(self, type_: str, data: dict[str, Any], tv: int = 1) -> Future[Receipt]:
-        """Queue an append; the future resolves once the entry is durable."""
-        return self._submit(_Pending(type_, tv, data, Future()))
+    def submit(self, type_: str, data: dict[str, Any], tv: int = 1) -> Ticket:
+        """Queue an append; the ticket's `result()` returns once the entry is durable."""
+        return self._enqueue([_Pending(type_, tv, data)])[0]
 
-    def _submit(self, p: _Pending) -> Future[Receipt]:
+    def _enqueue(self, items: list[_Pending]) -> list[Ticket]:
         if self._closed:
             raise StorageError("the log writer is closed")
         if self._thread is None:
-            self._commit([p])
-            return p.future
+            batch = _Batch()
+            batch.items = items
+            self._commit(batch)
+            return [Ticket(batch, i) for i in range(len(items))]
+        tickets: list[Ticket] = []
+        max_n = self.durability.max_entries
+        wake = False
         with self._cond:
-            self._queue.append(p)
-            self._cond.notify()
-        return p.future
+            for p in items:
+                b = self._batches[-1] if self._batches else None
+                if b is None or b.closed or len(b.items) >= max_n:
+                    b = _Batch()
+                    b.first_at = time.monotonic()
+                    self._batches.append(b)
+                    wake = True
+                tickets.append(Ticket(b, len(b.items)))
+                b.items.append(p)
+                # Entries after a rotation need the new key: they start a new batch.
+                if p.new_key is not None:
+                    b.closed = True
+                    wake = True
+                elif len(b.items) >= max_n:
+                    wake = True
+            # The committer polls a filling batch; waking it per append only
+            # costs the GIL hand-offs that slow both threads down.
+            if wake:
+                self._cond.notify()
+        return tickets
 
     def append(self, type_: str, data: dict[str, Any], tv: int = 1) -> Receipt:
         return self.submit(type_, data, tv).result()
 
     def append_many(self, items: Iterable[tuple[str, dict[str, Any], int]]) -> list[Receipt]:
-        """Append several entries as one batch (one sync) in the given order."""
-        batch = [_Pending(t, tv, d, Future()) for t, d, tv in items]
-        if self._thread is None:
-            self._commit(batch)
-        else:
-            with self._cond:
-                self._queue.extend(batch)
-                self._cond.notify()
-        return [p.future.result() for p in batch]
+        """Append several entries in order; returns once all are durable."""
+        tickets = self._enqueue([_Pending(t, tv, d) for t, d, tv in items])
+        return [t.result() for t in tickets]
 
     def rotate_key(self, new_key: SigningKey, extra: dict[str, Any] | None = None) -> Receipt:
         """Append `key.rotated` (signed by the current key); later entries use `new_key`."""
@@ -525,44 +573,38 @@ class LogWriter:
             "rotated_at": self.clock(),
             **(extra or {}),
         }
-        p = _Pending(ROTATION_TYPE, 1, data, Future(), new_key=new_key)
-        return self._submit(p).result()
+        return self._enqueue([_Pending(ROTATION_TYPE, 1, data, new_key=new_key)])[0].result()
 
     def _committer(self) -> None:
         max_n = self.durability.max_entries
         max_wait = self.durability.max_ms / 1000.0
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
+                while not self._batches and not self._closed:
                     self._cond.wait()
-                if not self._queue and self._closed:
+                if not self._batches:
                     return
-                deadline = time.monotonic() + max_wait
-                while len(self._queue) < max_n and not self._closed:
-                    left = deadline - time.monotonic()
+                b = self._batches[0]
+                # Wait for the batch to fill, for at most max_ms, and no longer
+                # than appends keep arriving: a lull means every waiting caller
+                # has submitted, so syncing now costs no one anything.
+                while not (b.closed or len(b.items) >= max_n or self._closed):
+                    left = b.first_at + max_wait - time.monotonic()
                     if left <= 0:
                         break
-                    self._cond.wait(left)
-                # A key rotation ends its batch: later entries need the new key.
-                batch: list[_Pending] = []
-                while self._queue and len(batch) < max_n:
-                    p = self._queue.pop(0)
-                    batch.append(p)
-                    if p.new_key is not None:
+                    n0 = len(b.items)
+                    self._cond.wait(min(left, IDLE_SLICE))
+                    if len(b.items) == n0:
                         break
-            self._commit(batch)
+                self._batches.pop(0)
+            self._commit(b)
 
     def flush(self) -> None:
         """Wait until everything submitted so far is durable."""
-        if self._thread is None:
-            return
-        f = None
         with self._cond:
-            if self._queue:
-                f = self._queue[-1].future
-        if f is not None:
-            with contextlib.suppress(Exception):
-                f.result()
+            last = self._batches[-1] if self._batches else None
+        if last is not None:
+            last.done.wait()
 
     # -- checkpoints and closing --------------------------------------------
 
