@@ -30,9 +30,7 @@ def _check(value: Any, depth: int, path: str) -> None:
         return
     if isinstance(value, int):
         if not NINT_MIN <= value <= UINT_MAX:
-            raise DecodeError(
-                f"integer outside the 64-bit CBOR range at {path}: {value}", field=path
-            )
+            raise DecodeError(f"integer outside the 64-bit CBOR range at {path}: {value}", field=path)
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -45,9 +43,7 @@ def _check(value: Any, depth: int, path: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise DecodeError(
-                    f"map key at {path} is {type(key).__name__}, expected text", field=path
-                )
+                raise DecodeError(f"map key at {path} is {type(key).__name__}, expected text", field=path)
             _check(item, depth + 1, f"{path}.{key}")
         return
     raise DecodeError(

@@ -150,9 +150,7 @@ def _parts(
     seq: int, ts: int, type_: str, tv: int, data_enc: bytes, prev: bytes, kid: bytes
 ) -> tuple[bytes, bytes]:
     """The canonical pairs before and after `sig` (v, ts, tv, kid, seq | data, prev, type)."""
-    head = b"".join(
-        (_V1, _head(0, ts), _K_TV, _head(0, tv), _K_KID, _bytes(kid), _K_SEQ, _head(0, seq))
-    )
+    head = b"".join((_V1, _head(0, ts), _K_TV, _head(0, tv), _K_KID, _bytes(kid), _K_SEQ, _head(0, seq)))
     tail = b"".join((_K_DATA, data_enc, _PREV_HEAD, prev, _K_TYPE, _text(type_)))
     return head, tail
 
@@ -188,9 +186,7 @@ def encodings(
     return _tbs(head, tail), _full(head, tail, sig)
 
 
-def tbs_bytes(
-    seq: int, ts: int, type_: str, tv: int, data: dict[str, Any], prev: bytes, kid: bytes
-) -> bytes:
+def tbs_bytes(seq: int, ts: int, type_: str, tv: int, data: dict[str, Any], prev: bytes, kid: bytes) -> bytes:
     return _tbs(*_parts(seq, ts, type_, tv, encode_payload(data), prev, kid))
 
 

@@ -105,9 +105,7 @@ class VerificationError(MnemologError):
         found: Any = None,
         **details: Any,
     ) -> None:
-        super().__init__(
-            message, check=check, seq=seq, file=file, expected=expected, found=found, **details
-        )
+        super().__init__(message, check=check, seq=seq, file=file, expected=expected, found=found, **details)
         self.check = check
         self.seq = seq
         self.file = file

@@ -40,8 +40,7 @@ def check_key_name(name: str) -> None:
     """C2SP signed-note: non-empty UTF-8 with no Unicode space and no '+'."""
     if not name or "+" in name or any(ch.isspace() for ch in name) or len(name) > 256:
         raise SignerError(
-            f"key name {name!r} must be non-empty, at most 256 characters, "
-            "with no whitespace and no '+'",
+            f"key name {name!r} must be non-empty, at most 256 characters, with no whitespace and no '+'",
             field="key_name",
         )
 
@@ -79,11 +78,10 @@ class VerifierKey:
 
     @classmethod
     def from_vkey(cls, text: str) -> VerifierKey:
-        parts = text.strip().split("+")
+        # The base64 key may itself contain '+': split only the name and hash off.
+        parts = text.strip().split("+", 2)
         if len(parts) != 3:
-            raise SignerError(
-                "a verifier key is <name>+<hash>+<base64 key>", found=text.strip()[:80]
-            )
+            raise SignerError("a verifier key is <name>+<hash>+<base64 key>", found=text.strip()[:80])
         name, hash_hex, b64 = parts
         try:
             raw = base64.b64decode(b64, validate=True)
@@ -136,7 +134,7 @@ class SigningKey:
 
     @classmethod
     def from_skey(cls, text: str) -> SigningKey:
-        parts = text.strip().split("+")
+        parts = text.strip().split("+", 4)
         if len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY":
             raise SignerError("a signer key is PRIVATE+KEY+<name>+<hash>+<base64 key>")
         _, _, name, hash_hex, b64 = parts
@@ -214,7 +212,5 @@ def load_verifier_key(text_or_path: str) -> VerifierKey:
         try:
             text = candidate.read_text("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise SignerError(
-                f"{text_or_path!r} is neither a verifier key nor a readable key file"
-            ) from exc
+            raise SignerError(f"{text_or_path!r} is neither a verifier key nor a readable key file") from exc
     return VerifierKey.from_vkey(text)

@@ -52,18 +52,14 @@ def rotation_key(entry: Entry) -> VerifierKey:
     try:
         return VerifierKey(str(d["key_name"]), bytes(d["public_key"]))
     except (KeyError, TypeError) as exc:
-        raise DecodeError(
-            f"key.rotated at seq {entry.seq} lacks key_name/public_key", seq=entry.seq
-        ) from exc
+        raise DecodeError(f"key.rotated at seq {entry.seq} lacks key_name/public_key", seq=entry.seq) from exc
 
 
 class Log:
     def __init__(self, log_dir: Path) -> None:
         self.dir = log_dir
         if not (log_dir / segment_zero()).exists():
-            raise HomeMissing(
-                f"no log at {log_dir} (run `mnemolog init` to create one)", file=str(log_dir)
-            )
+            raise HomeMissing(f"no log at {log_dir} (run `mnemolog init` to create one)", file=str(log_dir))
         self.index = Index(log_dir)
         self._tail: list[tuple[Location, bytes]] = []
         self._indexed = 0

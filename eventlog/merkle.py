@@ -89,9 +89,7 @@ class MemoryTree:
         self.levels: list[list[bytes]] = [list(leaf_hashes)]
         while len(self.levels[-1]) > 1:
             prev = self.levels[-1]
-            self.levels.append(
-                [hash_children(prev[i], prev[i + 1]) for i in range(0, len(prev) - 1, 2)]
-            )
+            self.levels.append([hash_children(prev[i], prev[i + 1]) for i in range(0, len(prev) - 1, 2)])
 
     @property
     def size(self) -> int:
@@ -121,9 +119,7 @@ def subtree_from_perfect(perfect: Callable[[int, int], bytes], a: int, b: int) -
         level = n.bit_length() - 1
         return perfect(level, a >> level)
     k = split_point(n)
-    return hash_children(
-        subtree_from_perfect(perfect, a, a + k), subtree_from_perfect(perfect, a + k, b)
-    )
+    return hash_children(subtree_from_perfect(perfect, a, a + k), subtree_from_perfect(perfect, a + k, b))
 
 
 def inclusion_proof(index: int, size: int, subtree: SubtreeHash) -> list[bytes]:
@@ -205,9 +201,7 @@ def _fail(check: str, message: str, **where: object) -> VerificationError:
 
 def root_from_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes]) -> bytes:
     if not 0 <= index < size:
-        raise _fail(
-            "inclusion.index", f"leaf index {index} is outside a tree of size {size}", seq=index
-        )
+        raise _fail("inclusion.index", f"leaf index {index} is outside a tree of size {size}", seq=index)
     if len(leaf) != HASH_LEN or any(len(h) != HASH_LEN for h in proof):
         raise _fail("inclusion.hash_length", "proof hashes must be 32 bytes", seq=index)
     inner, border = _decomp(index, size)
@@ -223,9 +217,7 @@ def root_from_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[byte
     return _chain_border_right(res, proof[inner:])
 
 
-def verify_inclusion(
-    index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes
-) -> None:
+def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes) -> None:
     """Return if `proof` shows leaf `index` in the tree of `size` with `root`; else raise."""
     got = root_from_inclusion(index, size, leaf, proof)
     if got != root:
@@ -238,9 +230,7 @@ def verify_inclusion(
         )
 
 
-def verify_consistency(
-    size1: int, size2: int, root1: bytes, root2: bytes, proof: Sequence[bytes]
-) -> None:
+def verify_consistency(size1: int, size2: int, root1: bytes, root2: bytes, proof: Sequence[bytes]) -> None:
     """Return if the tree (size2, root2) extends (size1, root1); else raise."""
     if size2 < size1:
         raise _fail("consistency.sizes", f"size2 ({size2}) < size1 ({size1})")

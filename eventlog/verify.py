@@ -86,9 +86,7 @@ def check_entry_bytes(raw: bytes, value: Any, seq: int, public_key: bytes) -> No
         e = entry_from_map(value, raw, f"entry {seq}")
         tbs, canonical = encodings(e.seq, e.ts, e.type, e.tv, e.data, e.prev, e.kid, e.sig)
     except DecodeError as exc:
-        raise VerificationError(
-            f"entry {seq}: {exc.message}", check="entry.decode", seq=seq
-        ) from exc
+        raise VerificationError(f"entry {seq}: {exc.message}", check="entry.decode", seq=seq) from exc
     # Re-encoding also rejects duplicate keys, non-shortest forms and key order.
     if canonical != raw:
         raise VerificationError(
@@ -347,13 +345,10 @@ class _Verifier:
             self.schedule.append((0, key.public_key))
             self.kid = key.kid
         elif e.type == GENESIS_TYPE:
-            raise self.fail(
-                f"entry {seq} repeats the genesis type", "genesis.repeated", seq=seq, file=fname
-            )
+            raise self.fail(f"entry {seq} repeats the genesis type", "genesis.repeated", seq=seq, file=fname)
         if not self.hashes_only and e.kid != self.kid:
             raise self.fail(
-                f"entry {seq} is signed by key {e.kid.hex()}, but the key history says "
-                f"{self.kid.hex()}",
+                f"entry {seq} is signed by key {e.kid.hex()}, but the key history says {self.kid.hex()}",
                 "entry.kid",
                 seq=seq,
                 file=fname,
@@ -381,9 +376,7 @@ class _Verifier:
             if cp_size == size:
                 self._checkpoint(cp_size)
             elif cp_size == 0:
-                raise self.fail(
-                    "a checkpoint of size 0", "checkpoint.size", file=checkpoint_name(0)
-                )
+                raise self.fail("a checkpoint of size 0", "checkpoint.size", file=checkpoint_name(0))
             self.cp_pos += 1
 
     def _checkpoint(self, size: int) -> None:
@@ -392,9 +385,7 @@ class _Verifier:
         try:
             cp = open_checkpoint(raw, self.key_for(size), rel)
         except DecodeError as exc:
-            raise self.fail(
-                f"{rel}: {exc.message}", "checkpoint.decode", file=rel, seq=size - 1
-            ) from exc
+            raise self.fail(f"{rel}: {exc.message}", "checkpoint.decode", file=rel, seq=size - 1) from exc
         except VerificationError as exc:
             raise self.fail(exc.message, exc.check, file=rel, seq=size - 1) from exc
         if self.log_id is not None and cp.origin != origin_for(self.log_id):

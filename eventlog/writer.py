@@ -108,9 +108,7 @@ class TornTail:
 class _Pending:
     __slots__ = ("data", "data_enc", "new_key", "tv", "type")
 
-    def __init__(
-        self, type_: str, tv: int, data: dict[str, Any], new_key: SigningKey | None = None
-    ) -> None:
+    def __init__(self, type_: str, tv: int, data: dict[str, Any], new_key: SigningKey | None = None) -> None:
         # Checked and encoded by the submitting thread, so the work overlaps the
         # committer's signing (libsodium runs without the GIL) and a bad payload
         # fails in its caller before anything is queued.
@@ -478,9 +476,7 @@ class LogWriter:
         for p in batch:
             ts = max(self.clock(), last_ts)
             e = sign_checked(seq, ts, p.type, p.tv, p.data, p.data_enc, prev, next_signer)
-            records.append(
-                (st.seg_first, st.seg_size + len(buf), len(e.raw), e.leaf, p.new_key is not None)
-            )
+            records.append((st.seg_first, st.seg_size + len(buf), len(e.raw), e.leaf, p.new_key is not None))
             buf += e.raw
             receipts.append(Receipt(seq, ts, p.type, e.leaf))
             seq, prev, last_ts = seq + 1, e.leaf, ts
@@ -620,9 +616,7 @@ class LogWriter:
                 raw = path.read_bytes()
                 return peek_checkpoint(raw, str(path)), raw
             with open(self.dir / segment_file(0), "rb") as f:
-                genesis = entry_from_map_raw(
-                    os.pread(f.fileno(), self._index.location(0).length, 0), 0
-                )
+                genesis = entry_from_map_raw(os.pread(f.fileno(), self._index.location(0).length, 0), 0)
             cp = Checkpoint(origin_for(genesis.data["log_id"]), n, self._index.root(n))
             raw = cp.sign(self.key)
             atomic_write(path, raw)

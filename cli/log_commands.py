@@ -1,0 +1,316 @@
+"""`mnemolog init`, `mnemolog log ...` and `mnemolog key ...`: the log's operator surface."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mnemolog.cli.app import Ctx, json_option, parse_json_object, writer_for
+from mnemolog.eventlog import merkle
+from mnemolog.eventlog.entry import Entry
+from mnemolog.eventlog.errors import NotFound, UsageError
+from mnemolog.eventlog.verify import verify_log
+from mnemolog.substrate.home import init_home
+
+NOTE_PREFIX = "note."
+
+
+def _iso(ts_us: int) -> str:
+    return dt.datetime.fromtimestamp(ts_us / 1e6, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _entry_line(e: Entry) -> str:
+    data = json.dumps(e.summary()["data"], sort_keys=True, ensure_ascii=False)
+    if len(data) > 160:
+        data = data[:157] + "..."
+    return f"{e.seq:>8}  {_iso(e.ts)}  {e.type:<24} {e.kid.hex()}  {data}"
+
+
+def _b64(h: bytes) -> str:
+    return base64.b64encode(h).decode()
+
+
+@click.command()
+@click.option("--key-name", help="C2SP key name for checkpoint signatures.")
+@json_option
+@click.pass_obj
+def init(ctx: Ctx, key_name: str | None) -> None:
+    """Create a home: key, genesis entry, first checkpoint."""
+    report = init_home(ctx.home.root, key_name)
+    ctx.emit(
+        vars(report),
+        lambda: (
+            f"initialised {report.home}\n"
+            f"log id   {report.log_id}\n"
+            f"key      {report.vkey}\n"
+            f"checkpoint:\n{report.checkpoint}"
+        ),
+    )
+
+
+@click.group("log")
+def log_group() -> None:
+    """The signed event log: show, verify, prove, append notes."""
+
+
+@log_group.command("show")
+@click.option("--from", "start", type=click.IntRange(min=0), default=0, help="First seq.")
+@click.option("--to", "stop", type=click.IntRange(min=0), default=None, help="Last seq (inclusive).")
+@click.option("--type", "types", multiple=True, help="Only entries of this type (repeatable).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many entries.")
+@json_option
+@click.pass_obj
+def log_show(ctx: Ctx, start: int, stop: int | None, types: tuple[str, ...], limit: int | None) -> None:
+    """Print entries (seq, time, type, key id, payload)."""
+    with ctx.home.open_log() as log:
+        end = log.size if stop is None else min(stop + 1, log.size)
+        out: list[Entry] = []
+        for e in log.iter_entries(start, end):
+            if types and e.type not in types:
+                continue
+            out.append(e)
+            if limit and len(out) >= limit:
+                break
+        size = log.size
+    ctx.emit(
+        {"size": size, "entries": [e.summary() for e in out]},
+        lambda: "\n".join(_entry_line(e) for e in out) or "(no entries)",
+    )
+
+
+@log_group.command("tail")
+@click.option("-n", "count", type=click.IntRange(min=1), default=10, help="How many entries.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing entries as they are appended.")
+@json_option
+@click.pass_obj
+def log_tail(ctx: Ctx, count: int, follow: bool) -> None:
+    """Print the last entries; with --follow, keep watching (JSON: one object per line)."""
+    with ctx.home.open_log() as log:
+        start = max(0, log.size - count)
+        entries = list(log.iter_entries(start))
+        if not follow:
+            ctx.emit(
+                {"size": log.size, "entries": [e.summary() for e in entries]},
+                lambda: "\n".join(_entry_line(e) for e in entries),
+            )
+            return
+        seen = start
+        try:
+            while True:
+                for e in log.iter_entries(seen):
+                    click.echo(json.dumps(e.summary()) if ctx.json else _entry_line(e))
+                    seen = e.seq + 1
+                time.sleep(0.25)
+                log.refresh()
+        except KeyboardInterrupt:
+            return
+
+
+@log_group.command("checkpoint")
+@json_option
+@click.pass_obj
+def log_checkpoint(ctx: Ctx) -> None:
+    """Sign and store a checkpoint of the log as it is now."""
+    with writer_for(ctx, checkpoint_on_close=False) as w:
+        cp, raw = w.checkpoint()
+    ctx.emit(
+        {"size": cp.size, "root": cp.root.hex(), "origin": cp.origin, "note": raw.decode()},
+        raw.decode(),
+    )
+
+
+@log_group.command("verify")
+@click.option("--hashes-only", is_flag=True, help="Chain and tree against signed checkpoints only.")
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (default: cores).",
+)
+@json_option
+@click.pass_obj
+def log_verify(ctx: Ctx, hashes_only: bool, processes: int | None) -> None:
+    """Check the whole log; exit 8 naming the first failure."""
+    ctx.home.require()
+    report = verify_log(ctx.home.log_dir, hashes_only=hashes_only, processes=processes)
+    data = report.to_json()
+
+    def text() -> str:
+        mode = "hashes only" if hashes_only else "full"
+        lines = [
+            f"ok: {report.entries} entries in {report.segments} segment(s) verified ({mode}, "
+            f"{report.processes} process(es), {report.seconds:.2f}s)",
+            f"root {report.root}",
+            f"{report.checkpoints} checkpoint(s) verified; latest covers {report.latest_checkpoint}",
+            f"{report.keys} key(s) in the history",
+            "checks: " + ", ".join(report.checks),
+        ]
+        if report.torn_tail:
+            lines.append(
+                f"note: torn tail of {report.torn_tail['bytes']} bytes at "
+                f"{report.torn_tail['segment']}:{report.torn_tail['offset']} (an interrupted, "
+                "unacknowledged write; the next writer cuts it)"
+            )
+        return "\n".join(lines)
+
+    ctx.emit(data, text)
+
+
+@log_group.command("prove")
+@click.argument("seq", type=click.IntRange(min=0))
+@json_option
+@click.pass_obj
+def log_prove(ctx: Ctx, seq: int) -> None:
+    """Inclusion proof of entry SEQ against the latest checkpoint."""
+    with ctx.home.open_log() as log:
+        cp, raw = log.latest_checkpoint()
+        if seq >= cp.size:
+            raise NotFound(
+                f"entry {seq} is not covered by the latest checkpoint (size {cp.size}); "
+                "run `mnemolog log checkpoint` first",
+                seq=seq,
+            )
+        leaf = log.leaf(seq)
+        proof = log.inclusion_proof(seq, cp.size)
+        merkle.verify_inclusion(seq, cp.size, leaf, proof, cp.root)
+    data = {
+        "seq": seq,
+        "tree_size": cp.size,
+        "leaf_hash": _b64(leaf),
+        "root": _b64(cp.root),
+        "proof": [_b64(h) for h in proof],
+        "checkpoint": raw.decode(),
+    }
+    ctx.emit(
+        data,
+        lambda: "\n".join(
+            [
+                f"entry {seq} is in the tree of size {cp.size} (proof verified)",
+                f"leaf  {data['leaf_hash']}",
+                f"root  {data['root']}",
+                *[f"proof {p}" for p in data["proof"]],
+            ]
+        ),
+    )
+
+
+@log_group.command("consistency")
+@click.argument("old_size", type=click.IntRange(min=1))
+@click.argument("new_size", type=click.IntRange(min=1))
+@json_option
+@click.pass_obj
+def log_consistency(ctx: Ctx, old_size: int, new_size: int) -> None:
+    """Consistency proof that the tree of NEW_SIZE extends the tree of OLD_SIZE."""
+    if old_size > new_size:
+        raise UsageError(f"OLD_SIZE ({old_size}) must not exceed NEW_SIZE ({new_size})")
+    with ctx.home.open_log() as log:
+        if new_size > log.size:
+            raise NotFound(f"the log has {log.size} entries, not {new_size}")
+        r1, r2 = log.root(old_size), log.root(new_size)
+        proof = log.consistency_proof(old_size, new_size)
+        merkle.verify_consistency(old_size, new_size, r1, r2, proof)
+    data = {
+        "old_size": old_size,
+        "new_size": new_size,
+        "old_root": _b64(r1),
+        "new_root": _b64(r2),
+        "proof": [_b64(h) for h in proof],
+    }
+    ctx.emit(
+        data,
+        lambda: "\n".join(
+            [
+                f"the tree of size {new_size} extends the tree of size {old_size} (proof verified)",
+                f"old root {data['old_root']}",
+                f"new root {data['new_root']}",
+                *[f"proof    {p}" for p in data["proof"]],
+            ]
+        ),
+    )
+
+
+@log_group.command("append")
+@click.argument("type_", metavar="TYPE")
+@click.option("--data", "data_json", required=True, help="The payload, a JSON object.")
+@json_option
+@click.pass_obj
+def log_append(ctx: Ctx, type_: str, data_json: str) -> None:
+    """Append an operator annotation (types under note. only)."""
+    if not type_.startswith(NOTE_PREFIX) or len(type_) <= len(NOTE_PREFIX):
+        raise UsageError(
+            f"only operator annotations can be appended by hand: the type must start with "
+            f"'{NOTE_PREFIX}' (e.g. note.added), not {type_!r}"
+        )
+    data = parse_json_object(data_json, "--data")
+    with writer_for(ctx) as w:
+        r = w.append(type_, data)
+    ctx.emit({"seq": r.seq, "type": r.type, "leaf_hash": r.leaf.hex()}, f"appended {r.type} as {r.seq}")
+
+
+@click.group("key")
+def key_group() -> None:
+    """The signing key and its history."""
+
+
+@key_group.command("show")
+@json_option
+@click.pass_obj
+def key_show(ctx: Ctx) -> None:
+    """The active public key and the key history recorded in the log."""
+    home = ctx.home.require()
+    with home.open_log() as log:
+        epochs = log.key_history()
+    active = epochs[-1].key
+    data: dict[str, Any] = {
+        "name": active.name,
+        "kid": active.kid.hex(),
+        "vkey": active.vkey(),
+        "note_key_hash": active.note_hash.hex(),
+        "history": [
+            {
+                "from_seq": ep.first_seq,
+                "event_seq": ep.event_seq,
+                "kid": ep.key.kid.hex(),
+                "vkey": ep.key.vkey(),
+            }
+            for ep in epochs
+        ],
+    }
+    ctx.emit(
+        data,
+        lambda: "\n".join(
+            [f"active  {active.vkey()}  (kid {active.kid.hex()})"]
+            + [f"from seq {h['from_seq']:>8}: {h['vkey']}" for h in data["history"]]
+        ),
+    )
+
+
+@key_group.command("rotate")
+@click.option("--name", help="Key name of the new key (default: keep the current name).")
+@json_option
+@click.pass_obj
+def key_rotate(ctx: Ctx, name: str | None) -> None:
+    """Rotate to a new key, announced by a key.rotated entry signed by the old key."""
+    home = ctx.home.require()
+    with writer_for(ctx) as w:
+        old = w.key
+        new, seq = home.rotate_key(w, name)
+    ctx.emit(
+        {
+            "seq": seq,
+            "old_kid": old.kid.hex(),
+            "new_kid": new.kid.hex(),
+            "vkey": new.verifier.vkey(),
+        },
+        f"rotated at seq {seq}: {old.kid.hex()} -> {new.kid.hex()}\nnew key {new.verifier.vkey()}",
+    )
+
+
+def home_path(ctx: Ctx) -> Path:
+    return ctx.home.root

@@ -1,0 +1,36 @@
+"""The `mnemolog` command: global options and the command tree."""
+
+from __future__ import annotations
+
+import click
+
+from mnemolog.cli.app import Ctx, MnemologGroup
+from mnemolog.cli.log_commands import init, key_group, log_group
+
+
+@click.group(cls=MnemologGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--home",
+    envvar="MNEMOLOG_HOME",
+    default=None,
+    help="Home directory (default $MNEMOLOG_HOME, $XDG_DATA_HOME/mnemolog, ~/.local/share/mnemolog).",
+)
+@click.option("--json", "json_flag", is_flag=True, help="Print one JSON object.")
+@click.version_option(package_name="mnemolog")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None, json_flag: bool) -> None:
+    """mnemolog: an auditable memory substrate for AI agents."""
+    ctx.obj = Ctx(home_arg=home, json=json_flag)
+
+
+cli.add_command(init)
+cli.add_command(log_group)
+cli.add_command(key_group)
+
+
+def main() -> None:
+    cli.main(prog_name="mnemolog")
+
+
+if __name__ == "__main__":
+    main()
