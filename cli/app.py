@@ -99,14 +99,14 @@ class MnemologGroup(click.Group):
             click.echo("mnemolog: aborted", err=True)
             sys.exit(130)
         except click.ClickException as e:
-            err = UsageError(e.format_message())
+            usage = UsageError(e.format_message())
             if _wants_json(argv):
-                render_error(err, True)
+                render_error(usage, True)
             else:
                 if isinstance(e, click.UsageError) and e.ctx is not None:
                     click.echo(e.ctx.get_usage(), err=True)
                 click.echo(f"mnemolog: {e.format_message()}", err=True)
-            sys.exit(err.exit_code)
+            sys.exit(usage.exit_code)
         if isinstance(rv, int) and rv:
             sys.exit(rv)
         return rv

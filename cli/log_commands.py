@@ -179,7 +179,7 @@ def log_prove(ctx: Ctx, seq: int) -> None:
         leaf = log.leaf(seq)
         proof = log.inclusion_proof(seq, cp.size)
         merkle.verify_inclusion(seq, cp.size, leaf, proof, cp.root)
-    data = {
+    data: dict[str, Any] = {
         "seq": seq,
         "tree_size": cp.size,
         "leaf_hash": _b64(leaf),
@@ -215,7 +215,7 @@ def log_consistency(ctx: Ctx, old_size: int, new_size: int) -> None:
         r1, r2 = log.root(old_size), log.root(new_size)
         proof = log.consistency_proof(old_size, new_size)
         merkle.verify_consistency(old_size, new_size, r1, r2, proof)
-    data = {
+    data: dict[str, Any] = {
         "old_size": old_size,
         "new_size": new_size,
         "old_root": _b64(r1),
