@@ -6,6 +6,7 @@ import click
 
 from mnemolog.cli.app import Ctx, MnemologGroup
 from mnemolog.cli.log_commands import init, key_group, log_group
+from mnemolog.cli.memory_commands import COMMANDS as MEMORY_COMMANDS
 
 
 @click.group(cls=MnemologGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,6 +27,8 @@ def cli(ctx: click.Context, home: str | None, json_flag: bool) -> None:
 cli.add_command(init)
 cli.add_command(log_group)
 cli.add_command(key_group)
+for _cmd in MEMORY_COMMANDS:
+    cli.add_command(_cmd)
 
 
 def main() -> None:

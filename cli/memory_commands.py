@@ -1,0 +1,365 @@
+"""Memory commands: store, get, update, link, archive, restore, recall, search, list, stats, rebuild."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from mnemolog.cli.app import Ctx, json_option, parse_json_object
+from mnemolog.eventlog.errors import BadInput
+from mnemolog.substrate.api import MAX_CONTENT_BYTES, Substrate
+from mnemolog.substrate.events import KINDS, RELATIONS
+
+
+@contextmanager
+def opened(ctx: Ctx) -> Iterator[Substrate]:
+    s = Substrate.open(ctx.home, long_lived=False)
+    try:
+        for t in s.recovered:
+            ctx.info(f"mnemolog: recovery: {t.describe()}")
+        yield s
+    finally:
+        for w in s.warnings:
+            ctx.info(f"mnemolog: warning: {w}")
+        s.close()
+
+
+def read_text_arg(text: str) -> str:
+    """TEXT, or standard input for '-', strictly UTF-8 and size-limited."""
+    if text != "-":
+        return text
+    raw = sys.stdin.buffer.read(MAX_CONTENT_BYTES + 1)
+    if len(raw) > MAX_CONTENT_BYTES:
+        raise BadInput(
+            f"standard input is larger than the {MAX_CONTENT_BYTES}-byte content limit",
+            field="content",
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(
+            f"standard input is not valid UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})",
+            field="content",
+        ) from exc
+
+
+def _date(us: int | None) -> str:
+    if us is None:
+        return "-"
+    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _flags(m: dict[str, Any]) -> str:
+    flags = []
+    if m.get("archived_at"):
+        flags.append("archived")
+    if m.get("atomised_into"):
+        flags.append(f"atomised:{m['atomised_into']}")
+    if m.get("atomisation_archived_at"):
+        flags.append("atomisation-archived")
+    if m.get("atom_of"):
+        flags.append(f"atom-of:{m['atom_of']}")
+    return f" [{', '.join(flags)}]" if flags else ""
+
+
+def memory_line(m: dict[str, Any]) -> str:
+    title = m.get("title") or m["content"].strip().splitlines()[0]
+    if len(title) > 80:
+        title = title[:77] + "..."
+    score = f"{m['score']:7.3f}  " if "score" in m else ""
+    return f"{score}{m['id']}  {m['namespace']:<16} {m['kind']:<11} {title}{_flags(m)}"
+
+
+def memory_text(m: dict[str, Any]) -> str:
+    lines = [
+        f"id         {m['id']}",
+        f"namespace  {m['namespace']}",
+        f"kind       {m['kind']}",
+    ]
+    if m.get("title"):
+        lines.append(f"title      {m['title']}")
+    if m.get("tags"):
+        lines.append(f"tags       {', '.join(m['tags'])}")
+    if m.get("confidence") is not None:
+        lines.append(f"confidence {m['confidence']}")
+    if m.get("source"):
+        lines.append(f"source     {m['source']}")
+    lines.append(f"created    {_date(m['created_at'])}   updated {_date(m['updated_at'])}")
+    for k in ("atom_of", "atomised_into", "archived_at", "atomisation_archived_at"):
+        if m.get(k) is not None:
+            lines.append(f"{k:<10} {m[k]}")
+    if m.get("metadata"):
+        import json
+
+        lines.append(f"metadata   {json.dumps(m['metadata'], ensure_ascii=False, sort_keys=True)}")
+    links = m.get("links") or {}
+    for e in links.get("outgoing", []):
+        lines.append(f"link       -> {e['dst']} ({e['relation']})")
+    for e in links.get("incoming", []):
+        lines.append(f"link       <- {e['src']} ({e['relation']})")
+    lines += ["", m["content"]]
+    return "\n".join(lines)
+
+
+def filter_options(f: Any) -> Any:
+    f = click.option("--namespace", "-n", default=None, help="Only this namespace (and below).")(f)
+    f = click.option("--exact-namespace", is_flag=True, help="Not the namespaces below --namespace.")(f)
+    f = click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds.")(f)
+    f = click.option("--tag", "tags", multiple=True, help="Only memories with all these tags.")(f)
+    f = click.option("--include-archived", is_flag=True, help="Show archived memories too.")(f)
+    return click.option("--limit", type=click.IntRange(1, 1000), default=10, help="At most N results.")(f)
+
+
+@click.command()
+@click.argument("text")
+@click.option("--namespace", "-n", default="default", help="Namespace, e.g. team/project.")
+@click.option("--kind", type=click.Choice(KINDS), default="observation")
+@click.option("--title")
+@click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
+@click.option("--meta", "meta_json", help="Metadata, a JSON object.")
+@click.option("--source", help="Where this came from (a URL, a file, a conversation id).")
+@click.option("--confidence", type=click.FloatRange(0.0, 1.0), default=None)
+@json_option
+@click.pass_obj
+def store(
+    ctx: Ctx,
+    text: str,
+    namespace: str,
+    kind: str,
+    title: str | None,
+    tags: tuple[str, ...],
+    meta_json: str | None,
+    source: str | None,
+    confidence: float | None,
+) -> None:
+    """Store TEXT (or standard input with '-') as a memory."""
+    meta = parse_json_object(meta_json, "--meta") if meta_json is not None else None
+    content = read_text_arg(text)
+    with opened(ctx) as s:
+        m = s.store(
+            content,
+            namespace=namespace,
+            kind=kind,
+            title=title,
+            tags=tags,
+            metadata=meta,
+            source=source,
+            confidence=confidence,
+        )
+    extra = ""
+    if m.get("atomise_mode"):
+        extra = f" (auto-atomise {m['atomise_mode']}: {m.get('atomise_outcome')})"
+    ctx.emit({"memory": m}, f"stored {m['id']}{extra}")
+
+
+@click.command()
+@click.argument("memory_id")
+@json_option
+@click.pass_obj
+def get(ctx: Ctx, memory_id: str) -> None:
+    """Show one memory with its links."""
+    with opened(ctx) as s:
+        m = s.get(memory_id)
+    ctx.emit({"memory": m}, lambda: memory_text(m))
+
+
+@click.command()
+@click.argument("memory_id")
+@click.option("--content", help="New content ('-' for standard input).")
+@click.option("--title")
+@click.option("--kind", type=click.Choice(KINDS))
+@click.option("--namespace")
+@click.option("--tag", "tags", multiple=True, help="Replace the tags (repeatable).")
+@click.option("--meta", "meta_json", help="Metadata keys to set (JSON object; null removes a key).")
+@click.option("--source")
+@click.option("--confidence", type=click.FloatRange(0.0, 1.0), default=None)
+@click.option("--seen", is_flag=True, help="Mark as seen now (last_seen).")
+@json_option
+@click.pass_obj
+def update(
+    ctx: Ctx,
+    memory_id: str,
+    content: str | None,
+    title: str | None,
+    kind: str | None,
+    namespace: str | None,
+    tags: tuple[str, ...],
+    meta_json: str | None,
+    source: str | None,
+    confidence: float | None,
+    seen: bool,
+) -> None:
+    """Change fields of a memory (a memory.updated event)."""
+    meta = parse_json_object(meta_json, "--meta") if meta_json is not None else None
+    with opened(ctx) as s:
+        m = s.update(
+            memory_id,
+            content=read_text_arg(content) if content is not None else None,
+            title=title,
+            kind=kind,
+            namespace=namespace,
+            tags=list(tags) if tags else None,
+            metadata=meta,
+            source=source,
+            confidence=confidence,
+            last_seen=s.clock() if seen else None,
+        )
+    ctx.emit({"memory": m}, f"updated {m['id']}")
+
+
+@click.command()
+@click.argument("src")
+@click.argument("dst")
+@click.option("--relation", "-r", type=click.Choice(RELATIONS), default="related_to")
+@click.option("--meta", "meta_json", help="Edge metadata, a JSON object.")
+@json_option
+@click.pass_obj
+def link(ctx: Ctx, src: str, dst: str, relation: str, meta_json: str | None) -> None:
+    """Draw an edge SRC -> DST."""
+    meta = parse_json_object(meta_json, "--meta") if meta_json is not None else None
+    with opened(ctx) as s:
+        e = s.link(src, dst, relation, meta)
+    ctx.emit({"link": e}, f"linked {src} -[{relation}]-> {dst} (seq {e['seq']})")
+
+
+@click.command()
+@click.argument("memory_id")
+@click.option("--reason")
+@json_option
+@click.pass_obj
+def archive(ctx: Ctx, memory_id: str, reason: str | None) -> None:
+    """Hide a memory from recall (it stays in the log and with --include-archived)."""
+    with opened(ctx) as s:
+        m = s.archive(memory_id, reason)
+    ctx.emit({"memory": m}, f"archived {memory_id}")
+
+
+@click.command()
+@click.argument("memory_id")
+@click.option("--reason")
+@json_option
+@click.pass_obj
+def restore(ctx: Ctx, memory_id: str, reason: str | None) -> None:
+    """Undo an archive (operator's or atomisation's)."""
+    with opened(ctx) as s:
+        m = s.restore(memory_id, reason)
+    ctx.emit({"memory": m}, f"restored {memory_id}")
+
+
+def _query_command(name: str, doc: str) -> Any:
+    @click.command(name, help=doc)
+    @click.argument("query")
+    @filter_options
+    @json_option
+    @click.pass_obj
+    def cmd(
+        ctx: Ctx,
+        query: str,
+        limit: int,
+        include_archived: bool,
+        tags: tuple[str, ...],
+        kinds: tuple[str, ...],
+        exact_namespace: bool,
+        namespace: str | None,
+    ) -> None:
+        with opened(ctx) as s:
+            fn = s.recall if name == "recall" else s.search
+            results = fn(
+                query,
+                limit=limit,
+                namespace=namespace,
+                descendants=not exact_namespace,
+                kinds=kinds,
+                tags=tags,
+                include_archived=include_archived,
+            )
+        ctx.emit(
+            {"query": query, "results": results},
+            lambda: "\n".join(memory_line(m) for m in results) or "(no matches)",
+        )
+
+    return cmd
+
+
+recall = _query_command("recall", "Rank memories by BM25 over title and content; any term may match.")
+search = _query_command("search", "Memories containing every keyword as a word, ranked by BM25.")
+
+
+@click.command("list")
+@filter_options
+@click.option("--offset", type=click.IntRange(min=0), default=0)
+@json_option
+@click.pass_obj
+def list_cmd(
+    ctx: Ctx,
+    limit: int,
+    include_archived: bool,
+    tags: tuple[str, ...],
+    kinds: tuple[str, ...],
+    exact_namespace: bool,
+    namespace: str | None,
+    offset: int,
+) -> None:
+    """List memories, newest first."""
+    with opened(ctx) as s:
+        rows = s.list(
+            limit=limit,
+            offset=offset,
+            namespace=namespace,
+            descendants=not exact_namespace,
+            kinds=kinds,
+            tags=tags,
+            include_archived=include_archived,
+        )
+    ctx.emit({"memories": rows}, lambda: "\n".join(memory_line(m) for m in rows) or "(none)")
+
+
+@click.command()
+@json_option
+@click.pass_obj
+def stats(ctx: Ctx) -> None:
+    """Counts of memories, links, events and the index."""
+    with opened(ctx) as s:
+        st = s.stats()
+
+    def text() -> str:
+        lines = [f"log          {st['log']['size']} entries (log id {st['log']['log_id']})"]
+        for k in (
+            "memories",
+            "visible",
+            "archived_by_operator",
+            "atomised_parents",
+            "atoms",
+            "links",
+            "namespaces",
+            "policies",
+        ):
+            lines.append(f"{k:<12} {st[k]}")
+        if "atomisation" in st:
+            a = st["atomisation"]
+            lines.append(
+                f"atomisation  requested {a['requested']}, completed {a['completed']}, "
+                f"failed {a['failed']}, pending {a['pending']}"
+            )
+        lines.append("events       " + ", ".join(f"{k} {v}" for k, v in st["events"].items()))
+        return "\n".join(lines)
+
+    ctx.emit({"stats": st}, text)
+
+
+@click.command()
+@json_option
+@click.pass_obj
+def rebuild(ctx: Ctx) -> None:
+    """Drop every projection and replay the whole log."""
+    with opened(ctx) as s:
+        r = s.rebuild()
+    ctx.emit(r, f"rebuilt projections from {r['replayed']} entries")
+
+
+COMMANDS = [store, get, update, link, archive, restore, recall, search, list_cmd, stats, rebuild]

@@ -1,0 +1,248 @@
+"""How text becomes search terms: one tokenizer, defined in SQL, used for indexing and queries.
+
+Terms are lowercase, accent-stripped runs of letters and digits (Unicode
+aware), minus English stop words, stemmed with Snowball English (DuckDB fts's
+`stem`). Defining the tokenizer once, as DuckDB macros, means a query can
+never be tokenised differently from the documents it is matched against.
+Title terms count twice: a title is a summary, so a match there says more.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+# The Snowball English stop-word list (as shipped with Snowball and DuckDB fts).
+STOP_WORDS: tuple[str, ...] = (
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "all",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "aren't",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can't",
+    "cannot",
+    "could",
+    "couldn't",
+    "did",
+    "didn't",
+    "do",
+    "does",
+    "doesn't",
+    "doing",
+    "don't",
+    "down",
+    "during",
+    "each",
+    "few",
+    "for",
+    "from",
+    "further",
+    "had",
+    "hadn't",
+    "has",
+    "hasn't",
+    "have",
+    "haven't",
+    "having",
+    "he",
+    "he'd",
+    "he'll",
+    "he's",
+    "her",
+    "here",
+    "here's",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "how's",
+    "i",
+    "i'd",
+    "i'll",
+    "i'm",
+    "i've",
+    "if",
+    "in",
+    "into",
+    "is",
+    "isn't",
+    "it",
+    "it's",
+    "its",
+    "itself",
+    "let's",
+    "me",
+    "more",
+    "most",
+    "mustn't",
+    "my",
+    "myself",
+    "no",
+    "nor",
+    "not",
+    "of",
+    "off",
+    "on",
+    "once",
+    "only",
+    "or",
+    "other",
+    "ought",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "same",
+    "shan't",
+    "she",
+    "she'd",
+    "she'll",
+    "she's",
+    "should",
+    "shouldn't",
+    "so",
+    "some",
+    "such",
+    "than",
+    "that",
+    "that's",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "there's",
+    "these",
+    "they",
+    "they'd",
+    "they'll",
+    "they're",
+    "they've",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "very",
+    "was",
+    "wasn't",
+    "we",
+    "we'd",
+    "we'll",
+    "we're",
+    "we've",
+    "were",
+    "weren't",
+    "what",
+    "what's",
+    "when",
+    "when's",
+    "where",
+    "where's",
+    "which",
+    "while",
+    "who",
+    "who's",
+    "whom",
+    "why",
+    "why's",
+    "with",
+    "won't",
+    "would",
+    "wouldn't",
+    "you",
+    "you'd",
+    "you'll",
+    "you're",
+    "you've",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+    "s",
+    "t",
+    "d",
+    "ll",
+    "m",
+    "re",
+    "ve",
+    "don",
+    "isn",
+    "aren",
+    "wasn",
+    "weren",
+    "hasn",
+    "haven",
+    "hadn",
+    "doesn",
+    "didn",
+    "won",
+    "wouldn",
+    "shan",
+    "shouldn",
+    "mustn",
+    "can",
+    "couldn",
+)
+
+TOKEN_SPLIT = r"[^\p{L}\p{N}]+"
+MAX_TERM_LEN = 64
+TITLE_WEIGHT = 2
+
+
+def install_macros(conn: duckdb.DuckDBPyConnection) -> None:
+    """Create the tokenizer macros on a connection (temporary: they use fts's stem)."""
+    words = ", ".join("'" + w.replace("'", "''") + "'" for w in sorted(set(STOP_WORDS)))
+    conn.execute(
+        f"""
+        CREATE OR REPLACE TEMP MACRO ml_tokens(s) AS list_filter(
+            regexp_split_to_array(lower(strip_accents(coalesce(s, ''))), '{TOKEN_SPLIT}'),
+            t -> length(t) BETWEEN 1 AND {MAX_TERM_LEN} AND NOT list_contains([{words}], t)
+        )
+        """
+    )
+    conn.execute(
+        "CREATE OR REPLACE TEMP MACRO ml_terms(s) AS list_transform(ml_tokens(s), t -> stem(t, 'english'))"
+    )
+    conn.execute(
+        "CREATE OR REPLACE TEMP MACRO ml_doc_terms(title, content) AS "
+        + " || ".join(["ml_terms(title)"] * TITLE_WEIGHT)
+        + " || ml_terms(content)"
+    )
+    # Words for exact matching (search): lowercase, accent-stripped, stop words kept.
+    conn.execute(
+        f"""
+        CREATE OR REPLACE TEMP MACRO ml_words(s) AS list_filter(
+            regexp_split_to_array(lower(strip_accents(coalesce(s, ''))), '{TOKEN_SPLIT}'),
+            t -> length(t) BETWEEN 1 AND {MAX_TERM_LEN}
+        )
+        """
+    )

@@ -1,0 +1,28 @@
+"""Memory identifiers: ULIDs (26 Crockford base32 characters, time-ordered).
+
+An id is chosen once, when the command runs, and recorded in the event; replay
+never generates one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+ID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+def new_id(now_ms: int | None = None) -> str:
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    out = []
+    for _ in range(26):
+        out.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(out))
+
+
+def looks_like_id(text: str) -> bool:
+    return bool(ID_RE.match(text))
