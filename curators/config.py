@@ -1,0 +1,81 @@
+"""Which curator to build, and from what configuration.
+
+Owns the LLM configuration (host and model, from arguments or the
+MNEMOLOG_OLLAMA_HOST / MNEMOLOG_OLLAMA_MODEL environment variables) and the
+curator factory. No model configured means the LLM tier is locked; the caller
+decides whether that is an error (TierLocked) or a fall back to rules.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mnemolog.eventlog.errors import UsageError
+
+from .base import Curator, TierLocked
+from .ollama import OllamaCurator
+from .rules import RulesCurator
+
+HOST_ENV: Final = "MNEMOLOG_OLLAMA_HOST"
+MODEL_ENV: Final = "MNEMOLOG_OLLAMA_MODEL"
+#: Ollama's own default address, used when a model is named but no host is.
+DEFAULT_OLLAMA_HOST: Final = "http://127.0.0.1:11434"
+
+CURATOR_NAMES: Final = ("ollama", "rules")
+_OLLAMA_OPTIONS: Final = frozenset(("sleep", "timeout", "client"))
+
+
+@dataclass(frozen=True, slots=True)
+class LlmConfig:
+    host: str
+    model: str
+
+
+def resolve_llm(
+    host: str | None, model: str | None, *, environ: Mapping[str, str] | None = None
+) -> LlmConfig | None:
+    """The configured LLM, or None when no model is named anywhere.
+
+    An argument wins over its environment variable; an empty value counts as
+    unset. A model without a host talks to Ollama's default local address.
+    """
+    env = os.environ if environ is None else environ
+    chosen_model = model if model is not None else env.get(MODEL_ENV)
+    chosen_host = host if host is not None else env.get(HOST_ENV)
+    if not chosen_model or not chosen_model.strip():
+        return None
+    return LlmConfig(host=(chosen_host or "").strip() or DEFAULT_OLLAMA_HOST, model=chosen_model)
+
+
+def make_curator(name: str, llm: LlmConfig | None, **kw: Any) -> Curator:
+    """Build curator ``name`` ("ollama" or "rules").
+
+    ``kw`` are OllamaCurator options (sleep, timeout, client); the rules
+    curator needs none and ignores them, so callers can pass one set of
+    options whichever curator a namespace chose.
+    """
+    unknown = sorted(set(kw) - _OLLAMA_OPTIONS)
+    if unknown:
+        raise UsageError(
+            f"unknown curator option(s) {unknown}; expected some of {sorted(_OLLAMA_OPTIONS)}",
+            found=unknown,
+        )
+    if name == "rules":
+        return RulesCurator()
+    if name == "ollama":
+        if llm is None:
+            raise TierLocked(
+                f"the ollama curator needs an LLM and none is configured: set {MODEL_ENV} "
+                f"(and {HOST_ENV}, default {DEFAULT_OLLAMA_HOST}), or use the rules curator",
+                curator=name,
+                env=[MODEL_ENV, HOST_ENV],
+            )
+        return OllamaCurator(llm.host, llm.model, **kw)
+    raise UsageError(
+        f"unknown curator {name!r}; expected one of {list(CURATOR_NAMES)}",
+        expected=list(CURATOR_NAMES),
+        found=name,
+    )

@@ -1,0 +1,91 @@
+"""Finding the atom list in a model's reply.
+
+Models asked for JSON still wrap it in code fences or prose now and then. This
+module owns the tolerant reading: the whole reply as JSON, else each fenced
+block, else the first JSON value embedded anywhere in the text that has the
+expected shape, ``{"atoms": [string, ...]}`` or a bare ``[string, ...]``.
+Anything else is malformed output, described well enough to debug a prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any, Final
+
+#: Cap on embedded-JSON decode attempts: a hostile reply full of brackets must
+#: not turn parsing into a quadratic scan.
+MAX_DECODE_ATTEMPTS = 512
+
+_FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[ \t]*\r?\n?(.*?)```", re.DOTALL)
+_OPENERS = re.compile(r"[\[{]")
+
+
+class MalformedOutput(ValueError):
+    """The reply holds no JSON value of the expected shape; the message says what it held."""
+
+
+def extract_atoms(content: str) -> list[str]:
+    """The atom strings in ``content``, or MalformedOutput."""
+    found: list[str] = []
+    for value in _json_values(content):
+        atoms, problem = _shape(value)
+        if atoms is not None:
+            return atoms
+        found.append(problem)
+    if not found:
+        raise MalformedOutput(
+            f'expected a JSON object {{"atoms": [string, ...]}} or a JSON list of strings; '
+            f"found no JSON value in {len(content)} characters of output"
+        )
+    raise MalformedOutput(
+        f'expected a JSON object {{"atoms": [string, ...]}} or a JSON list of strings; found {found[0]}'
+    )
+
+
+def _json_values(content: str) -> Iterator[Any]:
+    whole = _loads(content.strip())
+    if whole is not _NOTHING:
+        yield whole
+    for fence in _FENCE.finditer(content):
+        fenced = _loads(fence.group(1).strip())
+        if fenced is not _NOTHING:
+            yield fenced
+    decoder = json.JSONDecoder()
+    for attempt, opener in enumerate(_OPENERS.finditer(content)):
+        if attempt >= MAX_DECODE_ATTEMPTS:
+            return
+        try:
+            value, _end = decoder.raw_decode(content, opener.start())
+        except ValueError:
+            continue
+        yield value
+
+
+_NOTHING: Final = object()
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NOTHING
+
+
+def _shape(value: Any) -> tuple[list[str] | None, str]:
+    items: Any
+    if isinstance(value, dict):
+        if "atoms" not in value:
+            return None, f"a JSON object with keys {sorted(value)[:8]!r} and no 'atoms'"
+        items = value["atoms"]
+        where = "'atoms'"
+    else:
+        items = value
+        where = "the JSON value"
+    if not isinstance(items, list):
+        return None, f"{where} holding {type(items).__name__}, not a list"
+    for index, item in enumerate(items):
+        if not isinstance(item, str):
+            return None, f"{where} holding a {type(item).__name__} at index {index}, not a string"
+    return list(items), ""
