@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from mnemolog.cli.app import Ctx, MnemologGroup
+from mnemolog.cli.atomise_commands import COMMANDS as ATOMISE_COMMANDS
 from mnemolog.cli.log_commands import init, key_group, log_group
 from mnemolog.cli.memory_commands import COMMANDS as MEMORY_COMMANDS
 
@@ -27,7 +28,7 @@ def cli(ctx: click.Context, home: str | None, json_flag: bool) -> None:
 cli.add_command(init)
 cli.add_command(log_group)
 cli.add_command(key_group)
-for _cmd in MEMORY_COMMANDS:
+for _cmd in [*MEMORY_COMMANDS, *ATOMISE_COMMANDS]:
     cli.add_command(_cmd)
 
 

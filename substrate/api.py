@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate import governance
+from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.events import (
     KINDS,
     RELATIONS,
@@ -141,6 +142,8 @@ class Substrate:
         durability: Durability | None = None,
         hooks: Mapping[str, Sequence[Hook]] | None = None,
         progress: bool | None = None,
+        curator_options: Mapping[str, Any] | None = None,
+        worker: bool = True,
     ) -> None:
         self.home = home.require()
         self.clock = clock
@@ -159,7 +162,9 @@ class Substrate:
         self.warnings: list[str] = []
         self._lock = threading.RLock()
         self._closed = False
-        self._extensions: list[Callable[[], None]] = []
+        self.atomiser = Atomiser(self, curator_options)
+        if long_lived and worker:
+            self.atomiser.start_worker()
 
     @classmethod
     def open(cls, home: str | Path | Home | None = None, **kw: Any) -> Substrate:
@@ -170,8 +175,7 @@ class Substrate:
         if self._closed:
             return
         self._closed = True
-        for fn in reversed(self._extensions):
-            fn()
+        self.atomiser.stop_worker()
         self.projections.close()
         self.writer.close()
         self.log.close()
@@ -274,15 +278,34 @@ class Substrate:
         return mem
 
     def store(self, content: str, **kw: Any) -> dict[str, Any]:
-        """Store a memory; returns it as recall would show it (plus auto-atomisation outcome)."""
+        """Store a memory; returns it as recall would show it.
+
+        Under an auto-atomise policy the response also carries `atomise_mode` and
+        `atomise_outcome`: "requested" (deferred: a worker will atomise it),
+        "atomised" / "skipped_below_threshold" / "skipped_already_atomic" /
+        "failed" (synchronous: the curator ran before this returned).
+        """
         payload = self.build_stored(content, **kw)
         with self.session() as conn:
             mem = self.write_memory(conn, payload)
-        return self._after_store(mem)
+            mode, action = self.atomiser.after_store(conn, mem)
+        if action is None:
+            return mem
+        if action == "below":
+            return {**mem, "atomise_mode": mode, "atomise_outcome": "skipped_below_threshold"}
+        if action == "requested":
+            return {**mem, "atomise_mode": mode, "atomise_outcome": "requested"}
+        # Synchronous: the curator runs outside the projection lock, before we return.
+        extra = self.atomiser.synchronous(mem)
+        return {**self.get(mem["id"]), **extra}
 
-    def _after_store(self, mem: dict[str, Any]) -> dict[str, Any]:
-        """Extension point: atomisation policies wrap this (substrate.atomise)."""
-        return mem
+    def atomise(self, memory_id: str, **kw: Any) -> AtomiseResult:
+        """Atomise a memory now (see substrate.atomise); raises the seed's errors."""
+        return self.atomiser.atomise(memory_id, **kw)
+
+    def drain_atomisations(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Run pending deferred atomisations now (what the worker does)."""
+        return self.atomiser.drain(limit=limit)
 
     def update(self, memory_id: str, **fields: Any) -> dict[str, Any]:
         allowed = {
@@ -469,6 +492,7 @@ class Substrate:
     def stats(self) -> dict[str, Any]:
         with self.session() as conn:
             out = q.stats(conn)
+            out["atomisation"] = self.atomiser.counts(conn)
             out["log"] = {"size": self.log.size, "log_id": self.log.log_id.hex()}
             return out
 

@@ -69,10 +69,16 @@ class MemoryUpdated(Payload):
 
 
 class MemoryArchived(Payload):
-    """`memory.archived` tv 1; `by` says whose signal it is (operator or atomisation)."""
+    """`memory.archived` tv 1; `by` says whose signal it is.
+
+    "operator": an operator hid it. "atomisation": the atomisation signal of an
+    atomised parent (hidden only together with atomised_into > 0).
+    "reatomisation": an atom superseded by a forced re-atomisation, or left by
+    an interrupted one.
+    """
 
     id: str
-    by: Literal["operator", "atomisation"] = "operator"
+    by: Literal["operator", "atomisation", "reatomisation"] = "operator"
     reason: str | None = None
     atomised_into: int | None = None
 
