@@ -99,7 +99,7 @@ def policy() -> None:
 @click.option("--curator", type=click.Choice(CURATORS), default=None)
 @json_option
 @click.pass_obj
-def policy_set(ctx: Ctx, namespace: str, **fields: Any) -> None:
+def policy_set(ctx: Ctx, /, namespace: str, **fields: Any) -> None:
     """Set fields of NAMESPACE's policy ('' or / for the root)."""
     fields = {k: v for k, v in fields.items() if v is not None}
     if not fields:
