@@ -68,8 +68,10 @@ _HEADING = re.compile(r"[ \t]{0,3}#{1,6}[ \t]+\S")
 _BULLET = re.compile(
     r"[ \t]*(?:[-*+•‣◦▪●○–—]|(?:\d{1,3}|[a-z])[.)]|\((?:\d{1,3}|[a-z]|[ivx]{1,5})\))[ \t]+\S"
 )
-_TERMINAL = re.compile(r"""(?:[.!?]+|…)['"’”)\]»]*(?=\s|$)""")
-_NEXT_VISIBLE = re.compile(r"\S")
+# Control characters count as spacing after a sentence end: a stray BEL or an
+# ANSI escape between two sentences must not weld them together.
+_TERMINAL = re.compile(r"""(?:[.!?]+|…)['"’”)\]»]*(?=[\s\x00-\x1f\x7f]|$)""")
+_NEXT_VISIBLE = re.compile(r"[^\s\x00-\x1f\x7f]")
 _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")
 _OPENING_PUNCT = "([{\"'“‘«"
 
@@ -145,7 +147,7 @@ class RulesCurator:
         # Atoms are disjoint slices of the text, so a text far beyond ten full
         # atoms cannot fit; say so before splitting megabytes into sentences.
         if total > 2 * MAX_ATOMS * hard:
-            raise _envelope_failure(total, budget, hard, needed=None)
+            raise _envelope_failure(total, budget, hard, needed=-(-total // hard))
         warnings: list[str] = []
         units = _propositions(text, budget, warnings)
         if len(units) < MIN_ATOMS:
@@ -183,10 +185,10 @@ class RulesCurator:
         )
 
 
-def _envelope_failure(total: int, budget: int, hard: int, *, needed: int | None) -> CuratorFailed:
-    need = f"needs at least {needed} atoms" if needed else "needs more than 10 atoms"
+def _envelope_failure(total: int, budget: int, hard: int, *, needed: int) -> CuratorFailed:
     return CuratorFailed(
-        f"rules curator: the text ({total} tokens) {need} at max_atom_tokens={budget} "
+        f"rules curator: the text ({total} tokens) needs at least {needed} atoms at "
+        f"max_atom_tokens={budget} "
         f"(at most {hard} tokens per atom with the 25% tolerance), and the envelope allows "
         f"{MIN_ATOMS}..{MAX_ATOMS}; pass a larger max_atom_tokens (up to 1000) or split the "
         "memory first",
@@ -410,22 +412,11 @@ def _split_chars(text: str, start: int, end: int, limit: int) -> list[_Span]:
 
 
 def _pack(text: str, spans: Sequence[_Span], limit: int) -> list[_Span]:
-    """Greedily join adjacent spans while the joined slice stays within ``limit`` tokens."""
-    spans = _joined(text, spans)
+    """Join adjacent spans into as few slices of at most ``limit`` tokens as possible."""
+    joined = _joined(text, spans)
     out: list[_Span] = []
-    i = 0
-    while i < len(spans):
-        j, estimate = i, spans[i].tokens
-        # The estimate adds each gap's own cost; the exact count below decides.
-        while j + 1 < len(spans) and estimate + spans[j + 1].join + spans[j + 1].tokens <= limit:
-            j += 1
-            estimate += spans[j].join + spans[j].tokens
-        exact = _exact(text, spans, i, j)
-        while exact > limit:
-            j -= 1
-            exact = _exact(text, spans, i, j)
-        out.append(_Span(spans[i].start, spans[j].end, exact))
-        i = j + 1
+    for i, j in _balanced(joined, limit):
+        out.extend(_verified(text, joined, i, j, limit))
     return out
 
 
@@ -553,9 +544,53 @@ def _merge_to_envelope(text: str, items: Sequence[_Span], limit: int) -> list[_S
         else:
             low = mid + 1
     spans: list[_Span] = []
-    for i, j in _greedy(items, high):
+    for i, j in _balanced(items, high):
         spans.extend(_verified(text, items, i, j, limit))
     return spans if len(spans) <= MAX_ATOMS else None
+
+
+def _balanced(items: Sequence[_Span], cap: int) -> list[tuple[int, int]]:
+    """As few groups as greedy needs under ``cap``, with sizes as even as possible.
+
+    Greedy filling leaves the remainder in the last group (32, 32, ..., 8);
+    here each group aims at the average of what is left, taking any end that
+    still lets the rest fit in the remaining groups.
+    """
+    n = len(items)
+    prefix = [0] * (n + 1)
+    for k, item in enumerate(items):
+        prefix[k + 1] = prefix[k] + item.join + item.tokens
+
+    def size(i: int, j: int) -> int:  # estimated tokens of items[i..j-1] joined
+        return prefix[j] - prefix[i] - items[i].join
+
+    # reach[i]: the largest j with items[i..j-1] within cap; need[i]: groups
+    # the suffix items[i:] needs at least (greedy is optimal for suffixes).
+    reach = [0] * n
+    j = 0
+    for i in range(n):
+        j = max(j, i + 1)
+        while j < n and size(i, j + 1) <= cap:
+            j += 1
+        reach[i] = j
+    need = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        need[i] = 1 + need[reach[i]]
+    groups: list[tuple[int, int]] = []
+    left = need[0]
+    i = 0
+    while i < n:
+        target = size(i, n) / left
+        best = reach[i]
+        for end in range(reach[i], i, -1):
+            if need[end] > left - 1:
+                break
+            if abs(size(i, end) - target) <= abs(size(i, best) - target):
+                best = end
+        groups.append((i, best - 1))
+        left -= 1
+        i = best
+    return groups
 
 
 def _verified(text: str, items: Sequence[_Span], i: int, j: int, limit: int) -> list[_Span]:
