@@ -22,45 +22,103 @@ NINT_MIN = -(2**64)
 MAX_DEPTH = 32
 
 
-def _check(value: Any, depth: int, path: str) -> None:
+Path = Any  # a str, or (parent path, key or index): formatted only when an error is raised
+
+
+def _path(path: Path) -> str:
+    parts: list[str] = []
+    while isinstance(path, tuple):
+        path, k = path
+        parts.append(f"[{k}]" if isinstance(k, int) else f".{k}")
+    return str(path) + "".join(reversed(parts))
+
+
+def _fail(value: Any, depth: int, p: Path) -> DecodeError:
+    path = _path(p)
     if depth > MAX_DEPTH:
-        raise DecodeError(f"value nested deeper than {MAX_DEPTH} levels at {path}", field=path)
-    # bool is a subclass of int: test it first so True is not range-checked.
-    if value is None or isinstance(value, bool | str | bytes):
-        return
-    if isinstance(value, int):
-        if not NINT_MIN <= value <= UINT_MAX:
-            raise DecodeError(f"integer outside the 64-bit CBOR range at {path}: {value}", field=path)
-        return
+        return DecodeError(f"value nested deeper than {MAX_DEPTH} levels at {path}", field=path)
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise DecodeError(f"NaN or infinite float at {path}", field=path)
-        return
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            _check(item, depth + 1, f"{path}[{i}]")
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise DecodeError(f"map key at {path} is {type(key).__name__}, expected text", field=path)
-            _check(item, depth + 1, f"{path}.{key}")
-        return
-    raise DecodeError(
+        return DecodeError(f"NaN or infinite float at {path}", field=path)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return DecodeError(f"integer outside the 64-bit CBOR range at {path}: {value}", field=path)
+    return DecodeError(
         f"value of type {type(value).__name__} at {path} is outside the format-v1 value model",
         field=path,
     )
 
 
+def _scan(value: Any, depth: int, path: Path) -> bool:
+    """Check `value` against the value model; raise DecodeError naming the first offence.
+
+    Returns True when the value is "plain": it holds no float and every map's
+    keys are already in canonical order. For a plain value cbor2's default
+    encoder (insertion order, shortest integers and lengths, definite lengths)
+    writes exactly the canonical bytes, at a third of the cost of its
+    canonical mode.
+    """
+    t = type(value)
+    if t is str or t is bytes or t is bool or value is None:
+        return True
+    if t is int:
+        if NINT_MIN <= value <= UINT_MAX:
+            return True
+        raise _fail(value, depth, path)
+    if depth >= MAX_DEPTH and (t is dict or t is list) and value:
+        raise _fail(value, depth + 1, path)  # its items would nest too deep
+    if t is dict:
+        plain = True
+        pl, pb = -1, b""
+        for key, item in value.items():
+            if type(key) is not str:
+                where = _path(path)
+                raise DecodeError(f"map key at {where} is {type(key).__name__}, expected text", field=where)
+            kb = key.encode()
+            kl = len(kb)
+            if plain and not (kl > pl or (kl == pl and kb > pb)):
+                plain = False
+            pl, pb = kl, kb
+            if not _scan(item, depth + 1, (path, key)):
+                plain = False
+        return plain
+    if t is list:
+        plain = True
+        for i, item in enumerate(value):
+            if not _scan(item, depth + 1, (path, i)):
+                plain = False
+        return plain
+    if t is float:
+        if math.isfinite(value):
+            return False
+        raise _fail(value, depth, path)
+    # Subclasses (an IntEnum, a str subclass): the value model holds their base types.
+    for base in (bool, int, str, bytes, float, list, dict):
+        if isinstance(value, base):
+            return _scan(base(value), depth, path) and False
+    raise _fail(value, depth, path)
+
+
 def check_value(value: Any, path: str = "$") -> None:
     """Raise DecodeError unless `value` is inside the format-v1 value model."""
-    _check(value, 0, path)
+    _scan(value, 0, path)
 
 
-def encode(value: Any) -> bytes:
+def encode(value: Any, path: str = "$") -> bytes:
     """The canonical CBOR encoding of `value` (which must be in the value model)."""
-    check_value(value)
+    if _scan(value, 0, path):
+        return bytes(cbor2.dumps(value))
     return bytes(cbor2.dumps(value, canonical=True))
+
+
+def is_canonical(value: Any, raw: bytes, path: str = "$") -> bool:
+    """Whether `raw` is the canonical encoding of `value`, which was decoded from it.
+
+    Raises DecodeError when `value` is outside the value model. A decoded map
+    keeps the order of its encoded keys, so a map whose keys are out of order
+    proves `raw` non-canonical without re-encoding anything.
+    """
+    if _scan(value, 0, path):
+        return bytes(cbor2.dumps(value)) == raw
+    return bytes(cbor2.dumps(value, canonical=True)) == raw
 
 
 def decode(data: bytes | memoryview, what: str = "value") -> Any:
@@ -83,7 +141,6 @@ def decode(data: bytes | memoryview, what: str = "value") -> Any:
             expected=stream.tell(),
             found=len(raw),
         )
-    check_value(value, "$")
-    if cbor2.dumps(value, canonical=True) != raw:
+    if not is_canonical(value, raw):
         raise DecodeError(f"{what}: bytes are not the canonical CBOR encoding of their value")
     return value

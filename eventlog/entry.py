@@ -3,7 +3,7 @@
 An entry is a CBOR map with exactly the keys v, seq, ts, type, tv, data, prev,
 kid and sig (DESIGN §2). The envelope is encoded by hand, in canonical key
 order, because the writer and verifier spend most of their time here; only
-the payload goes through cbor2's canonical encoder. A property test holds the
+the payload goes through the codec (cbor2). A property test holds the
 hand encoding equal to cbor2's canonical encoding of the same map.
 """
 
@@ -14,8 +14,6 @@ import re
 import struct
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-import cbor2
 
 from mnemolog.eventlog import codec
 from mnemolog.eventlog.errors import DecodeError
@@ -42,6 +40,19 @@ def _head(major: int, n: int) -> bytes:
     if n < 0x100000000:
         return struct.pack(">BI", mt | 26, n)
     return struct.pack(">BQ", mt | 27, n)
+
+
+def _uint_len(n: int) -> int:
+    """Bytes of the canonical head of unsigned integer `n`."""
+    if n < 24:
+        return 1
+    if n < 0x100:
+        return 2
+    if n < 0x10000:
+        return 3
+    if n < 0x100000000:
+        return 5
+    return 9
 
 
 def _text(s: str) -> bytes:
@@ -155,6 +166,30 @@ def _parts(
     return head, tail
 
 
+# Bytes of the canonical head pairs before sig that do not depend on the values:
+# the map head, v: 1, and the keys ts, tv, kid (with its bytes(8) head) and seq.
+_FIXED_HEAD = 1 + len(_V1) + len(_K_TV) + len(_K_KID) + 1 + KID_LEN + len(_K_SEQ)
+
+
+def sig_offset(seq: int, ts: int, tv: int) -> int:
+    """Where the `sig` pair (key, head, 64 bytes) starts in canonical entry bytes.
+
+    In the canonical order v, ts, tv, kid, seq precede sig; their lengths
+    depend only on the three integers. The to-be-signed bytes are the entry
+    bytes with this 70-byte pair cut out and the map head 0xa9 made 0xa8.
+    """
+    return _FIXED_HEAD + _uint_len(ts) + _uint_len(tv) + _uint_len(seq)
+
+
+SIG_PAIR_LEN = len(_SIG_HEAD) + SIG_LEN
+
+
+def tbs_from_raw(raw: bytes, seq: int, ts: int, tv: int) -> bytes:
+    """The to-be-signed bytes of canonical entry bytes `raw` (whose seq, ts, tv are given)."""
+    at = sig_offset(seq, ts, tv)
+    return ENTRY_DOMAIN + b"\xa8" + raw[1:at] + raw[at + SIG_PAIR_LEN :]
+
+
 def _tbs(head: bytes, tail: bytes) -> bytes:
     return ENTRY_DOMAIN + b"\xa8" + head + tail
 
@@ -167,8 +202,7 @@ def encode_payload(data: dict[str, Any]) -> bytes:
     """Canonical CBOR of an entry payload (a map with text keys, in the value model)."""
     if not isinstance(data, dict):
         raise DecodeError("entry data must be a map", field="data")
-    codec.check_value(data, "data")
-    return bytes(cbor2.dumps(data, canonical=True))
+    return codec.encode(data, "data")
 
 
 def encodings(
@@ -224,6 +258,21 @@ def make_entry(
     return sign_checked(seq, ts, type_, tv, data, data_enc, prev, signer)
 
 
+def sign_raw(
+    seq: int, ts: int, type_: str, tv: int, data_enc: bytes, prev: bytes, signer: Signer
+) -> tuple[bytes, bytes]:
+    """(entry bytes, leaf hash) of a new entry whose fields the caller has checked.
+
+    The writer's hot path: no Entry object, one signature, one hash.
+    """
+    head, tail = _parts(seq, ts, type_, tv, data_enc, prev, signer.kid)
+    sig = signer.sign(_tbs(head, tail))
+    if len(sig) != SIG_LEN:
+        raise DecodeError("signer returned a signature that is not 64 bytes", field="sig")
+    raw = _full(head, tail, sig)
+    return raw, hashlib.sha256(b"\x00" + raw).digest()
+
+
 def sign_checked(
     seq: int,
     ts: int,
@@ -235,13 +284,9 @@ def sign_checked(
     signer: Signer,
 ) -> Entry:
     """make_entry without re-checking fields the caller has already checked."""
-    kid = signer.kid
-    head, tail = _parts(seq, ts, type_, tv, data_enc, prev, kid)
-    sig = signer.sign(_tbs(head, tail))
-    if len(sig) != SIG_LEN:
-        raise DecodeError("signer returned a signature that is not 64 bytes", field="sig")
-    raw = _full(head, tail, sig)
-    return Entry(seq, ts, type_, tv, data, prev, kid, sig, raw, leaf_hash(raw))
+    raw, leaf = sign_raw(seq, ts, type_, tv, data_enc, prev, signer)
+    at = sig_offset(seq, ts, tv) + len(_SIG_HEAD)
+    return Entry(seq, ts, type_, tv, data, prev, signer.kid, raw[at : at + SIG_LEN], raw, leaf)
 
 
 def entry_from_map(m: Any, raw: bytes, where: str = "entry") -> Entry:

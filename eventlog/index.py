@@ -130,6 +130,8 @@ class IndexWriter(Index):
         super().__init__(log_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._wfds: dict[str, int] = {}
+        self._loc_path = str(self.path("loc"))
+        self._loc_ino: int | None = None
         self._edge: list[tuple[int, bytes]] = []  # (level, hash) of right-edge perfect roots
         self.n = 0
         self.reset_to(self.count())
@@ -139,6 +141,8 @@ class IndexWriter(Index):
         if fd is None:
             fd = os.open(self.path(name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             self._wfds[name] = fd
+            if name == "loc":
+                self._loc_ino = os.fstat(fd).st_ino
         return fd
 
     def close(self) -> None:
@@ -146,6 +150,20 @@ class IndexWriter(Index):
         for fd in self._wfds.values():
             os.close(fd)
         self._wfds.clear()
+        self._loc_ino = None
+
+    def intact(self) -> bool:
+        """True when the on-disk location file is still ours and holds exactly `n` records.
+
+        One stat instead of `count()`'s one per level: the writer asks before
+        every batch whether another process changed the index under it (every
+        writer appends the location record last, and rebuilding replaces it).
+        """
+        try:
+            st = os.stat(self._loc_path)
+        except FileNotFoundError:
+            return self.n == 0 and self._loc_ino is None
+        return st.st_size == self.n * LOC.size and (self._loc_ino is None or st.st_ino == self._loc_ino)
 
     def reset_to(self, count: int) -> None:
         """Truncate every sidecar to `count` entries and reload the right edge."""

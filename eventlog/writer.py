@@ -33,7 +33,7 @@ from mnemolog.eventlog.entry import (
     leaf_hash,
     make_entry,
     parse_entry,
-    sign_checked,
+    sign_raw,
 )
 from mnemolog.eventlog.errors import (
     DecodeError,
@@ -182,6 +182,7 @@ class LogWriter:
         progress: bool | None = None,
     ) -> None:
         self.dir = log_dir
+        self._dir_s = str(log_dir)
         self.durability = durability or Durability()
         self.clock = clock
         self.segment_bytes = segment_bytes
@@ -190,7 +191,7 @@ class LogWriter:
         self._progress = progress
         self._keys = list(keys)
         self._signer: SigningKey | None = None
-        self._lock = FileLock(log_dir / ".lock", lock_timeout, "log writer lock")
+        self._lock = FileLock(log_dir / ".lock", lock_timeout, "log writer lock", keep_open=True)
         self._mutex = threading.RLock()  # one batch at a time within this process
         self._st = _State()
         self._index: IndexWriter | None = None
@@ -435,16 +436,24 @@ class LogWriter:
             )
 
     def _sync_with_disk(self) -> None:
-        """Caller holds the lock: reload if another process appended since our last batch."""
+        """Caller holds the lock: reload if another process appended since our last batch.
+
+        Another writer either grew our segment or (having rolled) created the
+        segment named for our next seq; it may also have rebuilt the index.
+        Four cheap system calls tell, so the check costs little per batch.
+        """
         assert self._index is not None
-        if self._index.count() == self._st.next_seq:
-            try:
-                size = os.fstat(self._seg_fd).st_size if self._seg_fd is not None else -1
-            except OSError:
-                size = -1
-            newest = list_segments(self.dir)[-1][0]
-            if size == self._st.seg_size and newest == self._st.seg_first:
-                return
+        st = self._st
+        try:
+            size = os.fstat(self._seg_fd).st_size if self._seg_fd is not None else -1
+        except OSError:
+            size = -1
+        if (
+            size == st.seg_size
+            and self._index.intact()
+            and not os.path.exists(os.path.join(self._dir_s, segment_file(st.next_seq)))
+        ):
+            return
         self._reload()
 
     # -- appending -----------------------------------------------------------
@@ -475,11 +484,11 @@ class LogWriter:
         next_signer = signer
         for p in batch:
             ts = max(self.clock(), last_ts)
-            e = sign_checked(seq, ts, p.type, p.tv, p.data, p.data_enc, prev, next_signer)
-            records.append((st.seg_first, st.seg_size + len(buf), len(e.raw), e.leaf, p.new_key is not None))
-            buf += e.raw
-            receipts.append(Receipt(seq, ts, p.type, e.leaf))
-            seq, prev, last_ts = seq + 1, e.leaf, ts
+            raw, leaf = sign_raw(seq, ts, p.type, p.tv, p.data_enc, prev, next_signer)
+            records.append((st.seg_first, st.seg_size + len(buf), len(raw), leaf, p.new_key is not None))
+            buf += raw
+            receipts.append(Receipt(seq, ts, p.type, leaf))
+            seq, prev, last_ts = seq + 1, leaf, ts
             if p.new_key is not None:
                 next_signer = p.new_key
         try:
@@ -518,6 +527,14 @@ class LogWriter:
         """Queue an append; the ticket's `result()` returns once the entry is durable."""
         return self._enqueue([_Pending(type_, tv, data)])[0]
 
+    def _commit_now(self, items: list[_Pending]) -> list[Receipt]:
+        """fsync mode: sign, write and sync `items` in the calling thread."""
+        if self._closed:
+            raise StorageError("the log writer is closed")
+        with self._mutex, self._lock:
+            self._sync_with_disk()
+            return self._write_batch(items)
+
     def _enqueue(self, items: list[_Pending]) -> list[Ticket]:
         if self._closed:
             raise StorageError("the log writer is closed")
@@ -552,11 +569,17 @@ class LogWriter:
         return tickets
 
     def append(self, type_: str, data: dict[str, Any], tv: int = 1) -> Receipt:
+        """Append one entry; returns once it is durable."""
+        if self._thread is None:
+            return self._commit_now([_Pending(type_, tv, data)])[0]
         return self.submit(type_, data, tv).result()
 
     def append_many(self, items: Iterable[tuple[str, dict[str, Any], int]]) -> list[Receipt]:
         """Append several entries in order; returns once all are durable."""
-        tickets = self._enqueue([_Pending(t, tv, d) for t, d, tv in items])
+        pending = [_Pending(t, tv, d) for t, d, tv in items]
+        if self._thread is None:
+            return self._commit_now(pending) if pending else []
+        tickets = self._enqueue(pending)
         return [t.result() for t in tickets]
 
     def rotate_key(self, new_key: SigningKey, extra: dict[str, Any] | None = None) -> Receipt:
@@ -641,6 +664,7 @@ class LogWriter:
                 self._seg_fd = None
             if self._index is not None:
                 self._index.close()
+            self._lock.close()
 
     def _grew(self) -> bool:
         return self._st.next_seq > self._size_at_open or (

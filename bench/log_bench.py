@@ -1,0 +1,332 @@
+"""Benchmark of the event log: append, verify, overhead, each beside the bound that limits it.
+
+    python -m bench.log_bench [--entries N] [--verify-entries M] [--fsync-entries F] [--dir D]
+
+Every figure is measured in this one run and reported as a rate and as a
+ratio to its bound, measured in the same run (DESIGN §6), so a noisy machine
+moves both sides together:
+
+  append, group commit   producer submitting as fast as it can  vs  a sign-only loop
+  append, fsync/append   one append at a time                    vs  a raw write+fdatasync loop
+  verify, full           1 and 2 processes                       vs  a single-core verify-only loop
+  verify, hashes only    1 pass of SHA-256 against checkpoints   vs  a raw SHA-256 loop
+  overhead               (segment + index bytes - payload bytes) / entries
+
+Prints one JSON object on stdout (progress on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nacl.bindings
+
+from mnemolog.eventlog.entry import encode_payload, make_entry
+from mnemolog.eventlog.keys import SigningKey
+from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.segments import list_segments
+from mnemolog.eventlog.verify import verify_log
+from mnemolog.eventlog.writer import Durability, LogWriter
+
+TYPE = "memory.stored"
+TARGETS = {
+    "group_commit_vs_sign_only": 0.5,
+    "fsync_append_vs_raw_fsync": 0.8,
+    "verify_2proc_vs_verify_only": 1.5,
+    "hashes_only_entries_per_s": 200_000,
+    "overhead_bytes_per_entry": 160,
+}
+
+
+def payload(i: int) -> dict[str, Any]:
+    """A memory.stored-like payload of realistic size (~180 bytes of CBOR)."""
+    return {
+        "id": f"m-{i:016d}",
+        "ns": "agent/default",
+        "text": f"observation {i}: " + "the user prefers concise answers with sources cited " * 2,
+        "tags": ["preference", "style"],
+    }
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def rate(n: int, seconds: float) -> float:
+    return round(n / seconds, 1) if seconds > 0 else 0.0
+
+
+def sample_entry(key: SigningKey) -> tuple[bytes, bytes, bytes]:
+    """(to-be-signed bytes, signature, entry bytes) of a typical entry."""
+    e = make_entry(
+        seq=123_456,
+        ts=time.time_ns() // 1000,
+        type_=TYPE,
+        tv=1,
+        data=payload(123_456),
+        prev=bytes(32),
+        signer=key,
+    )
+    return e.tbs(), e.sig, e.raw
+
+
+# -- bounds ---------------------------------------------------------------------
+
+
+def sign_only(key: SigningKey, n: int) -> float:
+    tbs, _, _ = sample_entry(key)
+    sign = key.sign
+    return rate(n, timed(lambda: [sign(tbs) for _ in range(n)]))
+
+
+def verify_only(key: SigningKey, n: int) -> float:
+    tbs, sig, _ = sample_entry(key)
+    pk = key.public_key
+    opn = nacl.bindings.crypto_sign_open
+
+    def loop() -> None:
+        for _ in range(n):
+            opn(sig + tbs, pk)
+
+    return rate(n, timed(loop))
+
+
+def sha_only(key: SigningKey, n: int) -> float:
+    _, _, raw = sample_entry(key)
+    sha = hashlib.sha256
+
+    def loop() -> None:
+        for _ in range(n):
+            sha(b"\x00" + raw).digest()
+
+    return rate(n, timed(loop))
+
+
+def raw_fsync(path: Path, record_len: int, n: int) -> float:
+    rec = os.urandom(record_len)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+
+        def loop() -> None:
+            for _ in range(n):
+                os.write(fd, rec)
+                os.fdatasync(fd)
+
+        return rate(n, timed(loop))
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+# -- the log ----------------------------------------------------------------------
+
+
+def new_log(root: Path, name: str, key: SigningKey) -> Path:
+    d = root / name
+    LogWriter.create(d, key)
+    return d
+
+
+def append_group(d: Path, key: SigningKey, n: int, start: int = 0) -> float:
+    w = LogWriter(d, [key], durability=Durability("group"))
+    try:
+        payloads = [payload(start + i) for i in range(n)]
+        t0 = time.perf_counter()
+        submit = w.submit
+        last = None
+        for p in payloads:
+            last = submit(TYPE, p)
+        assert last is not None
+        last.result()
+        seconds = time.perf_counter() - t0
+    finally:
+        w.close()
+    return rate(n, seconds)
+
+
+def append_fsync(d: Path, key: SigningKey, n: int) -> float:
+    w = LogWriter(d, [key], durability=Durability("fsync"))
+    try:
+        payloads = [payload(i) for i in range(n)]
+        append = w.append
+        seconds = timed(lambda: [append(TYPE, p) for p in payloads])
+    finally:
+        w.close()
+    return rate(n, seconds)
+
+
+def disk_bytes(d: Path) -> tuple[int, int]:
+    seg = sum(p.stat().st_size for _, p in list_segments(d))
+    idx = sum(p.stat().st_size for p in (d / "index").iterdir() if p.is_file())
+    return seg, idx
+
+
+def overhead(d: Path) -> dict[str, Any]:
+    seg, idx = disk_bytes(d)
+    with Log(d) as log:
+        n = log.size
+        pay = sum(len(encode_payload(e.data)) for e in log.iter_entries())
+    return {
+        "entries": n,
+        "segment_bytes": seg,
+        "index_bytes": idx,
+        "payload_bytes": pay,
+        "envelope_bytes_per_entry": round((seg - pay) / n, 1),
+        "index_bytes_per_entry": round(idx / n, 1),
+        "overhead_bytes_per_entry": round((seg + idx - pay) / n, 1),
+    }
+
+
+def verify_rates(d: Path, n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"entries": n}
+    for label, kw in (
+        ("full_1proc", {"processes": 1}),
+        ("full_2proc", {"processes": 2}),
+        ("hashes_only", {"hashes_only": True}),
+    ):
+        say(f"  verify {label} on {n} entries")
+        t0 = time.perf_counter()
+        report = verify_log(d, progress=False, **kw)  # type: ignore[arg-type]
+        seconds = time.perf_counter() - t0
+        assert report.entries == n, (report.entries, n)
+        out[label] = {
+            "entries_per_s": rate(n, seconds),
+            "seconds": round(seconds, 3),
+            "processes": report.processes,
+        }
+    return out
+
+
+def ratio(a: float, b: float) -> float:
+    return round(a / b, 3) if b else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.log_bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--entries", type=int, default=100_000)
+    ap.add_argument(
+        "--verify-entries", type=int, default=1_000_000, help="size of the large verify log (0: skip)"
+    )
+    ap.add_argument(
+        "--fsync-entries", type=int, default=None, help="appends in fsync mode (default: --entries)"
+    )
+    ap.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch logs")
+    args = ap.parse_args(argv)
+    n = args.entries
+    nf = args.fsync_entries or n
+    root = Path(tempfile.mkdtemp(prefix="mnemolog-bench-", dir=args.dir))
+    key = SigningKey.generate("bench")
+    result: dict[str, Any] = {
+        "ok": True,
+        "entries": n,
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
+    try:
+        say(f"bounds: sign-only, verify-only, sha-only on {n}")
+        bound_n = min(n, 100_000)
+        sign_rate = sign_only(key, bound_n)
+        verify_rate = verify_only(key, bound_n)
+        sha_rate = sha_only(key, bound_n)
+        _, _, sample_raw = sample_entry(key)
+        say(f"bound: raw write+fdatasync of {len(sample_raw)}-byte records, {nf}")
+        fsync_rate = raw_fsync(root / "raw-fsync.bin", len(sample_raw), nf)
+
+        say(f"append: group commit, {n}")
+        d_group = new_log(root, "group", key)
+        group_rate = append_group(d_group, key, n)
+        say(f"append: fsync per append, {nf}")
+        d_fsync = new_log(root, "fsync", key)
+        fsync_append_rate = append_fsync(d_fsync, key, nf)
+        shutil.rmtree(d_fsync)
+
+        result["append"] = {
+            "group_commit_entries_per_s": group_rate,
+            "sign_only_per_s": sign_rate,
+            "group_commit_vs_sign_only": ratio(group_rate, sign_rate),
+            "fsync_entries": nf,
+            "fsync_append_entries_per_s": fsync_append_rate,
+            "raw_fsync_per_s": fsync_rate,
+            "fsync_append_vs_raw_fsync": ratio(fsync_append_rate, fsync_rate),
+        }
+        result["overhead"] = overhead(d_group)
+
+        say(f"verify at {n}")
+        v = verify_rates(d_group, n + 1)
+        v["verify_only_1core_per_s"] = verify_rate
+        v["sha256_only_per_s"] = sha_rate
+        v["full_2proc_vs_verify_only"] = ratio(v["full_2proc"]["entries_per_s"], verify_rate)
+        v["full_1proc_vs_verify_only"] = ratio(v["full_1proc"]["entries_per_s"], verify_rate)
+        v["hashes_only_vs_sha256_only"] = ratio(v["hashes_only"]["entries_per_s"], sha_rate)
+        result["verify"] = v
+
+        if args.verify_entries:
+            m = args.verify_entries
+            say(f"building a log of {m} entries (group commit)")
+            d_big = new_log(root, "big", key)
+            build_rate = append_group(d_big, key, m)
+            say(f"verify at {m}")
+            vb = verify_rates(d_big, m + 1)
+            vb["build_group_commit_entries_per_s"] = build_rate
+            vb["full_2proc_vs_verify_only"] = ratio(vb["full_2proc"]["entries_per_s"], verify_rate)
+            vb["full_1proc_vs_verify_only"] = ratio(vb["full_1proc"]["entries_per_s"], verify_rate)
+            vb["hashes_only_vs_sha256_only"] = ratio(vb["hashes_only"]["entries_per_s"], sha_rate)
+            result["verify_large"] = vb
+            shutil.rmtree(d_big)
+
+        a, ov = result["append"], result["overhead"]
+        result["targets"] = {
+            "group_commit_vs_sign_only": {
+                "value": a["group_commit_vs_sign_only"],
+                "target": f">= {TARGETS['group_commit_vs_sign_only']}",
+                "met": a["group_commit_vs_sign_only"] >= TARGETS["group_commit_vs_sign_only"],
+            },
+            "fsync_append_vs_raw_fsync": {
+                "value": a["fsync_append_vs_raw_fsync"],
+                "target": f">= {TARGETS['fsync_append_vs_raw_fsync']}",
+                "met": a["fsync_append_vs_raw_fsync"] >= TARGETS["fsync_append_vs_raw_fsync"],
+            },
+            "verify_2proc_vs_verify_only": {
+                "value": v["full_2proc_vs_verify_only"],
+                "target": f">= {TARGETS['verify_2proc_vs_verify_only']}",
+                "met": v["full_2proc_vs_verify_only"] >= TARGETS["verify_2proc_vs_verify_only"],
+            },
+            "hashes_only_entries_per_s": {
+                "value": v["hashes_only"]["entries_per_s"],
+                "target": f">= {TARGETS['hashes_only_entries_per_s']}",
+                "met": v["hashes_only"]["entries_per_s"] >= TARGETS["hashes_only_entries_per_s"],
+            },
+            "overhead_bytes_per_entry": {
+                "value": ov["overhead_bytes_per_entry"],
+                "target": f"<= {TARGETS['overhead_bytes_per_entry']}",
+                "met": ov["overhead_bytes_per_entry"] <= TARGETS["overhead_bytes_per_entry"],
+            },
+        }
+    finally:
+        if args.keep:
+            say(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
