@@ -91,9 +91,11 @@ def _scan(value: Any, depth: int, path: Path) -> bool:
             return False
         raise _fail(value, depth, path)
     # Subclasses (an IntEnum, a str subclass): the value model holds their base types.
-    for base in (bool, int, str, bytes, float, list, dict):
+    base: Any
+    for base in (int, str, bytes, float, list, dict):
         if isinstance(value, base):
-            return _scan(base(value), depth, path) and False
+            _scan(base(value), depth, path)
+            return False  # cbor2's canonical mode knows how to encode it
     raise _fail(value, depth, path)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mnemolog.eventlog import merkle
 from mnemolog.eventlog.entry import Entry, entry_from_map, parse_entry
-from mnemolog.eventlog.errors import DecodeError, HomeMissing, NotFound, StorageError
+from mnemolog.eventlog.errors import DecodeError, HomeMissing, NotFound, SignerError, StorageError
 from mnemolog.eventlog.index import Index, Location
 from mnemolog.eventlog.keys import VerifierKey
 from mnemolog.eventlog.note import Checkpoint, open_checkpoint, origin_for
@@ -39,20 +39,23 @@ def checkpoint_name(size: int) -> str:
     return f"{size:020d}"
 
 
-def genesis_key(genesis: Entry) -> VerifierKey:
-    d = genesis.data
+def key_from_data(data: dict[str, object], what: str, seq: int) -> VerifierKey:
+    """The key a genesis or key.rotated payload announces: text key_name, bytes(32) public_key."""
+    name, pk = data.get("key_name"), data.get("public_key")
+    if not isinstance(name, str) or not isinstance(pk, bytes):
+        raise DecodeError(f"{what} at seq {seq} lacks a text key_name and a byte-string public_key", seq=seq)
     try:
-        return VerifierKey(str(d["key_name"]), bytes(d["public_key"]))
-    except (KeyError, TypeError) as exc:
-        raise DecodeError("genesis entry lacks key_name/public_key", seq=0) from exc
+        return VerifierKey(name, pk)
+    except SignerError as exc:
+        raise DecodeError(f"{what} at seq {seq}: {exc.message}", seq=seq) from exc
+
+
+def genesis_key(genesis: Entry) -> VerifierKey:
+    return key_from_data(genesis.data, "genesis entry", 0)
 
 
 def rotation_key(entry: Entry) -> VerifierKey:
-    d = entry.data
-    try:
-        return VerifierKey(str(d["key_name"]), bytes(d["public_key"]))
-    except (KeyError, TypeError) as exc:
-        raise DecodeError(f"key.rotated at seq {entry.seq} lacks key_name/public_key", seq=entry.seq) from exc
+    return key_from_data(entry.data, "key.rotated", entry.seq)
 
 
 class Log:

@@ -66,6 +66,22 @@ class CompactRange:
         sizes.append(s)
         self.size += 1
 
+    def extend_packed(self, leaves: bytes, start: int = 0, stop: int | None = None) -> None:
+        """Append the 32-byte leaf hashes packed in `leaves[start:stop]` (offsets in bytes)."""
+        end = len(leaves) if stop is None else stop
+        hashes, sizes = self._hashes, self._sizes
+        sha = hashlib.sha256
+        n = 0
+        for off in range(start, end, HASH_LEN):
+            h, s = leaves[off : off + HASH_LEN], 1
+            while sizes and sizes[-1] == s:
+                h = sha(b"\x01" + hashes.pop() + h).digest()
+                s += sizes.pop()
+            hashes.append(h)
+            sizes.append(s)
+            n += 1
+        self.size += n
+
     def root(self) -> bytes:
         if not self._hashes:
             return EMPTY_ROOT

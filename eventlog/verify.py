@@ -1,25 +1,48 @@
 """Whole-log verification: every byte of every segment and checkpoint, nothing trusted.
 
-One streaming pass in this process checks the segment names, each entry's
-shape, contiguous seq, the prev chain, the signer's key id against the key
-history, and the Merkle root at every stored checkpoint (whose signature it
-checks with the key valid at that size). Full verification also checks that
-every entry is canonical CBOR and that its signature verifies; that work is
-spread over worker processes, fed chunk by chunk as the streaming pass
-reaches them, so both cores are busy at once. `hashes_only` skips the
-per-entry work: integrity in one pass of SHA-256 against signed checkpoints.
+What is checked (DESIGN §2): segment names; each entry's shape, canonical
+CBOR, contiguous seq and prev chain; its key id and Ed25519 signature against
+the key history that starts at the genesis key; the Merkle root at every
+stored checkpoint, whose signature is checked with the key valid at its size;
+and that no checkpoint covers more entries than the log holds. `hashes_only`
+skips the per-entry canonical and signature work: integrity in one pass of
+SHA-256 against the signed checkpoints.
 
-The sidecar index is never read: verification depends on segments and
-checkpoints alone. It returns a report or raises the first failure (lowest
-seq) as a VerificationError; it never returns "false".
+Two strategies give the same verdict:
+
+- The hinted pass. The sidecar index (`log/index/loc`, `keys`) is read only
+  as an untrusted *hint* of where entries start and where the key changes.
+  Worker processes decode and check disjoint chunks (exactly the hinted
+  slices: seq, prev links inside the chunk, shape, canonical bytes,
+  signatures against the hinted key schedule) and return the chunk's leaf
+  hashes, its first prev and the key events they saw; this process folds the
+  leaves into the Merkle compact range, checks the links between chunks, the
+  observed key events against the hint, and the checkpoints. CBOR items are
+  self-delimiting, so hinted slices that each decode to exactly one item and
+  tile a segment are the segment's only split into items: when every check
+  passes, the hint was right and the log is verified. Whatever the index
+  covers is checked this way; the rest of the log by the sequential pass.
+- The sequential pass. One streaming pass in this process, with signature
+  chunks fanned out to workers. It runs whenever the hint is missing, or
+  disagrees with the bytes, or anything at all fails in the hinted pass: so a
+  failure is always reported by this pass (the first one, by lowest seq) and
+  correctness never depends on the index.
+
+Returns a report or raises the first failure as a VerificationError; it never
+returns "false".
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import multiprocessing
 import os
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +50,19 @@ from typing import Any
 
 import cbor2
 
-from mnemolog.eventlog import merkle
-from mnemolog.eventlog.entry import encodings, entry_from_map
+from mnemolog.eventlog import codec, merkle
+from mnemolog.eventlog.entry import (
+    FORMAT_VERSION,
+    HASH_LEN,
+    KID_LEN,
+    SIG_LEN,
+    ZERO_HASH,
+    check_type_name,
+    entry_from_map,
+    tbs_from_raw,
+)
 from mnemolog.eventlog.errors import DecodeError, MnemologError, VerificationError
+from mnemolog.eventlog.index import KEYREC, LOC
 from mnemolog.eventlog.keys import VerifierKey, verify_signature
 from mnemolog.eventlog.log import (
     CHECKPOINT_DIR,
@@ -37,14 +70,19 @@ from mnemolog.eventlog.log import (
     ROTATION_TYPE,
     checkpoint_name,
     genesis_key,
+    key_from_data,
     rotation_key,
 )
 from mnemolog.eventlog.note import open_checkpoint, origin_for
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.segments import ENTRY_MAP_HEAD, MAX_ENTRY_BYTES, list_segments
 
-CHUNK_ENTRIES = 2048
-SERIAL_BELOW = 4096  # logs smaller than this are checked without worker processes
+CHUNK_ENTRIES = 4096  # entries per worker task in the hinted pass
+SEQ_CHUNK_ENTRIES = 2048  # entries per signature task in the sequential pass
+PARALLEL_MIN_ENTRIES = 12_000  # below this, workers cost more to start than they save
+SERIAL_BELOW = 4096  # (kept for callers) logs smaller than ~this many entries stay in-process
+ENTRY_KEY_ORDER = ("v", "ts", "tv", "kid", "seq", "sig", "data", "prev", "type")
+UINT_MAX = codec.UINT_MAX
 
 
 @dataclass
@@ -60,6 +98,10 @@ class VerifyReport:
     latest_checkpoint: int = 0
     torn_tail: dict[str, Any] | None = None
     checks: list[str] = field(default_factory=list)
+    # How the index served as a hint: "used" (it covered `hinted` entries),
+    # "absent", "disagreed" (the sequential pass ran instead) or "not_tried".
+    index_hint: str = "not_tried"
+    hinted: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,27 +116,28 @@ class VerifyReport:
             "seconds": round(self.seconds, 3),
             "torn_tail": self.torn_tail,
             "checks": self.checks,
+            "index_hint": self.index_hint,
         }
 
 
-# -- per-entry checks (run in workers) --------------------------------------
+# -- per-entry checks ------------------------------------------------------------
 
 
 def check_entry_bytes(raw: bytes, value: Any, seq: int, public_key: bytes) -> None:
     """Canonical encoding and signature of one entry; raises VerificationError."""
     try:
         e = entry_from_map(value, raw, f"entry {seq}")
-        tbs, canonical = encodings(e.seq, e.ts, e.type, e.tv, e.data, e.prev, e.kid, e.sig)
+        canonical = codec.is_canonical(value, raw, f"entry {seq}")
     except DecodeError as exc:
         raise VerificationError(f"entry {seq}: {exc.message}", check="entry.decode", seq=seq) from exc
     # Re-encoding also rejects duplicate keys, non-shortest forms and key order.
-    if canonical != raw:
+    if not canonical:
         raise VerificationError(
             f"entry {seq}: bytes are not the canonical CBOR encoding of the entry",
             check="entry.canonical",
             seq=seq,
         )
-    if not verify_signature(public_key, tbs, e.sig):
+    if not verify_signature(public_key, tbs_from_raw(raw, e.seq, e.ts, e.tv), e.sig):
         raise VerificationError(
             f"entry {seq}: the signature does not verify with key {e.kid.hex()}",
             check="entry.signature",
@@ -106,10 +149,9 @@ def check_entry_bytes(raw: bytes, value: Any, seq: int, public_key: bytes) -> No
 def _verify_chunk(
     path: str, start: int, end: int, first_seq: int, schedule: list[tuple[int, bytes]]
 ) -> tuple[int, str, str, Any, Any] | None:
-    """Worker: canonical bytes and signatures of the entries in path[start:end]."""
+    """Sequential pass worker: canonical bytes and signatures of the entries in path[start:end]."""
     with open(path, "rb") as f:
-        f.seek(start)
-        buf = f.read(end - start)
+        buf = os.pread(f.fileno(), end - start, start)
     stream = io.BytesIO(buf)
     dec = cbor2.CBORDecoder(stream)
     seq = first_seq
@@ -129,28 +171,230 @@ def _verify_chunk(
     return None
 
 
-# -- the streaming pass --------------------------------------------------------
+# -- the hinted pass: worker side ----------------------------------------------
+
+
+class _Mismatch(Exception):
+    """The hinted pass cannot vouch for the log: the sequential pass decides."""
+
+
+# (first seq, public key, key id) of each key epoch
+Schedule = list[tuple[int, bytes, bytes]]
+# ("ok", leaves, first prev, key events [(seq, name, public key)], genesis log id) or ("no", seq, why)
+ChunkResult = tuple[Any, ...]
+
+
+def _check_chunk(
+    path: str,
+    locs: bytes,
+    first_seq: int,
+    seg_first: int,
+    schedule: Schedule,
+    hashes_only: bool,
+) -> ChunkResult:
+    """Hinted pass worker: decode and check the entries the hint places in one chunk.
+
+    Everything a single entry (or a run of entries) can show is checked here;
+    the links to neighbouring chunks, the key schedule and the Merkle tree are
+    the caller's. Any doubt is answered ("no", seq, why), never trusted.
+    """
+    n = len(locs) // LOC.size
+    if n == 0 or len(locs) != n * LOC.size:
+        return ("no", first_seq, "empty or ragged location hint")
+    first = LOC.unpack_from(locs, 0)
+    last = LOC.unpack_from(locs, (n - 1) * LOC.size)
+    start, end = first[1], last[1] + last[2]
+    if end <= start or end - start > n * MAX_ENTRY_BYTES:
+        return ("no", first_seq, "location hint out of order")
+    try:
+        with open(path, "rb") as f:
+            buf = os.pread(f.fileno(), end - start, start)
+    except OSError as exc:
+        return ("no", first_seq, f"cannot read {path}: {exc}")
+    if len(buf) != end - start:
+        return ("no", first_seq, "segment shorter than the hint")
+    stream = io.BytesIO(buf)
+    decode = cbor2.CBORDecoder(stream).decode
+    tell = stream.tell
+    sha256 = hashlib.sha256
+    is_canonical = codec.is_canonical
+    verify = verify_signature
+    leaves = bytearray()
+    events: list[tuple[int, str, bytes]] = []
+    log_id: bytes | None = None
+    si = 0
+    while si + 1 < len(schedule) and schedule[si + 1][0] <= first_seq:
+        si += 1
+    next_epoch = schedule[si + 1][0] if si + 1 < len(schedule) else -1
+    pk, kid = schedule[si][1], schedule[si][2]
+    first_prev = b""
+    prev: bytes | None = None
+    seq = first_seq
+    pos = 0
+    for segf, off, length in LOC.iter_unpack(locs):
+        if segf != seg_first or off != start + pos:
+            return ("no", seq, "location hint is not contiguous")
+        try:
+            m = decode()
+        except Exception:
+            return ("no", seq, "undecodable bytes at a hinted boundary")
+        nxt = tell()
+        if nxt - pos != length:
+            return ("no", seq, "hinted length differs from the item's")
+        raw = buf[pos:nxt]
+        pos = nxt
+        if seq == next_epoch:
+            si += 1
+            next_epoch = schedule[si + 1][0] if si + 1 < len(schedule) else -1
+            pk, kid = schedule[si][1], schedule[si][2]
+        # Shape: exactly the v1 keys in canonical order, with their types.
+        if type(m) is not dict or tuple(m) != ENTRY_KEY_ORDER:
+            return ("no", seq, "entry keys")
+        s, ts, tv, typ, data, pv, k, sig = (
+            m["seq"],
+            m["ts"],
+            m["tv"],
+            m["type"],
+            m["data"],
+            m["prev"],
+            m["kid"],
+            m["sig"],
+        )
+        if (
+            m["v"] != FORMAT_VERSION
+            or type(m["v"]) is not int
+            or s != seq
+            or type(s) is not int
+            or type(ts) is not int
+            or type(tv) is not int
+            or not 0 <= ts <= UINT_MAX
+            or not 0 <= tv <= UINT_MAX
+            or type(typ) is not str
+            or type(data) is not dict
+            or type(pv) is not bytes
+            or len(pv) != HASH_LEN
+            or type(k) is not bytes
+            or len(k) != KID_LEN
+            or type(sig) is not bytes
+            or len(sig) != SIG_LEN
+        ):
+            return ("no", seq, "entry fields")
+        try:
+            check_type_name(typ)
+        except DecodeError:
+            return ("no", seq, "entry type")
+        if prev is None:
+            first_prev = pv
+        elif pv != prev:
+            return ("no", seq, "prev chain")
+        if not hashes_only:
+            if k != kid:
+                return ("no", seq, "key id")
+            try:
+                if not is_canonical(m, raw):
+                    return ("no", seq, "canonical")
+            except DecodeError:
+                return ("no", seq, "value model")
+            if not verify(pk, tbs_from_raw(raw, seq, ts, tv), sig):
+                return ("no", seq, "signature")
+        if seq == 0:
+            if typ != GENESIS_TYPE:
+                return ("no", seq, "genesis type")
+            lid = data.get("log_id")
+            if type(lid) is not bytes or len(lid) != 16:
+                return ("no", seq, "genesis log id")
+            log_id = lid
+        elif typ == GENESIS_TYPE:
+            return ("no", seq, "genesis repeated")
+        if seq == 0 or typ == ROTATION_TYPE:
+            try:
+                key = key_from_data(data, typ, seq)
+            except DecodeError:
+                return ("no", seq, "key event payload")
+            events.append((seq, key.name, key.public_key))
+        leaf = sha256(b"\x00" + raw).digest()
+        leaves += leaf
+        prev = leaf
+        seq += 1
+    return ("ok", bytes(leaves), first_prev, events, log_id)
+
+
+# -- multiprocessing ---------------------------------------------------------------
+
+
+def _thread_count() -> int:
+    """Threads of this process, native ones included where the OS tells."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _main_is_importable() -> bool:
+    """forkserver and spawn children re-import __main__: only a real file or module will do."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        return True
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None):
+        return True
+    path = getattr(main, "__file__", None)
+    return path is None or os.path.isfile(path)
+
+
+def make_pool(processes: int) -> ProcessPoolExecutor | None:
+    """A worker pool started safely, or None when none can be (verify then runs in-process).
+
+    fork only while this process has a single thread (forking a threaded
+    process can copy a lock some other thread holds); else forkserver, when
+    the children can re-import __main__ (not a script read from stdin).
+    """
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and _thread_count() == 1:
+        method = "fork"
+    elif "forkserver" in methods and _main_is_importable():
+        method = "forkserver"
+    else:
+        return None
+    try:
+        return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(method))
+    except (OSError, ValueError, ImportError):
+        return None
+
+
+# -- the verifier ------------------------------------------------------------------
 
 
 class _Verifier:
-    def __init__(self, log_dir: Path, hashes_only: bool, processes: int, progress: bool | None):
+    def __init__(
+        self,
+        log_dir: Path,
+        hashes_only: bool,
+        processes: int,
+        progress: bool | None,
+        use_hint: bool = True,
+    ):
         self.dir = log_dir
         self.hashes_only = hashes_only
         self.processes = processes
+        self.use_hint = use_hint
         self.report = VerifyReport(hashes_only=hashes_only)
+        self.cp_sizes: list[int] = []
+        self.pool: ProcessPoolExecutor | None = None
+        self.progress = Progress("verifying log", enabled=progress)
+        self._reset()
+
+    def _reset(self) -> None:
         self.cr = merkle.CompactRange()
-        self.prev = bytes(32)
+        self.prev = ZERO_HASH
         self.seq = 0
         self.schedule: list[tuple[int, bytes]] = []  # (first seq, public key)
         self.epochs: list[tuple[int, VerifierKey]] = []
         self.kid = b""
         self.log_id: bytes | None = None
-        self.cp_sizes: list[int] = []
         self.cp_pos = 0
-        self.pool: ProcessPoolExecutor | None = None
         self.pending: list[tuple[int, Future[Any]]] = []
-        self.serial: list[tuple[str, int, int, int]] = []
-        self.progress = Progress("verifying log", enabled=progress)
+        self.report.torn_tail = None
 
     def fail(self, message: str, check: str, **where: Any) -> VerificationError:
         return VerificationError(message, check=check, **where)
@@ -167,29 +411,28 @@ class _Verifier:
         segs = list_segments(self.dir)
         if not segs:
             raise self.fail("the log has no segments", "segments.none", file=str(self.dir))
-        cp_dir = self.dir / CHECKPOINT_DIR
+        self._read_checkpoint_names()
+        parallel_used = False
         try:
-            names = sorted(os.listdir(cp_dir))
-        except FileNotFoundError:
-            names = []
-        for name in names:
-            if not (len(name) == 20 and name.isdigit()):
-                if name.startswith("."):
-                    continue  # an atomic-write temp file
-                raise self.fail(
-                    f"unexpected file {name} among checkpoints",
-                    "checkpoint.name",
-                    file=f"{CHECKPOINT_DIR}/{name}",
-                )
-            self.cp_sizes.append(int(name))
-        self.cp_sizes.sort()
-        use_pool = not self.hashes_only and self.processes > 1
-        if use_pool:
-            ctx = multiprocessing.get_context("forkserver")
-            self.pool = ProcessPoolExecutor(self.processes, mp_context=ctx)
-        try:
-            for i, (first, path) in enumerate(segs):
-                self._segment(first, path, is_last=i == len(segs) - 1)
+            resume: tuple[int, int] | None = None
+            if self.use_hint:
+                try:
+                    resume, parallel_used = self._hinted(segs)
+                except _Mismatch:
+                    self.report.index_hint = "disagreed"
+                    self.report.hinted = 0
+                    resume = None
+            if resume is None:
+                self._reset()
+                if self.processes > 1 and not self.hashes_only and self._worth_pool(segs):
+                    self.pool = self.pool or make_pool(self.processes)
+                parallel_used = self.pool is not None
+                start_i, start_off = 0, 0
+            else:
+                start_i, start_off = resume
+            for i in range(start_i, len(segs)):
+                first, path = segs[i]
+                self._segment(first, path, i == len(segs) - 1, start_off if i == start_i else 0)
             self._checkpoints_through(self.seq)
             if self.cp_pos < len(self.cp_sizes):
                 size = self.cp_sizes[self.cp_pos]
@@ -218,7 +461,7 @@ class _Verifier:
         r.keys = len(self.epochs)
         r.root = self.cr.root().hex()
         r.latest_checkpoint = self.cp_sizes[-1] if self.cp_sizes else 0
-        r.processes = self.processes if use_pool else 1
+        r.processes = self.processes if parallel_used else 1
         r.seconds = time.perf_counter() - t0
         r.checks = (
             ["segments", "seq", "chain", "merkle_root", "checkpoint_signatures"]
@@ -237,8 +480,194 @@ class _Verifier:
         )
         return r
 
-    def _segment(self, first: int, path: Path, is_last: bool) -> None:
-        if first != self.seq:
+    def _read_checkpoint_names(self) -> None:
+        cp_dir = self.dir / CHECKPOINT_DIR
+        try:
+            names = sorted(os.listdir(cp_dir))
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            if not (len(name) == 20 and name.isdigit()):
+                if name.startswith("."):
+                    continue  # an atomic-write temp file
+                raise self.fail(
+                    f"unexpected file {name} among checkpoints",
+                    "checkpoint.name",
+                    file=f"{CHECKPOINT_DIR}/{name}",
+                )
+            self.cp_sizes.append(int(name))
+        self.cp_sizes.sort()
+
+    def _worth_pool(self, segs: list[tuple[int, Path]]) -> bool:
+        total = 0
+        for _, p in segs:
+            with contextlib.suppress(OSError):
+                total += p.stat().st_size
+        return total >= SERIAL_BELOW * 200
+
+    # -- the hinted pass ---------------------------------------------------------
+
+    def _read_hint(self) -> tuple[bytes, list[int]] | None:
+        idx = self.dir / "index"
+        try:
+            # loc first: the writer appends a key event's record to `keys` before
+            # the entry's location, so every hinted entry's key event is listed.
+            locs = (idx / "loc").read_bytes()
+            keys_raw = (idx / "keys").read_bytes()
+        except OSError:
+            return None
+        n = len(locs) // LOC.size
+        locs = locs[: n * LOC.size]
+        whole = len(keys_raw) // KEYREC.size * KEYREC.size
+        keys = sorted({s for (s,) in KEYREC.iter_unpack(keys_raw[:whole]) if s < n})
+        return locs, keys
+
+    def _hinted(self, segs: list[tuple[int, Path]]) -> tuple[tuple[int, int] | None, bool]:
+        """Verify what the index covers in chunks; return where the sequential pass resumes."""
+        hint = self._read_hint()
+        if hint is None or not hint[0]:
+            self.report.index_hint = "absent"
+            return None, False
+        locs, key_seqs = hint
+        n_hint = len(locs) // LOC.size
+        if segs[0][0] != 0 or not key_seqs or key_seqs[0] != 0:
+            raise _Mismatch("the first segment or the genesis key event is not where the hint says")
+
+        def loc(i: int) -> tuple[int, int, int]:
+            return LOC.unpack_from(locs, i * LOC.size)
+
+        # Tasks: (segment path, first seq, seq range) in segment order.
+        tasks: list[tuple[str, int, int, int]] = []
+        resume: tuple[int, int] | None = None
+        for i, (first, path) in enumerate(segs):
+            if first >= n_hint:
+                break
+            stop = min(segs[i + 1][0], n_hint) if i + 1 < len(segs) else n_hint
+            if stop <= first:
+                raise _Mismatch("segment names out of order")
+            try:
+                size = path.stat().st_size
+            except OSError as exc:
+                raise _Mismatch(str(exc)) from exc
+            s0, last = loc(first), loc(stop - 1)
+            if s0[0] != first or s0[1] != 0 or last[0] != first:
+                raise _Mismatch(f"hint places entries outside {path.name}")
+            end = last[1] + last[2]
+            complete = i + 1 < len(segs) and segs[i + 1][0] <= n_hint
+            if end > size or (complete and end != size):
+                raise _Mismatch(f"hint does not tile {path.name}")
+            for a in range(first, stop, CHUNK_ENTRIES):
+                tasks.append((str(path), first, a, min(a + CHUNK_ENTRIES, stop)))
+            resume = (i, end) if not complete else (i + 1, 0)
+        if not tasks or resume is None:
+            raise _Mismatch("the hint covers no segment")
+
+        # The key schedule the hint implies, read from the hinted entries.
+        schedule: Schedule = []
+        keys: list[tuple[int, VerifierKey]] = []
+        paths = dict(segs)
+        for s in key_seqs:
+            segf, off, length = loc(s)
+            p = paths.get(segf)
+            if p is None:
+                raise _Mismatch("a key event in no segment")
+            try:
+                with open(p, "rb") as f:
+                    raw = os.pread(f.fileno(), length, off)
+                e = entry_from_map(cbor2.loads(raw), raw, f"entry {s}")
+                key = genesis_key(e) if s == 0 else rotation_key(e)
+            except Exception as exc:  # any doubt about a hint means: do not use it
+                raise _Mismatch(f"hinted key event {s}: {exc}") from exc
+            if (s == 0) != (e.type == GENESIS_TYPE) or (s != 0 and e.type != ROTATION_TYPE):
+                raise _Mismatch(f"hinted key event {s} is a {e.type}")
+            first_seq = 0 if s == 0 else s + 1
+            schedule.append((first_seq, key.public_key, key.kid))
+            keys.append((first_seq, key))
+        expected_events = [(s, k.name, k.public_key) for s, (_, k) in zip(key_seqs, keys, strict=True)]
+
+        use_pool = self.processes > 1 and n_hint >= PARALLEL_MIN_ENTRIES and len(tasks) > 1
+        if use_pool:
+            self.pool = make_pool(self.processes)
+        results = self._run_tasks(tasks, locs, schedule)
+        self.report.index_hint = "used"
+        self.report.hinted = n_hint
+        self.schedule = [(f, pk) for f, pk, _ in schedule]
+        self.epochs = keys
+        event_i = 0
+        cp_sizes, cr = self.cp_sizes, self.cr
+        if cp_sizes and cp_sizes[0] == 0:
+            raise _Mismatch("a checkpoint of size 0")
+        try:
+            for (_, _, a, b), res in zip(tasks, results, strict=True):
+                if res[0] != "ok":
+                    raise _Mismatch(f"chunk at seq {a}: {res[2]} at seq {res[1]}")
+                _, leaves, first_prev, events, log_id = res
+                if first_prev != self.prev or len(leaves) != (b - a) * HASH_LEN:
+                    raise _Mismatch(f"chunk at seq {a} does not continue the chain")
+                if events != expected_events[event_i : event_i + len(events)]:
+                    raise _Mismatch(f"key events in the chunk at seq {a} differ from the hint")
+                event_i += len(events)
+                if a == 0:
+                    if log_id is None:
+                        raise _Mismatch("no genesis")
+                    self.log_id = log_id
+                # Fold the leaves, stopping at each checkpoint size the chunk reaches.
+                done = 0
+                while done < b - a:
+                    upto = b - a
+                    if self.cp_pos < len(cp_sizes) and cp_sizes[self.cp_pos] <= b:
+                        upto = cp_sizes[self.cp_pos] - a
+                    cr.extend_packed(leaves, done * HASH_LEN, upto * HASH_LEN)
+                    done = upto
+                    try:
+                        self._checkpoints_through(a + done)
+                    except VerificationError as exc:
+                        raise _Mismatch(str(exc)) from exc
+                self.seq = b
+                self.prev = leaves[-HASH_LEN:]
+                self.progress.advance(b - a)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()
+        if event_i != len(expected_events):
+            raise _Mismatch("the hint lists key events the log does not have")
+        self.kid = schedule[-1][2]
+        return resume, self.pool is not None
+
+    def _run_tasks(
+        self, tasks: list[tuple[str, int, int, int]], locs: bytes, schedule: Schedule
+    ) -> Iterator[Any]:
+        """Results of the chunk tasks in order, with a bounded number in flight."""
+
+        def args(t: tuple[str, int, int, int]) -> tuple[Any, ...]:
+            path, segf, a, b = t
+            return (path, locs[a * LOC.size : b * LOC.size], a, segf, schedule, self.hashes_only)
+
+        if self.pool is None:
+            return (_check_chunk(*args(t)) for t in tasks)
+        pool = self.pool
+
+        def gen() -> Iterator[Any]:
+            window = 2 * self.processes + 2
+            futs: list[Future[ChunkResult]] = []
+            nxt = 0
+            try:
+                while nxt < len(tasks) or futs:
+                    while nxt < len(tasks) and len(futs) < window:
+                        futs.append(pool.submit(_check_chunk, *args(tasks[nxt])))
+                        nxt += 1
+                    yield futs.pop(0).result()
+            finally:
+                for f in futs:
+                    f.cancel()
+
+        return gen()
+
+    # -- the sequential pass -------------------------------------------------------
+
+    def _segment(self, first: int, path: Path, is_last: bool, start: int = 0) -> None:
+        if start == 0 and first != self.seq:
             raise self.fail(
                 f"segment {path.name} should be named for seq {self.seq}",
                 "segments.name",
@@ -248,8 +677,10 @@ class _Verifier:
                 found=path.name,
             )
         with open(path, "rb") as f:
+            if start:
+                f.seek(start)
             buf = f.read()
-        if not buf and not is_last:
+        if not buf and not is_last and start == 0:
             raise self.fail(f"segment {path.name} is empty", "segments.empty", file=path.name)
         stream = io.BytesIO(buf)
         dec = cbor2.CBORDecoder(stream)
@@ -261,17 +692,17 @@ class _Verifier:
                 value = dec.decode()
             except cbor2.CBORDecodeEOF:
                 if buf[pos] == ENTRY_MAP_HEAD and n - pos < MAX_ENTRY_BYTES and is_last:
-                    self.report.torn_tail = {"segment": path.name, "offset": pos, "bytes": n - pos}
+                    self.report.torn_tail = {"segment": path.name, "offset": start + pos, "bytes": n - pos}
                     break
                 raise self.fail(
-                    f"{path.name}: truncated or oversized entry at offset {pos}",
+                    f"{path.name}: truncated or oversized entry at offset {start + pos}",
                     "entry.decode",
                     seq=self.seq,
                     file=path.name,
                 ) from None
             except (cbor2.CBORError, ValueError, OverflowError, MemoryError, RecursionError) as e:
                 raise self.fail(
-                    f"{path.name}: malformed CBOR at offset {pos}: {e}",
+                    f"{path.name}: malformed CBOR at offset {start + pos}: {e}",
                     "entry.decode",
                     seq=self.seq,
                     file=path.name,
@@ -283,16 +714,16 @@ class _Verifier:
                 # Entries before the failure still get their signatures checked,
                 # so the earliest failure of any kind is the one reported.
                 if pos > chunk_start:
-                    self._dispatch(str(path), chunk_start, pos, chunk_seq)
+                    self._dispatch(str(path), start + chunk_start, start + pos, chunk_seq)
                 raise
             pos = end
-            if self.seq - chunk_seq >= CHUNK_ENTRIES:
-                self._dispatch(str(path), chunk_start, pos, chunk_seq)
+            if self.seq - chunk_seq >= SEQ_CHUNK_ENTRIES:
+                self._dispatch(str(path), start + chunk_start, start + pos, chunk_seq)
                 chunk_start, chunk_seq = pos, self.seq
             if self.seq % 8192 == 0:
                 self.progress.advance(8192)
         if self.seq > chunk_seq:
-            self._dispatch(str(path), chunk_start, pos, chunk_seq)
+            self._dispatch(str(path), start + chunk_start, start + pos, chunk_seq)
 
     def _entry(self, buf: bytes, start: int, end: int, value: Any, fname: str) -> None:
         seq = self.seq
@@ -333,10 +764,10 @@ class _Verifier:
                 )
             try:
                 key = genesis_key(e)
-                lid = e.data["log_id"]
+                lid = e.data.get("log_id")
                 if not isinstance(lid, bytes) or len(lid) != 16:
                     raise DecodeError("log_id must be 16 bytes")
-            except (DecodeError, MnemologError, KeyError) as exc:
+            except MnemologError as exc:
                 raise self.fail(
                     f"genesis entry is malformed: {exc}", "genesis.data", seq=0, file=fname
                 ) from exc
@@ -358,7 +789,7 @@ class _Verifier:
         if e.type == ROTATION_TYPE:
             try:
                 new = rotation_key(e)
-            except (DecodeError, MnemologError) as exc:
+            except MnemologError as exc:
                 raise self.fail(
                     f"key.rotated at {seq} is malformed: {exc}", "key.rotated", seq=seq, file=fname
                 ) from exc
@@ -381,7 +812,10 @@ class _Verifier:
 
     def _checkpoint(self, size: int) -> None:
         rel = f"{CHECKPOINT_DIR}/{checkpoint_name(size)}"
-        raw = (self.dir / CHECKPOINT_DIR / checkpoint_name(size)).read_bytes()
+        try:
+            raw = (self.dir / CHECKPOINT_DIR / checkpoint_name(size)).read_bytes()
+        except OSError as exc:
+            raise self.fail(f"{rel}: unreadable: {exc}", "checkpoint.read", file=rel, seq=size - 1) from exc
         try:
             cp = open_checkpoint(raw, self.key_for(size), rel)
         except DecodeError as exc:
@@ -393,6 +827,7 @@ class _Verifier:
                 f"{rel}: checkpoint origin is not this log's",
                 "checkpoint.origin",
                 file=rel,
+                seq=size - 1,
                 expected=origin_for(self.log_id),
                 found=cp.origin,
             )
@@ -401,6 +836,7 @@ class _Verifier:
                 f"{rel}: file name says size {size}, the checkpoint says {cp.size}",
                 "checkpoint.size",
                 file=rel,
+                seq=size - 1,
                 expected=size,
                 found=cp.size,
             )
@@ -418,7 +854,7 @@ class _Verifier:
     def _dispatch(self, path: str, start: int, end: int, first_seq: int) -> None:
         if self.hashes_only:
             return
-        schedule = [(s, pk) for s, pk in self.schedule]
+        schedule = list(self.schedule)
         if self.pool is None:
             res = _verify_chunk(path, start, end, first_seq, schedule)
             if res is not None:
@@ -458,11 +894,13 @@ def verify_log(
     hashes_only: bool = False,
     processes: int | None = None,
     progress: bool | None = None,
+    use_index_hint: bool = True,
 ) -> VerifyReport:
-    """Verify the whole log; return a report or raise the first VerificationError."""
+    """Verify the whole log; return a report or raise the first VerificationError.
+
+    `processes` defaults to the number of cores; small logs are checked in
+    this process whatever it says. `use_index_hint=False` forces the
+    sequential pass (the verdict is the same either way).
+    """
     procs = processes if processes is not None else (os.cpu_count() or 1)
-    if procs > 1 and not hashes_only:
-        total = sum(p.stat().st_size for _, p in list_segments(log_dir))
-        if total < SERIAL_BELOW * 200:
-            procs = 1
-    return _Verifier(log_dir, hashes_only, max(1, procs), progress).run()
+    return _Verifier(log_dir, hashes_only, max(1, procs), progress, use_index_hint).run()
