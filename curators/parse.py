@@ -1,10 +1,12 @@
 """Finding the atom list in a model's reply.
 
 Models asked for JSON still wrap it in code fences or prose now and then. This
-module owns the tolerant reading: the whole reply as JSON, else each fenced
-block, else the first JSON value embedded anywhere in the text that has the
-expected shape, ``{"atoms": [string, ...]}`` or a bare ``[string, ...]``.
-Anything else is malformed output, described well enough to debug a prompt.
+module owns the tolerant reading: the JSON values embedded in the reply are
+decoded left to right (fences and prose are just text between them), and the
+first one with the expected shape, ``{"atoms": [string, ...]}`` or a bare
+``[string, ...]``, is the answer. A value nested inside another is never taken
+on its own. Anything else is malformed output, described well enough to debug
+a prompt.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from typing import Any, Final
 #: not turn parsing into a quadratic scan.
 MAX_DECODE_ATTEMPTS = 512
 
-_FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[ \t]*\r?\n?(.*?)```", re.DOTALL)
 _OPENERS = re.compile(r"[\[{]")
 
 
@@ -46,21 +47,24 @@ def extract_atoms(content: str) -> list[str]:
 
 def _json_values(content: str) -> Iterator[Any]:
     whole = _loads(content.strip())
-    if whole is not _NOTHING:
-        yield whole
-    for fence in _FENCE.finditer(content):
-        fenced = _loads(fence.group(1).strip())
-        if fenced is not _NOTHING:
-            yield fenced
+    if whole is not _NOTHING and not isinstance(whole, dict | list):
+        yield whole  # a bare string or number: reported as the wrong shape
+        return
     decoder = json.JSONDecoder()
-    for attempt, opener in enumerate(_OPENERS.finditer(content)):
-        if attempt >= MAX_DECODE_ATTEMPTS:
+    pos = 0
+    for _attempt in range(MAX_DECODE_ATTEMPTS):
+        opener = _OPENERS.search(content, pos)
+        if opener is None:
             return
         try:
-            value, _end = decoder.raw_decode(content, opener.start())
-        except ValueError:
+            value, end = decoder.raw_decode(content, opener.start())
+        except (ValueError, RecursionError):
+            pos = opener.start() + 1
             continue
         yield value
+        # Skip the whole value: a list nested in a wrong-shaped object is not
+        # an answer the model gave.
+        pos = end
 
 
 _NOTHING: Final = object()
@@ -69,7 +73,7 @@ _NOTHING: Final = object()
 def _loads(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return _NOTHING
 
 

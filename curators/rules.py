@@ -10,23 +10,24 @@ Owns the heuristics that stand in for an LLM when none is configured:
    followed by a capitalised line, or after a line ending in ``:``.
 2. Propositions. Prose blocks are split into sentences at ``.``, ``!``, ``?``
    or ``…`` (closing quotes and brackets stay with their sentence) followed by
-   whitespace and a character that is not lowercase, except after known
-   abbreviations (``e.g.``, ``Dr.``, ``vs.``, dotted acronyms, initials,
-   ``No. 5``). Decimals such as ``3.5`` never split because no whitespace
-   follows the point. A list item is one proposition. Spans without any letter
-   or digit are not propositions.
+   whitespace or a control character, then a character that is not lowercase,
+   except after known abbreviations (``e.g.``, ``Dr.``, ``vs.``, dotted
+   acronyms, initials, ``No. 5``). Decimals such as ``3.5`` never split because
+   no whitespace follows the point. A list item is one proposition. Spans
+   without any letter or digit are not propositions.
 3. Over-long propositions are split to fit the budget at clause boundaries
    (after ``,;:`` or before a dash), failing that between words, failing that
-   between characters.
+   between characters, into pieces of even size.
 4. Gluing, for self-containedness: a heading or a lead-in ending in ``:`` joins
    what follows (a lead-in takes its list items with it), and a fragment
    (under three words) or a sentence opening with a pronoun or connective
    ("It", "This", "However", ...) joins the sentence before it in the same
    block, each only while the result stays within the budget.
 5. Envelope. With more than 10 groups, adjacent groups are merged into at most
-   10 atoms, minimising the largest atom; the budget may be exceeded by up to
-   25% (flagged over budget) only when 10 atoms cannot hold the text
-   otherwise, and beyond that the curator fails with reason ``envelope``.
+   10 atoms, minimising the largest atom and then evening out the rest; the
+   budget may be exceeded by up to 25% (flagged over budget) only when 10
+   atoms cannot hold the text otherwise, and beyond that the curator fails
+   with reason ``envelope``.
 
 Every atom is a verbatim slice ``text[start:end]`` of the source (trimmed of
 surrounding whitespace, never rewritten or re-spaced), so the engine can always

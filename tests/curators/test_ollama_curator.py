@@ -18,6 +18,7 @@ from tests.support.fake_ollama import (
     FakeOllama,
     Hangup,
     HttpError,
+    Raw,
     Reply,
     atoms_json,
     unreachable_host,
@@ -44,8 +45,8 @@ def words(n: int) -> str:
     return text
 
 
-def curator(server: FakeOllama, sleeps: SleepRecorder, **kw: float) -> OllamaCurator:
-    return OllamaCurator(server.host, "fake-model", sleep=sleeps, **kw)
+def curator(server: FakeOllama, sleeps: SleepRecorder, timeout: float = 10.0) -> OllamaCurator:
+    return OllamaCurator(server.host, "fake-model", sleep=sleeps, timeout=timeout)
 
 
 def test_good_json_gives_atoms_and_provenance(server: FakeOllama, sleeps: SleepRecorder) -> None:
@@ -294,6 +295,21 @@ def test_connection_dropped_mid_request_is_a_server_error(server: FakeOllama, sl
     with pytest.raises(CuratorFailed) as caught:
         curator(server, sleeps).curate(MEMORY)
     assert caught.value.reason == "server_error"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [Raw(b"<html>proxy error</html>", content_type="text/html"), Raw(b'{"unexpected": 1}')],
+    ids=["not-json", "not-a-chat-response"],
+)
+def test_a_reply_that_is_not_a_chat_response_is_a_server_error(
+    server: FakeOllama, sleeps: SleepRecorder, raw: Raw
+) -> None:
+    server.push(raw)
+    with pytest.raises(CuratorFailed) as caught:
+        curator(server, sleeps).curate(MEMORY)
+    assert caught.value.reason == "server_error"
+    assert "non-chat response" in caught.value.message
 
 
 def test_failure_after_malformed_attempts_keeps_their_responses(

@@ -21,13 +21,14 @@ Scripted replies
     content; for /api/generate the ``response``), a ``Reply`` (content plus token
     counts), an ``HttpError`` (status and error message, sent as Ollama does:
     ``{"error": ...}``), a ``Delay`` (wait, then send another reply; a client
-    timeout fires during the wait), or ``Hangup`` (close the connection
-    without answering). When a queue is empty, /api/chat and /api/generate
-    answer with ``default`` if one was given, else HTTP 500 naming the
-    unscripted request, so a test never passes on a reply it did not script.
+    timeout fires during the wait), ``Hangup`` (close the connection without
+    answering) or ``Raw`` (any status and body, sent verbatim). When a queue
+    is empty, /api/chat and /api/generate answer with ``default`` if one was
+    given, else HTTP 500 naming the unscripted request, so a test never passes
+    on a reply it did not script.
     /api/embed and /api/embeddings answer with deterministic vectors derived
     from SHA-256 of each input (``embed_dim`` floats in [-1, 1]) unless a
-    scripted HttpError, Delay or Hangup is queued for them.
+    scripted HttpError, Delay, Hangup or Raw is queued for them.
 
 Recorded requests
     ``requests`` lists every request received (method, path, headers, raw
@@ -68,6 +69,7 @@ __all__ = [
     "FakeOllama",
     "Hangup",
     "HttpError",
+    "Raw",
     "RecordedRequest",
     "Reply",
     "Script",
@@ -113,7 +115,16 @@ class Hangup:
     """Close the connection without sending a response."""
 
 
-Script: TypeAlias = str | Reply | HttpError | Delay | Hangup
+@dataclass(frozen=True)
+class Raw:
+    """Send ``body`` as is: for replies that are not Ollama's shape at all."""
+
+    body: bytes
+    status: int = 200
+    content_type: str = "application/json"
+
+
+Script: TypeAlias = str | Reply | HttpError | Delay | Hangup | Raw
 
 
 @dataclass(frozen=True)
@@ -389,7 +400,9 @@ def _handler_for(server: FakeOllama) -> type[BaseHTTPRequestHandler]:
                 return
             if isinstance(reply, str):
                 reply = Reply(reply)
-            prompt_words = _words(request.get("messages") or request.get("prompt") or "")
+            messages = request.get("messages") or []
+            prompt_words = _words([m.get("content", "") for m in messages if isinstance(m, dict)])
+            prompt_words += _words(request.get("prompt", ""))
             counts: dict[str, Any] = {}
             if not reply.omit_counts:
                 counts = {
@@ -401,6 +414,8 @@ def _handler_for(server: FakeOllama) -> type[BaseHTTPRequestHandler]:
                     else len(reply.content.split()),
                 }
             model = request.get("model", "")
+            payload: dict[str, Any]
+            empty: dict[str, Any]
             if path == "/api/chat":
                 payload = {"message": {"role": "assistant", "content": reply.content}}
                 empty = {"message": {"role": "assistant", "content": ""}}
@@ -455,6 +470,9 @@ def _handler_for(server: FakeOllama) -> type[BaseHTTPRequestHandler]:
                 script = script.then
             if isinstance(script, HttpError):
                 self._send_json(script.status, {"error": script.message})
+                return None
+            if isinstance(script, Raw):
+                self._send(script.status, script.content_type, script.body)
                 return None
             if isinstance(script, Hangup):
                 self.close_connection = True
