@@ -1,0 +1,334 @@
+"""Forensic export and replay against a home: selecting entries, proving them, rebuilding elsewhere.
+
+The bundle exporter signs a fresh checkpoint with the home's writer, selects
+through the projection's `touches` table every entry below it that touches
+the memory (and, with the chain, every memory of its atomisation chain, to
+a fixpoint of `memview.chain_closure`), reads those entries and the key
+history from the log, proves each against the checkpoint and hands it all
+to the pure `bundle.build_bundle`. Views come from the entries, never from
+the projection, so the verifier can recompute them.
+
+`log export` writes the container of `eventlog.logexport`; `replay`
+verifies such an export completely in memory and only then builds the new
+home in a temporary directory beside it, renamed into place at the end, so
+a failed verification leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from mnemolog.eventlog import bundle, logexport, memview
+from mnemolog.eventlog.entry import Entry
+from mnemolog.eventlog.errors import BadInput, NotFound, SignerError, StorageError, UsageError
+from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.index import IndexWriter
+from mnemolog.eventlog.keys import VerifierKey, load_private_key, write_private_key, write_public_key
+from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
+from mnemolog.eventlog.note import peek_checkpoint
+from mnemolog.eventlog.progress import Progress
+from mnemolog.projections import recall as q
+from mnemolog.projections.engine import Projections
+from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.events import upcast
+from mnemolog.substrate.home import Home, default_config_text
+
+MAX_CHAIN = 10_000  # memories in one atomisation chain; far beyond any real one
+MAX_EXPORT_BYTES = 64 * 1024**3
+
+
+@dataclass(frozen=True)
+class ExportedBundle:
+    data: bytes
+    memory_id: str
+    memories: list[str]
+    unstored: list[str]
+    seqs: list[int]
+    key_seqs: list[int]
+    tree_size: int
+    root: bytes
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "memory_id": self.memory_id,
+            "memories": self.memories,
+            "unstored": self.unstored,
+            "entries": len(self.seqs),
+            "seqs": self.seqs,
+            "key_seqs": self.key_seqs,
+            "tree_size": self.tree_size,
+            "root": self.root.hex(),
+            "bytes": len(self.data),
+        }
+
+
+def _touching(conn: duckdb.DuckDBPyConnection, ids: set[str], below: int) -> set[int]:
+    if not ids:
+        return set()
+    rows = conn.execute(
+        "SELECT DISTINCT seq FROM touches WHERE seq < ? AND memory_id IN (SELECT unnest(?))",
+        [below, sorted(ids)],
+    ).fetchall()
+    return {int(r[0]) for r in rows}
+
+
+def select(
+    conn: duckdb.DuckDBPyConnection, log: Log, memory_id: str, include_chain: bool, below: int
+) -> tuple[set[str], list[Entry]]:
+    """(memory ids, entries below `below` touching any of them), chain followed to a fixpoint."""
+    ids = {memory_id}
+    cache: dict[int, Entry] = {}
+    while True:
+        for s in _touching(conn, ids, below) - set(cache):
+            cache[s] = log.entry(s)
+        entries = [cache[s] for s in sorted(cache)]
+        if not include_chain:
+            return ids, entries
+        closure = memview.chain_closure(memory_id, entries)
+        if closure <= ids:
+            return ids, entries
+        ids |= closure
+        if len(ids) > MAX_CHAIN:
+            raise UsageError(f"the atomisation chain of {memory_id} has more than {MAX_CHAIN} memories")
+
+
+def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) -> ExportedBundle:
+    """Build the forensic bundle of `memory_id` against a freshly signed checkpoint."""
+    with sub.session() as conn:
+        if q.get(conn, memory_id) is None:
+            raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
+        cp, cp_raw = sub.writer.checkpoint()
+        # Entries appended by other processes before the checkpoint must be in the selection.
+        sub.projections.catch_up(conn)
+        log = sub.log
+        ids, entries = select(conn, log, memory_id, include_chain, cp.size)
+    signer = sub.writer.key
+    epochs = log.key_history(cp.size)
+    if log.key_at(cp.size).kid != signer.kid:
+        raise SignerError("the writer's key is not the key valid at the checkpoint it signed")
+    key_entries = [log.entry(ep.event_seq) for ep in epochs]
+    stored = memview.stored_ids(entries)
+    with_views = sorted(i for i in ids if i in stored)
+    unstored = sorted(ids - stored)
+    proofs = {e.seq: log.inclusion_proof(e.seq, cp.size) for e in [*key_entries, *entries]}
+    data = bundle.build_bundle(
+        bundle.BundleInput(
+            memory_id=memory_id,
+            include_chain=include_chain,
+            memory_ids=with_views,
+            unstored=unstored,
+            key_entries=key_entries,
+            entries=entries,
+            checkpoint=cp_raw,
+            proofs=proofs,
+        ),
+        signer,
+    )
+    return ExportedBundle(
+        data,
+        memory_id,
+        with_views,
+        unstored,
+        [e.seq for e in entries],
+        [e.seq for e in key_entries],
+        cp.size,
+        cp.root,
+    )
+
+
+def write_output(path: Path, data: bytes) -> None:
+    try:
+        atomic_write(path, data)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc}", file=str(path)) from exc
+
+
+# -- whole-log export ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogExportReport:
+    path: str
+    start: int
+    last: int
+    tree_size: int
+    root: str
+    bytes: int
+
+
+def export_log(
+    home: Home, start: int, last: int | None, out: Path, progress: bool | None = None
+) -> LogExportReport:
+    """Write entries start..last (inclusive; default: all) with a fresh checkpoint to `out`."""
+    with home.open_writer(checkpoint_on_close=False) as w:
+        cp, cp_raw = w.checkpoint()
+    with Log(home.log_dir) as log:
+        log.refresh()
+        stop = cp.size - 1 if last is None else last
+        if start > stop:
+            raise UsageError(f"--from {start} is after --to {stop}")
+        if stop >= cp.size:
+            raise NotFound(f"the log has {cp.size} entries; there is no entry {stop}", seq=stop)
+        key_entries = [log.entry(ep.event_seq) for ep in log.key_history(cp.size)]
+        header = logexport.encode_header(
+            log_id=log.log_id,
+            start=start,
+            count=stop - start + 1,
+            checkpoint=cp,
+            checkpoint_raw=cp_raw,
+            key_entries=key_entries,
+            key_proofs={e.seq: log.inclusion_proof(e.seq, cp.size) for e in key_entries},
+            proof=logexport.range_proof(start, stop + 1, cp.size, log.index.subtree),
+        )
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        prog = Progress("exporting log", stop - start + 1, enabled=progress)
+        try:
+            with open(tmp, "wb") as f:
+                n = logexport.write_export(f, header, _raw_entries(log, start, stop + 1, prog))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, out)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise StorageError(f"cannot write {out}: {exc}", file=str(out)) from exc
+        finally:
+            prog.close()
+    return LogExportReport(str(out), start, stop, cp.size, cp.root.hex(), n)
+
+
+def _raw_entries(log: Log, start: int, stop: int, prog: Progress) -> Iterator[bytes]:
+    for e in log.iter_entries(start, stop):
+        yield e.raw
+        prog.advance()
+
+
+# -- replay -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    home: str
+    entries: int
+    tree_size: int
+    checkpoint: int | None
+    signing_key: bool
+    replayed: int
+    export: dict[str, Any]
+
+
+def read_export(path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_EXPORT_BYTES:
+            raise BadInput(f"{path} is {size} bytes, more than an export may be", file=str(path))
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise NotFound(f"no export at {path}", file=str(path)) from exc
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc}", file=str(path)) from exc
+
+
+def replay(
+    export_path: Path,
+    new_home: Path,
+    *,
+    trusted: VerifierKey | None = None,
+    signing_key: Path | None = None,
+    progress: bool | None = None,
+) -> ReplayReport:
+    """Verify an export that starts at seq 0 and rebuild a home from it at `new_home`."""
+    if new_home.exists() and (not new_home.is_dir() or any(new_home.iterdir())):
+        raise StorageError(
+            f"{new_home} exists and is not empty; replay builds a new home", file=str(new_home)
+        )
+    ex = logexport.verify_export(read_export(export_path), trusted, progress=progress)
+    if ex.start != 0:
+        raise UsageError(
+            f"the export starts at seq {ex.start}; replay rebuilds a home from genesis and needs an "
+            "export that starts at 0 (`mnemolog log export --from 0`)"
+        )
+    key = None
+    if signing_key is not None:
+        key = load_private_key(signing_key)
+        current = ex.keys.key_at(ex.count)
+        if key.kid != current.kid:
+            raise SignerError(
+                f"{signing_key} is not the key that signs the log's next entry",
+                expected=current.kid.hex(),
+                found=key.kid.hex(),
+            )
+    parent = new_home.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{new_home.name}.replay-", dir=parent))
+    try:
+        built = Home(tmp)
+        checkpoint = _build_home(built, ex, key, progress)
+        with Log(built.log_dir) as log:
+            projections = Projections(built.projections_dir, log, upcast, progress=progress)
+            try:
+                replayed = projections.rebuild()
+            finally:
+                projections.close()
+        # Only a fully built home is moved into place; until then new_home is untouched.
+        if new_home.exists():
+            new_home.rmdir()
+        os.replace(tmp, new_home)
+        fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ReplayReport(
+        str(new_home), ex.count, ex.tree_size, checkpoint, key is not None, replayed, ex.summary()
+    )
+
+
+def _build_home(home: Home, ex: logexport.VerifiedExport, key: Any, progress: bool | None) -> int | None:
+    log_dir = home.log_dir
+    (log_dir / CHECKPOINT_DIR).mkdir(parents=True)
+    home.keys_dir.mkdir(mode=0o700)
+    home.projections_dir.mkdir()
+    seg = log_dir / segment_file(0)
+    records = []
+    offset = 0
+    with open(seg, "wb") as f:
+        for e in ex.entries:
+            f.write(e.raw)
+            records.append((0, offset, len(e.raw), e.leaf, e.type in ("log.created", "key.rotated")))
+            offset += len(e.raw)
+        f.flush()
+        os.fsync(f.fileno())
+    idx = IndexWriter(log_dir)
+    try:
+        idx.reset_to(0)
+        for i in range(0, len(records), 65536):
+            idx.append(records[i : i + 65536])
+    finally:
+        idx.close()
+    checkpoint: int | None = None
+    if ex.count == ex.tree_size:
+        # The export's checkpoint is a valid signed statement about exactly this log.
+        atomic_write(log_dir / CHECKPOINT_DIR / checkpoint_name(ex.tree_size), ex.checkpoint)
+        checkpoint = peek_checkpoint(ex.checkpoint).size
+    for ep in ex.keys.epochs:
+        if ep.event_seq < ex.count:
+            write_public_key(home.keys_dir / f"{ep.key.kid.hex()}.pub", ep.key)
+    current = ex.keys.key_at(ex.count)
+    atomic_write(home.config_path, default_config_text(current.name).encode())
+    if key is not None:
+        write_private_key(home.signing_key_path, key)
+        if checkpoint is None:
+            # A shorter log than the export's checkpoint: sign one for what was replayed.
+            from mnemolog.eventlog.writer import LogWriter
+
+            with LogWriter(log_dir, [key], checkpoint_on_close=False, progress=progress) as w:
+                cp, _ = w.checkpoint()
+                checkpoint = cp.size
+    return checkpoint
