@@ -6,6 +6,8 @@ import click
 
 from mnemolog.cli.app import Ctx, MnemologGroup
 from mnemolog.cli.atomise_commands import COMMANDS as ATOMISE_COMMANDS
+from mnemolog.cli.bundle_commands import COMMANDS as BUNDLE_COMMANDS
+from mnemolog.cli.bundle_commands import log_export
 from mnemolog.cli.log_commands import init, key_group, log_group
 from mnemolog.cli.memory_commands import COMMANDS as MEMORY_COMMANDS
 
@@ -28,6 +30,9 @@ def cli(ctx: click.Context, home: str | None, json_flag: bool) -> None:
 cli.add_command(init)
 cli.add_command(log_group)
 cli.add_command(key_group)
+log_group.add_command(log_export)
+for _cmd in BUNDLE_COMMANDS:
+    cli.add_command(_cmd)
 for _cmd in [*MEMORY_COMMANDS, *ATOMISE_COMMANDS]:
     cli.add_command(_cmd)
 
