@@ -263,12 +263,15 @@ def slugify_topic(text: str, *, max_words: int = MAX_TOPIC_WORDS) -> str:
     Accents fold to ASCII (Café → cafe), other characters separate words.
     Stop words go first when the title is too long to fit, so the topic keeps
     the words that make it specific. A one-word title gets `note` appended and
-    a title with no ASCII letters at all becomes `untitled_note`.
+    a title with no ASCII letters at all becomes `untitled_note`. A leading
+    four-digit word gets `about_` in front, so it never reads as a date scope.
     """
     words = _ascii_words(text)
     if len(words) > max_words:
         content = [w for w in words if w not in _STOPWORDS]
         words = content if len(content) >= MIN_TOPIC_WORDS else words
+    if words and re.fullmatch(r"\d{4}", words[0]):
+        words = ["about", *words]
     words = words[:max_words]
     if not words or words == ["note"]:
         words = ["untitled", "note"]

@@ -149,6 +149,8 @@ def test_scope_from_expiry(expires: date, scope: str) -> None:
         ("note", "untitled_note"),
         ("The history of the debt of the nation and its risk", "history_debt_nation_its_risk"),
         ("one two three four five six", "one_two_three_four_five"),
+        ("2026-02-30", "about_2026_02_30"),
+        ("2026", "about_2026"),
     ],
 )
 def test_slugify_examples(title: str, topic: str) -> None:
@@ -162,7 +164,7 @@ def test_slug_is_always_a_valid_2_to_5_word_ascii_topic(title: str) -> None:
     assert topic.isascii()
     assert 2 <= len(topic.split("_")) <= 5
     assert all(len(w) <= naming.MAX_WORD_CHARS for w in topic.split("_"))
-    assert naming.parse_note_filename(NoteName("user", topic).filename) is not None
+    assert naming.parse_note_filename(NoteName("user", topic).filename) == NoteName("user", topic)
 
 
 _items = st.lists(
