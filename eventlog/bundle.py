@@ -261,7 +261,7 @@ class BundleReport:
             anchor = f"genesis key of the bundle {trust.get('key')} (NOT pinned: use --trusted-key)"
         chain = "with its atomisation chain" if self.include_chain else "without the atomisation chain"
         lines = [
-            f"ok: forensic bundle {self.file} verified",
+            f"ok: forensic bundle {self.file + ' ' if self.file else ''}verified",
             f"memory      {self.memory_id} ({chain})",
             f"memories    {', '.join(self.memories)}",
             f"log         {self.origin}",
