@@ -77,12 +77,23 @@ def _scan(value: Any, depth: int, path: Path) -> bool:
             if plain and not (kl > pl or (kl == pl and kb > pb)):
                 plain = False
             pl, pb = kl, kb
+            it = type(item)
+            # Scalars inline: most of a payload is text and small integers.
+            if it is str or it is bytes or it is bool or item is None:
+                continue
+            if it is int and NINT_MIN <= item <= UINT_MAX:
+                continue
             if not _scan(item, depth + 1, (path, key)):
                 plain = False
         return plain
     if t is list:
         plain = True
         for i, item in enumerate(value):
+            it = type(item)
+            if it is str or it is bytes or it is bool or item is None:
+                continue
+            if it is int and NINT_MIN <= item <= UINT_MAX:
+                continue
             if not _scan(item, depth + 1, (path, i)):
                 plain = False
         return plain
@@ -102,6 +113,13 @@ def _scan(value: Any, depth: int, path: Path) -> bool:
 def check_value(value: Any, path: str = "$") -> None:
     """Raise DecodeError unless `value` is inside the format-v1 value model."""
     _scan(value, 0, path)
+
+
+def is_plain(value: Any, path: str = "$") -> bool:
+    """Check the value model (raising DecodeError) and tell whether `value` is plain:
+    no floats and every map's keys in canonical order, so that cbor2's default
+    encoding of it is the canonical one."""
+    return _scan(value, 0, path)
 
 
 def encode(value: Any, path: str = "$") -> bytes:

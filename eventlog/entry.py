@@ -161,9 +161,24 @@ def _parts(
     seq: int, ts: int, type_: str, tv: int, data_enc: bytes, prev: bytes, kid: bytes
 ) -> tuple[bytes, bytes]:
     """The canonical pairs before and after `sig` (v, ts, tv, kid, seq | data, prev, type)."""
-    head = b"".join((_V1, _head(0, ts), _K_TV, _head(0, tv), _K_KID, _bytes(kid), _K_SEQ, _head(0, seq)))
-    tail = b"".join((_K_DATA, data_enc, _PREV_HEAD, prev, _K_TYPE, _text(type_)))
+    mid = _MID.get((tv, kid))
+    if mid is None:
+        mid = _K_TV + _head(0, tv) + _K_KID + _bytes(kid) + _K_SEQ
+        if len(_MID) < 256:
+            _MID[(tv, kid)] = mid
+    end = _END.get(type_)
+    if end is None:
+        end = _K_TYPE + _text(type_)
+        if len(_END) < 4096:
+            _END[type_] = end
+    head = b"".join((_V1, _head(0, ts), mid, _head(0, seq)))
+    tail = b"".join((_K_DATA, data_enc, _PREV_HEAD, prev, end))
     return head, tail
+
+
+# Encoded pieces that repeat from entry to entry: (tv, kid) -> "tv" tv "kid" kid "seq", type -> "type" type.
+_MID: dict[tuple[int, bytes], bytes] = {}
+_END: dict[str, bytes] = {}
 
 
 # Bytes of the canonical head pairs before sig that do not depend on the values:

@@ -82,7 +82,7 @@ class Durability:
             raise StorageError("group commit needs max_entries >= 1 and max_ms >= 0")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Receipt:
     seq: int
     ts: int
