@@ -133,7 +133,7 @@ def atomise_part(d: Demo) -> str:
         "store", "-", "--title", "Checkout outage post-mortem", "--namespace", "ops", "--tag", "postmortem",
         stdin=POST_MORTEM,
     )  # fmt: skip
-    pid = stored["memory"]["id"]
+    pid = str(stored["memory"]["id"])
     cmd = "store - --title 'Checkout outage post-mortem' --namespace ops --tag postmortem"
     print(f"\n$ mnemolog {cmd} < post-mortem.txt\nstored {pid}")
     curator = "ollama" if os.environ.get("MNEMOLOG_OLLAMA_MODEL") else "rules"
