@@ -1,4 +1,4 @@
-"""Atomisation benchmarks: the rules curator's throughput beside the bound that limits it.
+"""Atomisation benchmarks: rules-curator throughput, and store latency under a deferred policy.
 
 ``python -m bench.atomise_bench [--texts N] [--seconds S]`` prints one JSON
 object. Each section is a function returning a dict, so another section (store
@@ -133,6 +133,60 @@ def rules_curator_rate(
     }
 
 
+def _p(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def store_latency(n_stores: int = 300) -> dict[str, Any]:
+    """Store p50/p99 under a deferred auto-atomise policy beside the same stores with no policy.
+
+    Both sides store the same long texts (above the threshold, so every store
+    under the policy also writes its `atomisation.requested`) into fresh homes,
+    alternating in small rounds so machine noise hits both; the worker thread is
+    off, so what is timed is the store call alone — the promise of deferred mode.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from mnemolog.substrate.api import Substrate
+    from mnemolog.substrate.home import init_home
+
+    texts = corpus(20, target_tokens=700)
+    with tempfile.TemporaryDirectory(prefix="mnemolog-atomise-bench-") as tmp:
+        subs: dict[str, Substrate] = {}
+        for name in ("no_policy", "deferred"):
+            init_home(Path(tmp) / name)
+            subs[name] = Substrate.open(Path(tmp) / name, long_lived=True, worker=False)
+        subs["deferred"].set_policy("bench", auto_atomise_mode="deferred", curator="rules")
+        times: dict[str, list[float]] = {"no_policy": [], "deferred": []}
+        try:
+            for sub in subs.values():  # warm-up
+                for t in texts[:5]:
+                    sub.store(t, namespace="bench")
+            for i in range(n_stores):
+                for name in ("no_policy", "deferred") if i % 2 == 0 else ("deferred", "no_policy"):
+                    t0 = time.perf_counter()
+                    out = subs[name].store(texts[i % len(texts)], namespace="bench")
+                    times[name].append(time.perf_counter() - t0)
+                    if name == "deferred" and out.get("atomise_outcome") != "requested":
+                        raise RuntimeError(f"expected a deferred request, got {out.get('atomise_outcome')}")
+        finally:
+            for sub in subs.values():
+                sub.close()
+    p50 = {k: _p(v, 0.5) for k, v in times.items()}
+    p99 = {k: _p(v, 0.99) for k, v in times.items()}
+    return {
+        "stores_each": n_stores,
+        "text_tokens": round(sum(count_tokens(t) for t in texts) / len(texts)),
+        "durability": "fsync",
+        "no_policy_ms": {"p50": round(p50["no_policy"] * 1000, 3), "p99": round(p99["no_policy"] * 1000, 3)},
+        "deferred_ms": {"p50": round(p50["deferred"] * 1000, 3), "p99": round(p99["deferred"] * 1000, 3)},
+        "p50_ratio": round(p50["deferred"] / p50["no_policy"], 3),
+        "target_p50_ratio": 1.1,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.atomise_bench", description=__doc__)
     parser.add_argument("--texts", type=int, default=50, help="number of ~2k-token texts")
@@ -143,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "benchmark": "atomise",
         "python": platform.python_version(),
         "rules_curator": rules_curator_rate(args.texts, min_seconds=args.seconds),
+        "store_deferred_vs_no_policy": store_latency(),
     }
     print(json.dumps(result))
     return 0
