@@ -247,9 +247,12 @@ def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes],
 
 
 def verify_consistency(size1: int, size2: int, root1: bytes, root2: bytes, proof: Sequence[bytes]) -> None:
-    """Return if the tree (size2, root2) extends (size1, root1); else raise."""
+    """Return if the tree (size2, root2) extends (size1, root1); else raise. Needs 0 < size1 <= size2."""
     if size2 < size1:
         raise _fail("consistency.sizes", f"size2 ({size2}) < size1 ({size1})")
+    if size1 <= 0:
+        # RFC 9162 defines proofs for 0 < size1 only; transparency-dev/merkle refuses them too.
+        raise _fail("consistency.sizes", "a consistency proof from the empty tree is meaningless")
     if size1 == size2:
         if proof:
             raise _fail("consistency.length", "equal sizes need an empty proof")
@@ -260,11 +263,6 @@ def verify_consistency(size1: int, size2: int, root1: bytes, root2: bytes, proof
                 expected=root1.hex(),
                 found=root2.hex(),
             )
-        return
-    if size1 == 0:
-        # Every tree extends the empty one; a non-empty proof is malformed.
-        if proof:
-            raise _fail("consistency.length", "a proof from size 0 must be empty")
         return
     if not proof:
         raise _fail("consistency.length", "empty consistency proof")

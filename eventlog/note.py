@@ -88,6 +88,10 @@ def parse_note(raw: bytes, where: str = "note") -> SignedNote:
             raise DecodeError(f"{where}: malformed signature line", file=where) from exc
         if not b64 or len(blob) < 5:
             raise DecodeError(f"{where}: malformed signature line", file=where)
+        # One signature, one spelling: base64 whose unused trailing bits are set
+        # decodes to the same bytes, so a changed byte of the file would pass.
+        if base64.b64encode(blob).decode() != b64:
+            raise DecodeError(f"{where}: signature is not in canonical base64", file=where)
         sigs.append(NoteSignature(name, blob[:4], blob[4:]))
         if len(sigs) > MAX_SIGS:
             raise DecodeError(f"{where}: more than {MAX_SIGS} signatures", file=where)
