@@ -55,7 +55,11 @@ def make_log(
             if rotate_to is not None and i == rotate_after:
                 w.rotate_key(rotate_to)
                 keys.append(rotate_to)
-            w.append("note.added", payload(i) if payload else {"n": i, "text": f"entry {i}"})
+            data = payload(i) if payload else {"n": i, "text": f"entry {i}"}
+            if w.durability.mode == "group":
+                w.submit("note.added", data)  # results are awaited by flush/checkpoint/close
+            else:
+                w.append("note.added", data)
             if checkpoint_every and (i + 1) % checkpoint_every == 0:
                 w.checkpoint()
     return keys
