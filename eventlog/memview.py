@@ -90,7 +90,7 @@ def _new_view(e: Entry, d: dict[str, Any], mid: str) -> dict[str, Any]:
         "archive_reason": None,
         "stored_seq": e.seq,
         "last_event_seq": e.seq,
-        "links": {"outgoing": [], "incoming": []},
+        "links": {"outgoing": [], "incoming": []},  # filled in at the end of the fold
         "seqs": [],
     }
 
@@ -119,16 +119,19 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
     """The views of the memories `ids` after `entries` (in seq order); stored ones only."""
     views: dict[str, dict[str, Any]] = {}
     wanted = set(ids)
+    # Every entry about a memory, even one that precedes its store (as the touches table has it).
+    seqs: dict[str, list[int]] = {i: [] for i in wanted}
+    # Edges likewise: the projection keeps a link whether or not its ends exist yet.
+    links: dict[str, dict[str, list[dict[str, Any]]]] = {i: {"outgoing": [], "incoming": []} for i in wanted}
     for e in entries:
         d = e.data
-        touched = [i for i in touched_ids(e.type, d) if i in wanted]
+        for i in touched_ids(e.type, d):
+            if i in wanted:
+                seqs[i].append(e.seq)
         if e.type == "memory.stored":
             mid = _id(d.get("id"))
             if mid in wanted and mid not in views:
                 views[mid] = _new_view(e, d, mid)
-        for i in touched:
-            if i in views:
-                views[i]["seqs"].append(e.seq)
         target = views.get(_id(d.get("id")))
         if e.type == "memory.updated" and target is not None:
             _updated(target, e, d)
@@ -160,10 +163,13 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
                 "metadata": to_jsonable(d.get("metadata")) if isinstance(d.get("metadata"), dict) else {},
                 "created_at": e.ts,
             }
-            if edge["src"] in views:
-                views[edge["src"]]["links"]["outgoing"].append(edge)
-            if edge["dst"] in views:
-                views[edge["dst"]]["links"]["incoming"].append(edge)
+            if edge["src"] in wanted:
+                links[edge["src"]]["outgoing"].append(edge)
+            if edge["dst"] in wanted:
+                links[edge["dst"]]["incoming"].append(edge)
+    for mid, v in views.items():
+        v["seqs"] = seqs[mid]
+        v["links"] = links[mid]
     return views
 
 

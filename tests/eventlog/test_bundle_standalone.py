@@ -1,0 +1,149 @@
+"""The offline verifier runs where only cbor2 and pynacl are installed.
+
+The test builds (once, cached in the gitignored `.venv-verifier/`) a venv
+with nothing but cbor2 and pynacl from the registry, and runs
+`python -m mnemolog.eventlog.bundle` there with PYTHONPATH pointing at a
+temporary tree that holds only `mnemolog/eventlog`: any other import
+(DuckDB, pyarrow, pydantic, click, another mnemolog package) would fail.
+It skips, with the pip output as the reason, only when pip cannot reach
+the registry.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mnemolog.eventlog.keys import SigningKey
+from mnemolog.substrate import forensics
+from mnemolog.substrate.api import Substrate
+from tests.support.forensic_data import atomised_home
+
+REPO = Path(__file__).resolve().parents[2]
+VENV = REPO / ".venv-verifier"
+PACKAGES = ("cbor2", "pynacl")
+
+
+def ensure_verifier_venv() -> tuple[Path | None, str]:
+    python = VENV / "bin" / "python"
+    stamp = VENV / ".installed"
+    if stamp.exists() and python.exists():
+        return python, ""
+    VENV.mkdir(exist_ok=True)
+    with open(VENV / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists() and python.exists():
+            return python, ""
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        steps = [
+            [sys.executable, "-m", "venv", str(VENV)],
+            [str(python), "-m", "pip", "install", "-q", "--timeout", "30", "--retries", "1", *PACKAGES],
+        ]
+        for cmd in steps:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+            if proc.returncode != 0:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+                return None, f"`{' '.join(cmd[2:4])} ...` failed: {' | '.join(tail)}"
+        stamp.write_text(" ".join(PACKAGES) + "\n")
+    return python, ""
+
+
+@pytest.fixture(scope="module")
+def verifier_python() -> Path:
+    python, why = ensure_verifier_venv()
+    if python is None:
+        pytest.skip(f"cannot build the cbor2+pynacl venv (no registry?): {why}")
+    return python
+
+
+@pytest.fixture(scope="module")
+def only_eventlog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("standalone")
+    (root / "mnemolog").mkdir()
+    (root / "mnemolog" / "eventlog").symlink_to(REPO / "eventlog", target_is_directory=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def bundle_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    d = tmp_path_factory.mktemp("bundle")
+    a = atomised_home(d / "home")
+    with Substrate.open(a.home, long_lived=False) as sub:
+        ex = forensics.export_bundle(sub, a.atoms[0])
+        vkey = sub.log.key_history()[0].key.vkey()
+    path = d / "bundle.tar"
+    path.write_bytes(ex.data)
+    yield path, vkey
+
+
+def run(python: Path, tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin"), "PYTHONPATH": str(tree), "PYTHONNOUSERSITE": "1"}
+    return subprocess.run(
+        [str(python), "-s", "-m", "mnemolog.eventlog.bundle", *args],  # -s: no user site-packages
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tree,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_the_venv_really_lacks_the_heavy_packages(verifier_python: Path) -> None:
+    proc = subprocess.run(
+        [str(verifier_python), "-c", "import duckdb"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", "")},
+        check=False,
+    )
+    assert proc.returncode != 0
+    for mod in ("pyarrow", "pydantic", "click"):
+        p = subprocess.run([str(verifier_python), "-c", f"import {mod}"], capture_output=True, check=False)
+        assert p.returncode != 0, mod
+
+
+def test_standalone_verifier_passes(
+    verifier_python: Path, only_eventlog: Path, bundle_file: tuple[Path, str]
+) -> None:
+    path, vkey = bundle_file
+    proc = run(verifier_python, only_eventlog, str(path), "--trusted-key", vkey, "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["ok"] is True and out["trust"]["pinned"] is True
+    assert "parquet" in out["checks"] and "inclusion_proofs" in out["checks"]
+    text = run(verifier_python, only_eventlog, str(path))
+    assert text.returncode == 0, text.stderr
+    assert "NOT pinned" in text.stdout
+
+
+def test_standalone_verifier_fails_with_exit_8(
+    verifier_python: Path, only_eventlog: Path, bundle_file: tuple[Path, str], tmp_path: Path
+) -> None:
+    path, _ = bundle_file
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(bytes(data))
+    proc = run(verifier_python, only_eventlog, str(bad), "--json")
+    assert proc.returncode == 8, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["ok"] is False and out["exit_code"] == 8
+    assert out["details"]["check"]
+    assert "Traceback" not in proc.stderr
+    stranger = SigningKey.generate("x").verifier.vkey()
+    proc = run(verifier_python, only_eventlog, str(path), "--trusted-key", stranger)
+    assert proc.returncode == 8
+    assert "check=trust.key" in proc.stderr
+    garbage = tmp_path / "garbage.tar"
+    garbage.write_bytes(b"\x1f\x8b" + bytes(2000))
+    proc = run(verifier_python, only_eventlog, str(garbage))
+    assert proc.returncode == 8 and "Traceback" not in proc.stderr
+    assert "compress" in proc.stderr
