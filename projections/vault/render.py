@@ -448,12 +448,14 @@ def _same_bytes(path: Path, data: bytes) -> bool | None:
     """True/False for a regular file with equal/different bytes; None when nothing is there."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+            return False
+        with open(path, "rb") as fh:
+            return fh.read(len(data) + 1) == data
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
-        return False
-    with open(path, "rb") as fh:
-        return fh.read(len(data) + 1) == data
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc}") from exc
 
 
 def render_vault(
@@ -489,7 +491,10 @@ def render_vault(
     written = []
     for rel, data in files.items():
         if state[rel] is not True:
-            atomic_write(agent_dir / rel, data)
+            try:
+                atomic_write(agent_dir / rel, data)
+            except OSError as exc:
+                raise StorageError(f"cannot write {agent_dir / rel}: {exc}") from exc
             written.append(f"{agent}/{rel}")
     removed = []
     touched_dirs = set()

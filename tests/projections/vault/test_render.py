@@ -372,3 +372,12 @@ def test_any_records_render_a_valid_deterministic_vault(rs: list[NoteRecord]) ->
             name = rel.rsplit("/", 1)[-1]
             if rel.startswith("agent/memory/") and not name.startswith("INDEX"):
                 assert naming.parse_note_filename(name) is not None
+
+
+def test_unwritable_target_is_a_storage_error(tmp_path: Path) -> None:
+    from mnemolog.eventlog.errors import StorageError
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a/memory").write_text("a file where a directory belongs")
+    with pytest.raises(StorageError, match="cannot write"):
+        render_vault(tmp_path, "a", [rec("m")], overwrite_unmanaged=True)
