@@ -7,17 +7,25 @@ DuckDB without it. A long-running process (an MCP server, a worker) keeps the
 connection open between calls for speed, and releases it
 
   * as soon as another process announces that it is waiting (it creates
-    `projections/.want-<pid>` before blocking on the lock), checked after
+    `projections/.want-<pid>-<n>` before blocking on the lock), checked after
     every session, and
   * after `idle_release_ms` without a session, from a timer thread,
 
-so CLI commands in other processes never wait long. Reopening costs a few
+so CLI commands in other processes never wait long. A process that finds
+someone else's announcement lets them go first instead of racing them for
+the lock it just gave up (flock is not fair, and a busy holder would
+otherwise win almost every time). Announcements of processes that no longer
+exist (killed while waiting) are removed. Reopening costs a few
 milliseconds, and the caller's catch-up brings the tables up to the log.
 """
 
 from __future__ import annotations
 
+import fcntl
+import importlib.util
+import itertools
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,9 +36,40 @@ from typing import Any
 import duckdb
 
 from mnemolog.eventlog.errors import LockTimeout, StorageError
-from mnemolog.eventlog.lock import FileLock
 
 DB_NAME = "mnemolog.duckdb"
+CATALOG = "proj"
+ROW_GROUP_SIZE = 16_384
+WANT_PREFIX = ".want-"
+YIELD_MAX_S = 5.0
+STALE_WANT_S = 600.0
+_store_ids = itertools.count()
+
+
+def _fail_fast_missing_pandas() -> None:
+    """Make DuckDB's per-parameter `import pandas` attempt fail without a search of sys.path.
+
+    The Python binding tries to import pandas for every parameter it binds;
+    when pandas is not installed, each failed import walks sys.path again,
+    which cost 0.35 ms per statement, a third of a store. A None entry in
+    sys.modules is Python's own way to say "not importable": the import
+    fails at once, exactly as it would have failed anyway.
+    """
+    if "pandas" not in sys.modules and importlib.util.find_spec("pandas") is None:
+        sys.modules["pandas"] = None  # type: ignore[assignment]
+
+
+_fail_fast_missing_pandas()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _extension_path(module: str, name: str) -> str | None:
@@ -58,6 +97,58 @@ def load_fts(conn: duckdb.DuckDBPyConnection) -> None:
         ) from exc
 
 
+class ProcessLock:
+    """An exclusive flock on a file, owned by the process rather than by a thread.
+
+    The store's own mutex orders threads; the flock only has to exclude other
+    processes. Unlike `eventlog.lock.FileLock` it may be released by a thread
+    other than the one that took it, which the idle-release timer needs.
+    """
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self, timeout: float | None = None) -> None:
+        if self._fd is not None:
+            raise StorageError("the projection lock is already held by this store")
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open the projection lock {self.path}: {exc}") from exc
+        delay = 0.0005
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise LockTimeout(
+                        f"timed out after {limit:.1f}s waiting for the projection lock "
+                        f"({self.path}); another process holds it",
+                        file=str(self.path),
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.01)
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+
 class ProjectionStore:
     def __init__(
         self,
@@ -68,6 +159,7 @@ class ProjectionStore:
         idle_release_ms: int = 250,
         lock_timeout: float = 60.0,
         threads: int | None = None,
+        memory_limit: str | None = None,
     ) -> None:
         self.dir = directory
         self.path = directory / DB_NAME
@@ -75,26 +167,37 @@ class ProjectionStore:
         self.hold = hold
         self.idle_release = idle_release_ms / 1000.0
         self.threads = threads
-        self._lock = FileLock(directory / ".lock", lock_timeout, "projection lock")
+        self.memory_limit = memory_limit
+        self.lock_timeout = lock_timeout
+        self._lock = ProcessLock(directory / ".lock", lock_timeout)
         self._conn: duckdb.DuckDBPyConnection | None = None
         self._mutex = threading.RLock()
         self._last_used = 0.0
         self._depth = 0
         self._closed = False
         self._timer: threading.Thread | None = None
-        self._want = directory / f".want-{os.getpid()}"
+        # Unique per store, so that two stores of one process see each other waiting.
+        self._want = directory / f"{WANT_PREFIX}{os.getpid()}-{next(_store_ids)}"
 
     # -- sessions ------------------------------------------------------------
 
     @contextmanager
-    def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The connection, with the lock held, for the duration of the block."""
+    def session(self, *, fresh: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The connection, with the lock held, for the duration of the block.
+
+        `fresh=True` deletes the database file first (under the lock), so the
+        block starts from an empty database.
+        """
         with self._mutex:
             if self._closed:
                 raise StorageError("the projection store is closed")
+            if fresh:
+                if self._depth:
+                    raise StorageError("cannot start a fresh projection database inside a session")
+                self._release()
             self._depth += 1
             try:
-                conn = self._ensure_open()
+                conn = self._ensure_open(fresh)
                 yield conn
             finally:
                 self._depth -= 1
@@ -102,10 +205,11 @@ class ProjectionStore:
                 if self._depth == 0 and (not self.hold or self._others_waiting()):
                     self._release()
 
-    def _ensure_open(self) -> duckdb.DuckDBPyConnection:
+    def _ensure_open(self, fresh: bool = False) -> duckdb.DuckDBPyConnection:
         if self._conn is not None:
             return self._conn
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._yield_to_waiters()
         if not self._try_lock():
             self._want.touch()
             try:
@@ -113,17 +217,19 @@ class ProjectionStore:
             finally:
                 self._want.unlink(missing_ok=True)
         try:
+            if fresh:
+                self._delete_files()
             conn = self._connect()
+            try:
+                load_fts(conn)
+                self.on_open(conn)
+            except BaseException:
+                conn.close()
+                raise
         except BaseException:
             self._lock.release()
             raise
-        try:
-            self.on_open(conn)
-        except BaseException:
-            conn.close()
-            self._conn = None
-            self._lock.release()
-            raise
+        self._conn = conn
         if self.hold:
             self._start_timer()
         return conn
@@ -135,32 +241,75 @@ class ProjectionStore:
             return False
         return True
 
+    def _yield_to_waiters(self) -> None:
+        """Let processes already waiting for the lock have it first (for a bounded time)."""
+        deadline = time.monotonic() + min(self.lock_timeout, YIELD_MAX_S)
+        delay = 0.0005
+        while self._others_waiting() and time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+
     def _connect(self) -> duckdb.DuckDBPyConnection:
         config: dict[str, Any] = {}
         if self.threads:
             config["threads"] = self.threads
+        if self.memory_limit:
+            config["memory_limit"] = self.memory_limit
         last: Exception | None = None
         # Another process may have just released the lock while DuckDB's own
         # file lock is still held for a moment: retry briefly.
         for attempt in range(50):
             try:
-                conn = duckdb.connect(str(self.path), config=config)
-                break
+                return self._attach(config)
             except duckdb.IOException as exc:
                 last = exc
+                if "lock" not in str(exc).lower():
+                    break
                 time.sleep(min(0.005 * (attempt + 1), 0.05))
-        else:
-            raise StorageError(f"cannot open {self.path}: {last}", file=str(self.path))
-        load_fts(conn)
-        self._conn = conn
+            except duckdb.Error as exc:
+                last = exc
+                break
+        raise StorageError(
+            f"cannot open the projection database {self.path}: {last} (it is derived data: "
+            "`mnemolog rebuild` recreates it from the log)",
+            file=str(self.path),
+        )
+
+    def _attach(self, config: dict[str, Any]) -> duckdb.DuckDBPyConnection:
+        # Attached rather than opened, for the row-group size: the sorted postings
+        # are pruned by row group, and 122,880-row groups (the default) make a
+        # recall read several times the rows it needs.
+        conn = duckdb.connect(":memory:", config=config)
+        try:
+            path = str(self.path).replace("'", "''")
+            conn.execute(f"ATTACH '{path}' AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
+            conn.execute(f"USE {CATALOG}")
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _others_waiting(self) -> bool:
         try:
             with os.scandir(self.dir) as it:
-                return any(e.name.startswith(".want-") and e.name != self._want.name for e in it)
+                wants = [e for e in it if e.name.startswith(WANT_PREFIX) and e.name != self._want.name]
         except FileNotFoundError:
             return False
+        waiting = False
+        now = time.time()
+        for e in wants:
+            pid = e.name[len(WANT_PREFIX) :].split("-", 1)[0]
+            try:
+                age = now - e.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            # A waiter gives up after its lock timeout, so an older file, or one whose
+            # process is gone (killed while waiting), announces nobody.
+            if (pid.isdigit() and not _pid_alive(int(pid))) or age > STALE_WANT_S:
+                (self.dir / e.name).unlink(missing_ok=True)
+            else:
+                waiting = True
+        return waiting
 
     def _release(self) -> None:
         if self._conn is not None:
@@ -192,11 +341,6 @@ class ProjectionStore:
             self._closed = True
             self._release()
 
-    def delete_database(self) -> None:
-        """Remove the database files (for rebuild); caller must not hold a session."""
-        with self._mutex:
-            self._release()
-            with self._lock:
-                for suffix in ("", ".wal"):
-                    p = Path(str(self.path) + suffix)
-                    p.unlink(missing_ok=True)
+    def _delete_files(self) -> None:
+        for suffix in ("", ".wal"):
+            Path(str(self.path) + suffix).unlink(missing_ok=True)

@@ -1,10 +1,18 @@
 """Keeping the projection database in step with the log: open, catch up, rebuild.
 
 Every session first catches up: it checks that the log still holds the entry
-the projection last applied (same seq, same leaf hash; otherwise it refuses
-to serve and points at `mnemolog rebuild`), then folds the entries after it,
-each batch in one transaction together with the new position. A database
-written by another schema version, or for another log, is rebuilt.
+the projection last applied (same log id, the seq still present, the same
+leaf hash), and otherwise refuses to serve with ProjectionDiverged, which
+points at `mnemolog rebuild`: a projection that silently followed a
+replaced or truncated log would answer for history that no longer exists.
+It then folds the entries after it, each batch of CATCH_UP_BATCH entries in
+one transaction together with the new position, so a crash at any moment
+leaves the tables at some applied prefix of the log and the next session
+continues from there. A database written by another SCHEMA_VERSION is
+rebuilt.
+
+`rebuild` starts from an empty database file (dropping tables would leave
+the old file's size behind) and replays the whole log, then sorts the index.
 """
 
 from __future__ import annotations
@@ -21,10 +29,11 @@ from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import schema
 from mnemolog.projections.db import ProjectionStore
-from mnemolog.projections.fold import Fold, Upcast
+from mnemolog.projections.fold import Fold, IndexStats, Upcast
 from mnemolog.projections.text import install_macros
 
 CATCH_UP_BATCH = 50_000
+NOTHING_APPLIED = -1
 
 
 class ProjectionDiverged(StorageError):
@@ -37,19 +46,28 @@ class State:
     last_seq: int
     last_leaf: bytes
     log_id: bytes
+    stats: IndexStats
 
 
 def read_state(conn: duckdb.DuckDBPyConnection) -> State | None:
+    """The recorded position, or None when there is none this version can read."""
     try:
         row = conn.execute(
-            "SELECT version, last_seq, last_leaf, log_id FROM proj_state WHERE name = ?",
-            [schema.STATE_NAME],
-        ).fetchone()
-    except duckdb.CatalogException:
+            """SELECT version, last_seq, last_leaf, log_id, docs, total_len, main_rows, delta_rows,
+                      dead_docs FROM proj_state"""
+        ).fetchall()
+    except duckdb.Error:
+        return None  # no table, or an older version's columns
+    if len(row) != 1:
         return None
-    if row is None:
-        return None
-    return State(int(row[0]), int(row[1]), bytes(row[2]), bytes(row[3]))
+    r = row[0]
+    return State(
+        int(r[0]),
+        int(r[1]),
+        bytes(r[2]),
+        bytes(r[3]),
+        IndexStats(int(r[4]), int(r[5]), int(r[6]), int(r[7]), int(r[8])),
+    )
 
 
 class Projections:
@@ -62,12 +80,17 @@ class Projections:
         hold: bool = False,
         idle_release_ms: int = 250,
         progress: bool | None = None,
+        memory_limit: str | None = None,
     ) -> None:
         self.log = log
         self.upcast = upcast
         self.progress = progress
         self.store = ProjectionStore(
-            directory, on_open=self._on_open, hold=hold, idle_release_ms=idle_release_ms
+            directory,
+            on_open=self._on_open,
+            hold=hold,
+            idle_release_ms=idle_release_ms,
+            memory_limit=memory_limit,
         )
 
     def _on_open(self, conn: duckdb.DuckDBPyConnection) -> None:
@@ -90,48 +113,65 @@ class Projections:
         with self.store.session() as conn:
             yield conn
 
-    def catch_up(self, conn: duckdb.DuckDBPyConnection) -> int:
-        """Fold what the projection has not seen yet; return how many entries were applied."""
+    def _check(self, st: State, size: int) -> None:
+        log = self.log
+        if st.log_id != log.log_id:
+            raise ProjectionDiverged(
+                f"the projection was built from log {st.log_id.hex()}, but the home's log is "
+                f"{log.log_id.hex()}: the log was replaced; run `mnemolog rebuild`",
+                expected=st.log_id.hex(),
+                found=log.log_id.hex(),
+            )
+        if st.last_seq == NOTHING_APPLIED:
+            return
+        if st.last_seq >= size:
+            raise ProjectionDiverged(
+                f"the projection has applied entry {st.last_seq} but the log has only {size} "
+                "entries: the log was replaced or truncated; run `mnemolog rebuild`",
+                seq=st.last_seq,
+                found=size,
+            )
+        leaf = log.leaf(st.last_seq)
+        if leaf != st.last_leaf:
+            raise ProjectionDiverged(
+                f"entry {st.last_seq} in the log is not the one the projection applied "
+                "(leaf hash differs): the log was replaced; run `mnemolog rebuild`",
+                seq=st.last_seq,
+                expected=st.last_leaf.hex(),
+                found=leaf.hex(),
+            )
+
+    def catch_up(self, conn: duckdb.DuckDBPyConnection, *, compact: bool = False) -> int:
+        """Fold what the projection has not seen yet; return how many entries were applied.
+
+        `compact=True` sorts the whole index at the end whatever its state (rebuild).
+        """
         log = self.log
         size = log.refresh()
         st = read_state(conn)
-        if st is None or st.version != schema.SCHEMA_VERSION or st.log_id != log.log_id:
-            self._reset(conn)
-            start = 0
-        else:
-            if st.last_seq >= size:
-                raise ProjectionDiverged(
-                    f"the projection has applied entry {st.last_seq} but the log has only {size} "
-                    "entries: the log was replaced or truncated; run `mnemolog rebuild`",
-                    seq=st.last_seq,
-                )
-            leaf = log.leaf(st.last_seq)
-            if leaf != st.last_leaf:
-                raise ProjectionDiverged(
-                    f"entry {st.last_seq} in the log is not the one the projection applied "
-                    "(leaf hash differs); run `mnemolog rebuild`",
-                    seq=st.last_seq,
-                    expected=st.last_leaf.hex(),
-                    found=leaf.hex(),
-                )
-            start = st.last_seq + 1
+        if st is None or st.version != schema.SCHEMA_VERSION:
+            st = self._reset(conn)
+        self._check(st, size)
+        start = st.last_seq + 1
         if start >= size:
             return 0
         prog = Progress(
             "replaying log", size - start, enabled=self.progress if size - start > 10_000 else False
         )
+        fold = Fold(conn, self.upcast, st.stats)
         applied = 0
         try:
             for lo in range(start, size, CATCH_UP_BATCH):
                 hi = min(lo + CATCH_UP_BATCH, size)
                 conn.execute("BEGIN TRANSACTION")
                 try:
-                    fold = Fold(conn, self.upcast)
                     last = fold.apply(log.iter_entries(lo, hi))
-                    if fold.needs_compaction():
+                    # Compaction only at the end: within a long catch-up the delta would
+                    # otherwise be merged (and the main table rewritten) over and over.
+                    if hi == size and (compact or fold.needs_compaction()):
                         fold.compact()
                     if last is not None:
-                        self._save_state(conn, last.seq, last.leaf)
+                        self._save_state(conn, last.seq, last.leaf, fold.stats)
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
@@ -142,24 +182,34 @@ class Projections:
             prog.close()
         return applied
 
-    def _save_state(self, conn: duckdb.DuckDBPyConnection, seq: int, leaf: bytes) -> None:
+    def _save_state(self, conn: duckdb.DuckDBPyConnection, seq: int, leaf: bytes, s: IndexStats) -> None:
         conn.execute(
-            "INSERT OR REPLACE INTO proj_state VALUES (?, ?, ?, ?, ?)",
-            [schema.STATE_NAME, schema.SCHEMA_VERSION, seq, leaf, self.log.log_id],
+            """UPDATE proj_state SET last_seq = ?, last_leaf = ?, docs = ?, total_len = ?,
+                   main_rows = ?, delta_rows = ?, dead_docs = ?""",
+            [seq, leaf, s.docs, s.total_len, s.main_rows, s.delta_rows, s.dead_docs],
         )
 
-    def _reset(self, conn: duckdb.DuckDBPyConnection) -> None:
-        schema.drop_all(conn)
-        schema.create(conn)
+    def _reset(self, conn: duckdb.DuckDBPyConnection) -> State:
+        """Empty tables of this version, positioned before the first entry of the current log."""
+        st = State(schema.SCHEMA_VERSION, NOTHING_APPLIED, b"", self.log.log_id, IndexStats())
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            schema.drop_all(conn)
+            schema.create(conn)
+            conn.execute(
+                "INSERT INTO proj_state VALUES (?, ?, ?, ?, 0, 0, 0, 0, 0)",
+                [st.version, st.last_seq, st.last_leaf, st.log_id],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return st
 
     def rebuild(self) -> int:
-        """Drop every projection table and replay the whole log."""
-        with self.store.session() as conn:
+        """Replay the whole log into a new database file; return the number of entries."""
+        with self.store.session(fresh=True) as conn:
             self._reset(conn)
-            n = self.catch_up(conn)
-            # Leave the index fully sorted, as an incremental history would after compaction.
-            conn.execute("BEGIN TRANSACTION")
-            Fold(conn, self.upcast).compact()
-            conn.execute("COMMIT")
+            n = self.catch_up(conn, compact=True)
             conn.execute("CHECKPOINT")
             return n

@@ -1,22 +1,35 @@
 """The fold: log entries in, projection rows out, in the transaction that records them.
 
-`Fold.apply` consumes entries in seq order. Inserts (memories, their postings,
-links, touches, atomisation records) are buffered and written in Arrow batches;
-anything that reads or changes existing rows flushes the buffer first, so the
-result is the same whatever the batch size — which is what makes an
-incremental catch-up and a full rebuild give the same answers.
+`Fold.apply` consumes entries in seq order. Inserts (memories with their
+postings, links, touches, atomisation and migration records) are buffered;
+anything that reads or changes existing rows flushes the buffer first, so
+the result is the same whatever the batch size — which is what makes an
+incremental catch-up and a full rebuild give the same answers. A flush of a
+few rows (the store path) is a handful of parameterised statements; a big
+one (catch-up, rebuild) goes through an Arrow batch and the bulk tokenizer.
 
-Search terms go into an inverted index in two tables: `postings`, kept sorted
-by term so DuckDB's zone maps skip to the few row groups a query needs, and
-`postings_delta`, where new documents land. Storing a memory appends to the
-delta (cost independent of the corpus); when the delta outgrows a fraction of
-the main table, `compact` merges them in sorted order and drops postings of
-superseded document versions. Query results never depend on when that ran.
+The fold is total: it never raises on a payload. Entries are signed, but
+`mnemolog log append` can write any map, and one odd entry must not make the
+projection unbuildable. Fields of the wrong type are read the way
+`mnemolog.eventlog.memview` (the bundle's fold) reads them, or ignored.
+
+Search terms go into an inverted index in two tables: `postings`, kept
+sorted by term so DuckDB's zone maps skip to the few row groups a query
+needs, and `postings_delta`, where new documents land. Storing a memory
+appends to the delta, so its cost does not grow with the corpus. Compaction
+rewrites `postings` sorted, folding the delta in and dropping the postings
+of dead document versions. It runs only at the end of a catch-up and only
+when the delta holds more than max(COMPACT_MIN_ROWS, main / COMPACT_FRACTION)
+rows: the main table grows geometrically between compactions, so the work
+per stored memory is constant (amortised), and a compaction is rare — at
+100k memories about one store in 6,000 pays for one, far beyond the 99th
+percentile. Query results never depend on when it ran.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,15 +38,22 @@ import duckdb
 import pyarrow as pa
 
 from mnemolog.eventlog.entry import Entry, to_jsonable
+from mnemolog.projections.schema import visible
+from mnemolog.projections.text import ONE_DOC_POSTINGS, TITLE_WEIGHT, drop_staged, stage_postings
 
 Upcast = Callable[[str, int, dict[str, Any]], dict[str, Any]]
 
 COMPACT_MIN_ROWS = 50_000
 COMPACT_FRACTION = 16
+FLUSH_ROWS = 20_000  # buffered rows that force a flush
+SMALL_FLUSH = 8  # at most this many memories: parameterised statements, no Arrow round trip
+
+INT64 = (-(2**63), 2**63 - 1)
+INT32 = (-(2**31), 2**31 - 1)
 
 MEMORY_COLUMNS = [
     ("id", pa.string()),
-    ("doc", pa.int32()),
+    ("doc", pa.int64()),
     ("namespace", pa.string()),
     ("kind", pa.string()),
     ("title", pa.string()),
@@ -50,10 +70,17 @@ MEMORY_COLUMNS = [
     ("stored_seq", pa.int64()),
 ]
 MEMORY_SCHEMA = pa.schema(MEMORY_COLUMNS)
+_MEMORY_NAMES = [c for c, _ in MEMORY_COLUMNS]
+_INSERT_COLS = ", ".join([*_MEMORY_NAMES, "last_event_seq", "doc_len"])
+_LIST_TYPES = {"tags": "VARCHAR[]", "source_span": "INTEGER[]"}
+# Typed so that an empty list or a NULL binds without guessing.
+_MEMORY_PARAMS = ", ".join(f"?::{_LIST_TYPES[c]}" if c in _LIST_TYPES else "?" for c in _MEMORY_NAMES)
 
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(to_jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(
+        to_jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
+    )
 
 
 def merge_metadata(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -67,9 +94,85 @@ def merge_metadata(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+# -- reading payload fields (total: a wrong type gives the default) -----------
+
+
+def _str_id(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _opt_str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _int(v: Any, lo_hi: tuple[int, int] = INT64) -> int | None:
+    if isinstance(v, int) and not isinstance(v, bool) and lo_hi[0] <= v <= lo_hi[1]:
+        return v
+    return None
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    return None
+
+
+def _tags(v: Any) -> list[str]:
+    return [str(t) for t in v] if isinstance(v, list) else []
+
+
+def _span(v: Any) -> list[int] | None:
+    if not isinstance(v, list) or not v:
+        return None
+    out = [_int(x, INT32) for x in v]
+    return None if any(x is None for x in out) else [x for x in out if x is not None]
+
+
+def _doc_text(title: str | None, content: str) -> str:
+    """The text `text.doc_text` builds in SQL, built here for a parameter."""
+    return " ".join([title or ""] * TITLE_WEIGHT + [content])
+
+
+def touched_ids(type_: str, d: dict[str, Any]) -> list[str]:
+    """The memory ids an entry touches, in a fixed order, without duplicates.
+
+    The same rule as `mnemolog.eventlog.memview.touched_ids`, which the forensic
+    exporter applies to entries; the `touches` table must agree with it.
+    """
+    ids: list[str] = []
+    if type_ == "memory.stored":
+        ids = [_str_id(d.get("id")), _str_id(d.get("atom_of"))]
+    elif type_ in ("memory.updated", "memory.archived", "memory.restored"):
+        ids = [_str_id(d.get("id"))]
+    elif type_ == "link.created":
+        ids = [_str_id(d.get("src")), _str_id(d.get("dst"))]
+    elif type_ in ("atomisation.requested", "atomisation.completed", "atomisation.failed"):
+        ids = [_str_id(d.get("source_id"))]
+        atoms = d.get("atom_ids")
+        if type_ == "atomisation.completed" and isinstance(atoms, list):
+            ids += [_str_id(a) for a in atoms]
+    out: list[str] = []
+    for i in ids:
+        if i and i not in out:
+            out.append(i)
+    return out
+
+
+@dataclass
+class IndexStats:
+    """Corpus statistics kept in proj_state: BM25's N and total length, and the index's parts."""
+
+    docs: int = 0
+    total_len: int = 0
+    main_rows: int = 0
+    delta_rows: int = 0
+    dead_docs: int = 0
+
+
 @dataclass
 class _Buffer:
-    memories: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c, _ in MEMORY_COLUMNS})
+    memories: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in _MEMORY_NAMES})
     ids: set[str] = field(default_factory=set)
     links: list[tuple[int, str, str, str, str, int]] = field(default_factory=list)
     touches: list[tuple[str, int, str]] = field(default_factory=list)
@@ -82,44 +185,32 @@ class _Buffer:
 
 
 class Fold:
-    def __init__(self, conn: duckdb.DuckDBPyConnection, upcast: Upcast) -> None:
+    def __init__(self, conn: duckdb.DuckDBPyConnection, upcast: Upcast, stats: IndexStats) -> None:
         self.conn = conn
         self.upcast = upcast
+        self.stats = stats
         self.buf = _Buffer()
-        self.next_doc = self._counter("next_doc")
-        self.delta_rows = self._counter("delta_rows")
-        self.main_rows = self._counter("main_rows")
-
-    # -- counters ------------------------------------------------------------
-
-    def _counter(self, name: str) -> int:
-        row = self.conn.execute("SELECT value FROM counters WHERE name = ?", [name]).fetchone()
-        return int(row[0]) if row else 0
-
-    def _save_counters(self) -> None:
-        for name, value in (
-            ("next_doc", self.next_doc),
-            ("delta_rows", self.delta_rows),
-            ("main_rows", self.main_rows),
-        ):
-            self.conn.execute("INSERT OR REPLACE INTO counters VALUES (?, ?)", [name, value])
 
     # -- the fold ------------------------------------------------------------
 
     def apply(self, entries: Iterable[Entry]) -> Entry | None:
         """Fold entries into the tables (caller owns the transaction); return the last one."""
         last: Entry | None = None
+        buf = self.buf
         for e in entries:
-            data = self.upcast(e.type, e.tv, e.data)
+            data = e.data
             handler = _HANDLERS.get(e.type)
             if handler is not None:
-                handler(self, e, data)
-            self.buf.counts[e.type] = self.buf.counts.get(e.type, 0) + 1
+                data = self.upcast(e.type, e.tv, data)
+                if isinstance(data, dict):
+                    handler(self, e, data)
+                    for mid in touched_ids(e.type, data):
+                        buf.touches.append((mid, e.seq, e.type))
+            buf.counts[e.type] = buf.counts.get(e.type, 0) + 1
             last = e
-            if len(self.buf) >= 20_000:
+            if len(buf) >= FLUSH_ROWS:
                 self.flush()
         self.flush()
-        self._save_counters()
         return last
 
     def flush(self) -> None:
@@ -144,95 +235,120 @@ class Fold:
             b.migrations = []
         if b.counts:
             for t, n in b.counts.items():
-                self.conn.execute(
-                    "INSERT INTO event_counts VALUES (?, ?) "
-                    "ON CONFLICT (type) DO UPDATE SET n = event_counts.n + excluded.n",
-                    [t, n],
-                )
+                row = self.conn.execute("UPDATE event_counts SET n = n + ? WHERE type = ?", [n, t]).fetchone()
+                if not row or not row[0]:
+                    self.conn.execute("INSERT INTO event_counts VALUES (?, ?)", [t, n])
             b.counts = {}
 
     def _insert_rows(self, table: str, cols: list[str], rows: list[tuple[Any, ...]]) -> None:
+        conn = self.conn
+        if len(rows) <= SMALL_FLUSH:
+            one = "(" + ", ".join("?" * len(cols)) + ")"
+            conn.execute(
+                f"INSERT INTO {table} ({', '.join(cols)}) VALUES {', '.join([one] * len(rows))}",
+                [v for r in rows for v in r],
+            )
+            return
         arrays = list(zip(*rows, strict=True))
         tbl = pa.table({c: list(a) for c, a in zip(cols, arrays, strict=True)})
-        self.conn.register("ml_rows", tbl)
+        conn.register("ml_rows", tbl)
         try:
-            self.conn.execute(
-                f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM ml_rows"
-            )
+            conn.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM ml_rows")
         finally:
-            self.conn.unregister("ml_rows")
+            conn.unregister("ml_rows")
 
     def _flush_memories(self) -> None:
         b = self.buf
-        tbl = pa.table(b.memories, schema=MEMORY_SCHEMA)
-        b.memories = {c: [] for c, _ in MEMORY_COLUMNS}
+        cols = b.memories
+        b.memories = {c: [] for c in _MEMORY_NAMES}
         b.ids = set()
+        if len(cols["id"]) <= SMALL_FLUSH:
+            for i in range(len(cols["id"])):
+                self._insert_memory([cols[c][i] for c in _MEMORY_NAMES])
+        else:
+            self._insert_memories(pa.table(cols, schema=MEMORY_SCHEMA))
+
+    def _insert_memory(self, row: list[Any]) -> None:
+        """One memory and its postings: the store path, a few statements, no staging tables."""
+        conn = self.conn
+        if conn.execute("SELECT 1 FROM memories WHERE id = ?", [row[0]]).fetchone():
+            return  # a repeated id: the first store wins and this version never goes live
+        dl = self._add_postings(row[1], row[4], row[5])
+        conn.execute(
+            f"INSERT INTO memories ({_INSERT_COLS}) VALUES ({_MEMORY_PARAMS}, ?, ?)", [*row, row[-1], dl]
+        )
+        self.stats.docs += 1
+        self.stats.total_len += dl
+
+    def _add_postings(self, doc: int, title: str | None, content: str) -> int:
+        """Index one document version; returns its length in terms."""
+        rows = self.conn.execute(
+            f"INSERT INTO postings_delta {ONE_DOC_POSTINGS} RETURNING dl",
+            [_doc_text(title, content), doc],
+        ).fetchall()
+        self.stats.delta_rows += len(rows)
+        return int(rows[0][0]) if rows else 0
+
+    def _insert_memories(self, tbl: pa.Table) -> None:
+        """Many memories at once: Arrow in, the bulk tokenizer, set-based inserts."""
         conn = self.conn
         conn.register("ml_rows", tbl)
         try:
-            conn.execute(
-                "CREATE OR REPLACE TEMP TABLE ml_stage AS "
-                "SELECT *, ml_doc_terms(title, content) AS terms FROM ml_rows"
-            )
+            conn.execute("CREATE OR REPLACE TEMP TABLE ml_stage AS SELECT * FROM ml_rows")
         finally:
             conn.unregister("ml_rows")
-        conn.execute(
-            """INSERT INTO memories (id, doc, namespace, kind, title, content, tags, confidence,
-                source, metadata, created_at, updated_at, last_seen, atom_of, source_span,
-                stored_seq, last_event_seq, doc_len)
-               SELECT id, doc, namespace, kind, title, content, tags, confidence, source, metadata,
-                created_at, updated_at, last_seen, atom_of, source_span, stored_seq, stored_seq,
-                len(terms) FROM ml_stage"""
-        )
-        row = conn.execute(
-            """INSERT INTO postings_delta SELECT term, doc, count(*)::INTEGER
-               FROM (SELECT doc, unnest(terms) AS term FROM ml_stage) GROUP BY term, doc"""
-        ).fetchone()
-        self.delta_rows += int(row[0]) if row else 0
+        stage_postings(conn, "ml_stage")
+        inserted = conn.execute(
+            f"""INSERT OR IGNORE INTO memories ({_INSERT_COLS})
+                SELECT {", ".join("s." + c for c in _MEMORY_NAMES)}, s.stored_seq, d.dl
+                FROM ml_stage s JOIN ml_dl d USING (doc) ORDER BY s.doc
+                RETURNING doc, doc_len"""
+        ).fetchall()
+        self.stats.docs += len(inserted)
+        self.stats.total_len += sum(int(r[1]) for r in inserted)
+        if len(inserted) < tbl.num_rows:
+            # Repeated ids: their versions never go live; their postings are dead on arrival.
+            live = {int(r[0]) for r in inserted}
+            dups = [d for d in tbl.column("doc").to_pylist() if d not in live]
+            self._insert_rows("dead", ["doc"], [(d,) for d in dups])
+            self.stats.dead_docs += len(dups)
+        row = conn.execute("INSERT INTO postings_delta SELECT term, doc, tf, dl FROM ml_post").fetchone()
+        self.stats.delta_rows += int(row[0]) if row else 0
+        drop_staged(conn)
         conn.execute("DROP TABLE ml_stage")
 
     # -- handlers --------------------------------------------------------------
 
-    def _exists(self, memory_id: str) -> bool:
-        if memory_id in self.buf.ids:
-            return True
-        row = self.conn.execute("SELECT 1 FROM memories WHERE id = ?", [memory_id]).fetchone()
-        return row is not None
-
     def stored(self, e: Entry, d: dict[str, Any]) -> None:
-        mid = str(d.get("id", ""))
-        if not mid or self._exists(mid):
+        mid = _str_id(d.get("id"))
+        if not mid or mid in self.buf.ids:
             return  # a repeated id never replaces the first memory (first write wins)
         m = self.buf.memories
-        span = d.get("source_span")
         m["id"].append(mid)
-        m["doc"].append(self.next_doc)
-        self.next_doc += 1
+        m["doc"].append(e.seq)
         m["namespace"].append(str(d.get("namespace", "default")))
         m["kind"].append(str(d.get("kind", "observation")))
-        m["title"].append(d.get("title"))
+        m["title"].append(_opt_str(d.get("title")))
         m["content"].append(str(d.get("content", "")))
-        m["tags"].append([str(t) for t in d.get("tags", [])])
-        conf = d.get("confidence")
-        m["confidence"].append(float(conf) if conf is not None else None)
-        m["source"].append(d.get("source"))
-        m["metadata"].append(canonical_json(d.get("metadata") or {}))
-        m["created_at"].append(int(d.get("created_at") or e.ts))
+        m["tags"].append(_tags(d.get("tags")))
+        m["confidence"].append(_float(d.get("confidence")))
+        m["source"].append(_opt_str(d.get("source")))
+        meta = d.get("metadata")
+        m["metadata"].append(canonical_json(meta if isinstance(meta, dict) else {}))
+        m["created_at"].append(_int(d.get("created_at")) or e.ts)
         m["updated_at"].append(e.ts)
-        m["last_seen"].append(d.get("last_seen"))
-        m["atom_of"].append(d.get("atom_of"))
-        m["source_span"].append(list(span) if span else None)
+        m["last_seen"].append(_int(d.get("last_seen")))
+        atom_of = d.get("atom_of")
+        m["atom_of"].append(atom_of if isinstance(atom_of, str) and atom_of else None)
+        m["source_span"].append(_span(d.get("source_span")))
         m["stored_seq"].append(e.seq)
         self.buf.ids.add(mid)
-        self.buf.touches.append((mid, e.seq, e.type))
-        if d.get("atom_of"):
-            self.buf.touches.append((str(d["atom_of"]), e.seq, e.type))
 
     def updated(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()
-        mid = str(d.get("id", ""))
+        mid = _str_id(d.get("id"))
         row = self.conn.execute(
-            "SELECT metadata, title, content FROM memories WHERE id = ?", [mid]
+            "SELECT metadata, title, content, doc, doc_len FROM memories WHERE id = ?", [mid]
         ).fetchone()
         if row is None:
             return
@@ -242,39 +358,45 @@ class Fold:
             if d.get(col) is not None:
                 sets.append(f"{col} = ?")
                 args.append(str(d[col]))
-        if d.get("confidence") is not None:
+        conf = _float(d.get("confidence"))
+        if conf is not None:
             sets.append("confidence = ?")
-            args.append(float(d["confidence"]))
-        if d.get("last_seen") is not None:
+            args.append(conf)
+        seen = _int(d.get("last_seen"))
+        if seen is not None:
             sets.append("last_seen = ?")
-            args.append(int(d["last_seen"]))
-        if d.get("tags") is not None:
-            sets.append("tags = ?")
-            args.append([str(t) for t in d["tags"]])
-        if d.get("metadata") is not None:
+            args.append(seen)
+        if isinstance(d.get("tags"), list):
+            sets.append("tags = ?::VARCHAR[]")
+            args.append(_tags(d["tags"]))
+        if isinstance(d.get("metadata"), dict):
             sets.append("metadata = ?")
             args.append(canonical_json(merge_metadata(json.loads(row[0]), d["metadata"])))
-        title = d["title"] if "title" in d and d["title"] is not None else row[1]
-        content = d["content"] if d.get("content") is not None else row[2]
+        title = str(d["title"]) if d.get("title") is not None else row[1]
+        content = str(d["content"]) if d.get("content") is not None else row[2]
         if title != row[1] or content != row[2]:
-            # A new document version: its postings go in under a fresh ordinal; the old
-            # version's postings are dead from now on and dropped at compaction.
-            doc = self.next_doc
-            self.next_doc += 1
-            sets += ["title = ?", "content = ?", "doc = ?", "doc_len = len(ml_doc_terms(?, ?))"]
-            args += [title, content, doc, title, content]
-            r = self.conn.execute(
-                """INSERT INTO postings_delta SELECT term, ?, count(*)::INTEGER
-                   FROM (SELECT unnest(ml_doc_terms(?, ?)) AS term) GROUP BY term""",
-                [doc, title, content],
-            ).fetchone()
-            self.delta_rows += int(r[0]) if r else 0
+            # A new document version under the update's seq; the old one is dead
+            # from now on and its postings are dropped at the next compaction.
+            dl = self._add_postings(e.seq, title, content)
+            self._insert_rows("dead", ["doc"], [(int(row[3]),)])
+            self.stats.dead_docs += 1
+            self.stats.total_len += dl - int(row[4])
+            sets += ["title = ?", "content = ?", "doc = ?", "doc_len = ?"]
+            args += [title, content, e.seq, dl]
+            self.conn.execute("UPDATE hidden SET doc = ? WHERE id = ?", [e.seq, mid])
         self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])
-        self.buf.touches.append((mid, e.seq, e.type))
+
+    def _refresh_hidden(self, mid: str) -> None:
+        """Re-evaluate the archive guard for one memory after its signals changed."""
+        self.conn.execute("DELETE FROM hidden WHERE id = ?", [mid])
+        self.conn.execute(
+            f"INSERT INTO hidden SELECT m.id, m.doc FROM memories m WHERE m.id = ? AND NOT {visible('m')}",
+            [mid],
+        )
 
     def archived(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()
-        mid = str(d.get("id", ""))
+        mid = _str_id(d.get("id"))
         if d.get("by") == "atomisation":
             self.conn.execute(
                 "UPDATE memories SET atomisation_archived_at = ?, last_event_seq = ? WHERE id = ?",
@@ -283,54 +405,59 @@ class Fold:
         else:
             self.conn.execute(
                 "UPDATE memories SET archived_at = ?, archive_reason = ?, last_event_seq = ? WHERE id = ?",
-                [e.ts, d.get("reason"), e.seq, mid],
+                [e.ts, _opt_str(d.get("reason")), e.seq, mid],
             )
-        self.buf.touches.append((mid, e.seq, e.type))
+        self._refresh_hidden(mid)
 
     def restored(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()
-        mid = str(d.get("id", ""))
+        mid = _str_id(d.get("id"))
         self.conn.execute(
             "UPDATE memories SET archived_at = NULL, archive_reason = NULL, "
             "atomisation_archived_at = NULL, last_event_seq = ? WHERE id = ?",
             [e.seq, mid],
         )
-        self.buf.touches.append((mid, e.seq, e.type))
+        self._refresh_hidden(mid)
 
     def linked(self, e: Entry, d: dict[str, Any]) -> None:
-        src, dst = str(d.get("src", "")), str(d.get("dst", ""))
+        meta = d.get("metadata")
         self.buf.links.append(
-            (e.seq, src, dst, str(d.get("relation", "")), canonical_json(d.get("metadata") or {}), e.ts)
+            (
+                e.seq,
+                _str_id(d.get("src")),
+                _str_id(d.get("dst")),
+                str(d.get("relation", "")),
+                canonical_json(meta if isinstance(meta, dict) else {}),
+                e.ts,
+            )
         )
-        self.buf.touches.append((src, e.seq, e.type))
-        if dst != src:
-            self.buf.touches.append((dst, e.seq, e.type))
 
     def policy(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()
         ns = str(d.get("namespace", ""))
+        pol = d.get("policy")
         if d.get("cleared"):
             self.conn.execute("DELETE FROM policies WHERE namespace = ?", [ns])
         else:
             self.conn.execute(
                 "INSERT OR REPLACE INTO policies VALUES (?, ?, ?)",
-                [ns, canonical_json(d.get("policy") or {}), e.seq],
+                [ns, canonical_json(pol if isinstance(pol, dict) else {}), e.seq],
             )
 
     def atomisation(self, e: Entry, d: dict[str, Any]) -> None:
         status = e.type.split(".", 1)[1]
-        src = str(d.get("source_id", ""))
-        if status == "completed":
+        src = _str_id(d.get("source_id"))
+        atoms = d.get("atom_ids")
+        if status == "completed" and isinstance(atoms, list):
             self.flush()
-            atoms = d.get("atom_ids") or []
             self.conn.execute(
                 "UPDATE memories SET atomised_into = ?, last_event_seq = ? WHERE id = ?",
                 [len(atoms), e.seq, src],
             )
-            for a in atoms:
-                self.buf.touches.append((str(a), e.seq, e.type))
-        self.buf.atomisations.append((e.seq, src, status, d.get("request_seq"), canonical_json(d), e.ts))
-        self.buf.touches.append((src, e.seq, e.type))
+            self._refresh_hidden(src)
+        self.buf.atomisations.append(
+            (e.seq, src, status, _int(d.get("request_seq")), canonical_json(d), e.ts)
+        )
 
     def migration(self, e: Entry, d: dict[str, Any]) -> None:
         self.buf.migrations.append((e.seq, e.type, str(d.get("run_id", "")), canonical_json(d), e.ts))
@@ -338,26 +465,28 @@ class Fold:
     # -- compaction ------------------------------------------------------------
 
     def needs_compaction(self) -> bool:
-        return self.delta_rows > max(COMPACT_MIN_ROWS, self.main_rows // COMPACT_FRACTION)
+        s = self.stats
+        return s.delta_rows > max(COMPACT_MIN_ROWS, s.main_rows // COMPACT_FRACTION)
 
     def compact(self) -> None:
-        """Merge the delta into the sorted main postings, dropping dead document versions."""
+        """Merge the delta into the main postings, sorted by term, dropping dead document versions."""
         self.flush()
         conn = self.conn
         conn.execute(
             """CREATE OR REPLACE TABLE postings_new AS
-               SELECT p.term, p.doc, p.tf
-               FROM (SELECT * FROM postings UNION ALL SELECT * FROM postings_delta) p
-               SEMI JOIN memories m ON m.doc = p.doc
-               ORDER BY p.term, p.doc"""
+               SELECT term, doc, tf, dl
+               FROM (SELECT * FROM postings UNION ALL SELECT * FROM postings_delta)
+               WHERE doc NOT IN (SELECT doc FROM dead)
+               ORDER BY term"""
         )
         conn.execute("DROP TABLE postings")
         conn.execute("ALTER TABLE postings_new RENAME TO postings")
         conn.execute("DELETE FROM postings_delta")
+        conn.execute("DELETE FROM dead")
         row = conn.execute("SELECT count(*) FROM postings").fetchone()
-        self.main_rows = int(row[0]) if row else 0
-        self.delta_rows = 0
-        self._save_counters()
+        self.stats.main_rows = int(row[0]) if row else 0
+        self.stats.delta_rows = 0
+        self.stats.dead_docs = 0
 
 
 _HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {

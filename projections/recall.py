@@ -1,10 +1,30 @@
 """Read queries over the projection: recall (BM25, any term), search (all keywords), list, get.
 
-BM25 (k1 = 1.2, b = 0.75) is computed in SQL over the inverted index, with
-document frequencies and corpus statistics taken over live documents only,
-so results do not depend on the physical state of the index. Ties break by
-newest store first, then by id. Reads have no side effects: no access
-counters, no "last recalled" stamps.
+BM25 (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5))) is
+computed in SQL over the inverted index. N and the average document length
+are over every stored memory (archived ones too) and df over live postings
+only, so scores depend on the memories, never on the physical state of the
+index (what is in the delta, what compaction has dropped yet).
+
+Scores are exact: each term's contribution is rounded to a multiple of
+1/SCORE_SCALE, i.e. an integer once scaled, and sums of integers below 2^53
+are exact in floating point in any order. So a score does not depend on the
+order a parallel aggregate happens to add in (float addition is otherwise
+not associative): an incremental catch-up and a rebuild give bit-identical
+scores. (A contribution is at most (k1 + 1) * ln(1 + 2N) < 50 for any N a
+home can hold, and a query has at most MAX_QUERY_TERMS terms: 64 * 50 *
+SCORE_SCALE is far below 2^53.) Ties break by the newest document version first (its
+`doc`, the seq of the event that wrote the text), which is unique.
+
+A query runs in two steps: its terms (the tokenizer macro), then the scoring
+with those terms as constants, which lets DuckDB skip to the row groups of
+the sorted postings that hold them; the rows of the top k are fetched last.
+The archive guard is applied before the top k is cut, as an anti-join with
+`hidden` (the memories the guard hides, usually few) when it is the only
+filter, so an unfiltered recall never reads the memories table beyond its k
+rows; other filters select the allowed memories with the guard itself.
+
+Reads have no side effects: no access counters, no "last recalled" stamps.
 """
 
 from __future__ import annotations
@@ -19,6 +39,7 @@ from mnemolog.projections.schema import visible
 
 K1 = 1.2
 B = 0.75
+SCORE_SCALE = 10**11
 MAX_QUERY_TERMS = 64
 
 MEMORY_FIELDS = [
@@ -55,6 +76,11 @@ class Filters:
     include_archived: bool = False
     atom_of: str | None = None
 
+    @property
+    def only_guard(self) -> bool:
+        """True when nothing but the archive guard (if that) restricts the memories."""
+        return self.namespace is None and not self.kinds and not self.tags and self.atom_of is None
+
     def sql(self, alias: str = "m") -> tuple[str, list[Any]]:
         clauses: list[str] = []
         args: list[Any] = []
@@ -71,7 +97,7 @@ class Filters:
             clauses.append(f"{alias}.kind IN ({', '.join('?' * len(self.kinds))})")
             args += list(self.kinds)
         if self.tags:
-            clauses.append(f"list_has_all({alias}.tags, ?)")
+            clauses.append(f"list_has_all({alias}.tags, ?::VARCHAR[])")
             args.append(list(self.tags))
         if self.atom_of is not None:
             clauses.append(f"{alias}.atom_of = ?")
@@ -88,99 +114,140 @@ def row_to_memory(row: tuple[Any, ...]) -> dict[str, Any]:
     return m
 
 
+def _distinct(values: list[str] | None) -> list[str]:
+    seen: dict[str, None] = {}
+    for t in values or []:
+        seen.setdefault(t, None)
+    return list(seen)[:MAX_QUERY_TERMS]
+
+
 def query_terms(conn: duckdb.DuckDBPyConnection, text: str) -> list[str]:
     """The distinct search terms of a query, in query order."""
     row = conn.execute("SELECT ml_terms(?)", [text]).fetchone()
-    seen: dict[str, None] = {}
-    for t in (row[0] if row else None) or []:
-        seen.setdefault(t, None)
-    return list(seen)[:MAX_QUERY_TERMS]
+    return _distinct(row[0] if row else None)
 
 
 def query_words(conn: duckdb.DuckDBPyConnection, text: str) -> list[str]:
+    """The distinct words of a query (stop words kept, not stemmed), in query order."""
     row = conn.execute("SELECT ml_words(?)", [text]).fetchone()
-    seen: dict[str, None] = {}
-    for t in (row[0] if row else None) or []:
-        seen.setdefault(t, None)
-    return list(seen)[:MAX_QUERY_TERMS]
+    return _distinct(row[0] if row else None)
 
 
-def _bm25(
+def _restriction(filters: Filters) -> tuple[str, list[Any]]:
+    """A join (on postings `l`) that keeps only postings of memories the filters allow."""
+    if filters.only_guard:
+        if filters.include_archived:
+            return "", []
+        return "ANTI JOIN hidden r ON r.doc = l.doc", []
+    where, args = filters.sql("m")
+    return f"SEMI JOIN (SELECT m.doc FROM memories m WHERE {where}) r ON r.doc = l.doc", args
+
+
+def _scored(
     conn: duckdb.DuckDBPyConnection,
     terms: list[str],
     filters: Filters,
-    limit: int,
     *,
-    require_all: bool = False,
-    words: list[str] | None = None,
-) -> list[tuple[dict[str, Any], float]]:
-    if not terms and not words:
-        return []
-    where, args = filters.sql("m")
-    having = ""
-    if require_all and terms:
-        having = f"HAVING count(DISTINCT live.term) = {len(terms)}"
-    exact = ""
-    exact_args: list[Any] = []
-    if words:
-        # Exact keywords: each must be a whole word of the title or content.
-        exact = " AND list_has_all(ml_words(coalesce(m.title, '') || ' ' || m.content), ?)"
-        exact_args = [words]
-    if not terms:
-        # Only stop words were given (search "to be"): no index to narrow with, so scan.
-        sql = f"""SELECT {_SELECT}, 0.0 AS score FROM memories m
-                  WHERE {where}{exact}
-                  ORDER BY m.stored_seq DESC, m.id LIMIT ?"""
-        rows = conn.execute(sql, [*args, *exact_args, limit]).fetchall()
-        return [(row_to_memory(r[:-1]), float(r[-1])) for r in rows]
+    limit: int | None,
+    require_all: bool,
+) -> list[tuple[int, int]]:
+    """(doc, score as an integer multiple of 1/SCORE_SCALE), best first."""
     ph = ", ".join("?" * len(terms))
+    restrict, rargs = _restriction(filters)
+    dead = conn.execute("SELECT dead_docs FROM proj_state").fetchone()
+    live = "p ANTI JOIN dead USING (doc)" if dead and dead[0] else "p"
+    having = f"HAVING count(*) = {len(terms)}" if require_all else ""
+    cut = "LIMIT ?" if limit is not None else ""
     sql = f"""
-        WITH p AS (
-            SELECT term, doc, tf FROM postings WHERE term IN ({ph})
+        WITH st AS (
+            SELECT docs::DOUBLE AS n, greatest(total_len, 1)::DOUBLE / greatest(docs, 1) AS avgdl
+            FROM proj_state),
+        p AS (
+            SELECT term, doc, tf, dl FROM postings WHERE term IN ({ph})
             UNION ALL
-            SELECT term, doc, tf FROM postings_delta WHERE term IN ({ph})
-        ),
-        live AS (SELECT p.term, p.doc, p.tf, m.doc_len FROM p JOIN memories m ON m.doc = p.doc),
-        df AS (SELECT term, count(*) AS df FROM live GROUP BY term),
-        st AS (SELECT count(*)::DOUBLE AS n, greatest(coalesce(avg(doc_len), 1), 1)::DOUBLE AS avgdl
-               FROM memories),
+            SELECT term, doc, tf, dl FROM postings_delta WHERE term IN ({ph})),
+        live AS MATERIALIZED (SELECT term, doc, tf, dl FROM {live}),
+        df AS (SELECT term, count(*)::DOUBLE AS df FROM live GROUP BY term),
         scored AS (
-            SELECT live.doc,
-                   list_sum(list(
-                       ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
-                       * live.tf * {K1 + 1}
-                       / (live.tf + {K1} * (1 - {B} + {B} * live.doc_len / st.avgdl))
-                       ORDER BY live.term)) AS score
-            FROM live JOIN df USING (term) CROSS JOIN st
-            GROUP BY live.doc {having}
-        )
-        SELECT {_SELECT}, s.score FROM scored s JOIN memories m ON m.doc = s.doc
-        WHERE {where}{exact}
-        ORDER BY s.score DESC, m.stored_seq DESC, m.id
-        LIMIT ?"""
-    rows = conn.execute(sql, [*terms, *terms, *args, *exact_args, limit]).fetchall()
-    return [(row_to_memory(r[:-1]), float(r[-1])) for r in rows]
+            SELECT l.doc,
+                   sum(round(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
+                             * l.tf * {K1 + 1}::DOUBLE
+                             / (l.tf + {K1}::DOUBLE * (1 - {B}::DOUBLE + {B}::DOUBLE * l.dl / st.avgdl))
+                             * {SCORE_SCALE}::DOUBLE)) AS score
+            FROM live l JOIN df USING (term) CROSS JOIN st
+            {restrict}
+            GROUP BY l.doc {having})
+        SELECT doc, score FROM scored ORDER BY score DESC, doc DESC {cut}"""
+    args: list[Any] = [*terms, *terms, *rargs]
+    if limit is not None:
+        args.append(limit)
+    return [(int(d), int(s)) for d, s in conn.execute(sql, args).fetchall()]
+
+
+def _rows(conn: duckdb.DuckDBPyConnection, docs: list[int]) -> dict[int, dict[str, Any]]:
+    if not docs:
+        return {}
+    rows = conn.execute(
+        f"SELECT m.doc, {_SELECT} FROM memories m WHERE m.doc IN ({', '.join('?' * len(docs))})", docs
+    ).fetchall()
+    return {int(r[0]): row_to_memory(r[1:]) for r in rows}
+
+
+def _with_rows(
+    conn: duckdb.DuckDBPyConnection, ranked: list[tuple[int, int]]
+) -> list[tuple[dict[str, Any], float]]:
+    rows = _rows(conn, [d for d, _ in ranked])
+    return [(rows[d], s / SCORE_SCALE) for d, s in ranked if d in rows]
 
 
 def recall(
     conn: duckdb.DuckDBPyConnection, query: str, filters: Filters, limit: int = 10
 ) -> list[tuple[dict[str, Any], float]]:
     """Natural-language recall: rank by any matching term (never all-terms-must-match)."""
-    return _bm25(conn, query_terms(conn, query), filters, limit)
+    terms = query_terms(conn, query)
+    if not terms:
+        return []
+    return _with_rows(conn, _scored(conn, terms, filters, limit=limit, require_all=False))
 
 
 def search(
     conn: duckdb.DuckDBPyConnection, query: str, filters: Filters, limit: int = 10
 ) -> list[tuple[dict[str, Any], float]]:
-    """Keyword search: every keyword must appear as a word; ranked by BM25."""
-    return _bm25(
-        conn,
-        query_terms(conn, query),
-        filters,
-        limit,
-        require_all=True,
-        words=query_words(conn, query),
-    )
+    """Keyword search: every keyword must appear as a whole word; ranked by BM25.
+
+    The index finds the memories holding every keyword's term (stems match
+    more than the words), then the words are checked on the candidates in
+    score order, a growing chunk at a time, until `limit` pass.
+    """
+    words = query_words(conn, query)
+    if not words:
+        return []
+    terms = query_terms(conn, query)
+    check = "list_has_all(ml_words(coalesce(m.title, '') || ' ' || m.content), ?::VARCHAR[])"
+    if not terms:
+        # Only stop words ("to be"): no index to narrow with, so scan.
+        where, args = filters.sql("m")
+        rows = conn.execute(
+            f"SELECT m.doc FROM memories m WHERE {where} AND {check} ORDER BY m.doc DESC LIMIT ?",
+            [*args, words, limit],
+        ).fetchall()
+        return _with_rows(conn, [(int(r[0]), 0) for r in rows])
+    ranked = _scored(conn, terms, filters, limit=None, require_all=True)
+    passed: list[tuple[int, int]] = []
+    pos, chunk = 0, max(limit * 2, 16)
+    while pos < len(ranked) and len(passed) < limit:
+        part = ranked[pos : pos + chunk]
+        ok = {
+            int(r[0])
+            for r in conn.execute(
+                f"SELECT m.doc FROM memories m WHERE m.doc IN ({', '.join('?' * len(part))}) AND {check}",
+                [*[d for d, _ in part], words],
+            ).fetchall()
+        }
+        passed += [x for x in part if x[0] in ok]
+        pos += len(part)
+        chunk *= 4
+    return _with_rows(conn, passed[:limit])
 
 
 def get(conn: duckdb.DuckDBPyConnection, memory_id: str) -> dict[str, Any] | None:
@@ -241,5 +308,6 @@ def stats(conn: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         "index": {
             "postings": one("SELECT count(*) FROM postings"),
             "postings_delta": one("SELECT count(*) FROM postings_delta"),
+            "dead_versions": one("SELECT count(*) FROM dead"),
         },
     }

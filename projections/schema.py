@@ -1,23 +1,35 @@
 """The projection schema (version `SCHEMA_VERSION`) and the archive guard.
 
-All read models of a home live in one DuckDB file and advance together: one
-row of `proj_state` records the last applied seq and its leaf hash, written in
-the same transaction as the rows it accounts for. A code change that alters
-what the fold produces bumps SCHEMA_VERSION; an older database is then
-rebuilt from the log rather than migrated (it is derived data).
+All read models of a home live in one DuckDB file and advance together: the
+one row of `proj_state` records the last applied seq and its leaf hash,
+written in the same transaction as the rows it accounts for, together with
+the corpus statistics BM25 needs (document count, total length) and the size
+of the index's two parts. A code change that alters what the fold produces
+bumps SCHEMA_VERSION; an older database is then rebuilt from the log rather
+than migrated (it is derived data).
+
+A document is one version of a memory's searchable text (title and
+content). Its number `doc` is the seq of the event that wrote that version
+(the store, or the update that changed the text), so it is unique, never
+reused, and the same whether the tables were built incrementally or by a
+rebuild. `dead` lists versions whose postings are no longer live (the text
+was updated, or a repeated store of an existing id was ignored) until
+compaction removes them. `hidden` lists the memories the archive guard
+hides (kept by the fold with the guard itself), so that recall can exclude
+them without evaluating the guard over every memory.
 """
 
 from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 1
-STATE_NAME = "core"
+SCHEMA_VERSION = 2
 
 # The one archive guard (DESIGN §4), shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
 # it — and then only with both signals present, so a half-finished
-# atomisation (one signal only) stays visible.
+# atomisation (one signal only) stays visible. It is never NULL, so
+# NOT (guard) is exactly the hidden set.
 ARCHIVE_GUARD = (
     "({m}.archived_at IS NULL AND NOT (coalesce({m}.atomised_into, 0) > 0 "
     "AND {m}.atomisation_archived_at IS NOT NULL))"
@@ -28,14 +40,16 @@ def visible(alias: str = "m") -> str:
     return ARCHIVE_GUARD.format(m=alias)
 
 
+POSTING_COLUMNS = "term VARCHAR NOT NULL, doc BIGINT NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL"
+
 DDL = [
     """CREATE TABLE IF NOT EXISTS proj_state(
-        name VARCHAR PRIMARY KEY, version INTEGER NOT NULL, last_seq BIGINT NOT NULL,
-        last_leaf BLOB NOT NULL, log_id BLOB NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS counters(name VARCHAR PRIMARY KEY, value BIGINT NOT NULL)""",
+        version INTEGER NOT NULL, last_seq BIGINT NOT NULL, last_leaf BLOB NOT NULL,
+        log_id BLOB NOT NULL, docs BIGINT NOT NULL, total_len BIGINT NOT NULL,
+        main_rows BIGINT NOT NULL, delta_rows BIGINT NOT NULL, dead_docs BIGINT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS memories(
         id VARCHAR PRIMARY KEY,
-        doc INTEGER NOT NULL,
+        doc BIGINT NOT NULL,
         namespace VARCHAR NOT NULL,
         kind VARCHAR NOT NULL,
         title VARCHAR,
@@ -59,10 +73,12 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS links(
         seq BIGINT NOT NULL, src VARCHAR NOT NULL, dst VARCHAR NOT NULL,
         relation VARCHAR NOT NULL, metadata VARCHAR NOT NULL, created_at BIGINT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS postings(term VARCHAR NOT NULL, doc INTEGER NOT NULL,
-        tf INTEGER NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS postings_delta(term VARCHAR NOT NULL, doc INTEGER NOT NULL,
-        tf INTEGER NOT NULL)""",
+    f"CREATE TABLE IF NOT EXISTS postings({POSTING_COLUMNS})",
+    f"CREATE TABLE IF NOT EXISTS postings_delta({POSTING_COLUMNS})",
+    "CREATE TABLE IF NOT EXISTS dead(doc BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS hidden(id VARCHAR NOT NULL, doc BIGINT NOT NULL)",
+    # Recall fetches its top k by doc; without this, every recall would scan the table.
+    "CREATE INDEX IF NOT EXISTS memories_doc ON memories(doc)",
     """CREATE TABLE IF NOT EXISTS policies(namespace VARCHAR PRIMARY KEY, policy VARCHAR NOT NULL,
         seq BIGINT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS atomisations(
@@ -81,14 +97,18 @@ TABLES = [
     "links",
     "postings",
     "postings_delta",
+    "dead",
+    "hidden",
     "policies",
     "atomisations",
     "touches",
     "migrations",
     "event_counts",
-    "counters",
     "proj_state",
 ]
+
+# Tables of earlier schema versions, dropped when a database is reset.
+RETIRED_TABLES = ["counters", "postings_new"]
 
 
 def create(conn: duckdb.DuckDBPyConnection) -> None:
@@ -97,6 +117,5 @@ def create(conn: duckdb.DuckDBPyConnection) -> None:
 
 
 def drop_all(conn: duckdb.DuckDBPyConnection) -> None:
-    for t in TABLES:
+    for t in TABLES + RETIRED_TABLES:
         conn.execute(f"DROP TABLE IF EXISTS {t}")
-    conn.execute("DROP TABLE IF EXISTS postings_new")
