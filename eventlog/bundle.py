@@ -45,6 +45,7 @@ from mnemolog.eventlog.note import Checkpoint, peek_checkpoint
 
 FORMAT = "mnemolog/forensic-bundle/v1"
 MANIFEST_DOMAIN = b"mnemolog/bundle-manifest/v1\x00"
+MAX_KEY_FILE = 4096
 
 MANIFEST = "manifest.cbor"
 CHECKPOINT = "checkpoint"
@@ -689,6 +690,9 @@ def parse_trusted_key(text: str | None) -> VerifierKey | None:
     if text is None:
         return None
     try:
+        # A key file is a line; refuse a huge one before reading it.
+        if os.path.isfile(text) and os.path.getsize(text) > MAX_KEY_FILE:
+            raise UsageError(f"--trusted-key: {text} is larger than a key file ({MAX_KEY_FILE} bytes)")
         return load_verifier_key(text)
     except SignerError as exc:
         raise UsageError(f"--trusted-key: {exc.message}", field="trusted_key") from exc

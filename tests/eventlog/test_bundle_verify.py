@@ -122,7 +122,19 @@ def test_trusted_key_parsing(tmp_path: Path, key: SigningKey) -> None:
     assert bundle.parse_trusted_key(str(path)) == key.verifier
     assert bundle.parse_trusted_key(key.verifier.vkey()) == key.verifier
     assert bundle.parse_trusted_key(None) is None
-    for bad in ("nonsense", "a+b+c", key.verifier.vkey()[:-4], str(tmp_path / "missing.pub")):
+    huge = tmp_path / "huge.pub"
+    huge.write_bytes(b"x" * 100_000)
+    binary = tmp_path / "binary.pub"
+    binary.write_bytes(b"\xff\xfe+\x00")
+    for bad in (
+        "nonsense",
+        "a+b+c",
+        key.verifier.vkey()[:-4],
+        str(tmp_path / "missing.pub"),
+        str(tmp_path),
+        str(huge),
+        str(binary),
+    ):
         with pytest.raises(UsageError):
             bundle.parse_trusted_key(bad)
 

@@ -13,7 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mnemolog.eventlog import bundle, codec, memview, merkle
-from mnemolog.eventlog.errors import NotFound, SignerError, StorageError, UsageError, VerificationError
+from mnemolog.eventlog.errors import (
+    BadInput,
+    NotFound,
+    SignerError,
+    StorageError,
+    UsageError,
+    VerificationError,
+)
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.note import peek_checkpoint
 from mnemolog.eventlog.offline import split_sequence
@@ -455,6 +462,18 @@ def test_replay_of_a_tampered_export_writes_nothing(world: Atomised, tmp_path: P
     assert info.value.check == "entry.signature"
     assert not new.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_replay_refuses_an_oversized_export(
+    world: Atomised, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exp = log_export(world.home, tmp_path / "all.cbor")
+    monkeypatch.setattr(forensics, "MAX_EXPORT_BYTES", exp.stat().st_size - 1)
+    with pytest.raises(BadInput):
+        forensics.replay(exp, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(NotFound):
+        forensics.replay(tmp_path / "absent.cbor", tmp_path / "new")
 
 
 def test_replay_refuses_a_home_that_is_not_empty(world: Atomised, tmp_path: Path) -> None:
