@@ -172,10 +172,15 @@ def read_vault(root: Path, agent: str) -> list[ParsedNote]:
     if not agent_dir.is_dir():
         raise NotFound(f"no agent directory {agent_dir}", file=str(agent_dir))
     loaded: list[tuple[str, str, Path, dict[str, Any] | None, str, list[str]]] = []
+    resolved_root = root.resolve()
     for directory, unit_type in (("memory", "memory"), ("wiki", "wiki")):
         for name in _files(agent_dir / directory):
             rel = f"{agent}/{directory}/{name}"
             path = agent_dir / directory / name
+            if not path.resolve().is_relative_to(resolved_root):
+                problem = f"file: symlink points outside the vault, to {path.resolve()}"
+                loaded.append((rel, unit_type, path, None, "", [problem]))
+                continue
             try:
                 doc = read_document(path, source=rel)
             except FrontmatterError as exc:

@@ -52,7 +52,7 @@ from io import BytesIO
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Final
 
-from mnemolog.eventlog.errors import MnemologError
+from mnemolog.eventlog.errors import BadInput, MnemologError
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir
 from mnemolog.projections.vault import naming, schema
 from mnemolog.projections.vault.frontmatter import (
@@ -372,8 +372,20 @@ class FilesystemMigrationBackend:
         """Every recorded event, oldest first."""
         if not self.audit_path.exists():
             return []
-        lines = self.audit_path.read_text(encoding="utf-8").splitlines()
-        return [MigrationEvent.model_validate_json(line) for line in lines if line.strip()]
+        events = []
+        with open(self.audit_path, "rb") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    events.append(MigrationEvent.model_validate_json(line))
+                except ValueError as exc:
+                    raise BadInput(
+                        f"{self.audit_path}:{number}: not a MigrationEvent: {exc}",
+                        file=str(self.audit_path),
+                        line=number,
+                    ) from None
+        return events
 
     # snapshots
 
@@ -484,7 +496,6 @@ class FilesystemMigrationBackend:
     def restore(self, ref: MigrationSnapshotRef) -> None:
         source = self._snapshot_path(ref)
         staging = self.root.parent / f".{self.root.name}.restore-{uuid.uuid4().hex[:12]}"
-        swapped = False
         try:
             staging.mkdir(mode=stat.S_IMODE(os.stat(self.root).st_mode))
             _extract(source, staging)
@@ -492,9 +503,7 @@ class FilesystemMigrationBackend:
                 if entry.name == MIGRATIONS_DIR or entry.name.startswith("."):
                     _carry(Path(entry.path), staging / entry.name)
             _fsync_tree(staging)
-            if exchange(staging, self.root):
-                swapped = True
-            else:
+            if not exchange(staging, self.root):
                 aside = self.root.parent / f".{self.root.name}.aside-{uuid.uuid4().hex[:12]}"
                 os.rename(self.root, aside)
                 try:
@@ -502,17 +511,19 @@ class FilesystemMigrationBackend:
                 except BaseException:
                     os.rename(aside, self.root)
                     raise
-                swapped = True
                 staging = aside
             fsync_dir(self.root.parent)
         except MnemologError:
             raise
-        except (OSError, tarfile.TarError, EOFError, ValueError) as exc:
+        except Exception as exc:
             raise MigrationError(f"cannot restore {ref.snapshot_id}: {exc}") from exc
         finally:
             # Before the swap `staging` is the half-built copy; after it, the old tree.
+            # Failing to delete either must not turn a finished restore into an error.
             if staging.exists():
-                shutil.rmtree(staging, ignore_errors=not swapped)
+                shutil.rmtree(staging, ignore_errors=True)
+                if staging.exists():
+                    log.warning("could not remove %s after restore; delete it by hand", staging)
 
     def restore_and_audit(self, ref: MigrationSnapshotRef) -> MigrationEvent:
         return audited_restore(self, ref, clock=self._clock)

@@ -118,7 +118,7 @@ def run_migration(
     event = MigrationEvent(
         run_id=run_id,
         from_version=run.from_version,
-        to_version=target_version if isinstance(target_version, int) else UNKNOWN_VERSION,
+        to_version=target_version if type(target_version) is int else UNKNOWN_VERSION,
         dry_run=dry_run,
         backend_id=backend.backend_id,
         snapshot_ref=run.snapshot,

@@ -95,3 +95,30 @@ def test_missing_agent_and_bad_agent_name(tmp_path: Path) -> None:
         read_vault(tmp_path, "ghost")
     with pytest.raises(UsageError):
         read_vault(tmp_path, "../etc")
+
+
+def test_symlinks_leaving_the_vault_are_not_read(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    render_vault(tmp_path, "a", [rec("m")])
+    secret = tmp_path_factory.mktemp("elsewhere") / "user_secret_note.md"
+    secret.write_text(
+        (tmp_path / "a/memory/user_title_of_m.md").read_text().replace("mnemolog_id: m", "mnemolog_id: s")
+    )
+    (tmp_path / "a/memory/user_secret_note.md").symlink_to(secret)
+    parsed = {p.rel: p for p in read_vault(tmp_path, "a")}
+    leak = parsed["a/memory/user_secret_note.md"]
+    assert leak.record is None and leak.frontmatter == {}
+    assert "outside the vault" in leak.problems[0]
+    assert parsed["a/memory/user_title_of_m.md"].record == rec("m")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"---\nname: \xff\n---\n", b"---\nname: x", b"---\n---\n" + b"x" * (1 << 20), b"---\na: *x\n---\n"],
+)
+def test_malformed_truncated_oversized_hostile_files(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "a/memory").mkdir(parents=True)
+    (tmp_path / "a/memory/user_bad_note.md").write_bytes(content)
+    [p] = read_vault(tmp_path, "a")
+    assert p.record is None and p.problems and p.problems[0].startswith("frontmatter: ")

@@ -381,3 +381,12 @@ def test_unwritable_target_is_a_storage_error(tmp_path: Path) -> None:
     (tmp_path / "a/memory").write_text("a file where a directory belongs")
     with pytest.raises(StorageError, match="cannot write"):
         render_vault(tmp_path, "a", [rec("m")], overwrite_unmanaged=True)
+
+
+def test_oversized_manifest_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemolog.projections.vault import render as render_module
+
+    render_vault(tmp_path, "a", [rec("m")])
+    monkeypatch.setattr(render_module, "MANIFEST_MAX_BYTES", 10)
+    with pytest.raises(BadInput, match="exceeds 10 bytes"):
+        render_vault(tmp_path, "a", [rec("m")])

@@ -316,3 +316,10 @@ def test_symlink_inside_the_vault_is_followed(vault: Path) -> None:
     index = vault / "caldwell/memory/INDEX.md"
     index.write_text(index.read_text() + "- [`alias`](user_alias_note.md)\n")
     assert validate_vault(vault) == []
+
+
+def test_oversized_index_is_a_problem(vault: Path) -> None:
+    index = vault / "caldwell/memory/INDEX.md"
+    index.write_bytes(index.read_bytes() + b"x" * MAX_FILE_BYTES)
+    problems = validate_vault(vault)
+    assert any(p.file == "caldwell/memory/INDEX.md" and "exceeds" in p.message for p in problems)

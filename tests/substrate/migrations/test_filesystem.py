@@ -329,3 +329,24 @@ def test_write_frontmatter_refuses_unwritable_values(h: FilesystemHarness) -> No
     meta["when"] = datetime.now(UTC)
     with pytest.raises(Exception, match="datetime"):
         unit.write_frontmatter(meta)
+
+
+def test_a_non_integer_target_is_refused_and_audited(h: FilesystemHarness) -> None:
+    from mnemolog.substrate.migrations.protocol import MigrationTargetInvalid
+
+    script(h, BUMP)
+    with pytest.raises(MigrationTargetInvalid):
+        run_migration(h.backend(), True, h.scripts_dir, dry_run=True, out=io.StringIO())  # type: ignore[arg-type]
+    [event] = h.events()
+    assert (event.from_version, event.to_version) == (-1, -1)
+
+
+def test_malformed_audit_line_names_the_line(h: FilesystemHarness) -> None:
+    script(h, BUMP)
+    run_migration(h.backend(2), 2, h.scripts_dir, dry_run=True, out=io.StringIO())
+    with open(h.root / "_migrations/migration.jsonl", "a") as fh:
+        fh.write('{"run_id": "truncated"\n')
+    from mnemolog.eventlog.errors import BadInput
+
+    with pytest.raises(BadInput, match=r"migration.jsonl:2"):
+        h.backend().audit_events()
