@@ -15,11 +15,18 @@ from pathlib import Path
 
 from mnemolog.eventlog import merkle
 from mnemolog.eventlog.entry import Entry, entry_from_map, parse_entry
-from mnemolog.eventlog.errors import DecodeError, HomeMissing, NotFound, SignerError, StorageError
+from mnemolog.eventlog.errors import (
+    DecodeError,
+    HomeMissing,
+    NotFound,
+    SignerError,
+    StorageError,
+    VerificationError,
+)
 from mnemolog.eventlog.index import Index, Location
 from mnemolog.eventlog.keys import VerifierKey
 from mnemolog.eventlog.note import Checkpoint, open_checkpoint, origin_for
-from mnemolog.eventlog.segments import iter_items, list_segments, scan_file
+from mnemolog.eventlog.segments import list_segments, scan_file
 
 GENESIS_TYPE = "log.created"
 ROTATION_TYPE = "key.rotated"
@@ -64,8 +71,10 @@ class Log:
         if not (log_dir / segment_zero()).exists():
             raise HomeMissing(f"no log at {log_dir} (run `mnemolog init` to create one)", file=str(log_dir))
         self.index = Index(log_dir)
-        self._tail: list[tuple[Location, bytes]] = []
+        self._tail: list[Location] = []  # entries past the index, found by scanning segments
+        self._tail_keys: list[int] = []  # seqs of key events among them
         self._indexed = 0
+        self._trust_index = True
         self.refresh()
         self._genesis: Entry | None = None
 
@@ -80,23 +89,38 @@ class Log:
 
     # -- size and tail -----------------------------------------------------
 
+    def _index_count(self) -> int:
+        """How many entries the index covers, 0 when its last record does not match the segments.
+
+        The index is derived data: a lost or damaged one must cost speed, never
+        correctness, so its last record is checked against the bytes it names.
+        """
+        if not self._trust_index:
+            return 0
+        try:
+            c = self.index.count()
+            if c == 0:
+                return 0
+            loc = self.index.location(c - 1)
+            with open(self.dir / segment_file(loc.segment), "rb") as f:
+                raw = os.pread(f.fileno(), loc.length, loc.offset)
+            if len(raw) != loc.length or merkle.hash_leaf(raw) != self.index.leaf(c - 1):
+                return 0
+            return c
+        except (OSError, IndexError, ValueError):
+            return 0
+
     def refresh(self) -> int:
         """Re-read how far the log extends; returns the size."""
-        c = self.index.count()
+        c = self._index_count()
         segs = list_segments(self.dir)
         start_seg, start_off = 0, 0
         if c > 0:
             loc = self.index.location(c - 1)
-            end = loc.offset + loc.length
-            try:
-                seg_size = (self.dir / segment_file(loc.segment)).stat().st_size
-            except FileNotFoundError:
-                seg_size = -1
-            if end > seg_size:
-                c, loc, end = 0, Location(0, 0, 0), 0
-            start_seg, start_off = loc.segment, end
+            start_seg, start_off = loc.segment, loc.offset + loc.length
         self._indexed = c
         self._tail = []
+        self._tail_keys = []
         seq = c
         for first, path in segs:
             if first < start_seg:
@@ -110,12 +134,17 @@ class Log:
                 continue
             if first not in (start_seg, seq):
                 break  # a segment whose name does not continue the log: verify reports it
-            with open(path, "rb") as f:
-                buf = f.read()
-            for s, e, _ in iter_items(buf, off):
-                self._tail.append((Location(first, s, e - s), buf[s:e]))
+            for s, e, value, _ in scan_file(path, off):
+                self._tail.append(Location(first, s, e - s))
+                if isinstance(value, dict) and value.get("type") in (GENESIS_TYPE, ROTATION_TYPE):
+                    self._tail_keys.append(seq)
                 seq += 1
         return self.size
+
+    def _distrust_index(self) -> None:
+        """The index named bytes that are not the entry it claims: read the segments instead."""
+        self._trust_index = False
+        self.refresh()
 
     @property
     def size(self) -> int:
@@ -128,20 +157,28 @@ class Log:
     # -- entries -------------------------------------------------------------
 
     def location(self, seq: int) -> Location:
-        if seq < self._indexed:
+        if 0 <= seq < self._indexed:
             return self.index.location(seq)
-        if seq < self.size:
-            return self._tail[seq - self._indexed][0]
+        if 0 <= seq < self.size:
+            return self._tail[seq - self._indexed]
         raise NotFound(f"no entry {seq}: the log has {self.size} entries", seq=seq)
 
-    def raw(self, seq: int) -> bytes:
-        if self._indexed <= seq < self.size:
-            return self._tail[seq - self._indexed][1]
-        loc = self.location(seq)
-        with open(self.dir / segment_file(loc.segment), "rb") as f:
-            data = os.pread(f.fileno(), loc.length, loc.offset)
+    def _read(self, loc: Location, seq: int) -> bytes:
+        try:
+            with open(self.dir / segment_file(loc.segment), "rb") as f:
+                data = os.pread(f.fileno(), loc.length, loc.offset)
+        except OSError as exc:
+            raise StorageError(f"entry {seq}: cannot read its segment: {exc}", seq=seq) from exc
         if len(data) != loc.length:
-            raise StorageError(f"entry {seq}: segment shorter than the index says", seq=seq)
+            raise StorageError(f"entry {seq}: segment shorter than expected", seq=seq)
+        return data
+
+    def raw(self, seq: int) -> bytes:
+        loc = self.location(seq)
+        data = self._read(loc, seq)
+        if seq < self._indexed and merkle.hash_leaf(data) != self.index.leaf(seq):
+            self._distrust_index()
+            return self._read(self.location(seq), seq)
         return data
 
     def entry(self, seq: int) -> Entry:
@@ -160,6 +197,7 @@ class Log:
         end = self.size if stop is None else min(stop, self.size)
         if start >= end:
             return
+        self.raw(start)  # checks the index's word for where `start` is
         first_loc = self.location(start)
         seq = start
         for first, path in list_segments(self.dir):
@@ -167,15 +205,33 @@ class Log:
                 continue
             off = first_loc.offset if first == first_loc.segment else 0
             for _, _, value, raw in scan_file(path, off):
-                yield entry_from_map(value, raw, f"entry {seq}")
+                e = entry_from_map(value, raw, f"entry {seq}")
+                if e.seq != seq:
+                    raise DecodeError(f"entry at position {seq} says seq {e.seq} (run `mnemolog log verify`)")
+                yield e
                 seq += 1
                 if seq >= end:
                     return
+        if seq < end:
+            raise StorageError(f"the log ended at {seq} of {end} entries while being read", seq=seq)
 
     def leaf(self, seq: int) -> bytes:
-        if seq < self._indexed:
+        if 0 <= seq < self._indexed:
             return self.index.leaf(seq)
         return merkle.hash_leaf(self.raw(seq))
+
+    def _perfect(self, level: int, index: int) -> bytes:
+        """MTH of leaves [index * 2^level, (index + 1) * 2^level): from the index where it covers them."""
+        if (index + 1) << level <= self._indexed:
+            return self.index.perfect(level, index)
+        if level == 0:
+            return self.leaf(index)
+        return merkle.hash_children(
+            self._perfect(level - 1, 2 * index), self._perfect(level - 1, 2 * index + 1)
+        )
+
+    def subtree(self, a: int, b: int) -> bytes:
+        return merkle.subtree_from_perfect(self._perfect, a, b)
 
     # -- genesis and keys --------------------------------------------------
 
@@ -203,12 +259,8 @@ class Log:
         """Genesis key and every rotation among the first `below` entries."""
         limit = self.size if below is None else below
         epochs = [KeyEpoch(0, genesis_key(self.genesis), 0)]
-        seqs = self.index.key_seqs(min(limit, self._indexed))
-        seqs += [
-            self._indexed + i
-            for i, (_, raw) in enumerate(self._tail)
-            if self._indexed + i < limit and b"key.rotated" in raw
-        ]
+        seqs = self.index.key_seqs(min(limit, self._indexed)) if self._indexed else []
+        seqs += [s for s in self._tail_keys if s < limit]
         for s in seqs:
             if s == 0:
                 continue
@@ -227,27 +279,46 @@ class Log:
 
     # -- tree, proofs, checkpoints -----------------------------------------
 
-    def _need_indexed(self, size: int) -> None:
-        if size > self._indexed:
-            raise StorageError(
-                f"the index covers {self._indexed} of {self.size} entries; "
-                "open the log for writing once to re-index it",
-            )
-
     def root(self, size: int | None = None) -> bytes:
         n = self.size if size is None else size
-        if n > self.size:
+        if not 0 <= n <= self.size:
             raise NotFound(f"the log has {self.size} entries, not {n}")
-        self._need_indexed(n)
-        return self.index.root(n)
+        return merkle.EMPTY_ROOT if n == 0 else self.subtree(0, n)
+
+    def _check_size(self, size: int) -> None:
+        if not 0 < size <= self.size:
+            raise NotFound(f"the log has {self.size} entries, not {size}")
 
     def inclusion_proof(self, seq: int, size: int) -> list[bytes]:
-        self._need_indexed(size)
-        return merkle.inclusion_proof(seq, size, self.index.subtree)
+        """PATH(seq, size), checked against the root before it is handed out.
+
+        Proof nodes come from the index; should one be damaged, the proof will
+        not lead to the root, and the proof is rebuilt from the segments.
+        """
+        self._check_size(size)
+        if not 0 <= seq < size:
+            raise NotFound(f"entry {seq} is not in the tree of size {size}", seq=seq)
+        leaf = merkle.hash_leaf(self.raw(seq))
+        proof = merkle.inclusion_proof(seq, size, self.subtree)
+        if merkle.root_from_inclusion(seq, size, leaf, proof) != self.root(size) and self._indexed:
+            self._distrust_index()
+            proof = merkle.inclusion_proof(seq, size, self.subtree)
+        return proof
 
     def consistency_proof(self, size1: int, size2: int) -> list[bytes]:
-        self._need_indexed(size2)
-        return merkle.consistency_proof(size1, size2, self.index.subtree)
+        """PROOF(size1, size2), checked against both roots before it is handed out."""
+        self._check_size(size2)
+        if not 0 < size1 <= size2:
+            raise NotFound(f"no consistency proof from size {size1} to size {size2}")
+        proof = merkle.consistency_proof(size1, size2, self.subtree)
+        try:
+            merkle.verify_consistency(size1, size2, self.root(size1), self.root(size2), proof)
+        except VerificationError:
+            if not self._indexed:
+                raise
+            self._distrust_index()
+            proof = merkle.consistency_proof(size1, size2, self.subtree)
+        return proof
 
     def checkpoint_sizes(self) -> list[int]:
         d = self.dir / CHECKPOINT_DIR

@@ -79,6 +79,8 @@ def split_items(buf: bytes, start: int = 0) -> Split:
                 return Split(items, Tail(pos, rest, False, "trailing bytes are not an entry"))
             if rest >= MAX_ENTRY_BYTES:
                 return Split(items, Tail(pos, rest, False, "a partial entry larger than any entry"))
+            if not is_entry_prefix(buf, pos):
+                return Split(items, Tail(pos, rest, False, "trailing bytes are not the start of an entry"))
             return Split(items, Tail(pos, rest, True, "partial entry (interrupted write)"))
         except (cbor2.CBORError, ValueError, OverflowError, MemoryError, RecursionError) as exc:
             return Split(items, Tail(pos, n - pos, False, f"malformed CBOR: {exc}"))
@@ -86,6 +88,73 @@ def split_items(buf: bytes, start: int = 0) -> Split:
         items.append((pos, end, value))
         pos = end
     return Split(items, None)
+
+
+class _Short(Exception):
+    pass
+
+
+class _Bad(Exception):
+    pass
+
+
+_MAX_PREFIX_DEPTH = 34
+
+
+def _walk(buf: bytes, pos: int, depth: int) -> int:
+    """Skip one CBOR item of the value model at `pos`; _Short if the bytes run out, _Bad if malformed."""
+    if depth > _MAX_PREFIX_DEPTH:
+        raise _Bad
+    if pos >= len(buf):
+        raise _Short
+    ib = buf[pos]
+    major, ai = ib >> 5, ib & 31
+    pos += 1
+    if ai < 24:
+        n = ai
+    elif ai <= 27:
+        size = 1 << (ai - 24)
+        if pos + size > len(buf):
+            raise _Short
+        n = int.from_bytes(buf[pos : pos + size], "big")
+        pos += size
+    else:
+        raise _Bad  # indefinite lengths and reserved values are never written
+    if major <= 1:
+        return pos
+    if major <= 3:
+        if n > MAX_ENTRY_BYTES:
+            raise _Bad
+        if pos + n > len(buf):
+            raise _Short
+        return pos + n
+    if major <= 5:
+        if n > MAX_ENTRY_BYTES:
+            raise _Bad
+        for _ in range(n if major == 4 else 2 * n):
+            pos = _walk(buf, pos, depth + 1)
+        return pos
+    if major == 7 and (20 <= ai <= 22 or 25 <= ai <= 27):
+        return pos  # false, true, null, floats
+    raise _Bad  # tags, undefined, simple values
+
+
+def is_entry_prefix(buf: bytes, start: int = 0) -> bool:
+    """Whether `buf[start:]` can be the first bytes of an entry cut short by a crash.
+
+    It must start like an entry (a map of nine pairs), claim no length larger
+    than an entry can be, hold nothing a writer never writes, and run out of
+    bytes before the map is complete.
+    """
+    if start >= len(buf) or buf[start] != ENTRY_MAP_HEAD:
+        return False
+    try:
+        _walk(buf, start, 0)
+    except _Short:
+        return True
+    except _Bad:
+        return False
+    return False  # a complete item is not a partial one
 
 
 def iter_items(buf: bytes, start: int = 0) -> Iterator[tuple[int, int, Any]]:

@@ -75,7 +75,7 @@ from mnemolog.eventlog.log import (
 )
 from mnemolog.eventlog.note import open_checkpoint, origin_for
 from mnemolog.eventlog.progress import Progress
-from mnemolog.eventlog.segments import ENTRY_MAP_HEAD, MAX_ENTRY_BYTES, list_segments
+from mnemolog.eventlog.segments import MAX_ENTRY_BYTES, is_entry_prefix, list_segments
 
 CHUNK_ENTRIES = 2048  # entries per worker task in the hinted pass
 SEQ_CHUNK_ENTRIES = 2048  # entries per signature task in the sequential pass
@@ -696,7 +696,7 @@ class _Verifier:
             try:
                 value = dec.decode()
             except cbor2.CBORDecodeEOF:
-                if buf[pos] == ENTRY_MAP_HEAD and n - pos < MAX_ENTRY_BYTES and is_last:
+                if is_last and n - pos < MAX_ENTRY_BYTES and is_entry_prefix(buf, pos):
                     self.report.torn_tail = {"segment": path.name, "offset": start + pos, "bytes": n - pos}
                     break
                 raise self.fail(

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import cbor2
+
 from mnemolog.eventlog.entry import (
     ZERO_HASH,
     Entry,
@@ -37,6 +39,7 @@ from mnemolog.eventlog.entry import (
 )
 from mnemolog.eventlog.errors import (
     DecodeError,
+    MnemologError,
     SignerError,
     StorageError,
     VerificationError,
@@ -295,6 +298,10 @@ class LogWriter:
                 with open(seg_path, "rb") as f:
                     raw = os.pread(f.fileno(), loc.length, loc.offset)
                 ok = leaf_hash(raw) == idx.leaf(c - 1)
+            # The next checkpoint's root is folded from the index's right-edge nodes:
+            # they must give the root the latest checkpoint signed, or none is used.
+            if ok:
+                ok = self._index_matches_checkpoint(idx, c)
             if not ok:
                 idx.reset_to(0)
                 c = 0
@@ -314,6 +321,7 @@ class LogWriter:
             start_seg, start_off = 0, 0
         # Index whatever the index does not cover yet, checking the chain as we go.
         later = [(f, p) for f, p in segs if f >= start_seg]
+        torn: tuple[Path, int, bytes] | None = None
         prog = Progress("indexing log", enabled=self._progress)
         for i, (first, path) in enumerate(later):
             if first not in (start_seg, st.next_seq):
@@ -329,7 +337,16 @@ class LogWriter:
             split = split_items(buf)
             records: list[IndexRecord] = []
             for s, e, value in split.items:
-                entry = entry_from_map(value, buf[s:e], f"entry {st.next_seq}")
+                try:
+                    entry = entry_from_map(value, buf[s:e], f"entry {st.next_seq}")
+                except DecodeError as exc:
+                    raise VerificationError(
+                        f"{path.name}: {exc.message} at offset {off + s}; "
+                        "refusing to append after damaged bytes (run `mnemolog log verify`)",
+                        check="segment.damage",
+                        file=path.name,
+                        seq=st.next_seq,
+                    ) from exc
                 self._check_continues(st, entry, path.name)
                 records.append(
                     (first, off + s, e - s, entry.leaf, entry.type in (GENESIS_TYPE, ROTATION_TYPE))
@@ -357,10 +374,11 @@ class LogWriter:
                         seq=st.next_seq,
                     )
                 cut = off + split.tail.offset
-                self._cut_tail(path, cut, buf[split.tail.offset :], st.next_seq)
+                torn = (path, cut, buf[split.tail.offset :])
                 st.seg_size = cut
         prog.close()
         sizes = _checkpoint_sizes(self.dir)
+        # Checked before any cut: a "torn tail" reaching into checkpointed entries is damage.
         if sizes and sizes[-1] > st.next_seq:
             raise VerificationError(
                 f"the log has {st.next_seq} entries but a checkpoint covers {sizes[-1]}: "
@@ -370,10 +388,46 @@ class LogWriter:
                 expected=sizes[-1],
                 found=st.next_seq,
             )
+        if torn is not None:
+            self._cut_tail(*torn, st.next_seq)
         st.checkpoints = sizes
         self._st = st
         self._pick_signer()
         self._seg_fd = os.open(self.dir / segment_file(st.seg_first), os.O_WRONLY | os.O_APPEND)
+
+    def _log_id(self) -> bytes:
+        """The log id from the genesis entry, read from the segment (not through the index)."""
+        with open(self.dir / segment_file(0), "rb") as f:
+            try:
+                cbor2.CBORDecoder(f).decode()
+            except (cbor2.CBORError, ValueError, OverflowError, MemoryError, RecursionError) as exc:
+                raise VerificationError(
+                    "the genesis entry does not decode", check="genesis.decode", seq=0
+                ) from exc
+            end = f.tell()
+            genesis = entry_from_map_raw(os.pread(f.fileno(), end, 0), 0)
+        lid = genesis.data.get("log_id")
+        if genesis.type != GENESIS_TYPE or not isinstance(lid, bytes) or len(lid) != 16:
+            raise VerificationError(
+                "entry 0 is not a genesis entry with a 16-byte log_id", check="genesis.data", seq=0
+            )
+        return lid
+
+    def _index_matches_checkpoint(self, idx: IndexWriter, count: int) -> bool:
+        """Whether the index's tree gives the root of the newest readable checkpoint it covers."""
+        for size in reversed([n for n in _checkpoint_sizes(self.dir) if 0 < n <= count]):
+            path = self.dir / CHECKPOINT_DIR / checkpoint_name(size)
+            try:
+                cp = peek_checkpoint(path.read_bytes(), str(path))
+            except (OSError, MnemologError):
+                continue  # damaged checkpoints are verify's to report; try an older one
+            if cp.size != size:
+                continue
+            try:
+                return idx.root(size) == cp.root
+            except (OSError, IndexError, ValueError):
+                return False
+        return True
 
     def _note_key(self, st: _State, e: Entry) -> None:
         if (e.type == GENESIS_TYPE and e.seq == 0) or e.type == ROTATION_TYPE:
@@ -382,7 +436,12 @@ class LogWriter:
             st.kid = e.kid
             return
         if not isinstance(pk, bytes) or len(pk) != 32:
-            raise DecodeError(f"key event at seq {e.seq} lacks a 32-byte public_key", seq=e.seq)
+            raise VerificationError(
+                f"key event at seq {e.seq} lacks a 32-byte public_key; refusing to append "
+                "(run `mnemolog log verify`)",
+                check="key.event",
+                seq=e.seq,
+            )
         st.kid = key_id(pk)
 
     def _pick_signer(self) -> None:
@@ -638,9 +697,7 @@ class LogWriter:
             if path.exists():
                 raw = path.read_bytes()
                 return peek_checkpoint(raw, str(path)), raw
-            with open(self.dir / segment_file(0), "rb") as f:
-                genesis = entry_from_map_raw(os.pread(f.fileno(), self._index.location(0).length, 0), 0)
-            cp = Checkpoint(origin_for(genesis.data["log_id"]), n, self._index.root(n))
+            cp = Checkpoint(origin_for(self._log_id()), n, self._index.root(n))
             raw = cp.sign(self.key)
             atomic_write(path, raw)
             self._st.checkpoints.append(n)
