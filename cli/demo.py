@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,31 @@ def atomise_part(d: Demo) -> str:
     return pid
 
 
+def bundle_part(d: Demo, work: Path, pid: str) -> None:
+    section("4. A forensic bundle, verified offline")
+    bundle = work / "postmortem-bundle.tar"
+    d.run("export-forensic-bundle", "--memory-id", pid, "-o", str(bundle))
+    vkey = d.json("key", "show")["vkey"]
+    print("\n(the auditor's side: only the bundle and the public key; no home, no DuckDB)")
+    print(f"$ python -m mnemolog.eventlog.bundle {bundle.name} --trusted-key {vkey}")
+    p = subprocess.run(
+        [sys.executable, "-m", "mnemolog.eventlog.bundle", str(bundle), "--trusted-key", vkey],
+        capture_output=True, text=True, check=False, cwd=work,
+    )  # fmt: skip
+    print(p.stdout.rstrip())
+    if p.returncode != 0:
+        raise DemoFailed(f"the bundle did not verify:\n{p.stdout}\n{p.stderr}")
+    # Tamper with a copy: change one byte of the memory views inside the archive.
+    tampered = work / "tampered-bundle.tar"
+    raw = bytearray(bundle.read_bytes())
+    with tarfile.open(bundle) as tar:
+        member = tar.getmember("memories.json")
+    raw[member.offset_data + member.size // 2] ^= 0x20
+    tampered.write_bytes(bytes(raw))
+    print(f"\n(changed one byte of memories.json inside a copy: {tampered.name})")
+    d.run("verify-bundle", str(tampered), "--trusted-key", vkey, expect=8)
+
+
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mnemolog-demo-"))
     d = Demo(work / "home")
@@ -159,7 +185,8 @@ def main() -> int:
     try:
         log_part(d, work)
         recall_part(d)
-        atomise_part(d)
+        pid = atomise_part(d)
+        bundle_part(d, work, pid)
     except DemoFailed as exc:
         print(f"\nDEMO FAILED: {exc}", file=sys.stderr)
         return 1
