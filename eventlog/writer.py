@@ -194,7 +194,7 @@ class LogWriter:
         self._progress = progress
         self._keys = list(keys)
         self._signer: SigningKey | None = None
-        self._lock = FileLock(log_dir / ".lock", lock_timeout, "log writer lock", keep_open=True)
+        self._lock = FileLock(log_dir / ".lock", lock_timeout, "log writer lock", fair=True)
         self._mutex = threading.RLock()  # one batch at a time within this process
         self._st = _State()
         self._index: IndexWriter | None = None
@@ -735,11 +735,21 @@ class LogWriter:
         self.close()
 
 
+# Test hook, read once at import: write segment bytes in pieces of this many
+# bytes with this pause between them, so that crash and reader tests can land
+# inside a write. Unset (the default) in every real use.
+_TEST_CHUNK = int(os.environ.get("MNEMOLOG_TEST_WRITE_CHUNK") or 0)
+_TEST_PAUSE = float(os.environ.get("MNEMOLOG_TEST_WRITE_PAUSE") or 0)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
+    step = _TEST_CHUNK or len(view)
     while view:
-        n = os.write(fd, view)
+        n = os.write(fd, view[:step])
         view = view[n:]
+        if _TEST_CHUNK and view:
+            time.sleep(_TEST_PAUSE)
 
 
 def entry_from_map_raw(raw: bytes, seq: int) -> Entry:

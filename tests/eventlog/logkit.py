@@ -73,10 +73,12 @@ def log_files(log_dir: Path) -> list[Path]:
 
 
 def tree_hashes(root: Path, *, skip: tuple[str, ...] = ()) -> dict[str, str]:
-    """sha256 of every regular file under `root` (relative path -> hex)."""
+    """sha256 of every regular file under `root` (relative path -> hex), lock files aside."""
     out: dict[str, str] = {}
     for dirpath, _, names in os.walk(root):
         for name in names:
+            if name in (".lock", ".lock.wait"):
+                continue
             p = Path(dirpath) / name
             rel = str(p.relative_to(root))
             if any(rel.startswith(s) for s in skip):
