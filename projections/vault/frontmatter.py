@@ -24,6 +24,7 @@ parse(serialize(d)) == d and serialize(parse(s)) == s.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -285,6 +286,8 @@ def _escape(m: re.Match[str]) -> str:
     return _ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
 
 
+# Keys and enum values repeat in every file; the resolver check is the costly part.
+@functools.lru_cache(maxsize=1 << 16)
 def _str(text: str) -> str:
     plain = (
         _PLAIN_RE.fullmatch(text) is not None
