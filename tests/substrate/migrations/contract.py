@@ -52,7 +52,9 @@ class Harness(Protocol):
     name: str
     scripts_dir: Path
 
-    def backend(self, current_schema_version: int = 1) -> MigrationBackend: ...
+    def backend(self, current_schema_version: int = 1) -> MigrationBackend:
+        """A new backend instance over the store whose validator accepts that version only."""
+        ...
 
     def seed(self, units: Sequence[UnitSpec]) -> None: ...
 
