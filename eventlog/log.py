@@ -213,7 +213,11 @@ class Log:
                 if seq >= end:
                     return
         if seq < end:
-            raise StorageError(f"the log ended at {seq} of {end} entries while being read", seq=seq)
+            raise DecodeError(
+                f"entry {seq}: the segment bytes stop decoding before the log's end "
+                f"({end} entries); run `mnemolog log verify`",
+                seq=seq,
+            )
 
     def leaf(self, seq: int) -> bytes:
         if 0 <= seq < self._indexed:

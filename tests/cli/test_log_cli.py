@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -149,7 +150,7 @@ def _items(home: Path) -> tuple[bytes, list[tuple[int, int]]]:
 def garbage_segment(home: Path) -> None:
     buf, items = _items(home)
     s, e = items[2]
-    (home / SEG0).write_bytes(buf[:s] + os.urandom(e - s) + buf[e:])
+    (home / SEG0).write_bytes(buf[:s] + random.Random(s).randbytes(e - s) + buf[e:])
 
 
 def garbage_appended(home: Path) -> None:
