@@ -150,11 +150,21 @@ class ProcessLock:
 
 
 class ProjectionStore:
+    """The projection database of one directory, opened under the projection lock.
+
+    A store keeps one in-memory DuckDB instance for its lifetime (the fts
+    extension and the tokenizer macros are loaded into it once: loading fts
+    alone costs about 25 ms) and attaches the database file to it for a
+    session, detaching it to let go. `on_connect` runs once per instance,
+    `on_attach` after each attach.
+    """
+
     def __init__(
         self,
         directory: Path,
         *,
-        on_open: Callable[[duckdb.DuckDBPyConnection], None],
+        on_attach: Callable[[duckdb.DuckDBPyConnection], None],
+        on_connect: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
         hold: bool = False,
         idle_release_ms: int = 250,
         lock_timeout: float = 60.0,
@@ -163,19 +173,22 @@ class ProjectionStore:
     ) -> None:
         self.dir = directory
         self.path = directory / DB_NAME
-        self.on_open = on_open
+        self.on_attach = on_attach
+        self.on_connect = on_connect
         self.hold = hold
         self.idle_release = idle_release_ms / 1000.0
         self.threads = threads
         self.memory_limit = memory_limit
         self.lock_timeout = lock_timeout
         self._lock = ProcessLock(directory / ".lock", lock_timeout)
-        self._conn: duckdb.DuckDBPyConnection | None = None
+        self._base: duckdb.DuckDBPyConnection | None = None
+        self._conn: duckdb.DuckDBPyConnection | None = None  # the base, while the file is attached
         self._mutex = threading.RLock()
         self._last_used = 0.0
         self._depth = 0
         self._closed = False
         self._timer: threading.Thread | None = None
+        self.attachments = 0  # how many times the file was attached (tests, diagnostics)
         # Unique per store, so that two stores of one process see each other waiting.
         self._want = directory / f"{WANT_PREFIX}{os.getpid()}-{next(_store_ids)}"
 
@@ -205,10 +218,15 @@ class ProjectionStore:
                 if self._depth == 0 and (not self.hold or self._others_waiting()):
                     self._release()
 
+    @property
+    def attached(self) -> bool:
+        return self._conn is not None
+
     def _ensure_open(self, fresh: bool = False) -> duckdb.DuckDBPyConnection:
         if self._conn is not None:
             return self._conn
         self.dir.mkdir(parents=True, exist_ok=True)
+        base = self._instance()
         self._yield_to_waiters()
         if not self._try_lock():
             self._want.touch()
@@ -219,20 +237,20 @@ class ProjectionStore:
         try:
             if fresh:
                 self._delete_files()
-            conn = self._connect()
+            self._attach(base)
             try:
-                load_fts(conn)
-                self.on_open(conn)
+                self.on_attach(base)
             except BaseException:
-                conn.close()
+                self._detach(base)
                 raise
         except BaseException:
             self._lock.release()
             raise
-        self._conn = conn
+        self._conn = base
+        self.attachments += 1
         if self.hold:
             self._start_timer()
-        return conn
+        return base
 
     def _try_lock(self) -> bool:
         try:
@@ -249,18 +267,37 @@ class ProjectionStore:
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
 
-    def _connect(self) -> duckdb.DuckDBPyConnection:
-        config: dict[str, Any] = {}
-        if self.threads:
-            config["threads"] = self.threads
-        if self.memory_limit:
-            config["memory_limit"] = self.memory_limit
+    def _instance(self) -> duckdb.DuckDBPyConnection:
+        if self._base is None:
+            config: dict[str, Any] = {}
+            if self.threads:
+                config["threads"] = self.threads
+            if self.memory_limit:
+                config["memory_limit"] = self.memory_limit
+            base = duckdb.connect(":memory:", config=config)
+            try:
+                load_fts(base)
+                if self.on_connect is not None:
+                    self.on_connect(base)
+            except BaseException:
+                base.close()
+                raise
+            self._base = base
+        return self._base
+
+    def _attach(self, base: duckdb.DuckDBPyConnection) -> None:
+        # Attached with a smaller row group than DuckDB's 122,880 rows: the sorted
+        # postings are pruned by row group, and big groups make a recall read
+        # several times the rows it needs.
+        path = str(self.path).replace("'", "''")
         last: Exception | None = None
-        # Another process may have just released the lock while DuckDB's own
+        # Another process may have just let go of the lock while DuckDB's own
         # file lock is still held for a moment: retry briefly.
         for attempt in range(50):
             try:
-                return self._attach(config)
+                base.execute(f"ATTACH '{path}' AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
+                base.execute(f"USE {CATALOG}")
+                return
             except duckdb.IOException as exc:
                 last = exc
                 if "lock" not in str(exc).lower():
@@ -275,19 +312,15 @@ class ProjectionStore:
             file=str(self.path),
         )
 
-    def _attach(self, config: dict[str, Any]) -> duckdb.DuckDBPyConnection:
-        # Attached rather than opened, for the row-group size: the sorted postings
-        # are pruned by row group, and 122,880-row groups (the default) make a
-        # recall read several times the rows it needs.
-        conn = duckdb.connect(":memory:", config=config)
+    def _detach(self, base: duckdb.DuckDBPyConnection) -> None:
         try:
-            path = str(self.path).replace("'", "''")
-            conn.execute(f"ATTACH '{path}' AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
-            conn.execute(f"USE {CATALOG}")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+            base.execute("USE memory")
+            base.execute(f"DETACH DATABASE IF EXISTS {CATALOG}")
+        except duckdb.Error:
+            # A detach that fails leaves the instance unusable: drop it, which
+            # closes the file too; the next session starts a new one.
+            self._base = None
+            base.close()
 
     def _others_waiting(self) -> bool:
         try:
@@ -314,7 +347,7 @@ class ProjectionStore:
     def _release(self) -> None:
         if self._conn is not None:
             try:
-                self._conn.close()
+                self._detach(self._conn)
             finally:
                 self._conn = None
                 self._lock.release()
@@ -327,7 +360,8 @@ class ProjectionStore:
 
     def _idle_loop(self) -> None:
         while True:
-            time.sleep(max(self.idle_release / 4, 0.01))
+            # Short polls: a waiting process should not wait for the idle timeout.
+            time.sleep(max(min(self.idle_release / 4, 0.01), 0.001))
             with self._mutex:
                 if self._closed or self._conn is None:
                     return
@@ -340,6 +374,9 @@ class ProjectionStore:
         with self._mutex:
             self._closed = True
             self._release()
+            if self._base is not None:
+                self._base.close()
+                self._base = None
 
     def _delete_files(self) -> None:
         for suffix in ("", ".wal"):

@@ -87,15 +87,18 @@ class Projections:
         self.progress = progress
         self.store = ProjectionStore(
             directory,
-            on_open=self._on_open,
+            on_connect=install_macros,
+            on_attach=self._on_attach,
             hold=hold,
             idle_release_ms=idle_release_ms,
             memory_limit=memory_limit,
         )
 
-    def _on_open(self, conn: duckdb.DuckDBPyConnection) -> None:
-        install_macros(conn)
-        schema.create(conn)
+    def _on_attach(self, conn: duckdb.DuckDBPyConnection) -> None:
+        # A new file, or one of another schema version: start it over (catch-up fills it).
+        st = read_state(conn)
+        if st is None or st.version != schema.SCHEMA_VERSION:
+            self._reset(conn)
 
     def close(self) -> None:
         self.store.close()

@@ -1,0 +1,102 @@
+"""Helpers shared by the projection and recall tests: homes, a clock, snapshots of what is stored."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from mnemolog.projections import schema
+from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.home import Home, init_home
+
+
+class FakeClock:
+    """Microseconds that advance by one millisecond per reading: deterministic timestamps."""
+
+    def __init__(self, start: int = 1_700_000_000_000_000) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        self.now += 1000
+        return self.now
+
+
+def new_home(path: Path) -> Home:
+    init_home(path, key_name="test")
+    return Home(path)
+
+
+def open_sub(home: Home | Path, **kw: Any) -> Substrate:
+    kw.setdefault("long_lived", False)
+    return Substrate.open(home if isinstance(home, Home) else Home(home), **kw)
+
+
+def log_digest(home: Home | Path) -> tuple[int, str]:
+    """Total size and SHA-256 of every file under the home's log directory (index included)."""
+    root = (home.log_dir if isinstance(home, Home) else Path(home) / "log").resolve()
+    h = hashlib.sha256()
+    total = 0
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name != ".lock":
+            data = p.read_bytes()
+            total += len(data)
+            h.update(str(p.relative_to(root)).encode() + b"\0" + data)
+    return total, h.hexdigest()
+
+
+def segments_size(home: Home | Path) -> int:
+    root = home.log_dir if isinstance(home, Home) else Path(home) / "log"
+    return sum(p.stat().st_size for p in root.glob("*.seg"))
+
+
+def table_rows(conn: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[Any, ...]]]:
+    """Every projection table's rows, sorted, for row-identical comparisons."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for t in schema.TABLES:
+        rows = conn.execute(f"SELECT * FROM {t}").fetchall()
+        out[t] = sorted(rows, key=repr)
+    return out
+
+
+def snapshot(sub: Substrate) -> dict[str, list[tuple[Any, ...]]]:
+    with sub.session() as conn:
+        return table_rows(conn)
+
+
+def guard_hidden_ids(conn: duckdb.DuckDBPyConnection) -> set[str]:
+    """The ids the archive guard hides, evaluated directly over memories."""
+    return {
+        r[0] for r in conn.execute(f"SELECT m.id FROM memories m WHERE NOT {schema.visible('m')}").fetchall()
+    }
+
+
+def check_invariants(conn: duckdb.DuckDBPyConnection) -> None:
+    """What the fold maintains besides rows: the hidden set, BM25's statistics, the index parts."""
+    hidden = {r[0]: r[1] for r in conn.execute("SELECT id, doc FROM hidden").fetchall()}
+    assert set(hidden) == guard_hidden_ids(conn)
+    for mid, doc in hidden.items():
+        assert conn.execute("SELECT doc FROM memories WHERE id = ?", [mid]).fetchone() == (doc,)
+    st = conn.execute("SELECT docs, total_len, main_rows, delta_rows, dead_docs FROM proj_state").fetchone()
+    assert st is not None
+    docs, total_len, main_rows, delta_rows, dead_docs = st
+    n, tl = conn.execute("SELECT count(*), coalesce(sum(doc_len), 0) FROM memories").fetchone() or (0, 0)
+    assert (docs, total_len) == (n, tl)
+    assert main_rows == (conn.execute("SELECT count(*) FROM postings").fetchone() or (0,))[0]
+    assert delta_rows == (conn.execute("SELECT count(*) FROM postings_delta").fetchone() or (0,))[0]
+    assert dead_docs == (conn.execute("SELECT count(*) FROM dead").fetchone() or (0,))[0]
+    # Live postings are exactly the current versions' terms, with their lengths.
+    live = conn.execute(
+        """SELECT term, doc, tf, dl FROM (SELECT * FROM postings UNION ALL SELECT * FROM postings_delta)
+           WHERE doc NOT IN (SELECT doc FROM dead) ORDER BY ALL"""
+    ).fetchall()
+    expected = conn.execute(
+        """SELECT term, doc, count(*)::INTEGER, any_value(doc_len)
+           FROM (SELECT doc, doc_len, unnest(ml_doc_terms(title, content)) AS term FROM memories)
+           GROUP BY term, doc ORDER BY ALL"""
+    ).fetchall()
+    assert live == expected
+    lens = conn.execute("SELECT doc, doc_len, len(ml_doc_terms(title, content)) FROM memories").fetchall()
+    assert all(a == b for _, a, b in lens)
