@@ -86,6 +86,8 @@ def check_tags(tags: Sequence[str]) -> list[str]:
     out: list[str] = []
     if isinstance(tags, str):
         tags = [tags]
+    if not isinstance(tags, list | tuple):
+        raise BadInput("tags must be a list of text", field="tags")
     for t in tags:
         if not isinstance(t, str) or not t.strip() or len(t) > MAX_TAG_CHARS or any(c.isspace() for c in t):
             raise BadInput(f"tag {t!r} must be 1–{MAX_TAG_CHARS} characters without whitespace", field="tags")
@@ -125,7 +127,7 @@ def check_confidence(c: float | None) -> float | None:
 
 
 def check_limit(limit: int) -> int:
-    if not 1 <= limit <= MAX_LIMIT:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise UsageError(f"limit must be between 1 and {MAX_LIMIT}", field="limit", found=limit)
     return limit
 
@@ -200,7 +202,7 @@ class Substrate:
         return r
 
     def _require(self, conn: duckdb.DuckDBPyConnection, memory_id: str) -> dict[str, Any]:
-        m = q.get(conn, memory_id)
+        m = q.get(conn, memory_id) if isinstance(memory_id, str) else None
         if m is None:
             raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
         return m
@@ -241,8 +243,12 @@ class Substrate:
         check_content(content)
         check_namespace(namespace)
         check_kind(kind)
-        if title is not None and (len(title) > MAX_TITLE_CHARS or "\x00" in title):
-            raise BadInput(f"title longer than {MAX_TITLE_CHARS} characters", field="title")
+        if title is not None and (
+            not isinstance(title, str) or len(title) > MAX_TITLE_CHARS or "\x00" in title
+        ):
+            raise BadInput(
+                f"title must be text of at most {MAX_TITLE_CHARS} characters, no NUL", field="title"
+            )
         if source is not None and len(source) > MAX_SOURCE_CHARS:
             raise BadInput(f"source longer than {MAX_SOURCE_CHARS} characters", field="source")
         try:
@@ -484,7 +490,7 @@ class Substrate:
         include_archived: bool = False,
     ) -> list[dict[str, Any]]:
         f = self._filters(namespace, descendants, kinds, tags, include_archived)
-        if offset < 0:
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise UsageError("offset must not be negative")
         with self.session() as conn:
             return q.list_memories(conn, f, check_limit(limit), offset)
