@@ -123,7 +123,7 @@ def filter_options(f: Any) -> Any:
 @click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
 @click.option("--meta", "meta_json", help="Metadata, a JSON object.")
 @click.option("--source", help="Where this came from (a URL, a file, a conversation id).")
-@click.option("--confidence", type=click.FloatRange(0.0, 1.0), default=None)
+@click.option("--confidence", type=float, default=None, help="A number in [0, 1].")
 @json_option
 @click.pass_obj
 def store(
@@ -177,7 +177,7 @@ def get(ctx: Ctx, memory_id: str) -> None:
 @click.option("--tag", "tags", multiple=True, help="Replace the tags (repeatable).")
 @click.option("--meta", "meta_json", help="Metadata keys to set (JSON object; null removes a key).")
 @click.option("--source")
-@click.option("--confidence", type=click.FloatRange(0.0, 1.0), default=None)
+@click.option("--confidence", type=float, default=None, help="A number in [0, 1].")
 @click.option("--seen", is_flag=True, help="Mark as seen now (last_seen).")
 @json_option
 @click.pass_obj
