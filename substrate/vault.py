@@ -1,0 +1,363 @@
+"""The Markdown vault as a projection of the store, and vaults imported as events.
+
+`render` maps every memory to a NoteRecord (projections.vault.render does the
+files); `import_vault` reads a vault (validated first) and writes events: a
+`memory.stored` per new note (its `source` is the file; unknown frontmatter
+fields are kept), `memory.updated` when a known note changed, archive and
+restore events, and `supersedes` / `derives_from` links. Re-importing
+unchanged files writes nothing. Rendering, importing the result into a new
+store and rendering again gives the same bytes.
+
+Where the vault's fields live in a memory: kind, title, content, tags,
+confidence, namespace, atom_of are the memory's own; created_at and
+last_seen carry `captured` and `last_seen` (midnight UTC); the rest
+(description, sources, pinned, expires_at, schema_version, unknown fields)
+is kept under `metadata["vault"]`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from mnemolog.eventlog.errors import BadInput
+from mnemolog.projections import recall as q
+from mnemolog.projections.schema import visible
+from mnemolog.projections.vault.read import ParsedNote, read_vault
+from mnemolog.projections.vault.render import NoteRecord, RenderReport, render_vault
+from mnemolog.projections.vault.validate import (
+    Problem,
+    ValidationFailed,
+    agent_names,
+    errors,
+    validate_vault,
+)
+from mnemolog.substrate.events import LinkCreated, MemoryArchived, MemoryRestored, MemoryUpdated
+from mnemolog.substrate.ids import looks_like_id, new_id
+
+VAULT_KEY = "vault"
+DEFAULT_CONFIDENCE = 0.6
+DEFAULT_AGENT = "mnemolog"
+
+
+def _date(us: int | None) -> dt.date:
+    return dt.datetime.fromtimestamp((us or 0) / 1e6, dt.UTC).date()
+
+
+def _midnight(d: dt.date) -> int:
+    return int(dt.datetime(d.year, d.month, d.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
+
+
+def encode_value(v: Any) -> Any:
+    """YAML values (dates included) into JSON-safe values that decode back exactly."""
+    if isinstance(v, dt.datetime):
+        return {"$datetime": v.isoformat()}
+    if isinstance(v, dt.date):
+        return {"$date": v.isoformat()}
+    if isinstance(v, Mapping):
+        return {str(k): encode_value(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [encode_value(x) for x in v]
+    return v
+
+
+def decode_value(v: Any) -> Any:
+    if isinstance(v, dict):
+        if set(v) == {"$date"}:
+            return dt.date.fromisoformat(v["$date"])
+        if set(v) == {"$datetime"}:
+            return dt.datetime.fromisoformat(v["$datetime"])
+        return {k: decode_value(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [decode_value(x) for x in v]
+    return v
+
+
+def supersession(conn: duckdb.DuckDBPyConnection) -> tuple[dict[str, str], dict[str, str]]:
+    """(supersedes, superseded_by) maps from `supersedes` links (latest link wins)."""
+    sup: dict[str, str] = {}
+    by: dict[str, str] = {}
+    for src, dst in conn.execute(
+        "SELECT src, dst FROM links WHERE relation = 'supersedes' ORDER BY seq"
+    ).fetchall():
+        sup[src] = dst
+        by[dst] = src
+    return sup, by
+
+
+def derive_title(content: str, limit: int = 60) -> str:
+    """A name for an untitled memory: its first sentence or line, cut at a word."""
+    first = content.strip().split("\n", 1)[0].strip()
+    for stop in (". ", "? ", "! "):
+        i = first.find(stop)
+        if 20 <= i < limit:  # not after "Dr." or "e.g."
+            first = first[: i + 1]
+    first = first.rstrip(".!?:;, ")
+    if len(first) <= limit:
+        return first
+    cut = first[:limit].rsplit(" ", 1)[0]
+    return cut or first[:limit]
+
+
+def memory_to_record(
+    m: Mapping[str, Any], supersedes: Mapping[str, str], superseded_by: Mapping[str, str], hidden: bool
+) -> NoteRecord:
+    v = dict((m.get("metadata") or {}).get(VAULT_KEY) or {})
+    expires = v.get("expires_at")
+    sources = v.get("sources")
+    if sources is None:
+        sources = [m["source"]] if m.get("source") else []
+    return NoteRecord(
+        memory_id=m["id"],
+        kind=m["kind"],
+        title=m.get("title") or derive_title(m["content"]),
+        description=str(v.get("description", "")),
+        content=m["content"],
+        tags=tuple(m.get("tags") or ()),
+        confidence=m["confidence"] if m.get("confidence") is not None else DEFAULT_CONFIDENCE,
+        captured=_date(m["created_at"]),
+        last_seen=_date(m.get("last_seen") or m["updated_at"]),
+        sources=tuple(sources),
+        pinned=bool(v.get("pinned", False)),
+        expires_at=dt.date.fromisoformat(expires) if isinstance(expires, str) else None,
+        supersedes=supersedes.get(m["id"]),
+        superseded_by=superseded_by.get(m["id"]),
+        archived=hidden,
+        atom_of=m.get("atom_of"),
+        namespace=m["namespace"],
+        extra_frontmatter=decode_value(v.get("extra") or {}),
+    )
+
+
+def records(conn: duckdb.DuckDBPyConnection, namespace: str | None = None) -> list[NoteRecord]:
+    """Every memory (archived ones too: they go to the Archive section), oldest first."""
+    where, args = ("TRUE", [])
+    if namespace is not None:
+        where, args = ("(m.namespace = ? OR starts_with(m.namespace, ?))", [namespace, namespace + "/"])
+    rows = conn.execute(
+        f"SELECT {q._SELECT}, NOT {visible('m')} AS hidden FROM memories m WHERE {where} "
+        "ORDER BY m.stored_seq",
+        args,
+    ).fetchall()
+    sup, by = supersession(conn)
+    return [memory_to_record(q.row_to_memory(r[:-1]), sup, by, bool(r[-1])) for r in rows]
+
+
+def vault_metadata(r: NoteRecord) -> dict[str, Any]:
+    v: dict[str, Any] = {"description": r.description, "sources": list(r.sources), "pinned": r.pinned}
+    if r.expires_at is not None:
+        v["expires_at"] = r.expires_at.isoformat()
+    if r.extra_frontmatter:
+        v["extra"] = encode_value(dict(r.extra_frontmatter))
+    return v
+
+
+@dataclass
+class ImportReport:
+    stored: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    archived: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    linked: int = 0
+    files: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "stored": self.stored,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "archived": self.archived,
+            "restored": self.restored,
+            "linked": self.linked,
+        }
+
+
+def _order(notes: Sequence[ParsedNote]) -> list[ParsedNote]:
+    """Parents before their atoms, so atom_of always names a stored memory."""
+    by_id = {n.record.memory_id: n for n in notes if n.record is not None}
+    out: list[ParsedNote] = []
+    seen: set[str] = set()
+
+    def visit(n: ParsedNote, depth: int = 0) -> None:
+        assert n.record is not None
+        if n.record.memory_id in seen:
+            return
+        seen.add(n.record.memory_id)
+        parent = n.record.atom_of
+        if parent and parent in by_id and depth < 64:
+            visit(by_id[parent], depth + 1)
+        out.append(n)
+
+    for n in notes:
+        if n.record is not None:
+            visit(n)
+    return out
+
+
+def _fields(r: NoteRecord) -> dict[str, Any]:
+    """What a record says, in the memory's own terms (for change detection and updates)."""
+    return {
+        "title": r.title or None,
+        "content": r.content,
+        "kind": r.kind,
+        "namespace": r.namespace,
+        "tags": list(r.tags),
+        "confidence": r.confidence,
+        "metadata_vault": vault_metadata(r),
+        "created_at": _midnight(r.captured),
+        "last_seen": _midnight(r.last_seen),
+    }
+
+
+def import_notes(sub: Any, notes: Sequence[ParsedNote], agent: str) -> ImportReport:
+    """Write the events that make the store hold these notes (idempotent)."""
+    report = ImportReport(files=len(notes))
+    ids: dict[str, str] = {}
+    with sub.session() as conn:
+        for n in notes:
+            assert n.record is not None
+            rid = n.record.memory_id
+            existing = q.get(conn, rid) if looks_like_id(rid) else None
+            if existing is None:
+                row = conn.execute(
+                    "SELECT id FROM memories WHERE source = ? ORDER BY stored_seq DESC LIMIT 1",
+                    [f"vault:{n.rel}"],
+                ).fetchone()
+                existing = q.get(conn, row[0]) if row else None
+            if existing is not None:
+                ids[rid] = existing["id"]
+            elif looks_like_id(rid):
+                ids[rid] = rid
+            else:
+                ids[rid] = new_id()
+        sup, by = supersession(conn)
+        for n in _order(notes):
+            r = n.record
+            assert r is not None
+            mid = ids[r.memory_id]
+            parent = ids.get(r.atom_of, r.atom_of) if r.atom_of else None
+            current = q.get(conn, mid)
+            want = _fields(r)
+            if current is None:
+                payload = sub.build_stored(
+                    r.content,
+                    namespace=r.namespace,
+                    kind=r.kind,
+                    title=r.title or None,
+                    tags=r.tags,
+                    confidence=r.confidence,
+                    source=f"vault:{n.rel}",
+                    metadata={VAULT_KEY: want["metadata_vault"]},
+                    created_at=want["created_at"],
+                    last_seen=want["last_seen"],
+                    atom_of=parent if parent and q.get(conn, parent) else None,
+                    memory_id=mid,
+                )
+                sub.write_memory(conn, payload)
+                report.stored.append(mid)
+                if payload.atom_of:
+                    sub.write_link(conn, LinkCreated(src=mid, dst=payload.atom_of, relation="derives_from"))
+                    report.linked += 1
+                current = q.get(conn, mid)
+            else:
+                have = memory_to_record(current, sup, by, False)
+                changes = _diff(_fields(have), want)
+                if changes:
+                    sub._append(conn, "memory.updated", MemoryUpdated(id=mid, **changes))
+                    report.updated.append(mid)
+                    current = q.get(conn, mid)
+            assert current is not None
+            is_hidden = conn.execute(
+                f"SELECT NOT {visible('m')} FROM memories m WHERE id = ?", [mid]
+            ).fetchone()
+            hidden = bool(is_hidden and is_hidden[0])
+            if r.archived and not hidden:
+                sub._append(
+                    conn, "memory.archived", MemoryArchived(id=mid, reason=f"archived in vault {agent}")
+                )
+                report.archived.append(mid)
+            elif hidden and not r.archived and current["archived_at"] is not None:
+                sub._append(
+                    conn, "memory.restored", MemoryRestored(id=mid, reason=f"active in vault {agent}")
+                )
+                report.restored.append(mid)
+            if mid not in report.stored and mid not in report.updated and mid not in report.archived:
+                report.unchanged += 1
+        # Supersession last: both ends exist by now.
+        sup, by = supersession(conn)
+        for n in notes:
+            r = n.record
+            assert r is not None
+            mid = ids[r.memory_id]
+            pairs = []
+            if r.supersedes:
+                pairs.append((mid, ids.get(r.supersedes, r.supersedes)))
+            if r.superseded_by:
+                pairs.append((ids.get(r.superseded_by, r.superseded_by), mid))
+            for src, dst in pairs:
+                if sup.get(src) == dst or q.get(conn, src) is None or q.get(conn, dst) is None:
+                    continue
+                sub.write_link(conn, LinkCreated(src=src, dst=dst, relation="supersedes"))
+                sup[src], by[dst] = dst, src
+                report.linked += 1
+    return report
+
+
+def _diff(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k in ("title", "content", "kind", "namespace", "tags", "confidence", "last_seen"):
+        if have[k] != want[k]:
+            out[k] = want[k]
+    if have["metadata_vault"] != want["metadata_vault"]:
+        out["metadata"] = {VAULT_KEY: want["metadata_vault"]}
+    if "title" in out and out["title"] is None:
+        out["title"] = ""
+    return out
+
+
+def import_vault(sub: Any, root: Path, agent: str | None = None) -> ImportReport:
+    """Validate, then import every agent's notes (or one agent's)."""
+    problems = [p for p in validate_vault(root) if agent is None or p.file.startswith(f"{agent}/")]
+    if errors(problems):
+        raise ValidationFailed(problems)
+    agents = [agent] if agent else agent_names(root)
+    total = ImportReport()
+    for a in agents:
+        notes = read_vault(root, a)
+        bad = [n for n in notes if n.record is None]
+        if bad:
+            raise BadInput(f"{bad[0].rel}: {'; '.join(bad[0].problems)}", file=bad[0].rel)
+        r = import_notes(sub, notes, a)
+        for k in ("stored", "updated", "archived", "restored"):
+            getattr(total, k).extend(getattr(r, k))
+        total.unchanged += r.unchanged
+        total.linked += r.linked
+        total.files += r.files
+    return total
+
+
+def render(sub: Any, root: Path, agent: str = DEFAULT_AGENT, namespace: str | None = None) -> RenderReport:
+    with sub.session() as conn:
+        recs = records(conn, namespace)
+    return render_vault(root, agent, recs)
+
+
+def validate(root: Path) -> list[Problem]:
+    return validate_vault(root)
+
+
+def digest(root: Path) -> str:
+    """SHA-256 over every file under root (path and bytes), for fixed-point checks."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
