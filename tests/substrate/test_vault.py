@@ -1,0 +1,202 @@
+"""The vault as a projection of the store: render, import, and the fixed point between them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mnemolog.cli.main import cli
+from mnemolog.eventlog.errors import BadInput
+from mnemolog.substrate import vault as v
+from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.home import init_home
+from tests.substrate.test_atomise import POST_MORTEM
+
+WORDS = ["deploy", "pool", "database", "alert", "budget", "ledger", "runbook", "latency", "cache", "quota"]
+KINDS = ["observation", "user", "feedback", "project", "decision", "reference", "knowledge"]
+
+memory_st = st.fixed_dictionaries(
+    {
+        "words": st.lists(st.sampled_from(WORDS), min_size=3, max_size=12),
+        "kind": st.sampled_from(KINDS),
+        "title": st.one_of(st.none(), st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)),
+        "tags": st.lists(st.sampled_from(["ops", "db", "team", "q3"]), max_size=3, unique=True),
+        "confidence": st.one_of(st.none(), st.sampled_from([0.3, 0.6, 0.9, 0.42, 1.0])),
+        "namespace": st.sampled_from(["default", "ops", "ops/db", "team"]),
+        "archived": st.booleans(),
+        "source": st.one_of(st.none(), st.just("conversation_7")),
+    }
+)
+
+
+def populate(
+    sub: Substrate, mems: list[dict[str, Any]], supersede: list[tuple[int, int]], atomise: bool
+) -> None:
+    ids = []
+    for i, m in enumerate(mems):
+        stored = sub.store(
+            " ".join(m["words"]) + f" (note {i}).",
+            kind=m["kind"],
+            title=m["title"],
+            tags=m["tags"],
+            confidence=m["confidence"],
+            namespace=m["namespace"],
+            source=m["source"],
+        )
+        ids.append(stored["id"])
+    for a, b in supersede:
+        if a < len(ids) and b < len(ids) and a != b:
+            sub.link(ids[a], ids[b], "supersedes")
+    for i, m in enumerate(mems):
+        if m["archived"]:
+            sub.archive(ids[i])
+    if atomise:
+        p = sub.store(POST_MORTEM, title="Checkout outage", namespace="ops")
+        sub.atomise(p["id"], curator="rules", max_atom_tokens=80)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mems=st.lists(memory_st, min_size=1, max_size=8),
+    supersede=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), max_size=3),
+    atomise=st.booleans(),
+)
+def test_render_import_render_is_a_fixed_point(
+    mems: list[dict[str, Any]], supersede: list[tuple[int, int]], atomise: bool
+) -> None:
+    work = Path(tempfile.mkdtemp())
+    try:
+        init_home(work / "a")
+        init_home(work / "b")
+        with Substrate.open(work / "a", long_lived=False) as a:
+            populate(a, mems, supersede, atomise)
+            v.render(a, work / "v1", "agent")
+        assert not [p for p in v.validate(work / "v1") if p.severity == "error"]
+        with Substrate.open(work / "b", long_lived=False) as b:
+            v.import_vault(b, work / "v1")
+            v.render(b, work / "v2", "agent")
+            size = b.log.refresh()
+            again = v.import_vault(b, work / "v1")  # unchanged files: nothing written
+            assert b.log.refresh() == size
+            assert not again.stored and not again.updated and again.unchanged == again.files
+        assert tree(work / "v1") == tree(work / "v2")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture
+def sub(tmp_path: Path) -> Any:
+    init_home(tmp_path / "home")
+    s = Substrate.open(tmp_path / "home", long_lived=False)
+    yield s
+    s.close()
+
+
+HAND_WRITTEN = """---
+schema_version: 1
+name: Debt priority order
+description: How the operator orders debts for payoff
+type: feedback
+captured: 2026-05-01
+last_seen: 2026-06-01
+sources:
+  - conversation_2026-05-01
+confidence: high
+tags: [money]
+priority: high
+review_by: 2026-09-30
+---
+Pay the highest-interest debt first, then the smallest balance.
+"""
+
+INDEX = """# agent — Memory Index
+
+## Critical Feedback
+- `Debt priority order` — How the operator orders debts for payoff
+"""
+
+
+def hand_vault(root: Path) -> Path:
+    d = root / "agent" / "memory"
+    d.mkdir(parents=True)
+    (d / "feedback_debt_priority_order.md").write_text(HAND_WRITTEN)
+    (d / "INDEX.md").write_text(INDEX)
+    return root
+
+
+def test_import_keeps_unknown_fields_and_updates_changed_files(sub: Substrate, tmp_path: Path) -> None:
+    root = hand_vault(tmp_path / "vault")
+    assert not [p for p in v.validate(root) if p.severity == "error"]
+    rep = v.import_vault(sub, root)
+    assert len(rep.stored) == 1
+    m = sub.get(rep.stored[0])
+    assert m["kind"] == "feedback" and m["title"] == "Debt priority order"
+    assert m["source"] == "vault:agent/memory/feedback_debt_priority_order.md"
+    assert m["metadata"]["vault"]["extra"] == {"priority": "high", "review_by": {"$date": "2026-09-30"}}
+    v.render(sub, tmp_path / "out", "agent")
+    rendered = next((tmp_path / "out" / "agent" / "memory").glob("feedback_*.md")).read_text()
+    assert "priority: high" in rendered and "review_by: 2026-09-30" in rendered
+    # change the file: one memory.updated, nothing else
+    f = root / "agent" / "memory" / "feedback_debt_priority_order.md"
+    f.write_text(HAND_WRITTEN.replace("smallest balance", "smallest balance after that"))
+    size = sub.log.refresh()
+    rep2 = v.import_vault(sub, root)
+    assert rep2.updated == rep.stored and not rep2.stored
+    assert [e.type for e in sub.log.iter_entries(size)] == ["memory.updated"]
+    assert "after that" in sub.get(rep.stored[0])["content"]
+
+
+def test_import_refuses_an_invalid_vault_and_writes_nothing(sub: Substrate, tmp_path: Path) -> None:
+    root = hand_vault(tmp_path / "vault")
+    (root / "agent" / "memory" / "feedback_debt_priority_order.md").write_text(
+        HAND_WRITTEN.replace("captured: 2026-05-01", "captured: 2026-02-30")
+    )
+    size = sub.log.refresh()
+    with pytest.raises(BadInput) as ei:
+        v.import_vault(sub, root)
+    assert ei.value.exit_code == 65 and "2026-02-30" in ei.value.message
+    assert sub.log.refresh() == size
+
+
+def run(home: Path, *args: str) -> tuple[int, Any]:
+    r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
+    return r.exit_code, json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_vault_cli(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
+    assert run(home, "store", "Prefer pg_repack over ALTER TABLE.", "--kind", "decision")[0] == 0
+    code, out = run(home, "vault", "render", str(tmp_path / "v"), "--agent", "ops")
+    assert code == 0 and len(out["written"]) == 2  # the note and INDEX.md
+    code, out = run(home, "vault", "render", str(tmp_path / "v"), "--agent", "ops")
+    assert code == 0 and out["written"] == [] and out["unchanged"] == 2
+    code, out = run(home, "vault", "validate", str(tmp_path / "v"))
+    assert code == 0
+    bad = hand_vault(tmp_path / "bad")
+    (bad / "agent" / "memory" / "feedback_debt_priority_order.md").write_text(
+        HAND_WRITTEN.replace("type: feedback", "type: opinion").replace(
+            "confidence: high", "confidence: sure"
+        )
+    )
+    code, out = run(home, "vault", "validate", str(bad))
+    assert code == 65 and out["error"] == "vault_invalid"
+    problems = out["details"]["problems"]
+    assert any(": type: " in p for p in problems) and any(": confidence: " in p for p in problems)
+    code, out = run(tmp_path / "home2", "init")
+    code, out = run(tmp_path / "home2", "vault", "import", str(tmp_path / "v"))
+    assert code == 0 and len(out["stored"]) == 1
+    code, out = run(tmp_path / "home2", "vault", "import", str(tmp_path / "v"))
+    assert code == 0 and out["stored"] == [] and out["unchanged"] == 1
