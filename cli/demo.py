@@ -178,6 +178,16 @@ def bundle_part(d: Demo, work: Path, pid: str) -> None:
     d.run("verify-bundle", str(tampered), "--trusted-key", vkey, expect=8)
 
 
+def vault_part(d: Demo, work: Path) -> None:
+    section("5. The store as a Markdown vault (Atomic Agents layout)")
+    out = work / "vault"
+    d.run("vault", "render", str(out), "--agent", "demo")
+    index = (out / "demo" / "memory" / "INDEX.md").read_text()
+    print("\n$ head -n 12 vault/demo/memory/INDEX.md\n" + "\n".join(index.splitlines()[:12]))
+    d.run("vault", "validate", str(out))
+    d.run("vault", "render", str(out), "--agent", "demo")
+
+
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mnemolog-demo-"))
     d = Demo(work / "home")
@@ -187,6 +197,7 @@ def main() -> int:
         recall_part(d)
         pid = atomise_part(d)
         bundle_part(d, work, pid)
+        vault_part(d, work)
     except DemoFailed as exc:
         print(f"\nDEMO FAILED: {exc}", file=sys.stderr)
         return 1
