@@ -1,0 +1,187 @@
+"""The engine: refusing a log that lost what was applied, rebuilds, versions, interrupted catch-ups."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from mnemolog.eventlog.errors import StorageError
+from mnemolog.eventlog.writer import Durability
+from mnemolog.projections import engine, fold, schema
+from mnemolog.projections.engine import ProjectionDiverged
+from mnemolog.substrate.home import Home
+from tests.projections.kit import check_invariants, new_home, open_sub, table_rows
+
+
+def store_n(home: Home, n: int, word: str = "alpha") -> list[str]:
+    with open_sub(home) as s:
+        return [s.store(f"{word} memory {i}")["id"] for i in range(n)]
+
+
+def answers(home: Home) -> list[Any]:
+    with open_sub(home) as s:
+        return [s.recall("alpha beta memory", limit=100), s.list(limit=100)]
+
+
+def test_a_truncated_log_is_refused_until_rebuild(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "home")
+    store_n(home, 3)
+    saved = tmp_path / "saved"
+    shutil.copytree(home.log_dir, saved)
+    store_n(home, 2)
+    shutil.rmtree(home.log_dir)
+    shutil.copytree(saved, home.log_dir)
+    with open_sub(home) as s:
+        with pytest.raises(ProjectionDiverged) as info:
+            s.recall("alpha")
+        e = info.value
+        assert e.exit_code == 6 and e.slug == "projection_diverged"
+        assert "mnemolog rebuild" in e.message
+        assert e.details["seq"] == 5 and e.details["found"] == 4
+        with pytest.raises(ProjectionDiverged):
+            s.store("writes refuse too: they check against the projection")
+        assert s.rebuild()["replayed"] == 4
+        assert len(s.list()) == 3
+        check_invariants_of(s)
+
+
+def test_a_forked_log_is_refused_until_rebuild(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "home")
+    store_n(home, 3)
+    saved = tmp_path / "saved"
+    shutil.copytree(home.log_dir, saved)
+    store_n(home, 2)  # the projection has applied entry 5
+    shutil.rmtree(home.log_dir)
+    shutil.copytree(saved, home.log_dir)
+    with home.open_writer() as w:  # a different entry 4 and 5, same log id
+        for i in range(3):
+            w.append("memory.stored", {"id": f"FORK{i}", "namespace": "default", "content": f"beta fork {i}"})
+    with open_sub(home) as s:
+        with pytest.raises(ProjectionDiverged) as info:
+            s.list()
+        assert info.value.details["seq"] == 5 and "leaf hash differs" in info.value.message
+        s.rebuild()
+        assert {m["id"] for m in s.list()} >= {"FORK0", "FORK1", "FORK2"}
+
+
+def test_another_log_is_refused(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "home")
+    other = new_home(tmp_path / "other")
+    store_n(home, 2)
+    store_n(other, 2, "beta")
+    shutil.rmtree(home.log_dir)
+    shutil.copytree(other.log_dir, home.log_dir)
+    shutil.rmtree(home.keys_dir)
+    shutil.copytree(other.keys_dir, home.keys_dir)
+    with open_sub(home) as s:
+        with pytest.raises(ProjectionDiverged) as info:
+            s.recall("beta")
+        assert "replaced" in info.value.message
+        assert info.value.details["found"] != info.value.details["expected"]
+        s.rebuild()
+        assert s.recall("beta")[0]["content"].startswith("beta")
+
+
+def test_a_new_schema_version_rebuilds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = new_home(tmp_path / "home")
+    store_n(home, 5)
+    before = answers(home)
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", schema.SCHEMA_VERSION + 1)
+    replays: list[int] = []
+    real = engine.Projections.catch_up
+
+    def counting(self: engine.Projections, conn: duckdb.DuckDBPyConnection, **kw: Any) -> int:
+        n = real(self, conn, **kw)
+        replays.append(n)
+        return n
+
+    monkeypatch.setattr(engine.Projections, "catch_up", counting)
+    assert answers(home) == before
+    assert replays[0] == 6  # the whole log, from genesis
+    with open_sub(home) as s, s.session() as conn:
+        assert conn.execute("SELECT version FROM proj_state").fetchone() == (schema.SCHEMA_VERSION,)
+
+
+def test_a_database_of_an_older_layout_is_rebuilt(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "home")
+    store_n(home, 3)
+    before = answers(home)
+    path = home.projections_dir / "mnemolog.duckdb"
+    path.unlink()
+    with duckdb.connect(str(path)) as c:  # what version 1 left behind
+        c.execute("CREATE TABLE proj_state(name VARCHAR PRIMARY KEY, version INTEGER, last_seq BIGINT)")
+        c.execute("INSERT INTO proj_state VALUES ('core', 1, 3)")
+        c.execute("CREATE TABLE counters(name VARCHAR, value BIGINT)")
+        c.execute("CREATE TABLE memories(id VARCHAR, doc INTEGER)")
+    assert answers(home) == before
+
+
+def test_a_corrupt_database_says_rebuild_and_rebuild_fixes_it(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "home")
+    store_n(home, 3)
+    before = answers(home)
+    (home.projections_dir / "mnemolog.duckdb").write_bytes(b"\x00garbage" * 1000)
+    with open_sub(home) as s:
+        with pytest.raises(StorageError) as info:
+            s.list()
+        assert "mnemolog rebuild" in info.value.message
+        s.rebuild()
+    assert answers(home) == before
+
+
+def test_a_missing_database_is_rebuilt_silently(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "home")
+    store_n(home, 4)
+    before = answers(home)
+    for p in home.projections_dir.glob("mnemolog.duckdb*"):
+        p.unlink()
+    assert answers(home) == before
+
+
+def test_an_interrupted_catch_up_keeps_a_consistent_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = new_home(tmp_path / "home")
+    with home.open_writer(durability=Durability("group")) as w:
+        w.append_many(
+            [
+                ("memory.stored", {"id": f"M{i:04d}", "namespace": "default", "content": f"alpha {i}"}, 1)
+                for i in range(40)
+            ]
+        )
+    monkeypatch.setattr(engine, "CATCH_UP_BATCH", 10)
+    calls = [0]
+    real = fold.Fold.apply
+
+    def failing(self: fold.Fold, entries: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("power cut")
+        return real(self, entries)
+
+    monkeypatch.setattr(fold.Fold, "apply", failing)
+    with open_sub(home) as s:
+        with pytest.raises(RuntimeError):
+            s.list()
+        with s.projections.raw_session() as conn:
+            st = engine.read_state(conn)
+            assert st is not None and st.last_seq == 19  # two batches committed, the third rolled back
+            assert conn.execute("SELECT count(*) FROM memories").fetchone() == (19,)
+            check_invariants(conn)
+        assert len(s.list(limit=100)) == 40  # the next session finishes the job
+        with s.session() as conn:
+            incremental = table_rows(conn)
+        s.rebuild()
+        with s.session() as conn:
+            rebuilt = table_rows(conn)
+    for t in ("memories", "links", "touches", "event_counts", "hidden"):
+        assert incremental[t] == rebuilt[t], t
+
+
+def check_invariants_of(s: Any) -> None:
+    with s.session() as conn:
+        check_invariants(conn)
