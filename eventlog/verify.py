@@ -324,6 +324,13 @@ def _check_chunk(
     return ("ok", bytes(leaves), first_prev, events, log_id)
 
 
+def _check_chunk_safely(*args: Any) -> ChunkResult:
+    try:
+        return _check_chunk(*args)
+    except Exception as exc:  # pragma: no cover - a bug here must not decide a verdict
+        return ("no", -1, f"chunk check failed: {exc!r}")
+
+
 # -- multiprocessing ---------------------------------------------------------------
 
 
@@ -378,8 +385,10 @@ class _Verifier:
         processes: int,
         progress: bool | None,
         use_hint: bool = True,
+        anchor: VerifierKey | None = None,
     ):
         self.dir = log_dir
+        self.anchor = anchor
         self.hashes_only = hashes_only
         self.processes = processes
         self.use_hint = use_hint
@@ -398,7 +407,7 @@ class _Verifier:
         self.kid = b""
         self.log_id: bytes | None = None
         self.cp_pos = 0
-        self.pending: list[tuple[int, Future[Any]]] = []
+        self.pending: list[tuple[int, Future[Any], tuple[Any, ...]]] = []  # (first seq, future, args)
         self.report.torn_tail = None
 
     def fail(self, message: str, check: str, **where: Any) -> VerificationError:
@@ -431,6 +440,9 @@ class _Verifier:
                 self._reset()
                 if self.processes > 1 and not self.hashes_only and self._worth_pool(segs):
                     self.pool = self.pool or make_pool(self.processes)
+                elif self.pool is not None:
+                    self.pool.shutdown(cancel_futures=True)
+                    self.pool = None
                 parallel_used = self.pool is not None
                 start_i, start_off = 0, 0
             else:
@@ -459,6 +471,14 @@ class _Verifier:
             if self.pool is not None:
                 self.pool.shutdown(cancel_futures=True)
             self.progress.close()
+        if self.anchor is not None and all(k.public_key != self.anchor.public_key for _, k in self.epochs):
+            raise self.fail(
+                f"the log's key history does not contain the trusted key {self.anchor.vkey()}",
+                "key.anchor",
+                seq=0,
+                expected=self.anchor.vkey(),
+                found=[k.vkey() for _, k in self.epochs],
+            )
         r = self.report
         r.entries = self.seq
         r.segments = len(segs)
@@ -650,7 +670,7 @@ class _Verifier:
             return (path, locs[a * LOC.size : b * LOC.size], a, segf, schedule, self.hashes_only)
 
         if self.pool is None:
-            return (_check_chunk(*args(t)) for t in tasks)
+            return (_check_chunk_safely(*args(t)) for t in tasks)
         pool = self.pool
 
         def gen() -> Iterator[Any]:
@@ -660,9 +680,12 @@ class _Verifier:
             try:
                 while nxt < len(tasks) or futs:
                     while nxt < len(tasks) and len(futs) < window:
-                        futs.append(pool.submit(_check_chunk, *args(tasks[nxt])))
+                        futs.append(pool.submit(_check_chunk_safely, *args(tasks[nxt])))
                         nxt += 1
-                    yield futs.pop(0).result()
+                    try:
+                        yield futs.pop(0).result()
+                    except Exception as exc:  # a worker that died: the sequential pass decides
+                        yield ("no", -1, f"worker failed: {exc!r}")
             finally:
                 for f in futs:
                     f.cancel()
@@ -865,14 +888,22 @@ class _Verifier:
             if res is not None:
                 raise self._from_worker(res)
             return
-        fut = self.pool.submit(_verify_chunk, path, start, end, first_seq, schedule)
-        self.pending.append((first_seq, fut))
+        args = (path, start, end, first_seq, schedule)
+        self.pending.append((first_seq, self.pool.submit(_verify_chunk, *args), args))
         # Bound the queue so memory stays flat on huge logs.
         while len(self.pending) > 4 * self.processes:
-            _, fut = self.pending.pop(0)
-            res = fut.result()
+            _, fut, args = self.pending.pop(0)
+            res = self._result(fut, args)
             if res is not None:
                 raise self._from_worker(res)
+
+    @staticmethod
+    def _result(fut: Future[Any], args: tuple[Any, ...]) -> tuple[int, str, str, Any, Any] | None:
+        """A worker's verdict; should the worker have died, the chunk is checked here."""
+        try:
+            return fut.result()  # type: ignore[no-any-return]
+        except Exception:
+            return _verify_chunk(*args)
 
     def _from_worker(self, res: tuple[int, str, str, Any, Any]) -> VerificationError:
         seq, check, message, expected, found = res
@@ -881,11 +912,11 @@ class _Verifier:
     def _drain(self, before: int | None) -> None:
         """Collect worker results; raise the earliest failure (before `before` if given)."""
         best: tuple[int, str, str, Any, Any] | None = None
-        for first_seq, fut in self.pending:
+        for first_seq, fut, args in self.pending:
             if before is not None and first_seq > before:
                 fut.cancel()
                 continue
-            res = fut.result()
+            res = self._result(fut, args)
             if res is not None and (best is None or res[0] < best[0]):
                 best = res
         self.pending = []
@@ -900,12 +931,16 @@ def verify_log(
     processes: int | None = None,
     progress: bool | None = None,
     use_index_hint: bool = True,
+    anchor: VerifierKey | None = None,
 ) -> VerifyReport:
     """Verify the whole log; return a report or raise the first VerificationError.
 
     `processes` defaults to the number of cores; small logs are checked in
     this process whatever it says. `use_index_hint=False` forces the
-    sequential pass (the verdict is the same either way).
+    sequential pass (the verdict is the same either way). `anchor` is a key
+    obtained out of band: the genesis key or a later one, which the key
+    history must contain (check `key.anchor`); without it the genesis entry's
+    key is the trust anchor.
     """
     procs = processes if processes is not None else (os.cpu_count() or 1)
-    return _Verifier(log_dir, hashes_only, max(1, procs), progress, use_index_hint).run()
+    return _Verifier(log_dir, hashes_only, max(1, procs), progress, use_index_hint, anchor).run()

@@ -57,11 +57,12 @@ from mnemolog.eventlog.log import (
 )
 from mnemolog.eventlog.note import Checkpoint, origin_for, peek_checkpoint
 from mnemolog.eventlog.progress import Progress
-from mnemolog.eventlog.segments import list_segments, read_file, split_items
+from mnemolog.eventlog.segments import MAX_ENTRY_BYTES, list_segments, read_file, split_items
 
 Clock = Callable[[], int]
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 IDLE_SLICE = 0.0002  # seconds without a new append that end a group-commit wait
+MAX_PAYLOAD_BYTES = MAX_ENTRY_BYTES - 4096  # room for the envelope and a long type name
 
 
 def system_clock() -> int:
@@ -123,6 +124,13 @@ class _Pending:
         self.data = data
         self.new_key = new_key
         self.data_enc = encode_payload(data)
+        if len(self.data_enc) > MAX_PAYLOAD_BYTES:
+            # Readers and recovery take anything longer than an entry can be for damage.
+            raise DecodeError(
+                f"payload of {len(self.data_enc)} bytes is larger than an entry may carry "
+                f"({MAX_PAYLOAD_BYTES} bytes)",
+                field="data",
+            )
 
 
 class _Batch:

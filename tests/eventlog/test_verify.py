@@ -392,3 +392,26 @@ def test_verify_from_a_script_read_from_stdin(big_log: Path) -> None:
     )
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == [str(BIG + 2), "1"]
+
+
+def test_trust_anchor(small_log: Path) -> None:
+    from tests.eventlog.logkit import seeded_key as key
+
+    verify_log(small_log, anchor=key().verifier)  # the genesis key
+    verify_log(small_log, anchor=ROTATED.verifier)  # a later key of the history
+    exc = must_fail(small_log, "foreign anchor", anchor=key("stranger", 99).verifier)
+    assert exc.check == "key.anchor"
+
+
+def test_oversized_payloads_are_refused(tmp_path: Path) -> None:
+    from mnemolog.eventlog.errors import DecodeError
+    from mnemolog.eventlog.segments import MAX_ENTRY_BYTES
+    from mnemolog.eventlog.writer import LogWriter
+
+    d = tmp_path / "log"
+    keys = make_log(d, entries=1)
+    with LogWriter(d, keys) as w:
+        with pytest.raises(DecodeError):
+            w.append("note.added", {"blob": b"x" * MAX_ENTRY_BYTES})
+        w.append("note.added", {"blob": b"x" * (MAX_ENTRY_BYTES - 8192)})
+    verify_log(d, processes=1)
