@@ -352,6 +352,8 @@ class Fold:
         ).fetchone()
         if row is None:
             return
+        if d.get("migration_run"):
+            self._remember_before(e.seq, str(d["migration_run"]), mid)
         sets: list[str] = ["updated_at = ?", "last_event_seq = ?"]
         args: list[Any] = [e.ts, e.seq]
         for col in ("namespace", "kind", "source"):
@@ -461,6 +463,69 @@ class Fold:
 
     def migration(self, e: Entry, d: dict[str, Any]) -> None:
         self.buf.migrations.append((e.seq, e.type, str(d.get("run_id", "")), canonical_json(d), e.ts))
+        size = _int(d.get("snapshot_size"))
+        if e.type == "migration.rolled_back" and size is not None:
+            self._roll_back(e, size)
+
+    # -- migration rollback ----------------------------------------------------
+
+    _UNDO_COLS = (
+        "title, content, kind, namespace, tags, confidence, source, metadata, last_seen, "
+        "updated_at, last_event_seq"
+    )
+
+    def _remember_before(self, seq: int, run: str, mid: str) -> None:
+        row = self.conn.execute(f"SELECT {self._UNDO_COLS} FROM memories WHERE id = ?", [mid]).fetchone()
+        if row is None:
+            return
+        names = [c.strip() for c in self._UNDO_COLS.split(",")]
+        before = dict(zip(names, row, strict=True))
+        before["tags"] = list(before["tags"] or [])
+        self.conn.execute(
+            "INSERT INTO migration_undo VALUES (?, ?, ?, ?)", [seq, run, mid, canonical_json(before)]
+        )
+
+    def _roll_back(self, e: Entry, snapshot_size: int) -> None:
+        """Put back what every migration update at or after the snapshot replaced, newest first.
+
+        The log keeps the migration's events; the projected rows return to the
+        snapshot. Text that changed back becomes a new document version under an
+        id no event uses (negative), so postings stay unique and dead versions go
+        at compaction as usual.
+        """
+        self.flush()
+        rows = self.conn.execute(
+            "SELECT seq, memory_id, before FROM migration_undo WHERE seq >= ? ORDER BY seq DESC",
+            [snapshot_size],
+        ).fetchall()
+        for i, (_, mid, before_json) in enumerate(rows):
+            b = json.loads(before_json)
+            cur = self.conn.execute(
+                "SELECT title, content, doc, doc_len FROM memories WHERE id = ?", [mid]
+            ).fetchone()
+            if cur is None:
+                continue
+            sets = [
+                "title = ?", "content = ?", "kind = ?", "namespace = ?", "tags = ?::VARCHAR[]",
+                "confidence = ?", "source = ?", "metadata = ?", "last_seen = ?", "updated_at = ?",
+                "last_event_seq = ?",
+            ]  # fmt: skip
+            args: list[Any] = [
+                b["title"], b["content"], b["kind"], b["namespace"], b["tags"], b["confidence"],
+                b["source"], b["metadata"], b["last_seen"], b["updated_at"], b["last_event_seq"],
+            ]  # fmt: skip
+            if b["title"] != cur[0] or b["content"] != cur[1]:
+                doc = -((e.seq << 20) | i) - 1
+                dl = self._add_postings(doc, b["title"], b["content"])
+                self._insert_rows("dead", ["doc"], [(int(cur[2]),)])
+                self.stats.dead_docs += 1
+                self.stats.total_len += dl - int(cur[3])
+                sets += ["doc = ?", "doc_len = ?"]
+                args += [doc, dl]
+                self.conn.execute("UPDATE hidden SET doc = ? WHERE id = ?", [doc, mid])
+            self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])
+            self.buf.touches.append((mid, e.seq, e.type))
+        self.conn.execute("DELETE FROM migration_undo WHERE seq >= ?", [snapshot_size])
 
     # -- compaction ------------------------------------------------------------
 

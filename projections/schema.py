@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # The one archive guard (DESIGN §4), shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -90,6 +90,9 @@ DDL = [
         seq BIGINT NOT NULL, type VARCHAR NOT NULL, run_id VARCHAR NOT NULL, detail VARCHAR NOT NULL,
         ts BIGINT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS event_counts(type VARCHAR PRIMARY KEY, n BIGINT NOT NULL)""",
+    # What each migration update replaced, so a migration.rolled_back can put it back.
+    """CREATE TABLE IF NOT EXISTS migration_undo(seq BIGINT NOT NULL, run VARCHAR NOT NULL,
+        memory_id VARCHAR NOT NULL, before VARCHAR NOT NULL)""",
 ]
 
 TABLES = [
@@ -104,6 +107,7 @@ TABLES = [
     "touches",
     "migrations",
     "event_counts",
+    "migration_undo",
     "proj_state",
 ]
 

@@ -66,6 +66,7 @@ class MemoryUpdated(Payload):
     source: str | None = None
     metadata: dict[str, Any] | None = None
     last_seen: int | None = None
+    migration_run: str | None = None  # set by a log-backed migration; rollbacks undo these
 
 
 class MemoryArchived(Payload):

@@ -121,7 +121,9 @@ def memory_to_record(
         content=m["content"],
         tags=tuple(m.get("tags") or ()),
         confidence=m["confidence"] if m.get("confidence") is not None else DEFAULT_CONFIDENCE,
-        captured=_date(m["created_at"]),
+        captured=dt.date.fromisoformat(v["captured"])
+        if isinstance(v.get("captured"), str)
+        else _date(m["created_at"]),
         last_seen=_date(m.get("last_seen") or m["updated_at"]),
         sources=tuple(sources),
         pinned=bool(v.get("pinned", False)),

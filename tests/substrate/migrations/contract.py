@@ -76,6 +76,10 @@ class Harness(Protocol):
 
     def meta(self, name: str) -> dict[str, Any]: ...
 
+    def label(self, name: str) -> str:
+        """How messages name the unit seeded as `name` (its unit_id, or part of it)."""
+        ...
+
     def events(self) -> list[MigrationEvent]: ...
 
     def child_backend_code(self) -> str:
@@ -380,7 +384,7 @@ class MigrationBackendContract:
         event = run_migration(harness.backend(2), 2, harness.scripts_dir, dry_run=False, out=io.StringIO())
         assert event.rolled_back and event.outcome == "rolled_back"
         assert "MigrationVersionNotBumped" in event.error
-        assert "v1_to_v2.py" in event.error and "user_risk_tolerance" in event.error
+        assert "v1_to_v2.py" in event.error and harness.label("user_risk_tolerance.md") in event.error
         assert harness.state() == before
         assert harness.events() == [event]
 
@@ -390,7 +394,7 @@ class MigrationBackendContract:
         before = harness.state()
         event = run_migration(harness.backend(2), 2, harness.scripts_dir, dry_run=False, out=io.StringIO())
         assert event.outcome == "rolled_back"
-        assert "MigrationValidationFailed" in event.error and "tax_strategy" in event.error
+        assert "MigrationValidationFailed" in event.error and harness.label("tax_strategy.md") in event.error
         assert event.units_touched == 2 and event.units_skipped == 1
         assert harness.state() == before
 

@@ -73,6 +73,9 @@ class FilesystemHarness:
     def meta(self, name: str) -> dict[str, Any]:
         return read_document(self._path(name)).meta
 
+    def label(self, name: str) -> str:
+        return name.removesuffix(".md")
+
     def events(self) -> list[MigrationEvent]:
         return self.backend().audit_events()
 
