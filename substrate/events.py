@@ -157,6 +157,44 @@ class AtomisationFailed(Payload):
     request_seq: int | None = None
 
 
+class MigrationStarted(Payload):
+    """A log-backed migration began: the snapshot is the checkpoint of `snapshot_size`."""
+
+    run_id: str
+    snapshot_size: int
+    snapshot_root: str
+    target_version: int
+    backend_id: str
+
+
+class MigrationRolledBack(Payload):
+    """Restore to the checkpoint of `snapshot_size`: projections undo the tagged updates after it."""
+
+    run_id: str
+    snapshot_size: int
+    backend_id: str
+
+
+class MigrationRecorded(Payload):
+    """`migration.completed` / `migration.refused`: the seed's MigrationEvent audit record."""
+
+    run_id: str
+    action: Literal["migrate", "rollback"]
+    from_version: int
+    to_version: int
+    dry_run: bool
+    backend_id: str
+    snapshot_ref: dict[str, str] | None = None
+    units_touched: int
+    units_skipped: int
+    rolled_back: bool
+    error: str
+    started_at: str
+    finished_at: str
+    scripts: list[str] = Field(default_factory=list)
+    outcome: str
+
+
 class NoteAdded(Payload):
     model_config = ConfigDict(frozen=True, extra="allow")
 
@@ -171,6 +209,10 @@ PAYLOADS: dict[tuple[str, int], type[Payload]] = {
     ("atomisation.requested", 1): AtomisationRequested,
     ("atomisation.completed", 1): AtomisationCompleted,
     ("atomisation.failed", 1): AtomisationFailed,
+    ("migration.started", 1): MigrationStarted,
+    ("migration.rolled_back", 1): MigrationRolledBack,
+    ("migration.completed", 1): MigrationRecorded,
+    ("migration.refused", 1): MigrationRecorded,
 }
 CURRENT_TV: dict[str, int] = {}
 for _t, _v in PAYLOADS:

@@ -22,8 +22,6 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
-from pydantic import ConfigDict
-
 from mnemolog.eventlog.errors import LockTimeout, StorageError
 from mnemolog.eventlog.lock import FileLock
 from mnemolog.projections import recall as q
@@ -34,7 +32,12 @@ from mnemolog.projections.vault.render import (
     confidence_level,
     vault_type,
 )
-from mnemolog.substrate.events import MemoryUpdated, Payload
+from mnemolog.substrate.events import (
+    MemoryUpdated,
+    MigrationRecorded,
+    MigrationRolledBack,
+    MigrationStarted,
+)
 from mnemolog.substrate.migrations.protocol import (
     MigratableUnit,
     MigrationAuditFailed,
@@ -76,12 +79,6 @@ KNOWN_KEYS: Final = (
     "expires_at",
     "tags",
 )
-
-
-class _Payload(Payload):
-    """A migration.* payload: the audit record, or the rollback's snapshot size."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
 
 
 def _as_date(v: Any) -> dt.date | None:
@@ -303,7 +300,7 @@ class LogMigrationBackend:
             self.sub._append(
                 conn,
                 "migration.started",
-                _Payload(
+                MigrationStarted(
                     run_id=self._run,
                     snapshot_size=cp.size,
                     snapshot_root=cp.root.hex(),
@@ -342,7 +339,7 @@ class LogMigrationBackend:
             self.sub._append(
                 conn,
                 "migration.rolled_back",
-                _Payload(run_id=self._run or "", snapshot_size=size, backend_id=BACKEND_ID),
+                MigrationRolledBack(run_id=self._run or "", snapshot_size=size, backend_id=BACKEND_ID),
             )
 
     def restore_and_audit(self, ref: MigrationSnapshotRef) -> MigrationEvent:
@@ -357,7 +354,7 @@ class LogMigrationBackend:
         data["outcome"] = event.outcome
         try:
             with self.sub.session() as conn:
-                self.sub._append(conn, kind, _Payload(**data))
+                self.sub._append(conn, kind, MigrationRecorded(**data))
         except (StorageError, OSError) as exc:
             raise MigrationAuditFailed(f"cannot record the migration event in the log: {exc}") from exc
 
