@@ -11,6 +11,7 @@ from mnemolog.cli.bundle_commands import log_export
 from mnemolog.cli.log_commands import init, key_group, log_group
 from mnemolog.cli.mcp import mcp_command
 from mnemolog.cli.memory_commands import COMMANDS as MEMORY_COMMANDS
+from mnemolog.cli.migrate_commands import COMMANDS as MIGRATE_COMMANDS
 from mnemolog.cli.vault_commands import COMMANDS as VAULT_COMMANDS
 
 
@@ -35,7 +36,7 @@ cli.add_command(key_group)
 log_group.add_command(log_export)
 for _cmd in BUNDLE_COMMANDS:
     cli.add_command(_cmd)
-for _cmd in [*MEMORY_COMMANDS, *ATOMISE_COMMANDS, *VAULT_COMMANDS, mcp_command()]:
+for _cmd in [*MEMORY_COMMANDS, *ATOMISE_COMMANDS, *VAULT_COMMANDS, *MIGRATE_COMMANDS, mcp_command()]:
     cli.add_command(_cmd)
 
 

@@ -98,12 +98,20 @@ def _midnight(d: dt.date) -> int:
     return int(dt.datetime(d.year, d.month, d.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
 
 
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip(" \t#>-*"):
+            return " ".join(line.strip(" \t#>-*").split())
+    return ""
+
+
 def unit_frontmatter(record: NoteRecord, vault: dict[str, Any]) -> dict[str, Any]:
     """A memory's vault frontmatter (without the renderer's file-placement fields)."""
     meta: dict[str, Any] = {
         "schema_version": vault.get("schema_version", CURRENT_SCHEMA_VERSION),
         "name": record.title,
-        "description": record.description,
+        # As the vault shows it: an empty description is the first line of the content.
+        "description": record.description or _first_line(record.content)[:150],
         "type": vault_type(record),
         "captured": _as_date(vault.get("captured")) or record.captured,
         "last_seen": record.last_seen,

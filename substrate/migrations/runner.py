@@ -168,9 +168,10 @@ def _migrate(
                 f"Snapshot ref: backend_id={run.snapshot.backend_id} snapshot_id={run.snapshot.snapshot_id}",
                 file=out,
             )
+            where = "--vault <agents root> " if run.snapshot.backend_id == "filesystem" else ""
             print(
-                "If this migration is interrupted, restore that snapshot "
-                "(restore_and_audit) before agents run again.",
+                "If this migration is interrupted, run: "
+                f"mnemolog migrate {where}--rollback {run.snapshot.snapshot_id}",
                 file=out,
                 flush=True,
             )

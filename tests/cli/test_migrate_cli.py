@@ -1,0 +1,94 @@
+"""`mnemolog migrate` over the store (log backend) and over a vault, through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from mnemolog.cli.main import cli
+
+BUMP = """
+FROM_VERSION = 1
+TO_VERSION = 2
+
+def applies_to(unit):
+    return unit.read_frontmatter().get("schema_version") == 1
+
+def migrate(unit):
+    meta = unit.read_frontmatter()
+    meta["schema_version"] = 2
+    meta["provenance"] = "v1_migrated"
+    unit.write_frontmatter(meta)
+    return {"changes": ["schema_version 1 -> 2"]}
+"""
+
+
+def run(home: Path, *args: str) -> tuple[int, Any]:
+    r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
+    lines = r.stdout.strip().splitlines()
+    return r.exit_code, json.loads(lines[-1]) if lines else None
+
+
+def metadata(home: Path) -> list[Any]:
+    return [m["metadata"] for m in run(home, "list", "--include-archived")[1]["memories"]]
+
+
+def test_log_backend_run_status_rollback_and_rebuild(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
+    assert run(home, "store", "Prefer pg_repack for big tables", "--kind", "decision")[0] == 0
+    assert run(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
+    (home / "migrations").mkdir()
+    (home / "migrations" / "v1_to_v2.py").write_text(BUMP)
+    before = metadata(home)
+
+    code, out = run(home, "migrate", "--to", "v2", "--dry-run")
+    assert code == 0 and out["event"]["dry_run"] and out["event"]["units_touched"] == 2
+    assert metadata(home) == before
+    # This code's validators accept v1 only: the real run validates, rolls back, exits 65.
+    code, out = run(home, "migrate", "--to", "v2")
+    assert code == 65 and out["error"] == "migration_failed" and out["details"]["rolled_back"]
+    assert metadata(home) == before
+    code, out = run(home, "migrate", "--to", "v2", "--current-schema-version", "2")
+    assert code == 0 and out["event"]["outcome"] == "completed"
+    ref = out["event"]["snapshot_ref"]["snapshot_id"]
+    assert all(m["vault"]["schema_version"] == 2 for m in metadata(home))
+    code, out = run(home, "migrate", "--status", "--current-schema-version", "2")
+    assert out["status"]["schema_version"] == 2 and ref in out["status"]["snapshots"]
+    assert ref in run(home, "migrate", "--list-snapshots")[1]["snapshots"]
+    code, out = run(home, "migrate", "--rollback", ref)
+    assert code == 0 and out["event"]["rolled_back"] and out["event"]["to_version"] == 1
+    assert metadata(home) == before
+    assert run(home, "rebuild")[0] == 0
+    assert metadata(home) == before  # the rollback is honoured on replay too
+    # every run, refusal and rollback is in the log
+    code, log = run(home, "log", "show", "--type", "migration.completed", "--type", "migration.refused")
+    assert [e["data"]["action"] for e in log["entries"]] == ["migrate", "migrate", "migrate", "rollback"]
+    code, out = run(home, "migrate", "--rollback", "999")
+    assert code == 2
+    assert run(home, "log", "verify")[0] == 0
+
+
+def test_vault_backend_and_usage_errors(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
+    assert run(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
+    assert run(home, "vault", "render", str(tmp_path / "v"), "--agent", "a")[0] == 0
+    (tmp_path / "v" / "_migrations").mkdir()
+    (tmp_path / "v" / "_migrations" / "v1_to_v2.py").write_text(BUMP)
+    code, out = run(
+        home, "migrate", "--vault", str(tmp_path / "v"), "--to", "v2", "--current-schema-version", "2"
+    )
+    assert code == 0 and out["event"]["backend_id"] == "filesystem"
+    code, out = run(
+        home, "migrate", "--vault", str(tmp_path / "v"), "--status", "--current-schema-version", "2"
+    )
+    assert out["status"]["schema_version"] == 2
+    assert run(home, "migrate")[0] == 64
+    assert run(home, "migrate", "--to", "two")[0] == 64
+    assert run(home, "migrate", "--to", "v2", "--status")[0] == 64
+    code, out = run(home, "migrate", "--to", "v1")
+    assert code == 1 and out["error"] == "nothing_to_migrate"
