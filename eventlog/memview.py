@@ -15,6 +15,7 @@ projection's `touches` table, which the exporter uses to select entries.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
@@ -38,6 +39,8 @@ def touched_ids(type_: str, data: dict[str, Any]) -> list[str]:
         ids = [_id(data.get("id"))]
     elif type_ == "link.created":
         ids = [_id(data.get("src")), _id(data.get("dst"))]
+    elif type_ == "migration.rolled_back":
+        ids = [_id(x) for x in data.get("memory_ids") or [] if isinstance(x, str)]
     elif type_ in ("atomisation.requested", "atomisation.completed", "atomisation.failed"):
         ids = [_id(data.get("source_id"))]
         if type_ == "atomisation.completed":
@@ -48,6 +51,21 @@ def touched_ids(type_: str, data: dict[str, Any]) -> list[str]:
         if i and i not in out:
             out.append(i)
     return out
+
+
+_UNDO_FIELDS = (
+    "title",
+    "content",
+    "kind",
+    "namespace",
+    "tags",
+    "confidence",
+    "source",
+    "metadata",
+    "last_seen",
+    "updated_at",
+    "last_event_seq",
+)
 
 
 def _merge(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -123,6 +141,7 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
     seqs: dict[str, list[int]] = {i: [] for i in wanted}
     # Edges likewise: the projection keeps a link whether or not its ends exist yet.
     links: dict[str, dict[str, list[dict[str, Any]]]] = {i: {"outgoing": [], "incoming": []} for i in wanted}
+    undo: list[tuple[int, str, dict[str, Any]]] = []
     for e in entries:
         d = e.data
         for i in touched_ids(e.type, d):
@@ -134,7 +153,16 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
                 views[mid] = _new_view(e, d, mid)
         target = views.get(_id(d.get("id")))
         if e.type == "memory.updated" and target is not None:
+            if d.get("migration_run"):
+                undo.append((e.seq, target["id"], {k: copy.deepcopy(target[k]) for k in _UNDO_FIELDS}))
             _updated(target, e, d)
+        elif e.type == "migration.rolled_back" and isinstance(d.get("snapshot_size"), int):
+            # A log-backed migration rolled back: what its updates replaced comes back.
+            size = d["snapshot_size"]
+            for seq, mid, before in sorted(undo, key=lambda u: u[0], reverse=True):
+                if seq >= size and mid in views:
+                    views[mid].update(before)
+            undo = [u for u in undo if u[0] < size]
         elif e.type == "memory.archived" and target is not None:
             if d.get("by") == "atomisation":
                 target["atomisation_archived_at"] = e.ts

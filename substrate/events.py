@@ -173,6 +173,7 @@ class MigrationRolledBack(Payload):
     run_id: str
     snapshot_size: int
     backend_id: str
+    memory_ids: list[str] = Field(default_factory=list)  # what it puts back (for bundles)
 
 
 class MigrationRecorded(Payload):

@@ -344,10 +344,18 @@ class LogMigrationBackend:
     def restore(self, ref: MigrationSnapshotRef) -> None:
         size = self._snapshot_size(ref)
         with self.sub.session() as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT DISTINCT memory_id FROM migration_undo WHERE seq >= ? ORDER BY memory_id", [size]
+                ).fetchall()
+            ]
             self.sub._append(
                 conn,
                 "migration.rolled_back",
-                MigrationRolledBack(run_id=self._run or "", snapshot_size=size, backend_id=BACKEND_ID),
+                MigrationRolledBack(
+                    run_id=self._run or "", snapshot_size=size, backend_id=BACKEND_ID, memory_ids=ids
+                ),
             )
 
     def restore_and_audit(self, ref: MigrationSnapshotRef) -> MigrationEvent:
