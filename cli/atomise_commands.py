@@ -97,16 +97,20 @@ def policy() -> None:
     help="Curator retries for synchronous runs (deferred always uses 3).",
 )
 @click.option("--curator", type=click.Choice(CURATORS), default=None)
+@click.option(
+    "--unset", "unset_fields", multiple=True, metavar="FIELD",
+    help="Drop a field of this namespace's own policy, so it inherits again (repeatable).",
+)  # fmt: skip
 @json_option
 @click.pass_obj
-def policy_set(ctx: Ctx, /, namespace: str, **fields: Any) -> None:
+def policy_set(ctx: Ctx, /, namespace: str, unset_fields: tuple[str, ...], **fields: Any) -> None:
     """Set fields of NAMESPACE's policy ('' or / for the root)."""
     fields = {k: v for k, v in fields.items() if v is not None}
-    if not fields:
-        raise UsageError("give at least one policy field to set")
+    if not fields and not unset_fields:
+        raise UsageError("give at least one policy field to set or --unset")
     ns = "" if namespace == "/" else namespace
     with opened(ctx) as s:
-        out = s.set_policy(ns, **fields)
+        out = s.set_policy(ns, unset=unset_fields, **fields)
     ctx.emit(out, lambda: _policy_text(out))
 
 

@@ -435,16 +435,22 @@ class Fold:
         )
 
     def policy(self, e: Entry, d: dict[str, Any]) -> None:
+        """policy.set at tv 2 (older payloads arrive upcast): clear, set, unset."""
         self.flush()
         ns = str(d.get("namespace", ""))
-        pol = d.get("policy")
-        if d.get("cleared"):
-            self.conn.execute("DELETE FROM policies WHERE namespace = ?", [ns])
-        else:
+        row = self.conn.execute("SELECT policy FROM policies WHERE namespace = ?", [ns]).fetchone()
+        current: dict[str, Any] = {} if d.get("clear") or row is None else json.loads(row[0])
+        for k in d.get("unset") or []:
+            current.pop(str(k), None)
+        changes = d.get("changes")
+        if isinstance(changes, dict):
+            current.update({str(k): v for k, v in changes.items() if v is not None})
+        if current:
             self.conn.execute(
-                "INSERT OR REPLACE INTO policies VALUES (?, ?, ?)",
-                [ns, canonical_json(pol if isinstance(pol, dict) else {}), e.seq],
+                "INSERT OR REPLACE INTO policies VALUES (?, ?, ?)", [ns, canonical_json(current), e.seq]
             )
+        else:
+            self.conn.execute("DELETE FROM policies WHERE namespace = ?", [ns])
 
     def atomisation(self, e: Entry, d: dict[str, Any]) -> None:
         status = e.type.split(".", 1)[1]

@@ -28,6 +28,7 @@ from mnemolog.projections.recall import Filters
 from mnemolog.substrate import governance
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.events import (
+    CURRENT_TV,
     KINDS,
     RELATIONS,
     LinkCreated,
@@ -197,7 +198,7 @@ class Substrate:
             yield conn
 
     def _append(self, conn: duckdb.DuckDBPyConnection, type_: str, payload: Payload) -> Receipt:
-        r = self.writer.append(type_, payload.to_data())
+        r = self.writer.append(type_, payload.to_data(), CURRENT_TV.get(type_, 1))
         self.projections.catch_up(conn)
         return r
 
@@ -393,16 +394,22 @@ class Substrate:
             self._append(conn, "memory.restored", MemoryRestored(id=memory_id, reason=reason))
             return self._require(conn, memory_id)
 
-    def set_policy(self, namespace: str, **fields: Any) -> dict[str, Any]:
+    def set_policy(self, namespace: str, unset: Sequence[str] = (), **fields: Any) -> dict[str, Any]:
+        """Set fields of a namespace's own policy (and drop `unset` ones: they inherit again)."""
         check_namespace(namespace, allow_root=True)
         try:
             policy = Policy(**fields)
         except ValidationError as exc:
             raise _validation(exc, "policy") from exc
+        unknown = [f for f in unset if f not in Policy.model_fields]
+        if unknown:
+            raise UsageError(f"unknown policy field(s) {unknown}", field="unset")
+        changes = policy.model_dump(exclude_none=True)
+        if not changes and not unset:
+            raise UsageError("nothing to change: give a field to set or to unset")
         with self.session() as conn:
-            current = governance.get_policy(conn, namespace) or {}
-            merged = {**current, **policy.model_dump(exclude_none=True)}
-            self._append(conn, "policy.set", PolicySet(namespace=namespace, policy=merged))
+            payload = PolicySet(namespace=namespace, changes=changes, unset=list(unset))
+            self._append(conn, "policy.set", payload)
             return governance.resolve(conn, namespace).to_json()
 
     def clear_policy(self, namespace: str) -> dict[str, Any]:
@@ -410,7 +417,7 @@ class Substrate:
         with self.session() as conn:
             if governance.get_policy(conn, namespace) is None:
                 raise NotFound(f"namespace {namespace!r} has no policy of its own")
-            self._append(conn, "policy.set", PolicySet(namespace=namespace, cleared=True))
+            self._append(conn, "policy.set", PolicySet(namespace=namespace, clear=True))
             return governance.resolve(conn, namespace).to_json()
 
     def get_policy(self, namespace: str) -> dict[str, Any]:

@@ -111,10 +111,26 @@ class Policy(BaseModel):
     curator: Literal["ollama", "rules"] | None = None
 
 
-class PolicySet(Payload):
+class PolicySetV1(Payload):
+    """`policy.set` tv 1 (written until tv 2 existed): the namespace's whole policy, or cleared."""
+
     namespace: str
     policy: dict[str, Any] = Field(default_factory=dict)
     cleared: bool = False
+
+
+class PolicySet(Payload):
+    """`policy.set` tv 2: what the operator changed, field by field.
+
+    `clear` drops the namespace's own policy first; then `changes` are set and
+    `unset` fields removed. tv 1 recorded the merged result instead, so the log
+    could not say which fields an operator actually touched.
+    """
+
+    namespace: str
+    changes: dict[str, Any] = Field(default_factory=dict)
+    unset: list[str] = Field(default_factory=list)
+    clear: bool = False
 
 
 class AtomisationRequested(Payload):
@@ -206,7 +222,8 @@ PAYLOADS: dict[tuple[str, int], type[Payload]] = {
     ("memory.archived", 1): MemoryArchived,
     ("memory.restored", 1): MemoryRestored,
     ("link.created", 1): LinkCreated,
-    ("policy.set", 1): PolicySet,
+    ("policy.set", 1): PolicySetV1,
+    ("policy.set", 2): PolicySet,
     ("atomisation.requested", 1): AtomisationRequested,
     ("atomisation.completed", 1): AtomisationCompleted,
     ("atomisation.failed", 1): AtomisationFailed,
@@ -231,6 +248,17 @@ def register_upcaster(
         return fn
 
     return deco
+
+
+@register_upcaster("policy.set", 1)
+def _policy_set_v1(d: dict[str, Any]) -> dict[str, Any]:
+    # tv 1 held the namespace's entire policy: replacing it is "clear, then set it all".
+    return {
+        "namespace": d.get("namespace", ""),
+        "changes": {} if d.get("cleared") else dict(d.get("policy") or {}),
+        "unset": [],
+        "clear": True,
+    }
 
 
 def upcast(type_: str, tv: int, data: dict[str, Any]) -> dict[str, Any]:
