@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -271,15 +271,34 @@ class Substrate:
         except ValidationError as exc:
             raise _validation(exc, "store") from exc
 
+    def _append_many(
+        self, conn: duckdb.DuckDBPyConnection, items: Sequence[tuple[str, Payload]]
+    ) -> list[Receipt]:
+        """Several events in one batch (one sync), folded before returning."""
+        rs = self.writer.append_many([(t, p.to_data(), CURRENT_TV.get(t, 1)) for t, p in items])
+        self.projections.catch_up(conn)
+        return rs
+
     def write_memory(
-        self, conn: duckdb.DuckDBPyConnection, payload: MemoryStored, atom_index: int | None = None
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        payload: MemoryStored,
+        atom_index: int | None = None,
+        policy: ResolvedPolicy | None = None,
+        follow: Callable[[ResolvedPolicy], Sequence[tuple[str, Payload]]] | None = None,
     ) -> dict[str, Any]:
-        """Governance, pre_store hooks, the event, post_store hooks; inside a session."""
-        policy = self.policy_for(conn, payload.namespace)
+        """Governance, pre_store hooks, the event, post_store hooks; inside a session.
+
+        `follow` may add events that belong with this store (a deferred
+        atomisation request): they go into the same batch, so a store under a
+        deferred policy costs one sync like any other.
+        """
+        policy = policy or self.policy_for(conn, payload.namespace)
         self._check_write(policy, payload.namespace, atom_index)
         data = payload.to_data()
         self.hooks.pre(HookEvent("pre_store", payload.namespace, data, atom_index))
-        self._append(conn, "memory.stored", payload)
+        extra = follow(policy) if follow is not None else ()
+        self._append_many(conn, [("memory.stored", payload), *extra])
         mem = self._require(conn, payload.id)
         self.warnings += self.hooks.post(HookEvent("post_store", payload.namespace, mem, atom_index))
         return mem
@@ -293,9 +312,18 @@ class Substrate:
         "failed" (synchronous: the curator ran before this returned).
         """
         payload = self.build_stored(content, **kw)
+        planned: list[tuple[str, Any]] = []
+
+        def follow(policy: ResolvedPolicy) -> Sequence[tuple[str, Payload]]:
+            mode, action, extra = self.atomiser.plan(policy, payload)
+            planned.append((mode, action))
+            return extra
+
         with self.session() as conn:
-            mem = self.write_memory(conn, payload)
-            mode, action = self.atomiser.after_store(conn, mem)
+            mem = self.write_memory(conn, payload, follow=follow)
+        mode, action = planned[0]
+        if action == "requested":
+            self.atomiser.wake()
         if action is None:
             return mem
         if action == "below":

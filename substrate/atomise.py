@@ -46,7 +46,10 @@ from mnemolog.substrate.events import (
     AtomisationRequested,
     LinkCreated,
     MemoryArchived,
+    MemoryStored,
+    Payload,
 )
+from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.hooks import GovernanceRefused
 
 if TYPE_CHECKING:
@@ -356,31 +359,32 @@ class Atomiser:
 
     # -- policies at store time ------------------------------------------------
 
-    def after_store(self, conn: duckdb.DuckDBPyConnection, mem: dict[str, Any]) -> tuple[str, Any]:
-        """Inside the store's session: decide what the namespace's policy asks for.
+    def plan(
+        self, policy: ResolvedPolicy, payload: MemoryStored
+    ) -> tuple[str, str | None, list[tuple[str, Payload]]]:
+        """What the namespace's policy asks of a store: (mode, action, events to add).
 
-        Returns (mode, action) where action is None, "request" or "synchronous".
+        action: None (off, or an atom), "below" (under the threshold),
+        "requested" (deferred: the request goes in the store's own batch), or
+        "synchronous" (the caller runs the curator once the store is in).
         """
-        policy = self.sub.policy_for(conn, mem["namespace"])
         mode = str(policy["auto_atomise_mode"])
-        if mode == "off" or mem.get("atom_of"):
-            return mode, None
-        if count_tokens(mem["content"]) < int(policy["auto_atomise_threshold_cl100k"]):
-            return mode, "below"
+        if mode == "off" or payload.atom_of:
+            return mode, None, []
+        if count_tokens(payload.content) < int(policy["auto_atomise_threshold_cl100k"]):
+            return mode, "below", []
         if mode == "deferred":
-            self.sub._append(
-                conn,
-                "atomisation.requested",
-                AtomisationRequested(
-                    source_id=mem["id"],
-                    curator=str(policy["curator"]),
-                    max_atom_tokens=int(policy["auto_atomise_max_atom_tokens"]),
-                    max_retries=policy.retries_for("deferred"),
-                ),
+            request = AtomisationRequested(
+                source_id=payload.id,
+                curator=str(policy["curator"]),
+                max_atom_tokens=int(policy["auto_atomise_max_atom_tokens"]),
+                max_retries=policy.retries_for("deferred"),
             )
-            self._wake.set()
-            return mode, "requested"
-        return mode, "synchronous"
+            return mode, "requested", [("atomisation.requested", request)]
+        return mode, "synchronous", []
+
+    def wake(self) -> None:
+        self._wake.set()
 
     def synchronous(self, mem: dict[str, Any]) -> dict[str, Any]:
         """Run the curator inside the store call; return the store response fields."""
