@@ -53,8 +53,8 @@ def read_state(conn: duckdb.DuckDBPyConnection) -> State | None:
     """The recorded position, or None when there is none this version can read."""
     try:
         row = conn.execute(
-            """SELECT version, last_seq, last_leaf, log_id, docs, total_len, main_rows, delta_rows,
-                      dead_docs FROM proj_state"""
+            "SELECT version, last_seq, last_leaf, log_id, docs, total_len, main_rows, delta_rows "
+            "FROM proj_state"
         ).fetchall()
     except duckdb.Error:
         return None  # no table, or an older version's columns
@@ -66,7 +66,7 @@ def read_state(conn: duckdb.DuckDBPyConnection) -> State | None:
         int(r[1]),
         bytes(r[2]),
         bytes(r[3]),
-        IndexStats(int(r[4]), int(r[5]), int(r[6]), int(r[7]), int(r[8])),
+        IndexStats(int(r[4]), int(r[5]), int(r[6]), int(r[7])),
     )
 
 
@@ -188,8 +188,8 @@ class Projections:
     def _save_state(self, conn: duckdb.DuckDBPyConnection, seq: int, leaf: bytes, s: IndexStats) -> None:
         conn.execute(
             """UPDATE proj_state SET last_seq = ?, last_leaf = ?, docs = ?, total_len = ?,
-                   main_rows = ?, delta_rows = ?, dead_docs = ?""",
-            [seq, leaf, s.docs, s.total_len, s.main_rows, s.delta_rows, s.dead_docs],
+                   main_rows = ?, delta_rows = ?""",
+            [seq, leaf, s.docs, s.total_len, s.main_rows, s.delta_rows],
         )
 
     def _reset(self, conn: duckdb.DuckDBPyConnection) -> State:
@@ -200,7 +200,7 @@ class Projections:
             schema.drop_all(conn)
             schema.create(conn)
             conn.execute(
-                "INSERT INTO proj_state VALUES (?, ?, ?, ?, 0, 0, 0, 0, 0)",
+                "INSERT INTO proj_state VALUES (?, ?, ?, ?, 0, 0, 0, 0)",
                 [st.version, st.last_seq, st.last_leaf, st.log_id],
             )
             conn.execute("COMMIT")

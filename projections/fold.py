@@ -15,10 +15,12 @@ projection unbuildable. Fields of the wrong type are read the way
 
 Search terms go into an inverted index in two tables: `postings`, kept
 sorted by term so DuckDB's zone maps skip to the few row groups a query
-needs, and `postings_delta`, where new documents land. Storing a memory
-appends to the delta, so its cost does not grow with the corpus. Compaction
-rewrites `postings` sorted, folding the delta in and dropping the postings
-of dead document versions. It runs only at the end of a catch-up and only
+needs, and `postings_delta`, where new documents land. A posting's `doc` is
+its memory's stored_seq. Storing a memory appends to the delta, so its cost
+does not grow with the corpus; changing a memory's text deletes its old
+postings at once (so the index never holds a stale version) and appends the
+new ones. Compaction rewrites `postings` sorted, folding the delta in and
+leaving deleted rows behind. It runs only at the end of a catch-up and only
 when the delta holds more than max(COMPACT_MIN_ROWS, main / COMPACT_FRACTION)
 rows: the main table grows geometrically between compactions, so the work
 per stored memory is constant (amortised), and a compaction is rare — at
@@ -47,13 +49,13 @@ COMPACT_MIN_ROWS = 50_000
 COMPACT_FRACTION = 16
 FLUSH_ROWS = 20_000  # buffered rows that force a flush
 SMALL_FLUSH = 8  # at most this many memories: parameterised statements, no Arrow round trip
+MAX_DELETE_TERMS = 256  # a text update deletes old postings by term (zone maps) up to this many
 
 INT64 = (-(2**63), 2**63 - 1)
 INT32 = (-(2**31), 2**31 - 1)
 
 MEMORY_COLUMNS = [
     ("id", pa.string()),
-    ("doc", pa.int64()),
     ("namespace", pa.string()),
     ("kind", pa.string()),
     ("title", pa.string()),
@@ -167,7 +169,6 @@ class IndexStats:
     total_len: int = 0
     main_rows: int = 0
     delta_rows: int = 0
-    dead_docs: int = 0
 
 
 @dataclass
@@ -272,8 +273,8 @@ class Fold:
         """One memory and its postings: the store path, a few statements, no staging tables."""
         conn = self.conn
         if conn.execute("SELECT 1 FROM memories WHERE id = ?", [row[0]]).fetchone():
-            return  # a repeated id: the first store wins and this version never goes live
-        dl = self._add_postings(row[1], row[4], row[5])
+            return  # a repeated id: the first store wins
+        dl = self._add_postings(row[-1], row[3], row[4])
         conn.execute(
             f"INSERT INTO memories ({_INSERT_COLS}) VALUES ({_MEMORY_PARAMS}, ?, ?)", [*row, row[-1], dl]
         )
@@ -281,7 +282,7 @@ class Fold:
         self.stats.total_len += dl
 
     def _add_postings(self, doc: int, title: str | None, content: str) -> int:
-        """Index one document version; returns its length in terms."""
+        """Index one memory's text; returns its length in terms."""
         rows = self.conn.execute(
             f"INSERT INTO postings_delta {ONE_DOC_POSTINGS} RETURNING dl",
             [_doc_text(title, content), doc],
@@ -294,7 +295,7 @@ class Fold:
         conn = self.conn
         conn.register("ml_rows", tbl)
         try:
-            conn.execute("CREATE OR REPLACE TEMP TABLE ml_stage AS SELECT * FROM ml_rows")
+            conn.execute("CREATE OR REPLACE TEMP TABLE ml_stage AS SELECT *, stored_seq AS doc FROM ml_rows")
         finally:
             conn.unregister("ml_rows")
         stage_postings(conn, "ml_stage")
@@ -302,20 +303,44 @@ class Fold:
             f"""INSERT OR IGNORE INTO memories ({_INSERT_COLS})
                 SELECT {", ".join("s." + c for c in _MEMORY_NAMES)}, s.stored_seq, d.dl
                 FROM ml_stage s JOIN ml_dl d USING (doc) ORDER BY s.doc
-                RETURNING doc, doc_len"""
+                RETURNING stored_seq, doc_len"""
         ).fetchall()
         self.stats.docs += len(inserted)
         self.stats.total_len += sum(int(r[1]) for r in inserted)
         if len(inserted) < tbl.num_rows:
-            # Repeated ids: their versions never go live; their postings are dead on arrival.
+            # Repeated ids (the first store wins): their text is not indexed.
             live = {int(r[0]) for r in inserted}
-            dups = [d for d in tbl.column("doc").to_pylist() if d not in live]
-            self._insert_rows("dead", ["doc"], [(d,) for d in dups])
-            self.stats.dead_docs += len(dups)
+            dups = [d for d in tbl.column("stored_seq").to_pylist() if d not in live]
+            conn.execute("DELETE FROM ml_post WHERE list_contains(?::BIGINT[], doc)", [dups])
         row = conn.execute("INSERT INTO postings_delta SELECT term, doc, tf, dl FROM ml_post").fetchone()
         self.stats.delta_rows += int(row[0]) if row else 0
         drop_staged(conn)
         conn.execute("DROP TABLE ml_stage")
+
+    def _replace_text(
+        self, doc: int, old: tuple[str | None, str, int], title: str | None, content: str
+    ) -> int:
+        """Re-index a memory whose text changed; returns the new length in terms.
+
+        The old postings are deleted at once, so the index never holds a stale
+        version: the delta is small, and in the main table the old terms' row
+        groups are found by their zone maps.
+        """
+        conn = self.conn
+        got = conn.execute("SELECT list_distinct(ml_doc_terms(?, ?))", [old[0], old[1]]).fetchone()
+        terms: list[str] = list(got[0] or []) if got else []
+        row = conn.execute("DELETE FROM postings_delta WHERE doc = ?", [doc]).fetchone()
+        self.stats.delta_rows -= int(row[0]) if row else 0
+        if terms:
+            if len(terms) <= MAX_DELETE_TERMS:
+                sql = f"DELETE FROM postings WHERE term IN ({', '.join('?' * len(terms))}) AND doc = ?"
+                row = conn.execute(sql, [*terms, doc]).fetchone()
+            else:
+                row = conn.execute("DELETE FROM postings WHERE doc = ?", [doc]).fetchone()
+            self.stats.main_rows -= int(row[0]) if row else 0
+        dl = self._add_postings(doc, title, content)
+        self.stats.total_len += dl - old[2]
+        return dl
 
     # -- handlers --------------------------------------------------------------
 
@@ -325,7 +350,6 @@ class Fold:
             return  # a repeated id never replaces the first memory (first write wins)
         m = self.buf.memories
         m["id"].append(mid)
-        m["doc"].append(e.seq)
         m["namespace"].append(str(d.get("namespace", "default")))
         m["kind"].append(str(d.get("kind", "observation")))
         m["title"].append(_opt_str(d.get("title")))
@@ -348,7 +372,7 @@ class Fold:
         self.flush()
         mid = _str_id(d.get("id"))
         row = self.conn.execute(
-            "SELECT metadata, title, content, doc, doc_len FROM memories WHERE id = ?", [mid]
+            "SELECT metadata, title, content, stored_seq, doc_len FROM memories WHERE id = ?", [mid]
         ).fetchone()
         if row is None:
             return
@@ -377,22 +401,17 @@ class Fold:
         title = str(d["title"]) if d.get("title") is not None else row[1]
         content = str(d["content"]) if d.get("content") is not None else row[2]
         if title != row[1] or content != row[2]:
-            # A new document version under the update's seq; the old one is dead
-            # from now on and its postings are dropped at the next compaction.
-            dl = self._add_postings(e.seq, title, content)
-            self._insert_rows("dead", ["doc"], [(int(row[3]),)])
-            self.stats.dead_docs += 1
-            self.stats.total_len += dl - int(row[4])
-            sets += ["title = ?", "content = ?", "doc = ?", "doc_len = ?"]
-            args += [title, content, e.seq, dl]
-            self.conn.execute("UPDATE hidden SET doc = ? WHERE id = ?", [e.seq, mid])
+            dl = self._replace_text(int(row[3]), (row[1], row[2], int(row[4])), title, content)
+            sets += ["title = ?", "content = ?", "doc_len = ?"]
+            args += [title, content, dl]
         self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])
 
     def _refresh_hidden(self, mid: str) -> None:
         """Re-evaluate the archive guard for one memory after its signals changed."""
         self.conn.execute("DELETE FROM hidden WHERE id = ?", [mid])
         self.conn.execute(
-            f"INSERT INTO hidden SELECT m.id, m.doc FROM memories m WHERE m.id = ? AND NOT {visible('m')}",
+            "INSERT INTO hidden SELECT m.id, m.stored_seq FROM memories m "
+            f"WHERE m.id = ? AND NOT {visible('m')}",
             [mid],
         )
 
@@ -495,19 +514,17 @@ class Fold:
         """Put back what every migration update at or after the snapshot replaced, newest first.
 
         The log keeps the migration's events; the projected rows return to the
-        snapshot. Text that changed back becomes a new document version under an
-        id no event uses (negative), so postings stay unique and dead versions go
-        at compaction as usual.
+        snapshot. Text that changes back is re-indexed like any text update.
         """
         self.flush()
         rows = self.conn.execute(
             "SELECT seq, memory_id, before FROM migration_undo WHERE seq >= ? ORDER BY seq DESC",
             [snapshot_size],
         ).fetchall()
-        for i, (_, mid, before_json) in enumerate(rows):
+        for _, mid, before_json in rows:
             b = json.loads(before_json)
             cur = self.conn.execute(
-                "SELECT title, content, doc, doc_len FROM memories WHERE id = ?", [mid]
+                "SELECT title, content, stored_seq, doc_len FROM memories WHERE id = ?", [mid]
             ).fetchone()
             if cur is None:
                 continue
@@ -521,14 +538,10 @@ class Fold:
                 b["source"], b["metadata"], b["last_seen"], b["updated_at"], b["last_event_seq"],
             ]  # fmt: skip
             if b["title"] != cur[0] or b["content"] != cur[1]:
-                doc = -((e.seq << 20) | i) - 1
-                dl = self._add_postings(doc, b["title"], b["content"])
-                self._insert_rows("dead", ["doc"], [(int(cur[2]),)])
-                self.stats.dead_docs += 1
-                self.stats.total_len += dl - int(cur[3])
-                sets += ["doc = ?", "doc_len = ?"]
-                args += [doc, dl]
-                self.conn.execute("UPDATE hidden SET doc = ? WHERE id = ?", [doc, mid])
+                old = (cur[0], cur[1], int(cur[3]))
+                dl = self._replace_text(int(cur[2]), old, b["title"], b["content"])
+                sets.append("doc_len = ?")
+                args.append(dl)
             self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])
             self.buf.touches.append((mid, e.seq, e.type))
         self.conn.execute("DELETE FROM migration_undo WHERE seq >= ?", [snapshot_size])
@@ -540,24 +553,20 @@ class Fold:
         return s.delta_rows > max(COMPACT_MIN_ROWS, s.main_rows // COMPACT_FRACTION)
 
     def compact(self) -> None:
-        """Merge the delta into the main postings, sorted by term, dropping dead document versions."""
+        """Merge the delta into the main postings, sorted by term (deleted rows drop out)."""
         self.flush()
         conn = self.conn
         conn.execute(
             """CREATE OR REPLACE TABLE postings_new AS
-               SELECT term, doc, tf, dl
-               FROM (SELECT * FROM postings UNION ALL SELECT * FROM postings_delta)
-               WHERE doc NOT IN (SELECT doc FROM dead)
+               SELECT term, doc, tf, dl FROM (SELECT * FROM postings UNION ALL SELECT * FROM postings_delta)
                ORDER BY term"""
         )
         conn.execute("DROP TABLE postings")
         conn.execute("ALTER TABLE postings_new RENAME TO postings")
         conn.execute("DELETE FROM postings_delta")
-        conn.execute("DELETE FROM dead")
         row = conn.execute("SELECT count(*) FROM postings").fetchone()
         self.stats.main_rows = int(row[0]) if row else 0
         self.stats.delta_rows = 0
-        self.stats.dead_docs = 0
 
 
 _HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {

@@ -1,10 +1,10 @@
 """Read queries over the projection: recall (BM25, any term), search (all keywords), list, get.
 
 BM25 (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5))) is
-computed in SQL over the inverted index. N and the average document length
-are over every stored memory (archived ones too) and df over live postings
-only, so scores depend on the memories, never on the physical state of the
-index (what is in the delta, what compaction has dropped yet).
+computed in SQL over the inverted index. N, the average document length and
+df are over every stored memory (archived ones too) with its current text,
+so scores depend on the memories, never on the physical state of the index
+(what is in the delta, whether compaction has run).
 
 Scores are exact: each term's contribution is rounded to a multiple of
 1/SCORE_SCALE, i.e. an integer once scaled, and sums of integers below 2^53
@@ -13,12 +13,13 @@ order a parallel aggregate happens to add in (float addition is otherwise
 not associative): an incremental catch-up and a rebuild give bit-identical
 scores. (A contribution is at most (k1 + 1) * ln(1 + 2N) < 50 for any N a
 home can hold, and a query has at most MAX_QUERY_TERMS terms: 64 * 50 *
-SCORE_SCALE is far below 2^53.) Ties break by the newest document version first (its
-`doc`, the seq of the event that wrote the text), which is unique.
+SCORE_SCALE is far below 2^53.) Ties break by the newest memory first (its
+stored_seq, which is unique), as `list` orders.
 
 A query runs in two steps: its terms (the tokenizer macro), then the scoring
 with those terms as constants, which lets DuckDB skip to the row groups of
-the sorted postings that hold them; the rows of the top k are fetched last.
+the sorted postings that hold them; the rows of the top k are fetched last,
+by stored_seq, which the memories table is in the order of.
 The archive guard is applied before the top k is cut, as an anti-join with
 `hidden` (the memories the guard hides, usually few) when it is the only
 filter, so an unfiltered recall never reads the memories table beyond its k
@@ -140,7 +141,7 @@ def _restriction(filters: Filters) -> tuple[str, list[Any]]:
             return "", []
         return "ANTI JOIN hidden r ON r.doc = l.doc", []
     where, args = filters.sql("m")
-    return f"SEMI JOIN (SELECT m.doc FROM memories m WHERE {where}) r ON r.doc = l.doc", args
+    return f"SEMI JOIN (SELECT m.stored_seq AS doc FROM memories m WHERE {where}) r ON r.doc = l.doc", args
 
 
 def _scored(
@@ -154,19 +155,16 @@ def _scored(
     """(doc, score as an integer multiple of 1/SCORE_SCALE), best first."""
     ph = ", ".join("?" * len(terms))
     restrict, rargs = _restriction(filters)
-    dead = conn.execute("SELECT dead_docs FROM proj_state").fetchone()
-    live = "p ANTI JOIN dead USING (doc)" if dead and dead[0] else "p"
     having = f"HAVING count(*) = {len(terms)}" if require_all else ""
     cut = "LIMIT ?" if limit is not None else ""
     sql = f"""
         WITH st AS (
             SELECT docs::DOUBLE AS n, greatest(total_len, 1)::DOUBLE / greatest(docs, 1) AS avgdl
             FROM proj_state),
-        p AS (
+        live AS MATERIALIZED (
             SELECT term, doc, tf, dl FROM postings WHERE term IN ({ph})
             UNION ALL
             SELECT term, doc, tf, dl FROM postings_delta WHERE term IN ({ph})),
-        live AS MATERIALIZED (SELECT term, doc, tf, dl FROM {live}),
         df AS (SELECT term, count(*)::DOUBLE AS df FROM live GROUP BY term),
         scored AS (
             SELECT l.doc,
@@ -188,7 +186,9 @@ def _rows(conn: duckdb.DuckDBPyConnection, docs: list[int]) -> dict[int, dict[st
     if not docs:
         return {}
     rows = conn.execute(
-        f"SELECT m.doc, {_SELECT} FROM memories m WHERE m.doc IN ({', '.join('?' * len(docs))})", docs
+        f"SELECT m.stored_seq, {_SELECT} FROM memories m "
+        f"WHERE m.stored_seq IN ({', '.join('?' * len(docs))})",
+        docs,
     ).fetchall()
     return {int(r[0]): row_to_memory(r[1:]) for r in rows}
 
@@ -228,7 +228,8 @@ def search(
         # Only stop words ("to be"): no index to narrow with, so scan.
         where, args = filters.sql("m")
         rows = conn.execute(
-            f"SELECT m.doc FROM memories m WHERE {where} AND {check} ORDER BY m.doc DESC LIMIT ?",
+            f"SELECT m.stored_seq FROM memories m WHERE {where} AND {check} "
+            "ORDER BY m.stored_seq DESC LIMIT ?",
             [*args, words, limit],
         ).fetchall()
         return _with_rows(conn, [(int(r[0]), 0) for r in rows])
@@ -240,7 +241,8 @@ def search(
         ok = {
             int(r[0])
             for r in conn.execute(
-                f"SELECT m.doc FROM memories m WHERE m.doc IN ({', '.join('?' * len(part))}) AND {check}",
+                f"SELECT m.stored_seq FROM memories m "
+                f"WHERE m.stored_seq IN ({', '.join('?' * len(part))}) AND {check}",
                 [*[d for d, _ in part], words],
             ).fetchall()
         }
@@ -308,6 +310,5 @@ def stats(conn: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         "index": {
             "postings": one("SELECT count(*) FROM postings"),
             "postings_delta": one("SELECT count(*) FROM postings_delta"),
-            "dead_versions": one("SELECT count(*) FROM dead"),
         },
     }

@@ -8,22 +8,21 @@ of the index's two parts. A code change that alters what the fold produces
 bumps SCHEMA_VERSION; an older database is then rebuilt from the log rather
 than migrated (it is derived data).
 
-A document is one version of a memory's searchable text (title and
-content). Its number `doc` is the seq of the event that wrote that version
-(the store, or the update that changed the text), so it is unique, never
-reused, and the same whether the tables were built incrementally or by a
-rebuild. `dead` lists versions whose postings are no longer live (the text
-was updated, or a repeated store of an existing id was ignored) until
-compaction removes them. `hidden` lists the memories the archive guard
-hides (kept by the fold with the guard itself), so that recall can exclude
-them without evaluating the guard over every memory.
+A memory's document number (`doc` in the postings) is its stored_seq: unique,
+never reused, the same whether the tables were built incrementally or by a
+rebuild, and the order in which memories rows are appended, so DuckDB's zone
+maps find a memory by it without an index. (There is deliberately no ART
+index besides the primary keys: DuckDB 1.5 lost the entries of a secondary
+index that a killed process had only in its WAL.) `hidden` lists the memories
+the archive guard hides (kept by the fold with the guard itself), so that
+recall can exclude them without evaluating the guard over every memory.
 """
 
 from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # The one archive guard (DESIGN §4), shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -46,10 +45,9 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS proj_state(
         version INTEGER NOT NULL, last_seq BIGINT NOT NULL, last_leaf BLOB NOT NULL,
         log_id BLOB NOT NULL, docs BIGINT NOT NULL, total_len BIGINT NOT NULL,
-        main_rows BIGINT NOT NULL, delta_rows BIGINT NOT NULL, dead_docs BIGINT NOT NULL)""",
+        main_rows BIGINT NOT NULL, delta_rows BIGINT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS memories(
         id VARCHAR PRIMARY KEY,
-        doc BIGINT NOT NULL,
         namespace VARCHAR NOT NULL,
         kind VARCHAR NOT NULL,
         title VARCHAR,
@@ -75,10 +73,7 @@ DDL = [
         relation VARCHAR NOT NULL, metadata VARCHAR NOT NULL, created_at BIGINT NOT NULL)""",
     f"CREATE TABLE IF NOT EXISTS postings({POSTING_COLUMNS})",
     f"CREATE TABLE IF NOT EXISTS postings_delta({POSTING_COLUMNS})",
-    "CREATE TABLE IF NOT EXISTS dead(doc BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS hidden(id VARCHAR NOT NULL, doc BIGINT NOT NULL)",
-    # Recall fetches its top k by doc; without this, every recall would scan the table.
-    "CREATE INDEX IF NOT EXISTS memories_doc ON memories(doc)",
     """CREATE TABLE IF NOT EXISTS policies(namespace VARCHAR PRIMARY KEY, policy VARCHAR NOT NULL,
         seq BIGINT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS atomisations(
@@ -100,7 +95,6 @@ TABLES = [
     "links",
     "postings",
     "postings_delta",
-    "dead",
     "hidden",
     "policies",
     "atomisations",
@@ -112,7 +106,7 @@ TABLES = [
 ]
 
 # Tables of earlier schema versions, dropped when a database is reset.
-RETIRED_TABLES = ["counters", "postings_new"]
+RETIRED_TABLES = ["counters", "postings_new", "dead"]
 
 
 def create(conn: duckdb.DuckDBPyConnection) -> None:

@@ -78,25 +78,27 @@ def check_invariants(conn: duckdb.DuckDBPyConnection) -> None:
     hidden = {r[0]: r[1] for r in conn.execute("SELECT id, doc FROM hidden").fetchall()}
     assert set(hidden) == guard_hidden_ids(conn)
     for mid, doc in hidden.items():
-        assert conn.execute("SELECT doc FROM memories WHERE id = ?", [mid]).fetchone() == (doc,)
-    st = conn.execute("SELECT docs, total_len, main_rows, delta_rows, dead_docs FROM proj_state").fetchone()
+        assert conn.execute("SELECT stored_seq FROM memories WHERE id = ?", [mid]).fetchone() == (doc,)
+    st = conn.execute("SELECT docs, total_len, main_rows, delta_rows FROM proj_state").fetchone()
     assert st is not None
-    docs, total_len, main_rows, delta_rows, dead_docs = st
+    docs, total_len, main_rows, delta_rows = st
     n, tl = conn.execute("SELECT count(*), coalesce(sum(doc_len), 0) FROM memories").fetchone() or (0, 0)
     assert (docs, total_len) == (n, tl)
     assert main_rows == (conn.execute("SELECT count(*) FROM postings").fetchone() or (0,))[0]
     assert delta_rows == (conn.execute("SELECT count(*) FROM postings_delta").fetchone() or (0,))[0]
-    assert dead_docs == (conn.execute("SELECT count(*) FROM dead").fetchone() or (0,))[0]
-    # Live postings are exactly the current versions' terms, with their lengths.
-    live = conn.execute(
-        """SELECT term, doc, tf, dl FROM (SELECT * FROM postings UNION ALL SELECT * FROM postings_delta)
-           WHERE doc NOT IN (SELECT doc FROM dead) ORDER BY ALL"""
+    # The postings are exactly the memories' current terms, with their lengths.
+    index = conn.execute(
+        "SELECT term, doc, tf, dl FROM (SELECT * FROM postings UNION ALL SELECT * FROM postings_delta) "
+        "ORDER BY ALL"
     ).fetchall()
     expected = conn.execute(
-        """SELECT term, doc, count(*)::INTEGER, any_value(doc_len)
-           FROM (SELECT doc, doc_len, unnest(ml_doc_terms(title, content)) AS term FROM memories)
-           GROUP BY term, doc ORDER BY ALL"""
+        """SELECT term, stored_seq, count(*)::INTEGER, any_value(doc_len)
+           FROM (SELECT stored_seq, doc_len, unnest(ml_doc_terms(title, content)) AS term FROM memories)
+           GROUP BY term, stored_seq ORDER BY ALL"""
     ).fetchall()
-    assert live == expected
-    lens = conn.execute("SELECT doc, doc_len, len(ml_doc_terms(title, content)) FROM memories").fetchall()
-    assert all(a == b for _, a, b in lens)
+    assert index == expected
+    lens = conn.execute("SELECT doc_len, len(ml_doc_terms(title, content)) FROM memories").fetchall()
+    assert all(a == b for a, b in lens)
+    # Every memory is found through its primary key (the index a killed process must not lose).
+    ids = [r[0] for r in conn.execute("SELECT id FROM memories").fetchall()]
+    assert all(conn.execute("SELECT 1 FROM memories WHERE id = ?", [i]).fetchone() for i in ids)

@@ -143,6 +143,7 @@ BAD_STORES: list[tuple[str, dict[str, Any], type[MnemologError], int]] = [
     ("metadata not JSON", {"content": "x", "metadata": {"k": object()}}, BadInput, 65),
     ("metadata NaN", {"content": "x", "metadata": {"k": float("inf")}}, BadInput, 65),
     ("metadata too big", {"content": "x", "metadata": {"k": "v" * 70_000}}, BadInput, 65),
+    ("metadata integer beyond 64 bits", {"content": "x", "metadata": {"k": 2**64}}, BadInput, 65),
     ("title too long", {"content": "x", "title": "t" * 513}, BadInput, 65),
     ("title with NUL", {"content": "x", "title": "a\x00"}, BadInput, 65),
     ("source too long", {"content": "x", "source": "s" * 3000}, BadInput, 65),

@@ -78,7 +78,9 @@ update = st.tuples(
             "namespace": st.sampled_from(NAMESPACES),
             "kind": st.sampled_from(KINDS),
             "confidence": st.floats(0, 1),
-            "metadata": st.dictionaries(st.sampled_from(["k", "j"]), st.one_of(st.none(), st.integers())),
+            "metadata": st.dictionaries(
+                st.sampled_from(["k", "j"]), st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))
+            ),
         },
     ),
     st.booleans(),  # through the Substrate, or straight to the log
