@@ -15,6 +15,7 @@ from mnemolog.cli.app import Ctx, json_option, parse_json_object, writer_for
 from mnemolog.eventlog import merkle
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import NotFound, UsageError
+from mnemolog.eventlog.keys import load_verifier_key
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.substrate.home import init_home
 
@@ -133,12 +134,18 @@ def log_checkpoint(ctx: Ctx) -> None:
     default=None,
     help="Worker processes (default: cores).",
 )
+@click.option(
+    "--trusted-key",
+    default=None,
+    help="A pinned public key (name+hash+base64, or a file): the key history must contain it.",
+)
 @json_option
 @click.pass_obj
-def log_verify(ctx: Ctx, hashes_only: bool, processes: int | None) -> None:
+def log_verify(ctx: Ctx, hashes_only: bool, processes: int | None, trusted_key: str | None) -> None:
     """Check the whole log; exit 8 naming the first failure."""
     ctx.home.require()
-    report = verify_log(ctx.home.log_dir, hashes_only=hashes_only, processes=processes)
+    anchor = load_verifier_key(trusted_key) if trusted_key else None
+    report = verify_log(ctx.home.log_dir, hashes_only=hashes_only, processes=processes, anchor=anchor)
     data = report.to_json()
 
     def text() -> str:
@@ -212,8 +219,9 @@ def log_consistency(ctx: Ctx, old_size: int, new_size: int) -> None:
     with ctx.home.open_log() as log:
         if new_size > log.size:
             raise NotFound(f"the log has {log.size} entries, not {new_size}")
-        r1, r2 = log.root(old_size), log.root(new_size)
+        # The proof first: it checks the index nodes it uses before the roots are read.
         proof = log.consistency_proof(old_size, new_size)
+        r1, r2 = log.root(old_size), log.root(new_size)
         merkle.verify_consistency(old_size, new_size, r1, r2, proof)
     data: dict[str, Any] = {
         "old_size": old_size,

@@ -104,3 +104,12 @@ def test_write_none_refuses_with_exit_5(home: Path) -> None:
     assert run(home, "policy", "set", "ro", "--write", "none")[0] == 0
     code, out = run(home, "store", "x", "--namespace", "ro/a")
     assert code == 5 and out["error"] == "governance_refused"
+
+
+def test_log_verify_with_a_pinned_key(home: Path, tmp_path: Path) -> None:
+    code, key = run(home, "key", "show")
+    assert run(home, "log", "verify", "--trusted-key", key["vkey"])[0] == 0
+    other = tmp_path / "other"
+    assert run(other, "init")[0] == 0
+    code, out = run(home, "log", "verify", "--trusted-key", run(other, "key", "show")[1]["vkey"])
+    assert code == 8 and out["details"]["check"] == "key.anchor"
