@@ -489,11 +489,8 @@ class Substrate:
         include_archived: bool = False,
     ) -> list[dict[str, Any]]:
         """BM25 over title and content; any matching term ranks. No side effects."""
-        if not isinstance(query, str) or not query.strip():
-            raise BadInput("the query is empty", field="query")
         f = self._filters(namespace, descendants, kinds, tags, include_archived)
-        with self.session() as conn:
-            return [{**m, "score": s} for m, s in q.recall(conn, query, f, check_limit(limit))]
+        return self._ranked(q.recall, query, f, limit)
 
     def search(
         self,
@@ -507,11 +504,20 @@ class Substrate:
         include_archived: bool = False,
     ) -> list[dict[str, Any]]:
         """Exact keywords, all required, ranked by BM25."""
+        f = self._filters(namespace, descendants, kinds, tags, include_archived)
+        return self._ranked(q.search, query, f, limit)
+
+    def _ranked(
+        self,
+        ranker: Callable[[duckdb.DuckDBPyConnection, str, Filters, int], list[tuple[dict[str, Any], float]]],
+        query: str,
+        f: Filters,
+        limit: int,
+    ) -> list[dict[str, Any]]:
         if not isinstance(query, str) or not query.strip():
             raise BadInput("the query is empty", field="query")
-        f = self._filters(namespace, descendants, kinds, tags, include_archived)
         with self.session() as conn:
-            return [{**m, "score": s} for m, s in q.search(conn, query, f, check_limit(limit))]
+            return [{**m, "score": s} for m, s in ranker(conn, query, f, check_limit(limit))]
 
     def list(
         self,

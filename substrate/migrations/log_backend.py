@@ -66,19 +66,8 @@ if TYPE_CHECKING:
 BACKEND_ID: Final = "log"
 CURRENT_SCHEMA_VERSION: Final = 1
 _REF_RE = re.compile(r"^(\d{1,19})$")
-KNOWN_KEYS: Final = (
-    "schema_version",
-    "name",
-    "description",
-    "type",
-    "captured",
-    "last_seen",
-    "sources",
-    "confidence",
-    "pinned",
-    "expires_at",
-    "tags",
-)
+# The fields the unit view computes; everything else in a frontmatter is kept as it is.
+KNOWN_KEYS: Final = (*vault_schema.NOTE_REQUIRED, "pinned", "expires_at", "tags")
 
 
 def _as_date(v: Any) -> dt.date | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from mnemolog.cli.demo import POST_MORTEM
 from mnemolog.curators.base import CuratorFailed, SourceTooSmall, TierLocked
 from mnemolog.eventlog.errors import NotFound
 from mnemolog.eventlog.verify import verify_log
@@ -16,24 +17,6 @@ from mnemolog.substrate.atomise import MAX_DEPTH, DepthExceeded
 from mnemolog.substrate.home import init_home
 from mnemolog.substrate.hooks import GovernanceRefused, HookEvent
 from tests.support.fake_ollama import FakeOllama, atoms_json
-
-POST_MORTEM = """Post-mortem: checkout outage on 14 March.
-
-At 09:12 UTC the checkout service began returning HTTP 500 errors for about 40% of requests. \
-The on-call engineer was paged at 09:15 by the error-rate alert. Initial investigation pointed \
-at the payment gateway, but its status page showed no incidents.
-
-The root cause was a connection pool exhaustion in the orders database. A deploy at 09:05 had \
-raised the worker count from 8 to 32 without raising the pool size, so workers queued for \
-connections and timed out after 30 seconds.
-
-Mitigation was a rollback of the deploy at 09:41, after which error rates returned to baseline \
-within four minutes. No orders were lost, but roughly 1,900 customers saw a failed checkout.
-
-Action items: the deploy pipeline will check that pool size scales with worker count; the \
-error-rate alert will page at 5% instead of 20%; the runbook for checkout will list the orders \
-database as a first suspect. Dr. Alvarez owns the pipeline change, due 1 April.
-"""
 
 
 @pytest.fixture
