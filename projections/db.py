@@ -39,6 +39,7 @@ from mnemolog.eventlog.errors import LockTimeout, StorageError
 
 DB_NAME = "mnemolog.duckdb"
 CATALOG = "proj"
+MEMORY_LIMIT = "1GB"
 ROW_GROUP_SIZE = 16_384
 WANT_PREFIX = ".want-"
 YIELD_MAX_S = 5.0
@@ -269,11 +270,14 @@ class ProjectionStore:
 
     def _instance(self) -> duckdb.DuckDBPyConnection:
         if self._base is None:
-            config: dict[str, Any] = {}
+            # Bounded memory, spilling under the projections directory: a rebuild's final
+            # sort of the whole index must not take the machine (or fill the cwd).
+            config: dict[str, Any] = {
+                "memory_limit": self.memory_limit or MEMORY_LIMIT,
+                "temp_directory": str(self.dir / "duckdb.tmp"),
+            }
             if self.threads:
                 config["threads"] = self.threads
-            if self.memory_limit:
-                config["memory_limit"] = self.memory_limit
             base = duckdb.connect(":memory:", config=config)
             try:
                 load_fts(base)

@@ -1,0 +1,400 @@
+"""Benchmark of memories that recall: store, recall, rebuild, each beside the bound that limits it.
+
+    python -m bench.recall_bench [--quick] [--dir D] [--keep]
+
+Every figure is measured in this one run and reported beside its bound from
+the same run (DESIGN §6):
+
+  store      p50/p99 of Substrate.store at 1k and at 100k memories   ratio 100k / 1k  (target <= 1.5)
+  recall     top-10 p50/p99 of Substrate.recall at 100k memories     vs SQLite FTS5 bm25() over the
+             same corpus and queries (target p50 ratio <= 1.5, goal <= 1.0)
+  rebuild    replay of 1M memory.stored events into a new database    vs building an Arrow table from
+             the same decoded rows and inserting it into a fresh DuckDB table (target >= 0.3 x)
+  rss        peak resident memory of that rebuild, in a child process (target <= 1.5 GiB)
+
+The corpus is real English text: the paragraphs of the Python documentation
+that CPython ships in pydoc_data.topics, split into sentences and recombined
+(1-4 neighbouring sentences per memory, titled by topic) to reach 100k and
+1M memories. FTS5 gets the same terms recall uses after our stop-word
+removal, OR-joined, with its porter tokenizer (its stemmer, on our words),
+and the title weighted 2 as ours is. Prints one JSON object on stdout
+(progress on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.writer import Durability
+from mnemolog.projections.db import load_fts
+from mnemolog.projections.text import STOP_WORDS, install_macros
+from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.events import upcast
+from mnemolog.substrate.home import Home, init_home
+
+TARGETS = {
+    "store_p50_ratio_max": 1.5,
+    "store_p99_ratio_max": 1.5,
+    "recall_p50_ratio_max": 1.5,
+    "recall_p50_ratio_goal": 1.0,
+    "rebuild_vs_raw_insert_min": 0.3,
+    "rebuild_peak_rss_mib_max": 1536,
+}
+NAMESPACES = ["agent", "agent/notes", "team/python", "team/python/docs", "ops"]
+KINDS = ["observation", "reference", "knowledge", "decision"]
+
+
+def log(msg: str) -> None:
+    print(f"recall_bench: {msg}", file=sys.stderr, flush=True)
+
+
+# -- corpus ------------------------------------------------------------------------------
+
+
+def sentences() -> list[tuple[str, str]]:
+    """(topic title, sentence) for every sentence of the paragraphs of pydoc_data.topics."""
+    from pydoc_data.topics import topics
+
+    out: list[tuple[str, str]] = []
+    for name in sorted(topics):
+        title = name.replace("-", " ").replace("_", " ")
+        for para in re.split(r"\n\s*\n", topics[name]):
+            lines = para.strip().splitlines()
+            if not lines or lines[0].startswith(("   ", ">>>")):
+                continue  # code, not prose
+            text = " ".join(" ".join(lines).split())
+            if len(text.split()) < 6:
+                continue
+            for s in re.split(r"(?<=[.!?])\s+", text):
+                if len(s.split()) >= 4:
+                    out.append((title, s))
+    return out
+
+
+class Corpus:
+    """Memory i's title and text, the same in every run and computable without the others."""
+
+    def __init__(self) -> None:
+        self.sents = sentences()
+
+    def doc(self, i: int) -> tuple[str, str]:
+        rng = random.Random(i * 7919 + 17)
+        n = len(self.sents)
+        j = rng.randrange(n)
+        k = rng.randint(1, 4)
+        picks = [self.sents[(j + rng.randint(-25, 25)) % n][1] for _ in range(k)]
+        return self.sents[j][0], " ".join(picks)
+
+    def event(self, i: int) -> dict[str, Any]:
+        title, content = self.doc(i)
+        return {
+            "id": f"B{i:025d}",
+            "namespace": NAMESPACES[i % len(NAMESPACES)],
+            "kind": KINDS[i % len(KINDS)],
+            "title": title,
+            "content": content,
+            "tags": [f"t{i % 7}"],
+            "metadata": {},
+        }
+
+    def queries(self, n: int) -> list[str]:
+        """Natural-language questions: a few words of some memory, with stop words around them."""
+        rng = random.Random(4242)
+        glue = ["how do I", "what is", "why does", "when should I use", "explain", "the", "about"]
+        out = []
+        for _ in range(n):
+            words = re.findall(r"[A-Za-z]{4,}", self.doc(rng.randrange(10**6))[1])
+            rng.shuffle(words)
+            out.append(f"{rng.choice(glue)} {' '.join(words[: rng.randint(2, 4)])}".strip())
+        return out
+
+
+def fill(home: Home, corpus: Corpus, n: int) -> float:
+    """Append n memory.stored events with the group-commit writer; returns the seconds taken."""
+    t0 = time.perf_counter()
+    with home.open_writer(durability=Durability("group", 4096, 20)) as w:
+        for lo in range(0, n, 20_000):
+            w.append_many([("memory.stored", corpus.event(i), 1) for i in range(lo, min(lo + 20_000, n))])
+    return time.perf_counter() - t0
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def ms(xs: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(pct(xs, 50) * 1e3, 3), "p99_ms": round(pct(xs, 99) * 1e3, 3), "n": len(xs)}
+
+
+def make_home(root: Path, corpus: Corpus, n: int) -> tuple[Home, dict[str, float]]:
+    init_home(root, key_name="bench")
+    home = Home(root)
+    write_s = fill(home, corpus, n)
+    t0 = time.perf_counter()
+    with Substrate.open(home, long_lived=False, worker=False) as s:
+        s.stats()  # the first session catches up on all n
+    return home, {"write_s": round(write_s, 2), "catch_up_s": round(time.perf_counter() - t0, 2)}
+
+
+# -- store -------------------------------------------------------------------------------------
+
+
+def store_latencies(home: Home, corpus: Corpus, n: int, offset: int) -> list[float]:
+    out = []
+    with Substrate.open(home, long_lived=True, worker=False) as s:
+        s.stats()
+        for i in range(offset, offset + n):
+            e = corpus.event(i)
+            t0 = time.perf_counter()
+            s.store(e["content"], title=e["title"], namespace=e["namespace"], kind=e["kind"], tags=e["tags"])
+            out.append(time.perf_counter() - t0)
+    return out
+
+
+# -- recall beside FTS5 ---------------------------------------------------------------------------
+
+
+def fts5_build(path: Path, home: Home) -> float:
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE VIRTUAL TABLE f USING fts5(title, content, tokenize='porter unicode61 remove_diacritics 2')"
+    )
+    t0 = time.perf_counter()
+    with Log(home.log_dir) as lg:
+        rows = [
+            (e.data.get("title"), e.data.get("content"))
+            for e in lg.iter_entries(1)
+            if e.type == "memory.stored"
+        ]
+    db.executemany("INSERT INTO f(title, content) VALUES (?, ?)", rows)
+    db.commit()
+    db.execute("INSERT INTO f(f) VALUES ('optimize')")
+    db.commit()
+    db.close()
+    return time.perf_counter() - t0
+
+
+def fts5_match(words: list[str]) -> str:
+    """Our words minus our stop words, each quoted, OR-joined."""
+    stop = set(STOP_WORDS)
+    kept = list(dict.fromkeys(w for w in words if w not in stop))
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in kept)
+
+
+def recall_vs_fts5(home: Home, fts_path: Path, queries: list[str]) -> dict[str, Any]:
+    words_conn = duckdb.connect()
+    load_fts(words_conn)
+    install_macros(words_conn)
+    db = sqlite3.connect(fts_path)
+    ours: list[float] = []
+    theirs: list[float] = []
+    overlap: list[float] = []
+    sql = "SELECT rowid, title, content, bm25(f, 2.0, 1.0) AS s FROM f WHERE f MATCH ? ORDER BY s LIMIT 10"
+    with Substrate.open(home, long_lived=True, worker=False) as s:
+        for q in queries[:5]:  # warm both caches
+            s.recall(q)
+        for q in queries:
+            row = words_conn.execute("SELECT ml_words(?)", [q]).fetchone()
+            match = fts5_match(list(row[0]) if row and row[0] else [])
+            if not match:
+                continue
+            db.execute(sql, [match]).fetchall()  # interleaved, so both see the same machine
+            t0 = time.perf_counter()
+            got = s.recall(q, limit=10)
+            ours.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            ref = db.execute(sql, [match]).fetchall()
+            theirs.append(time.perf_counter() - t0)
+            a = {r["content"] for r in got}
+            b = {r[2] for r in ref}
+            overlap.append(len(a & b) / max(len(b), 1))
+    db.close()
+    words_conn.close()
+    o, t = ms(ours), ms(theirs)
+    return {
+        "ours": o,
+        "fts5": t,
+        "p50_ratio": round(o["p50_ms"] / t["p50_ms"], 3),
+        "p99_ratio": round(o["p99_ms"] / t["p99_ms"], 3),
+        "top10_overlap_mean": round(statistics.mean(overlap), 3) if overlap else None,
+        "ours_measures": "Substrate.recall(limit=10): session, catch-up check, terms, BM25, rows",
+        "fts5_query": "our words after our stop-word removal, quoted and OR-joined; "
+        "tokenize='porter unicode61 remove_diacritics 2'; bm25(f, 2.0, 1.0) (title weight 2); "
+        "rowid, title, content of the top 10",
+    }
+
+
+# -- rebuild beside a raw Arrow insert ------------------------------------------------------------
+
+
+def rows_of(log_dir: Path) -> Iterator[dict[str, Any]]:
+    """The decoded memory rows the fold would produce (for the bound)."""
+    with Log(log_dir) as lg:
+        for e in lg.iter_entries(1):
+            d = upcast(e.type, e.tv, e.data)
+            yield {
+                "id": d["id"],
+                "namespace": d["namespace"],
+                "kind": d["kind"],
+                "title": d.get("title"),
+                "content": d["content"],
+                "tags": d.get("tags", []),
+                "metadata": json.dumps(d.get("metadata") or {}),
+                "created_at": e.ts,
+                "updated_at": e.ts,
+                "stored_seq": e.seq,
+            }
+
+
+def child_bound(log_dir: str, db_path: str) -> dict[str, Any]:
+    rows = list(rows_of(Path(log_dir)))  # decoding is not part of the bound
+    t0 = time.perf_counter()
+    tbl = pa.Table.from_pylist(rows)
+    conn = duckdb.connect(db_path)
+    conn.register("rows", tbl)
+    conn.execute("CREATE TABLE memories AS SELECT * FROM rows")
+    conn.execute("CHECKPOINT")
+    conn.close()
+    return {"seconds": time.perf_counter() - t0, "rows": len(rows)}
+
+
+def child_rebuild(home: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    with Substrate.open(home, long_lived=False, worker=False) as s:
+        r = s.rebuild()
+    secs = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return {"seconds": secs, "replayed": r["replayed"], "peak_rss_mib": round(peak, 1)}
+
+
+def in_child(*args: str) -> dict[str, Any]:
+    p = subprocess.run(
+        [sys.executable, "-m", "bench.recall_bench", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    if p.returncode != 0:
+        raise RuntimeError(f"child {args[0]} failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def rebuild_vs_bound(root: Path, corpus: Corpus, n: int) -> dict[str, Any]:
+    init_home(root, key_name="bench")
+    home = Home(root)
+    write_s = fill(home, corpus, n)
+    log(f"{n} events written in {write_s:.1f} s; rebuilding")
+    ours = in_child("--child-rebuild", str(root))
+    log(f"rebuild {ours['seconds']:.1f} s, peak RSS {ours['peak_rss_mib']} MiB; raw insert")
+    bound = in_child("--child-bound", str(home.log_dir), str(root / "bound.duckdb"))
+    return {
+        "events": n,
+        "write_s": round(write_s, 2),
+        "rebuild_s": round(ours["seconds"], 2),
+        "raw_arrow_insert_s": round(bound["seconds"], 2),
+        "ratio": round(bound["seconds"] / ours["seconds"], 3),
+        "peak_rss_mib": ours["peak_rss_mib"],
+        "bound": "pa.Table.from_pylist of the decoded rows + CREATE TABLE AS into a fresh DuckDB file "
+        "(decoding excluded); ours includes reading and decoding the log, the fold, tokenising, "
+        "the inverted index and its final sort",
+    }
+
+
+# -- main ------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
+    ap.add_argument("--dir", help="work directory (default: a temporary one)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--child-rebuild", help=argparse.SUPPRESS)
+    ap.add_argument("--child-bound", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child_rebuild:
+        print(json.dumps(child_rebuild(args.child_rebuild)))
+        return 0
+    if args.child_bound:
+        print(json.dumps(child_bound(*args.child_bound)))
+        return 0
+
+    small, large, huge = (1_000, 10_000, 50_000) if args.quick else (1_000, 100_000, 1_000_000)
+    stores, nq = (100, 50) if args.quick else (1_000, 300)
+    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="recall_bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    corpus = Corpus()
+    out: dict[str, Any] = {
+        "ok": True,
+        "bench": "recall",
+        "cpus": os.cpu_count(),
+        "duckdb": duckdb.__version__,
+        "sqlite": sqlite3.sqlite_version,
+        "corpus": {
+            "source": "pydoc_data.topics paragraphs, sentences recombined",
+            "sentences": len(corpus.sents),
+        },
+        "targets": TARGETS,
+    }
+    try:
+        log(f"store at {small} memories")
+        h_small, prep_small = make_home(work / "small", corpus, small)
+        lat_small = store_latencies(h_small, corpus, stores, 10**7)
+        log(f"store at {large} memories")
+        h_large, prep_large = make_home(work / "large", corpus, large)
+        lat_large = store_latencies(h_large, corpus, stores, 2 * 10**7)
+        a, b = ms(lat_small), ms(lat_large)
+        out["store"] = {
+            f"at_{small}": a,
+            f"at_{large}": b,
+            "p50_ratio": round(b["p50_ms"] / a["p50_ms"], 3),
+            "p99_ratio": round(b["p99_ms"] / a["p99_ms"], 3),
+            "durability": "fsync per append (the default)",
+            "prepare": {f"at_{small}": prep_small, f"at_{large}": prep_large},
+        }
+        log(f"recall at {large} memories beside FTS5")
+        fts_s = fts5_build(work / "fts5.sqlite", h_large)
+        out["recall"] = {"memories": large + stores, "queries": nq, "fts5_build_s": round(fts_s, 2)}
+        out["recall"].update(recall_vs_fts5(h_large, work / "fts5.sqlite", corpus.queries(nq)))
+        for h in ("small", "large", "fts5.sqlite"):
+            p = work / h
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        log(f"rebuild of {huge} events")
+        out["rebuild"] = rebuild_vs_bound(work / "huge", corpus, huge)
+        out["met"] = {
+            "store_p50": out["store"]["p50_ratio"] <= TARGETS["store_p50_ratio_max"],
+            "store_p99": out["store"]["p99_ratio"] <= TARGETS["store_p99_ratio_max"],
+            "recall_p50": out["recall"]["p50_ratio"] <= TARGETS["recall_p50_ratio_max"],
+            "recall_p50_goal": out["recall"]["p50_ratio"] <= TARGETS["recall_p50_ratio_goal"],
+            "rebuild_ratio": out["rebuild"]["ratio"] >= TARGETS["rebuild_vs_raw_insert_min"],
+            "rebuild_rss": out["rebuild"]["peak_rss_mib"] <= TARGETS["rebuild_peak_rss_mib_max"],
+        }
+    finally:
+        if not args.keep and not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
