@@ -19,17 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
 
+from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import StorageError
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import schema
 from mnemolog.projections.db import ProjectionStore
-from mnemolog.projections.fold import Fold, IndexStats, Upcast
+from mnemolog.projections.fold import Fold, IndexStats, RepeatedId, Upcast
 from mnemolog.projections.text import install_macros
 
 CATCH_UP_BATCH = 50_000
@@ -85,6 +86,7 @@ class Projections:
         self.log = log
         self.upcast = upcast
         self.progress = progress
+        self._known: tuple[int, State] | None = None
         self.store = ProjectionStore(
             directory,
             on_connect=install_macros,
@@ -99,6 +101,18 @@ class Projections:
         st = read_state(conn)
         if st is None or st.version != schema.SCHEMA_VERSION:
             self._reset(conn)
+        else:
+            self._remember(st)
+
+    def _remember(self, st: State | None) -> None:
+        # While the file stays attached this process holds the lock, so nothing but this
+        # engine changes proj_state: the state it last wrote or read is still the state.
+        self._known = (self.store.attachments + (0 if self.store.attached else 1), st) if st else None
+
+    def _read(self, conn: duckdb.DuckDBPyConnection) -> State | None:
+        if self._known is not None and self._known[0] == self.store.attachments:
+            return self._known[1]
+        return read_state(conn)
 
     def close(self) -> None:
         self.store.close()
@@ -151,7 +165,7 @@ class Projections:
         """
         log = self.log
         size = log.refresh()
-        st = read_state(conn)
+        st = self._read(conn)
         if st is None or st.version != schema.SCHEMA_VERSION:
             st = self._reset(conn)
         self._check(st, size)
@@ -161,29 +175,55 @@ class Projections:
         prog = Progress(
             "replaying log", size - start, enabled=self.progress if size - start > 10_000 else False
         )
-        fold = Fold(conn, self.upcast, st.stats)
+        stats = st.stats
         applied = 0
         try:
             for lo in range(start, size, CATCH_UP_BATCH):
                 hi = min(lo + CATCH_UP_BATCH, size)
-                conn.execute("BEGIN TRANSACTION")
                 try:
-                    last = fold.apply(log.iter_entries(lo, hi))
-                    # Compaction only at the end: within a long catch-up the delta would
-                    # otherwise be merged (and the main table rewritten) over and over.
-                    if hi == size and (compact or fold.needs_compaction()):
-                        fold.compact()
-                    if last is not None:
-                        self._save_state(conn, last.seq, last.leaf, fold.stats)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+                    stats, last = self._apply_batch(conn, lo, hi, size, stats, compact, careful=False)
+                except RepeatedId:
+                    # A bulk insert met a repeated id (a hostile or replayed log): the batch
+                    # was rolled back; redo it with the slower insert that skips repeats.
+                    stats, last = self._apply_batch(conn, lo, hi, size, stats, compact, careful=True)
+                if last is not None:
+                    self._remember(State(st.version, last.seq, last.leaf, st.log_id, stats))
                 applied += hi - lo
                 prog.advance(hi - lo)
+        except BaseException:
+            self._known = None
+            raise
         finally:
             prog.close()
         return applied
+
+    def _apply_batch(
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        lo: int,
+        hi: int,
+        size: int,
+        stats: IndexStats,
+        compact: bool,
+        *,
+        careful: bool,
+    ) -> tuple[IndexStats, Entry | None]:
+        """Fold entries lo..hi-1 and record the position, in one transaction."""
+        fold = Fold(conn, self.upcast, replace(stats), careful=careful)
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            last = fold.apply(self.log.iter_entries(lo, hi))
+            # Compaction only at the end: within a long catch-up the delta would
+            # otherwise be merged (and the main table rewritten) over and over.
+            if hi == size and (compact or fold.needs_compaction()):
+                fold.compact()
+            if last is not None:
+                self._save_state(conn, last.seq, last.leaf, fold.stats)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return fold.stats, last
 
     def _save_state(self, conn: duckdb.DuckDBPyConnection, seq: int, leaf: bytes, s: IndexStats) -> None:
         conn.execute(
@@ -206,7 +246,9 @@ class Projections:
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
+            self._known = None
             raise
+        self._remember(st)
         return st
 
     def rebuild(self) -> int:

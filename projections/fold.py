@@ -49,6 +49,7 @@ COMPACT_MIN_ROWS = 50_000
 COMPACT_FRACTION = 16
 FLUSH_ROWS = 20_000  # buffered rows that force a flush
 SMALL_FLUSH = 8  # at most this many memories: parameterised statements, no Arrow round trip
+ARROW_CHUNK = 4096
 MAX_DELETE_TERMS = 256  # a text update deletes old postings by term (zone maps) up to this many
 
 INT64 = (-(2**63), 2**63 - 1)
@@ -74,6 +75,8 @@ MEMORY_COLUMNS = [
 MEMORY_SCHEMA = pa.schema(MEMORY_COLUMNS)
 _MEMORY_NAMES = [c for c, _ in MEMORY_COLUMNS]
 _INSERT_COLS = ", ".join([*_MEMORY_NAMES, "last_event_seq", "doc_len"])
+# The registered Arrow batch, shaped as stage_postings wants it.
+_STAGE = "(SELECT *, stored_seq AS doc FROM ml_rows)"
 _LIST_TYPES = {"tags": "VARCHAR[]", "source_span": "INTEGER[]"}
 # Typed so that an empty list or a NULL binds without guessing.
 _MEMORY_PARAMS = ", ".join(f"?::{_LIST_TYPES[c]}" if c in _LIST_TYPES else "?" for c in _MEMORY_NAMES)
@@ -185,11 +188,20 @@ class _Buffer:
         return len(self.memories["id"]) + len(self.links) + len(self.touches) + len(self.atomisations)
 
 
+class RepeatedId(Exception):
+    """A bulk insert met an id the table holds already; the batch must be redone carefully."""
+
+
 class Fold:
-    def __init__(self, conn: duckdb.DuckDBPyConnection, upcast: Upcast, stats: IndexStats) -> None:
+    """One pass of the fold. `careful=True` is for a batch that repeats an id in bulk."""
+
+    def __init__(
+        self, conn: duckdb.DuckDBPyConnection, upcast: Upcast, stats: IndexStats, *, careful: bool = False
+    ) -> None:
         self.conn = conn
         self.upcast = upcast
         self.stats = stats
+        self.careful = careful
         self.buf = _Buffer()
 
     # -- the fold ------------------------------------------------------------
@@ -198,19 +210,25 @@ class Fold:
         """Fold entries into the tables (caller owns the transaction); return the last one."""
         last: Entry | None = None
         buf = self.buf
+        upcast = self.upcast
+        pending = len(buf)
         for e in entries:
-            data = e.data
-            handler = _HANDLERS.get(e.type)
+            t = e.type
+            handler = _HANDLERS.get(t)
             if handler is not None:
-                data = self.upcast(e.type, e.tv, data)
+                data = upcast(t, e.tv, e.data)
                 if isinstance(data, dict):
                     handler(self, e, data)
-                    for mid in touched_ids(e.type, data):
-                        buf.touches.append((mid, e.seq, e.type))
-            buf.counts[e.type] = buf.counts.get(e.type, 0) + 1
+                    for mid in touched_ids(t, data):
+                        buf.touches.append((mid, e.seq, t))
+                        pending += 1
+            # Not aliased: a handler that flushes replaces the buffer's lists and maps.
+            buf.counts[t] = buf.counts.get(t, 0) + 1
             last = e
-            if len(buf) >= FLUSH_ROWS:
+            pending += 1
+            if pending >= FLUSH_ROWS:
                 self.flush()
+                pending = 0
         self.flush()
         return last
 
@@ -293,21 +311,39 @@ class Fold:
     def _insert_memories(self, tbl: pa.Table) -> None:
         """Many memories at once: Arrow in, the bulk tokenizer, set-based inserts."""
         conn = self.conn
+        # Chunked, so that DuckDB scans it with all its threads (one chunk is one thread).
+        tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=ARROW_CHUNK))
         conn.register("ml_rows", tbl)
         try:
-            conn.execute("CREATE OR REPLACE TEMP TABLE ml_stage AS SELECT *, stored_seq AS doc FROM ml_rows")
+            stage_postings(conn, _STAGE)
+            self._insert_staged(tbl)
         finally:
             conn.unregister("ml_rows")
-        stage_postings(conn, "ml_stage")
-        inserted = conn.execute(
-            f"""INSERT OR IGNORE INTO memories ({_INSERT_COLS})
-                SELECT {", ".join("s." + c for c in _MEMORY_NAMES)}, s.stored_seq, d.dl
-                FROM ml_stage s JOIN ml_dl d USING (doc) ORDER BY s.doc
-                RETURNING stored_seq, doc_len"""
-        ).fetchall()
-        self.stats.docs += len(inserted)
-        self.stats.total_len += sum(int(r[1]) for r in inserted)
-        if len(inserted) < tbl.num_rows:
+
+    def _insert_staged(self, tbl: pa.Table) -> None:
+        conn = self.conn
+        select = f"""SELECT {", ".join("s." + c for c in _MEMORY_NAMES)}, s.stored_seq, d.dl
+                     FROM {_STAGE} s JOIN ml_dl d USING (doc) ORDER BY s.doc"""
+        if not self.careful:
+            # A plain INSERT keeps the rows in stored_seq order (INSERT OR IGNORE does not),
+            # which is what lets zone maps find a memory by its stored_seq. A repeated id
+            # makes it fail: the engine then redoes the batch carefully.
+            try:
+                conn.execute(f"INSERT INTO memories ({_INSERT_COLS}) {select}")
+            except duckdb.ConstraintException as exc:
+                raise RepeatedId(str(exc)) from exc
+            row = conn.execute("SELECT count(*), coalesce(sum(dl), 0) FROM ml_dl").fetchone()
+            n, total = (int(row[0]), int(row[1])) if row else (0, 0)
+            self.stats.docs += n
+            self.stats.total_len += total
+            inserted: list[tuple[Any, ...]] = []
+        else:
+            inserted = conn.execute(
+                f"INSERT OR IGNORE INTO memories ({_INSERT_COLS}) {select} RETURNING stored_seq, doc_len"
+            ).fetchall()
+            self.stats.docs += len(inserted)
+            self.stats.total_len += sum(int(r[1]) for r in inserted)
+        if self.careful and len(inserted) < tbl.num_rows:
             # Repeated ids (the first store wins): their text is not indexed.
             live = {int(r[0]) for r in inserted}
             dups = [d for d in tbl.column("stored_seq").to_pylist() if d not in live]
@@ -315,7 +351,6 @@ class Fold:
         row = conn.execute("INSERT INTO postings_delta SELECT term, doc, tf, dl FROM ml_post").fetchone()
         self.stats.delta_rows += int(row[0]) if row else 0
         drop_staged(conn)
-        conn.execute("DROP TABLE ml_stage")
 
     def _replace_text(
         self, doc: int, old: tuple[str | None, str, int], title: str | None, content: str
@@ -345,26 +380,30 @@ class Fold:
     # -- handlers --------------------------------------------------------------
 
     def stored(self, e: Entry, d: dict[str, Any]) -> None:
-        mid = _str_id(d.get("id"))
-        if not mid or mid in self.buf.ids:
+        # The rebuild's inner loop (one call per memory): plain locals, no helper calls on
+        # the common shapes, the same values as the helpers give.
+        get = d.get
+        mid = get("id")
+        if not isinstance(mid, str) or not mid or mid in self.buf.ids:
             return  # a repeated id never replaces the first memory (first write wins)
         m = self.buf.memories
+        title, source, tags, meta = get("title"), get("source"), get("tags"), get("metadata")
         m["id"].append(mid)
-        m["namespace"].append(str(d.get("namespace", "default")))
-        m["kind"].append(str(d.get("kind", "observation")))
-        m["title"].append(_opt_str(d.get("title")))
-        m["content"].append(str(d.get("content", "")))
-        m["tags"].append(_tags(d.get("tags")))
-        m["confidence"].append(_float(d.get("confidence")))
-        m["source"].append(_opt_str(d.get("source")))
-        meta = d.get("metadata")
-        m["metadata"].append(canonical_json(meta if isinstance(meta, dict) else {}))
-        m["created_at"].append(_int(d.get("created_at")) or e.ts)
+        m["namespace"].append(str(get("namespace", "default")))
+        m["kind"].append(str(get("kind", "observation")))
+        m["title"].append(title if isinstance(title, str) else None)
+        content = get("content", "")
+        m["content"].append(content if type(content) is str else str(content))
+        m["tags"].append(_tags(tags) if tags else [])
+        m["confidence"].append(_float(get("confidence")))
+        m["source"].append(source if isinstance(source, str) else None)
+        m["metadata"].append(canonical_json(meta) if meta and isinstance(meta, dict) else "{}")
+        m["created_at"].append(_int(get("created_at")) or e.ts)
         m["updated_at"].append(e.ts)
-        m["last_seen"].append(_int(d.get("last_seen")))
-        atom_of = d.get("atom_of")
+        m["last_seen"].append(_int(get("last_seen")))
+        atom_of = get("atom_of")
         m["atom_of"].append(atom_of if isinstance(atom_of, str) and atom_of else None)
-        m["source_span"].append(_span(d.get("source_span")))
+        m["source_span"].append(_span(get("source_span")))
         m["stored_seq"].append(e.seq)
         self.buf.ids.add(mid)
 

@@ -18,8 +18,8 @@ stored_seq, which is unique), as `list` orders.
 
 A query runs in two steps: its terms (the tokenizer macro), then the scoring
 with those terms as constants, which lets DuckDB skip to the row groups of
-the sorted postings that hold them; the rows of the top k are fetched last,
-by stored_seq, which the memories table is in the order of.
+the sorted postings that hold them; the rows of the top k are fetched last
+(by stored_seq, which the memories table is in the order of, then by id).
 The archive guard is applied before the top k is cut, as an anti-join with
 `hidden` (the memories the guard hides, usually few) when it is the only
 filter, so an unfiltered recall never reads the memories table beyond its k
@@ -183,12 +183,21 @@ def _scored(
 
 
 def _rows(conn: duckdb.DuckDBPyConnection, docs: list[int]) -> dict[int, dict[str, Any]]:
+    """The memories of these stored_seqs, keyed by it.
+
+    Two steps, both cheap for a few rows whatever the corpus: zone maps find the
+    stored_seqs (the table is in their order) and give the ids, then the primary
+    key fetches the rows. A scan for the whole rows would decompress every
+    column around each match, three times slower at 100k memories.
+    """
     if not docs:
         return {}
+    ints = ", ".join(str(int(d)) for d in docs)
+    ids = [r[0] for r in conn.execute(f"SELECT id FROM memories WHERE stored_seq IN ({ints})").fetchall()]
+    if not ids:
+        return {}
     rows = conn.execute(
-        f"SELECT m.stored_seq, {_SELECT} FROM memories m "
-        f"WHERE m.stored_seq IN ({', '.join('?' * len(docs))})",
-        docs,
+        f"SELECT m.stored_seq, {_SELECT} FROM memories m WHERE m.id IN ({', '.join('?' * len(ids))})", ids
     ).fetchall()
     return {int(r[0]): row_to_memory(r[1:]) for r in rows}
 
