@@ -222,3 +222,14 @@ def test_empty_and_degenerate_queries(sub: Substrate) -> None:
     assert sub.search("...") == []
     assert sub.recall("x" * 65) == []  # longer than a term can be
     assert ids(sub.recall("find " + "unmatched " * 200))  # long queries are cut to 64 terms, still work
+
+
+def test_search_checks_words_beyond_the_first_chunk_of_candidates(sub: Substrate) -> None:
+    # Forty memories match the stem of "fox" better than the one that has the word itself.
+    for i in range(40):
+        sub.store(f"foxes foxes foxes {i}")
+    exact = sub.store("a fox among many words that dilute its weight in this memory")["id"]
+    ranked = ids(sub.recall("fox", limit=100))
+    assert ranked.index(exact) == 40  # last: beyond the first chunk (16) of candidates checked
+    assert ids(sub.search("fox", limit=1)) == [exact]
+    assert ids(sub.search("foxes", limit=100)) == ranked[:40] == [m for m in ranked if m != exact]
