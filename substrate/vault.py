@@ -293,23 +293,37 @@ def import_notes(sub: Any, notes: Sequence[ParsedNote], agent: str) -> ImportRep
                 report.restored.append(mid)
             if mid not in report.stored and mid not in report.updated and mid not in report.archived:
                 report.unchanged += 1
-        # Supersession last: both ends exist by now.
+        # Supersession last: both ends exist by now. A memory's supersedes /
+        # superseded_by is its latest such link, so the pointers the files name
+        # (the winners) are linked after any other pair touching the same ends.
         sup, by = supersession(conn)
+        want_sup: dict[str, str] = {}
+        want_by: dict[str, str] = {}
+        pairs: list[tuple[str, str]] = []
         for n in notes:
             r = n.record
             assert r is not None
             mid = ids[r.memory_id]
-            pairs = []
             if r.supersedes:
-                pairs.append((mid, ids.get(r.supersedes, r.supersedes)))
+                want_sup[mid] = ids.get(r.supersedes, r.supersedes)
+                pairs.append((mid, want_sup[mid]))
             if r.superseded_by:
-                pairs.append((ids.get(r.superseded_by, r.superseded_by), mid))
-            for src, dst in pairs:
-                if sup.get(src) == dst or q.get(conn, src) is None or q.get(conn, dst) is None:
-                    continue
-                sub.write_link(conn, LinkCreated(src=src, dst=dst, relation="supersedes"))
-                sup[src], by[dst] = dst, src
-                report.linked += 1
+                want_by[mid] = ids.get(r.superseded_by, r.superseded_by)
+                pairs.append((want_by[mid], mid))
+        unique = list(dict.fromkeys(pairs))
+        unique.sort(key=lambda p: (want_sup.get(p[0]) == p[1]) + (want_by.get(p[1]) == p[0]))
+        existing = set(conn.execute("SELECT src, dst FROM links WHERE relation = 'supersedes'").fetchall())
+        for src, dst in unique:
+            stale_winner = (want_sup.get(src) == dst and sup.get(src) != dst) or (
+                want_by.get(dst) == src and by.get(dst) != src
+            )
+            if (src, dst) in existing and not stale_winner:
+                continue
+            if q.get(conn, src) is None or q.get(conn, dst) is None:
+                continue
+            sub.write_link(conn, LinkCreated(src=src, dst=dst, relation="supersedes"))
+            sup[src], by[dst] = dst, src
+            report.linked += 1
     return report
 
 

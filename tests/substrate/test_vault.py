@@ -200,3 +200,24 @@ def test_vault_cli(tmp_path: Path) -> None:
     assert code == 0 and len(out["stored"]) == 1
     code, out = run(tmp_path / "home2", "vault", "import", str(tmp_path / "v"))
     assert code == 0 and out["stored"] == [] and out["unchanged"] == 1
+
+
+def test_two_memories_superseding_one_keep_the_latest_as_superseded_by(tmp_path: Path) -> None:
+    # Found by the property: 4 and 7 both supersede 6, and 2 supersedes 7.
+    mems = [
+        {"words": ["deploy", "cache", "pool"], "kind": k, "title": None, "tags": [], "confidence": None,
+         "namespace": "ops", "archived": False, "source": None}
+        for k in KINDS + ["decision"]
+    ]  # fmt: skip
+    init_home(tmp_path / "a")
+    init_home(tmp_path / "b")
+    with Substrate.open(tmp_path / "a", long_lived=False) as a:
+        populate(a, mems, [(4, 6), (2, 7), (7, 6)], atomise=False)
+        v.render(a, tmp_path / "v1", "agent")
+    with Substrate.open(tmp_path / "b", long_lived=False) as b:
+        v.import_vault(b, tmp_path / "v1")
+        v.render(b, tmp_path / "v2", "agent")
+        size = b.log.refresh()
+        v.import_vault(b, tmp_path / "v1")
+        assert b.log.refresh() == size
+    assert tree(tmp_path / "v1") == tree(tmp_path / "v2")
