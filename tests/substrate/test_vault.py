@@ -207,7 +207,7 @@ def test_two_memories_superseding_one_keep_the_latest_as_superseded_by(tmp_path:
     mems = [
         {"words": ["deploy", "cache", "pool"], "kind": k, "title": None, "tags": [], "confidence": None,
          "namespace": "ops", "archived": False, "source": None}
-        for k in KINDS + ["decision"]
+        for k in [*KINDS, "decision"]
     ]  # fmt: skip
     init_home(tmp_path / "a")
     init_home(tmp_path / "b")
