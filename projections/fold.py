@@ -253,10 +253,24 @@ class Fold:
             self._insert_rows("migrations", ["seq", "type", "run_id", "detail", "ts"], b.migrations)
             b.migrations = []
         if b.counts:
-            for t, n in b.counts.items():
-                row = self.conn.execute("UPDATE event_counts SET n = n + ? WHERE type = ?", [n, t]).fetchone()
-                if not row or not row[0]:
-                    self.conn.execute("INSERT INTO event_counts VALUES (?, ?)", [t, n])
+            # One statement for every type in the batch: a store is a few statements, each counts.
+            items = list(b.counts.items())
+            values = ", ".join(["(?, ?)"] * len(items))
+            args = [x for t, n in items for x in (t, n)]
+            done = {
+                r[0]
+                for r in self.conn.execute(
+                    f"UPDATE event_counts SET n = event_counts.n + v.n FROM (VALUES {values}) v(type, n) "
+                    "WHERE event_counts.type = v.type RETURNING event_counts.type",
+                    args,
+                ).fetchall()
+            }
+            missing = [(t, n) for t, n in items if t not in done]
+            if missing:
+                self.conn.execute(
+                    f"INSERT INTO event_counts VALUES {', '.join(['(?, ?)'] * len(missing))}",
+                    [x for t, n in missing for x in (t, n)],
+                )
             b.counts = {}
 
     def _insert_rows(self, table: str, cols: list[str], rows: list[tuple[Any, ...]]) -> None:
