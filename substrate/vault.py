@@ -312,12 +312,12 @@ def import_notes(sub: Any, notes: Sequence[ParsedNote], agent: str) -> ImportRep
                 pairs.append((want_by[mid], mid))
         unique = list(dict.fromkeys(pairs))
         unique.sort(key=lambda p: (want_sup.get(p[0]) == p[1]) + (want_by.get(p[1]) == p[0]))
-        existing = set(conn.execute("SELECT src, dst FROM links WHERE relation = 'supersedes'").fetchall())
+        have_links = set(conn.execute("SELECT src, dst FROM links WHERE relation = 'supersedes'").fetchall())
         for src, dst in unique:
             stale_winner = (want_sup.get(src) == dst and sup.get(src) != dst) or (
                 want_by.get(dst) == src and by.get(dst) != src
             )
-            if (src, dst) in existing and not stale_winner:
+            if (src, dst) in have_links and not stale_winner:
                 continue
             if q.get(conn, src) is None or q.get(conn, dst) is None:
                 continue
