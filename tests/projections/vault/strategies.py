@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from mnemolog.projections.vault.frontmatter import FIELD_ORDER
 from mnemolog.projections.vault.render import KINDS, NoteRecord
 
 # Text that exercises quoting: YAML indicators, line breaks, unicode, control characters.
@@ -101,29 +102,7 @@ labels = st.text(alphabet=string.ascii_letters + string.digits + "-_:/ .", min_s
     lambda s: s.strip() != ""
 )
 extra_keys = st.text(alphabet=string.ascii_lowercase + "_", min_size=1, max_size=10).filter(
-    lambda k: (
-        not k.startswith("mnemolog_")
-        and k
-        not in {
-            "schema_version",
-            "name",
-            "description",
-            "type",
-            "captured",
-            "last_seen",
-            "sources",
-            "confidence",
-            "pinned",
-            "expires_at",
-            "supersedes",
-            "superseded_by",
-            "tags",
-            "archived",
-            "related",
-            "provenance",
-            "promoted_to_persona",
-        }
-    )
+    lambda k: not k.startswith("mnemolog_") and k not in {*FIELD_ORDER, "archived", "promoted_to_persona"}
 )
 
 
