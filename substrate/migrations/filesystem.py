@@ -194,8 +194,11 @@ class FilesystemMigrationBackend:
         current_schema_version: int = schema.CURRENT_SCHEMA_VERSION,
         checker: UnitChecker | None = None,
         clock: Clock = utc_now,
+        also_record: Callable[[MigrationEvent], None] | None = None,
     ) -> None:
+        """`also_record` receives every audit event after migration.jsonl has it (a home's signed log)."""
         self.root = Path(agents_root).absolute()
+        self._also_record = also_record
         self.current_schema_version = current_schema_version
         self._checker = checker or default_checker(current_schema_version)
         self._clock = clock
@@ -367,6 +370,8 @@ class FilesystemMigrationBackend:
                 fsync_dir(self.migrations_dir)
         except OSError as exc:
             raise MigrationAuditFailed(f"cannot append to {self.audit_path}: {exc}") from exc
+        if self._also_record is not None:
+            self._also_record(event)
 
     def audit_events(self) -> list[MigrationEvent]:
         """Every recorded event, oldest first."""

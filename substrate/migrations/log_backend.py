@@ -56,6 +56,7 @@ from mnemolog.substrate.migrations.protocol import (
 )
 from mnemolog.substrate.migrations.runner import audited_restore
 from mnemolog.substrate.migrations.scripts import apply_script
+from mnemolog.substrate.session import Sessions
 from mnemolog.substrate.vault import (
     VAULT_KEY,
     encode_value,
@@ -95,6 +96,23 @@ def _first_line(text: str) -> str:
         if line.strip(" \t#>-*"):
             return " ".join(line.strip(" \t#>-*").split())
     return ""
+
+
+def record_in_log(sessions: Sessions, event: MigrationEvent) -> None:
+    """The audit record as a signed `migration.completed` or `migration.refused` event.
+
+    Every migration run is recorded so, whichever backend ran it: the log
+    backend's own runs, and a vault's runs started from a home.
+    """
+    refused = event.outcome == "refused" or (event.action == "rollback" and not event.rolled_back)
+    record = MigrationRefused if refused else MigrationCompleted
+    data = event.model_dump(mode="json")
+    data["outcome"] = event.outcome
+    try:
+        with sessions.session() as s:
+            s.append(record.model_validate(data))
+    except (StorageError, OSError) as exc:
+        raise MigrationAuditFailed(f"cannot record the migration event in the log: {exc}") from exc
 
 
 def unit_frontmatter(record: NoteRecord, vault: dict[str, Any]) -> dict[str, Any]:
@@ -346,15 +364,7 @@ class LogMigrationBackend:
     # -- audit -------------------------------------------------------------------
 
     def record_event(self, event: MigrationEvent) -> None:
-        refused = event.outcome == "refused" or (event.action == "rollback" and not event.rolled_back)
-        record = MigrationRefused if refused else MigrationCompleted
-        data = event.model_dump(mode="json")
-        data["outcome"] = event.outcome
-        try:
-            with self.sub.session() as s:
-                s.append(record.model_validate(data))
-        except (StorageError, OSError) as exc:
-            raise MigrationAuditFailed(f"cannot record the migration event in the log: {exc}") from exc
+        record_in_log(self.sub, event)
 
     def audit_events(self) -> list[MigrationEvent]:
         """Every recorded audit event, oldest first (from the log)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict, PrivateAttr
 
 from mnemolog.eventlog.errors import Informational, MnemologError, NotFound
 
@@ -136,6 +136,14 @@ class MigrationEvent(_Frozen):
     started_at: AwareDatetime
     finished_at: AwareDatetime
     scripts: tuple[str, ...] = ()
+    # The exception behind `error`, as raised (not part of the audit record): callers
+    # decide from its class and exit code, never by parsing `error`.
+    _failure: BaseException | None = PrivateAttr(default=None)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The first exception of the run, when this process ran it (None when read back)."""
+        return self._failure
 
     @property
     def outcome(self) -> Outcome:
