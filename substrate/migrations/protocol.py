@@ -145,6 +145,15 @@ class MigrationEvent(_Frozen):
         """The first exception of the run, when this process ran it (None when read back)."""
         return self._failure
 
+    def __eq__(self, other: object) -> bool:
+        # The record is its fields: an event read back from the audit log equals the one returned.
+        if not isinstance(other, MigrationEvent):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.__dict__.values()))
+
     @property
     def outcome(self) -> Outcome:
         """completed, rolled_back, refused (nothing was attempted) or failed (left as is)."""
