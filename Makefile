@@ -13,8 +13,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# mypy cannot follow setuptools' editable finder, so it checks a tree of
-# symlinks that spells the installed namespace (mnemolog.<pkg> -> <pkg>/).
+# mypy and import-linter cannot follow setuptools' editable finder, so they check a
+# tree of symlinks that spells the installed namespace (mnemolog.<pkg> -> <pkg>/).
 .typecheck/mnemolog: Makefile
 	rm -rf .typecheck && mkdir -p .typecheck/mnemolog
 	for p in $(PKGS); do ln -s ../../$$p .typecheck/mnemolog/$$p; done
@@ -22,9 +22,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m mnemolog.cli.demo
 
-lint: $(STAMP)
+lint: $(STAMP) .typecheck/mnemolog
 	$(BIN)/ruff check $(PKGS) tests bench
 	$(BIN)/ruff format --check $(PKGS) tests bench
+	cd .typecheck && PYTHONPATH=. ../$(BIN)/lint-imports ../pyproject.toml
 
 typecheck: $(STAMP) .typecheck/mnemolog
 	cd .typecheck && MYPYPATH=. ../$(BIN)/mypy --config-file ../pyproject.toml -p mnemolog
