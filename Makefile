@@ -5,7 +5,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PKGS := eventlog projections curators substrate cli
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test test-fast lint typecheck pytest bench clean
+
+# Test workers (pytest-xdist). Tests marked `serial` (processes, locks, time bounds)
+# run afterwards on their own; `--dist loadfile` keeps a file on one worker, so its
+# module fixtures are built once and its progress line means something.
+JOBS ?= 2
+PYTEST := $(BIN)/pytest -q -p no:cacheprovider --file-progress
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,7 +37,12 @@ typecheck: $(STAMP) .typecheck/mnemolog
 	cd .typecheck && MYPYPATH=. ../$(BIN)/mypy --config-file ../pyproject.toml -p mnemolog
 
 pytest: $(STAMP)
-	$(BIN)/pytest -q
+	$(PYTEST) -n $(JOBS) --dist loadfile -m "not serial"
+	$(PYTEST) -m serial
+
+# The inner loop: everything not marked slow or serial, in parallel.
+test-fast: $(STAMP)
+	$(PYTEST) -n $(JOBS) --dist loadfile -m "not slow and not serial"
 
 test: lint typecheck pytest
 

@@ -38,6 +38,9 @@ HOLD = """
 import sys, time
 from pathlib import Path
 from mnemolog.eventlog.lock import FileLock
+
+# Processes, locks and timing bounds: run alone, not beside other tests under xdist.
+pytestmark = pytest.mark.serial
 lock = FileLock(Path(sys.argv[1]), 5, fair=True)
 lock.acquire()
 print("held", flush=True)
