@@ -51,6 +51,7 @@ __all__ = [
     "import_notes",
     "import_vault",
     "memory_to_record",
+    "midnight",
     "records",
     "render",
     "supersession",
@@ -67,7 +68,8 @@ def _date(us: int | None) -> dt.date:
     return dt.datetime.fromtimestamp((us or 0) / 1e6, dt.UTC).date()
 
 
-def _midnight(d: dt.date) -> int:
+def midnight(d: dt.date) -> int:
+    """Midnight UTC of a date, in µs (how a vault date is kept in a memory)."""
     return int(dt.datetime(d.year, d.month, d.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
 
 
@@ -225,8 +227,8 @@ def _fields(r: NoteRecord) -> dict[str, Any]:
         "tags": list(r.tags),
         "confidence": r.confidence,
         "metadata_vault": vault_metadata(r),
-        "created_at": _midnight(r.captured),
-        "last_seen": _midnight(r.last_seen),
+        "created_at": midnight(r.captured),
+        "last_seen": midnight(r.last_seen),
     }
 
 

@@ -61,6 +61,7 @@ from mnemolog.substrate.vault import (
     VAULT_KEY,
     encode_value,
     memory_to_record,
+    midnight,
     supersession,
 )
 
@@ -85,10 +86,6 @@ def _as_date(v: Any) -> dt.date | None:
         except ValueError:
             return None
     return None
-
-
-def _midnight(d: dt.date) -> int:
-    return int(dt.datetime(d.year, d.month, d.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
 
 
 def _first_line(text: str) -> str:
@@ -253,7 +250,7 @@ class LogMigrationBackend:
                 changes["confidence"] = CONFIDENCE_VALUES[meta["confidence"]]
             seen = _as_date(meta.get("last_seen"))
             if seen is not None and seen != current["last_seen"]:
-                changes["last_seen"] = _midnight(seen)
+                changes["last_seen"] = midnight(seen)
             if isinstance(meta.get("tags"), list) and meta["tags"] != current["tags"]:
                 changes["tags"] = [str(t) for t in meta["tags"]]
             for key in ("description", "sources", "pinned", "schema_version"):
