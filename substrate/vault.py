@@ -87,6 +87,7 @@ def encode_value(v: Any) -> Any:
 
 
 def decode_value(v: Any) -> Any:
+    """The inverse of encode_value: tagged dates and datetimes back to Python values."""
     if isinstance(v, dict):
         if set(v) == {"$date"}:
             return dt.date.fromisoformat(v["$date"])
@@ -125,6 +126,7 @@ def derive_title(content: str, limit: int = 60) -> str:
 def memory_to_record(
     m: Memory, supersedes: Mapping[str, str], superseded_by: Mapping[str, str], hidden: bool
 ) -> NoteRecord:
+    """A memory as the vault renders it (its `metadata["vault"]` fills the vault-only fields)."""
     v = dict((m.get("metadata") or {}).get(VAULT_KEY) or {})
     expires = v.get("expires_at")
     sources = v.get("sources")
@@ -163,6 +165,7 @@ def records(s: Session, namespace: str | None = None) -> list[NoteRecord]:
 
 
 def vault_metadata(r: NoteRecord) -> dict[str, Any]:
+    """What a record holds beyond a memory's own fields, kept under `metadata["vault"]`."""
     v: dict[str, Any] = {"description": r.description, "sources": list(r.sources), "pinned": r.pinned}
     if r.expires_at is not None:
         v["expires_at"] = r.expires_at.isoformat()
@@ -173,6 +176,8 @@ def vault_metadata(r: NoteRecord) -> dict[str, Any]:
 
 @dataclass
 class ImportReport:
+    """What an import wrote: ids stored, updated, archived, restored; links; unchanged files."""
+
     stored: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: int = 0
@@ -375,6 +380,7 @@ def render(
 
 
 def validate(root: Path) -> list[Problem]:
+    """Every problem of a vault's files (see projections.vault.validate)."""
     return validate_vault(root)
 
 

@@ -137,6 +137,8 @@ class FilesystemUnit:
 
 
 def default_checker(current_schema_version: int) -> UnitChecker:
+    """The vault's own per-note and per-page rules at `current_schema_version`, as a unit checker."""
+
     def check(meta: dict[str, Any], unit_type: UnitType, filename: str, target: int) -> list[str]:
         findings = (
             schema.check_wiki(meta, filename, expected_version=current_schema_version)

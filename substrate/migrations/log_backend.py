@@ -170,6 +170,8 @@ class LogUnit:
 
 
 class LogMigrationBackend:
+    """MigrationBackend over the home's own memories, every write and restore a signed event."""
+
     def __init__(self, sub: Substrate, *, current_schema_version: int = CURRENT_SCHEMA_VERSION) -> None:
         self.sub = sub
         self.current_schema_version = current_schema_version

@@ -82,6 +82,8 @@ class NothingToMigrate(MigrationError, Informational):
 
 
 class MigrationSnapshotNotFound(MigrationError, NotFound):
+    """No snapshot by that reference in this store (exit 2)."""
+
     exit_code = 2
     slug = "migration_snapshot_not_found"
 

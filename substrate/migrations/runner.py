@@ -53,6 +53,7 @@ Clock = Callable[[], datetime]
 
 
 def utc_now() -> datetime:
+    """The current time, timezone-aware (UTC): the runner's default clock."""
     return datetime.now(UTC)
 
 
