@@ -11,7 +11,10 @@ Factories rather than ready-made objects, so a test says what it needs:
   tests.support.mcp_client.Client talking to it, closed when the test ends.
 
 `--file-progress` prints one line per test file as its last test finishes
-(with pytest-xdist too), so a long run shows where it is.
+(with pytest-xdist too), so a long run shows where it is. The tests listed
+in tests/slow_tests.txt (measured, not guessed) are marked `slow`, which
+`make test-fast` leaves out. Hypothesis runs without deadlines: a test
+asserts what its code does, never how long it took on a shared machine.
 """
 
 from __future__ import annotations
@@ -24,10 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import Home, init_home
 from tests.support.mcp_client import Client
+
+settings.register_profile("mnemolog", deadline=None)
+settings.load_profile("mnemolog")
+
+SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
 
 # -- fixtures ---------------------------------------------------------------------------
 
@@ -148,6 +157,17 @@ _PROGRESS: list[FileProgress] = []
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("file_progress") and not hasattr(config, "workerinput"):
         _PROGRESS.append(FileProgress(config))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = {
+        line.strip()
+        for line in SLOW_TESTS.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for item in items:
+        if item.nodeid in slow or item.nodeid.split("[")[0] in slow:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
