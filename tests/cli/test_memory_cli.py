@@ -143,6 +143,10 @@ BAD: list[tuple[str, list[str], bytes | None, int, str]] = [
     ("unknown id restore", ["restore", GHOST], None, 2, "not_found"),
     ("unknown id link", ["link", GHOST, GHOST], None, 2, "not_found"),
     ("update without fields", ["update", GHOST], None, 64, "usage"),
+    # The payload models hold every limit, so update refuses what store refuses (before any read).
+    ("update title with NUL", ["update", GHOST, "--title", "a\x00b"], None, 65, "bad_input"),
+    ("update 612-character title", ["update", GHOST, "--title", "t" * 612], None, 65, "bad_input"),
+    ("update 2,058-character source", ["update", GHOST, "--source", "s" * 2058], None, 65, "bad_input"),
     ("missing argument", ["store"], None, 64, "usage"),
     ("unknown option", ["recall", "x", "--colour", "red"], None, 64, "usage"),
 ]
