@@ -113,10 +113,9 @@ def test_a_long_lived_process_and_cli_commands_share_a_home(tmp_path: Path) -> N
     lines: list[dict[str, Any]] = [json.loads(x) for x in [first, *out.splitlines()] if x.strip()]
     assert len(lines) >= 20
     assert all(x["found"] for x in lines)  # the server recalls its own write at once, every time
-    # A CLI command is a fresh interpreter (~0.5 s here); waiting for the server's lock must add little.
+    # Starving would end a command with lock_timeout (a non-zero exit, asserted above); how long
+    # each took is printed, not asserted: on a shared machine a time bound tests the machine.
     print("slowest CLI command", slowest, "slowest server iteration", max(x["seconds"] for x in lines))
-    assert slowest < 10.0
-    assert max(x["seconds"] for x in lines) < 10.0
     verify_log(home.log_dir)
     with open_sub(home) as s:
         stored = {m["id"] for m in s.list(limit=1000)}
