@@ -39,7 +39,10 @@ def _b64(h: bytes) -> str:
 
 
 @click.command()
-@click.option("--key-name", help="C2SP key name for checkpoint signatures.")
+@click.option(
+    "--key-name",
+    help="C2SP key name for checkpoint signatures (default: the checkpoint origin, mnemolog/<log id>).",
+)
 @json_option
 @click.pass_obj
 def init(ctx: Ctx, key_name: str | None) -> None:

@@ -79,7 +79,9 @@ class WitnessServer:
     def __enter__(self) -> WitnessServer:
         return self.start()
 
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
 
