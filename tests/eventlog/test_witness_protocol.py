@@ -219,8 +219,7 @@ def test_the_witness_never_goes_back_or_sideways(
         t = trees[which]
         current = states.get(ORIGIN)
         old = (current.size if current else 0) if honest else min(old_guess, size)
-        if old > size:
-            old = size
+        old = min(old, size)
         try:
             proof = [] if old in (0, size) else merkle.consistency_proof(old, size, t.subtree)
             st_ = submit(states, AddCheckpoint(old, tuple(proof), signed(size, t.root(size))))

@@ -111,6 +111,7 @@ def test_hostile_requests(tmp_path: Path) -> None:
                 + f"Content-Length: {MAX_REQUEST_BYTES + 1}\r\n\r\n".encode()
             )
             assert s.recv(4096).startswith(b"HTTP/1.1 413")
+
         # Actually too large, sent chunked without a length.
         def chunks():  # type: ignore[no-untyped-def]
             for _ in range(MAX_REQUEST_BYTES // 4096 + 2):
