@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemolog.eventlog import codec, memview, merkle, offline, parquet, tarball
+from mnemolog.eventlog.cosignature import WitnessPolicy, require_cosignatures
 from mnemolog.eventlog.entry import Entry, to_jsonable
 from mnemolog.eventlog.errors import (
     MnemologError,
@@ -233,9 +234,12 @@ class BundleReport:
     envelopes: dict[str, Any] = field(default_factory=dict)
     files: list[dict[str, Any]] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
+    witnesses: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {} if self.witnesses is None else {"witnesses": self.witnesses}
         return {
+            **extra,
             "file": self.file,
             "memory_id": self.memory_id,
             "include_chain": self.include_chain,
@@ -275,6 +279,12 @@ class BundleReport:
             f"files       {len(self.files) + 1} (manifest included), sizes and SHA-256 as signed",
             "checks      " + ", ".join(self.checks),
         ]
+        if self.witnesses is not None:
+            names = ", ".join(c["name"] for c in self.witnesses["cosignatures"])
+            lines.append(
+                f"witnessed   {len(self.witnesses['cosignatures'])} cosignature(s) ({names}); "
+                f"{self.witnesses['min']} required"
+            )
         if self.unstored:
             lines.append(f"note        the chain names ids the log never stored: {', '.join(self.unstored)}")
         return "\n".join(lines)
@@ -287,9 +297,12 @@ def _f(message: str, check: str, **where: Any) -> VerificationError:
 class _Check:
     """One verification run over the members of an archive, in the documented order."""
 
-    def __init__(self, members: dict[str, bytes], trusted: VerifierKey | None) -> None:
+    def __init__(
+        self, members: dict[str, bytes], trusted: VerifierKey | None, witnesses: WitnessPolicy | None = None
+    ) -> None:
         self.m = members
         self.trusted = trusted
+        self.witnesses = witnesses
         self.report = BundleReport()
 
     def need(self, name: str) -> bytes:
@@ -325,6 +338,16 @@ class _Check:
         cp_key = keys.key_at(cp.size)
         r.checkpoint_key = cp_key.vkey()
         self.done("checkpoint_signature")
+        if self.witnesses is not None:
+            found = require_cosignatures(self.need(CHECKPOINT), self.witnesses, CHECKPOINT)
+            r.witnesses = {
+                **self.witnesses.describe(),
+                "cosignatures": [
+                    {"name": c.witness.name, "vkey": c.witness.vkey(), "timestamp": c.timestamp}
+                    for c in found
+                ],
+            }
+            self.done("witness_cosignatures")
         # 4. The manifest signature, by the same key, over every field but `sig`.
         self._manifest_signature(man, cp_key)
         self.done("manifest_signature")
@@ -654,10 +677,12 @@ def read_members(path: Path, limits: tarball.Limits = tarball.DEFAULT_LIMITS) ->
         return tarball.read_tar(f, size, limits)
 
 
-def verify_members(members: dict[str, bytes], trusted: VerifierKey | None = None) -> BundleReport:
+def verify_members(
+    members: dict[str, bytes], trusted: VerifierKey | None = None, witnesses: WitnessPolicy | None = None
+) -> BundleReport:
     """Verify a bundle already read into memory; return the report or raise."""
     try:
-        return _Check(members, trusted).run()
+        return _Check(members, trusted, witnesses).run()
     except MnemologError as exc:
         if isinstance(exc, VerificationError):
             raise
@@ -675,11 +700,14 @@ def verify_members(members: dict[str, bytes], trusted: VerifierKey | None = None
 
 
 def verify_bundle(
-    path: Path, trusted: VerifierKey | None = None, limits: tarball.Limits = tarball.DEFAULT_LIMITS
+    path: Path,
+    trusted: VerifierKey | None = None,
+    limits: tarball.Limits = tarball.DEFAULT_LIMITS,
+    witnesses: WitnessPolicy | None = None,
 ) -> BundleReport:
     """Verify the bundle at `path` (every check of docs/forensics.md); return a report or raise."""
     members = read_members(path, limits)
-    report = verify_members(members, trusted)
+    report = verify_members(members, trusted, witnesses)
     report.file = str(path)
     report.checks.insert(0, "archive")
     return report
@@ -708,10 +736,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("bundle", help="the bundle (.tar)")
     p.add_argument("--trusted-key", help="the pinned public key: name+hash+base64, or a file holding one")
+    p.add_argument(
+        "--witness-key",
+        action="append",
+        default=[],
+        help="a witness's cosigner key (repeatable): the checkpoint must carry its cosignature",
+    )
+    p.add_argument("--min-witnesses", type=int, default=None, help="how many of them (default: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     try:
-        report = verify_bundle(Path(args.bundle), parse_trusted_key(args.trusted_key))
+        policy = WitnessPolicy.parse(args.witness_key, args.min_witnesses)
+        report = verify_bundle(Path(args.bundle), parse_trusted_key(args.trusted_key), witnesses=policy)
     except MnemologError as err:
         if args.json:
             print(json.dumps(err.to_json(), default=str))

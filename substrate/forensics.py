@@ -37,6 +37,7 @@ from mnemolog.eventlog.note import peek_checkpoint
 from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
+from mnemolog.substrate import witnessing
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import upcast
 from mnemolog.substrate.home import Home, default_config_text
@@ -110,6 +111,10 @@ def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) ->
         sub.projections.catch_up(conn)
         log = sub.log
         ids, entries = select(conn, log, memory_id, include_chain, cp.size)
+    # A bundle carries what the witnesses said about its checkpoint (each asked once, bounded by
+    # its timeout; one that is down is simply absent, and verify-bundle --witness-key will say so).
+    witnessing.publish_checkpoint(sub.home.root, sub.home.log_dir, sub.home.keys_dir, cp.size)
+    cp_raw = log.checkpoint_bytes(cp.size)
     signer = sub.writer.key
     epochs = log.key_history(cp.size)
     if log.key_at(cp.size).kid != signer.kid:

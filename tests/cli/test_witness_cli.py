@@ -279,3 +279,25 @@ def test_witness_serve_as_a_process(home: Path, tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(20) in (0, -signal.SIGINT, 130)
+
+
+def test_bundles_carry_the_cosignatures_of_their_checkpoint(home: Path, tmp_path: Path) -> None:
+    from mnemolog.eventlog import bundle
+
+    with witness_for(home, tmp_path / "w") as w:
+        run(home, "witness", "add", "w1", w.url, w.vkey)
+        code, doc = run_json(home, "store", "the deploy failed at noon")
+        assert code == OK
+        out = tmp_path / "b.tar"
+        assert (
+            run(home, "export-forensic-bundle", "--memory-id", doc["memory"]["id"], "-o", str(out))[0] == OK
+        )
+        code, rep = run_json(home, "verify-bundle", str(out), "--witness-key", w.vkey)
+        assert code == OK and rep["witnesses"]["cosignatures"][0]["name"] == "witness.test/w1"
+        assert "witness_cosignatures" in rep["checks"]
+        other = witnessing.CosignerVerifier("witness.test/other", bytes(32)).vkey()
+        code, rep = run_json(home, "verify-bundle", str(out), "--witness-key", w.vkey, "--witness-key", other)
+        assert code == VERIFY and rep["details"]["check"] == "witness.quorum"
+        assert bundle.main([str(out), "--witness-key", w.vkey, "--json"]) == OK
+        assert bundle.main([str(out), "--witness-key", other, "--json"]) == VERIFY
+        assert bundle.main([str(out), "--witness-key", "nonsense", "--json"]) == USAGE
