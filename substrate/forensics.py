@@ -81,10 +81,18 @@ def _touching(conn: duckdb.DuckDBPyConnection, ids: set[str], below: int) -> set
     return {int(r[0]) for r in rows}
 
 
+@dataclass(frozen=True)
+class Selection:
+    """What a bundle holds: the memories (the target and its chain) and every entry touching them."""
+
+    memory_ids: set[str]
+    entries: list[Entry]
+
+
 def select(
     conn: duckdb.DuckDBPyConnection, log: Log, memory_id: str, include_chain: bool, below: int
-) -> tuple[set[str], list[Entry]]:
-    """(memory ids, entries below `below` touching any of them), chain followed to a fixpoint."""
+) -> Selection:
+    """The memories and the entries below `below` touching any of them, chain followed to a fixpoint."""
     ids = {memory_id}
     cache: dict[int, Entry] = {}
     while True:
@@ -92,10 +100,10 @@ def select(
             cache[s] = log.entry(s)
         entries = [cache[s] for s in sorted(cache)]
         if not include_chain:
-            return ids, entries
+            return Selection(ids, entries)
         closure = memview.chain_closure(memory_id, entries)
         if closure <= ids:
-            return ids, entries
+            return Selection(ids, entries)
         ids |= closure
         if len(ids) > MAX_CHAIN:
             raise UsageError(f"the atomisation chain of {memory_id} has more than {MAX_CHAIN} memories")
@@ -110,7 +118,8 @@ def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) ->
         # Entries appended by other processes before the checkpoint must be in the selection.
         sub.projections.catch_up(conn)
         log = sub.log
-        ids, entries = select(conn, log, memory_id, include_chain, cp.size)
+        sel = select(conn, log, memory_id, include_chain, cp.size)
+        ids, entries = sel.memory_ids, sel.entries
     # A bundle carries what the witnesses said about its checkpoint (each asked once, bounded by
     # its timeout; one that is down is simply absent, and verify-bundle --witness-key will say so).
     witnessing.publish_checkpoint(sub.home.root, sub.home.log_dir, sub.home.keys_dir, cp.size)
