@@ -311,7 +311,10 @@ def read_members(path: Path, limits: tarball.Limits = tarball.DEFAULT_LIMITS) ->
 
 
 def verify_members(
-    members: dict[str, bytes], trusted: VerifierKey | None = None, witnesses: WitnessPolicy | None = None
+    members: dict[str, bytes],
+    trusted: VerifierKey | None = None,
+    *,
+    witnesses: WitnessPolicy | None = None,
 ) -> BundleReport:
     """Verify a bundle already read into memory; return the report or raise."""
     try:
@@ -336,11 +339,12 @@ def verify_bundle(
     path: Path,
     trusted: VerifierKey | None = None,
     limits: tarball.Limits = tarball.DEFAULT_LIMITS,
+    *,
     witnesses: WitnessPolicy | None = None,
 ) -> BundleReport:
     """Verify the bundle at `path` (every check of docs/forensics.md); return a report or raise."""
     members = read_members(path, limits)
-    report = verify_members(members, trusted, witnesses)
+    report = verify_members(members, trusted, witnesses=witnesses)
     report.file = str(path)
     report.checks.insert(0, "archive")
     return report
