@@ -132,9 +132,9 @@ class HeadsMap:
         if depth >= MAX_DEPTH:
             raise ValueError("two memory ids with the same SHA-256")
         mid = self._split(lo, hi, depth)
-        h = node_hash(self._hash(lo, mid, depth + 1), self._hash(mid, hi, depth + 1))
-        self._cache[(lo, hi, depth)] = h
-        return h
+        node = node_hash(self._hash(lo, mid, depth + 1), self._hash(mid, hi, depth + 1))
+        self._cache[(lo, hi, depth)] = node
+        return node
 
     def prove(self, memory_id: str) -> HeadProof:
         k = key_of(memory_id)
