@@ -1,12 +1,14 @@
 """Forensic export and replay against a home: selecting entries, proving them, rebuilding elsewhere.
 
-The bundle exporter signs a fresh checkpoint with the home's writer, selects
-through the projection's `touches` table every entry below it that touches
-the memory (and, with the chain, every memory of its atomisation chain, to
-a fixpoint of `memview.chain_closure`), reads those entries and the key
-history from the log, proves each against the checkpoint and hands it all
-to the pure `bundle.build_bundle`. Views come from the entries, never from
-the projection, so the verifier can recompute them.
+The bundle exporter signs a fresh checkpoint with the home's writer, finds
+in the log itself (eventlog.touching: the segment bytes, judged by the
+verifier's own `memview.touched_ids`) every entry below it that touches the
+memory (and, with the chain, every memory of its atomisation chain, to a
+fixpoint of `memview.chain_closure`), proves each against the checkpoint and
+hands it all to the pure `bundle.build_bundle`. Nothing is taken from the
+projection: a row deleted from or added to its tables cannot change what a
+bundle holds. Views come from the entries too, so the verifier recomputes
+them.
 
 `log export` writes the container of `eventlog.logexport`; `replay`
 verifies such an export completely in memory and only then builds the new
@@ -24,9 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from mnemolog.eventlog import bundle, logexport, memview
+from mnemolog.eventlog import bundle, logexport, memview, touching
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import BadInput, NotFound, SignerError, StorageError, UsageError
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir
@@ -35,7 +35,6 @@ from mnemolog.eventlog.keys import VerifierKey, load_private_key, write_private_
 from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
 from mnemolog.eventlog.note import peek_checkpoint
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.substrate import witnessing
 from mnemolog.substrate.api import Substrate
@@ -71,16 +70,6 @@ class ExportedBundle:
         }
 
 
-def _touching(conn: duckdb.DuckDBPyConnection, ids: set[str], below: int) -> set[int]:
-    if not ids:
-        return set()
-    rows = conn.execute(
-        "SELECT DISTINCT seq FROM touches WHERE seq < ? AND memory_id IN (SELECT unnest(?))",
-        [below, sorted(ids)],
-    ).fetchall()
-    return {int(r[0]) for r in rows}
-
-
 @dataclass(frozen=True)
 class Selection:
     """What a bundle holds: the memories (the target and its chain) and every entry touching them."""
@@ -89,16 +78,24 @@ class Selection:
     entries: list[Entry]
 
 
-def select(
-    conn: duckdb.DuckDBPyConnection, log: Log, memory_id: str, include_chain: bool, below: int
-) -> Selection:
-    """The memories and the entries below `below` touching any of them, chain followed to a fixpoint."""
+def _touched(e: Entry) -> list[str]:
+    # The verifier's own rule (bundle_checks uses the same call), never a projection table.
+    return memview.touched_ids(e.type, e.data)
+
+
+def select(log: Log, memory_id: str, include_chain: bool, below: int) -> Selection:
+    """The memories and the entries below `below` touching any of them, chain followed to a fixpoint.
+
+    Entries are found in the log itself (`eventlog.touching`), so a projection
+    that lost or gained rows cannot change what a bundle holds.
+    """
     ids = {memory_id}
-    cache: dict[int, Entry] = {}
+    found: dict[int, Entry] = {}
+    searched: set[str] = set()
     while True:
-        for s in _touching(conn, ids, below) - set(cache):
-            cache[s] = log.entry(s)
-        entries = [cache[s] for s in sorted(cache)]
+        found.update(touching.entries_touching(log, ids - searched, below, _touched))
+        searched |= ids
+        entries = [found[s] for s in sorted(found)]
         if not include_chain:
             return Selection(ids, entries)
         closure = memview.chain_closure(memory_id, entries)
@@ -111,15 +108,13 @@ def select(
 
 def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) -> ExportedBundle:
     """Build the forensic bundle of `memory_id` against a freshly signed checkpoint."""
-    with sub.session() as conn:
-        if q.get(conn, memory_id) is None:
-            raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
-        cp, cp_raw = sub.writer.checkpoint()
-        # Entries appended by other processes before the checkpoint must be in the selection.
-        sub.projections.catch_up(conn)
-        log = sub.log
-        sel = select(conn, log, memory_id, include_chain, cp.size)
-        ids, entries = sel.memory_ids, sel.entries
+    cp, cp_raw = sub.writer.checkpoint()
+    log = sub.log
+    log.refresh()
+    sel = select(log, memory_id, include_chain, cp.size)
+    ids, entries = sel.memory_ids, sel.entries
+    if memory_id not in memview.stored_ids(entries):
+        raise NotFound(f"no memory with id {memory_id!r} in the log", id=memory_id)
     # A bundle carries what the witnesses said about its checkpoint (each asked once, bounded by
     # its timeout; one that is down is simply absent, and verify-bundle --witness-key will say so).
     witnessing.publish_checkpoint(sub.home.root, sub.home.log_dir, sub.home.keys_dir, cp.size)

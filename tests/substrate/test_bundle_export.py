@@ -63,8 +63,29 @@ def export(home: Home, memory_id: str, include_chain: bool = True) -> forensics.
 
 
 def touches(home: Home, ids: set[str], below: int) -> set[int]:
+    """The projection's view of which entries touch `ids` (a cross-check; the exporter never reads it)."""
     with Substrate.open(home, long_lived=False) as sub, sub.session() as conn:
-        return forensics._touching(conn, ids, below)
+        rows = conn.execute(
+            "SELECT DISTINCT seq FROM touches WHERE seq < ? AND memory_id IN (SELECT unnest(?))",
+            [below, sorted(ids)],
+        ).fetchall()
+        return {int(r[0]) for r in rows}
+
+
+def test_a_deleted_projection_row_does_not_drop_an_entry(world: Atomised) -> None:
+    """Attack 5: delete one row of the projection's `touches` table; the bundle still holds the entry."""
+    before = export(world.home, world.parent, include_chain=False)
+    victim = before.seqs[len(before.seqs) // 2]
+    with Substrate.open(world.home, long_lived=False) as sub, sub.session() as conn:
+        conn.execute("DELETE FROM touches WHERE seq = ?", [victim])
+        # And a forged row claiming an unrelated entry is about the memory.
+        stranger = next(s for s in range(1, before.tree_size) if s not in before.seqs)
+        conn.execute("INSERT INTO touches VALUES (?, ?, 'memory.updated')", [world.parent, stranger])
+        assert victim not in {r[0] for r in conn.execute("SELECT seq FROM touches").fetchall()}
+    after = export(world.home, world.parent, include_chain=False)
+    assert after.seqs == before.seqs
+    assert victim in after.seqs and stranger not in after.seqs
+    bundle.verify_members(members_of(after.data))
 
 
 # -- selection and chain ------------------------------------------------------------
