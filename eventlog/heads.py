@@ -28,6 +28,7 @@ Pure functions of their inputs; standard library and cbor2 only.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,8 +49,24 @@ def bit(k: bytes, depth: int) -> int:
     return (k[depth >> 3] >> (7 - (depth & 7))) & 1
 
 
-def leaf_hash(memory_id: str, head: int) -> bytes:
-    return hashlib.sha256(b"\x00" + key_of(memory_id) + codec.encode([memory_id, head])).digest()
+def _uint_head(major: int, n: int) -> bytes:
+    if n < 24:
+        return bytes((major << 5 | n,))
+    for ai, width in ((24, 1), (25, 2), (26, 4), (27, 8)):
+        if n < 1 << (8 * width):
+            return bytes((major << 5 | ai,)) + n.to_bytes(width, "big")
+    raise ValueError(f"{n} does not fit in 64 bits")
+
+
+def leaf_value(memory_id: str, head: int) -> bytes:
+    """Canonical CBOR of [memory_id, head] (written out: it is the inner loop of building a map)."""
+    b = memory_id.encode()
+    return b"\x82" + _uint_head(3, len(b)) + b + _uint_head(0, head)
+
+
+def leaf_hash(memory_id: str, head: int, key: bytes | None = None) -> bytes:
+    k = key_of(memory_id) if key is None else key
+    return hashlib.sha256(b"\x00" + k + leaf_value(memory_id, head)).digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
@@ -105,27 +122,21 @@ class HeadsMap:
         self.heads = dict(heads)
         # Sorted by key, each subtree is a contiguous run: building and proving split runs by one bit.
         self._items = sorted((key_of(m), m, h) for m, h in self.heads.items())
+        self._ints = [int.from_bytes(k, "big") for k, _, _ in self._items]
         self._cache: dict[tuple[int, int, int], bytes] = {}
         self.root = self._hash(0, len(self._items), 0)
 
     def _split(self, lo: int, hi: int, depth: int) -> int:
-        """The first index in [lo, hi) whose key has bit `depth` set."""
-        items = self._items
-        a, b = lo, hi
-        while a < b:
-            mid = (a + b) // 2
-            if bit(items[mid][0], depth):
-                b = mid
-            else:
-                a = mid + 1
-        return a
+        """The first index in [lo, hi) whose key has bit `depth` set (keys there share `depth` bits)."""
+        prefix = self._ints[lo] >> (MAX_DEPTH - depth) << (MAX_DEPTH - depth)
+        return bisect.bisect_left(self._ints, prefix | (1 << (MAX_DEPTH - 1 - depth)), lo, hi)
 
     def _hash(self, lo: int, hi: int, depth: int) -> bytes:
         if lo == hi:
             return EMPTY
         if hi - lo == 1:
-            _, m, h = self._items[lo]
-            return leaf_hash(m, h)
+            k, m, h = self._items[lo]
+            return leaf_hash(m, h, k)
         cached = self._cache.get((lo, hi, depth))
         if cached is not None:
             return cached
