@@ -35,14 +35,19 @@ from typing import Any
 
 from mnemolog.eventlog import offline, tarball
 from mnemolog.eventlog.bundle_build import BundleInput, build_bundle, resign_manifest
-from mnemolog.eventlog.bundle_checks import check_files, check_proofs, check_views
+from mnemolog.eventlog.bundle_checks import check_files, check_heads, check_proofs, check_views
 from mnemolog.eventlog.bundle_format import (
     CHECKPOINT,
     ENTRIES,
     ENVELOPES,
     FORMAT,
+    FORMAT_V2,
+    FORMATS,
+    HEADS,
+    HEADS_TYPE,
     KEYS,
     LISTED,
+    LISTED_V2,
     MANIFEST,
     MANIFEST_DOMAIN,
     MANIFEST_KEYS,
@@ -76,8 +81,13 @@ __all__ = [
     "ENTRIES",
     "ENVELOPES",
     "FORMAT",
+    "FORMATS",
+    "FORMAT_V2",
+    "HEADS",
+    "HEADS_TYPE",
     "KEYS",
     "LISTED",
+    "LISTED_V2",
     "MANIFEST",
     "MANIFEST_DOMAIN",
     "MANIFEST_KEYS",
@@ -134,12 +144,12 @@ class _Check:
         # 1. The manifest: one canonical CBOR map of exactly the v1 keys.
         man = offline.decode_map(self.need(MANIFEST), MANIFEST, "manifest.decode")
         offline.require_keys(man, MANIFEST_KEYS, MANIFEST, "manifest.decode")
-        if man["format"] != FORMAT:
+        if man["format"] not in FORMATS:
             raise _f(
-                f"{MANIFEST}: format {man['format']!r}, this verifier reads {FORMAT}",
+                f"{MANIFEST}: format {man['format']!r}, this verifier reads {' and '.join(FORMATS)}",
                 "manifest.format",
                 file=MANIFEST,
-                expected=FORMAT,
+                expected=list(FORMATS),
                 found=man["format"],
             )
         self.done("manifest_decoded")
@@ -181,6 +191,10 @@ class _Check:
         views = check_views(self.m, man, key_entries, entries)
         r.memories, r.envelopes = views.memories, views.envelopes
         r.checks += ["selection", "atomisation_chain", "memory_views", "envelopes", "parquet"]
+        # 9. (v2) Completeness: the committed heads of every memory are the bundle's newest entries.
+        if man["format"] == FORMAT_V2:
+            r.completeness = check_heads(self.m, man, cp, keys, entries).to_json()
+            self.done("completeness")
         r.memory_id = man["memory_id"]
         r.include_chain = bool(man["include_chain"])
         r.origin = cp.origin

@@ -19,6 +19,8 @@ from mnemolog.eventlog.bundle_format import (
     ENTRIES,
     ENVELOPES,
     FORMAT,
+    FORMAT_V2,
+    HEADS,
     KEYS,
     MANIFEST,
     MEMORIES,
@@ -31,8 +33,27 @@ from mnemolog.eventlog.bundle_format import (
     verify_md,
 )
 from mnemolog.eventlog.entry import Entry
+from mnemolog.eventlog.heads import HeadProof
 from mnemolog.eventlog.keys import SigningKey
 from mnemolog.eventlog.note import peek_checkpoint
+
+
+@dataclass(frozen=True)
+class HeadsEvidence:
+    """The committed heads of a bundle's memories: the heads entry, its inclusion proof, one proof per id."""
+
+    entry: Entry  # a heads.committed entry below the checkpoint
+    inclusion: Sequence[bytes]  # its RFC 9162 inclusion proof against the checkpoint
+    proofs: Sequence[HeadProof]  # one per memory id of the bundle (memories and unstored), sorted
+
+    def encode(self) -> bytes:
+        return codec.encode(
+            {
+                "entry": self.entry.raw,
+                "inclusion": list(self.inclusion),
+                "proofs": [p.to_cbor() for p in sorted(self.proofs, key=lambda p: p.memory_id)],
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -47,6 +68,7 @@ class BundleInput:
     entries: Sequence[Entry]  # every entry touching a memory in memory_ids, below the checkpoint
     checkpoint: bytes  # the signed note
     proofs: dict[int, list[bytes]]  # seq -> inclusion proof against the checkpoint
+    heads: HeadsEvidence | None = None  # with it the bundle is format v2 and provably complete
 
 
 def build_bundle(inp: BundleInput, signer: SigningKey) -> bytes:
@@ -74,8 +96,10 @@ def build_bundle(inp: BundleInput, signer: SigningKey) -> bytes:
         ENVELOPES: memview.render_envelopes(views),
         VERIFY_MD: verify_md(inp.memory_id, inp.include_chain, cp.origin, cp.size, len(everything)),
     }
+    if inp.heads is not None:
+        files[HEADS] = inp.heads.encode()
     manifest: dict[str, Any] = {
-        "format": FORMAT,
+        "format": FORMAT if inp.heads is None else FORMAT_V2,
         "log_id": genesis.data["log_id"],
         "origin": cp.origin,
         "memory_id": inp.memory_id,

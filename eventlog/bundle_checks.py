@@ -16,7 +16,9 @@ from mnemolog.eventlog import memview, merkle, offline
 from mnemolog.eventlog.bundle_format import (
     ENTRIES,
     ENVELOPES,
-    LISTED,
+    HEADS,
+    HEADS_KEYS,
+    HEADS_TYPE,
     MANIFEST,
     MEMORIES,
     PARQUET,
@@ -24,8 +26,10 @@ from mnemolog.eventlog.bundle_format import (
     entries_parquet,
     sha256,
 )
+from mnemolog.eventlog.bundle_format import listed as bundle_files
 from mnemolog.eventlog.entry import Entry, to_jsonable
 from mnemolog.eventlog.errors import VerificationError
+from mnemolog.eventlog.heads import HeadProof, verify_head
 from mnemolog.eventlog.note import Checkpoint
 
 
@@ -49,6 +53,7 @@ class Views(NamedTuple):
 
 def check_files(members: dict[str, bytes], man: dict[str, Any]) -> None:
     """No file missing, extra or modified: sizes and SHA-256 as the signed manifest lists them."""
+    files = bundle_files(man["format"])
     listed: dict[str, dict[str, Any]] = {}
     for f in man["files"]:
         if not isinstance(f, dict) or set(f) != {"name", "size", "sha256"}:
@@ -58,13 +63,13 @@ def check_files(members: dict[str, bytes], man: dict[str, Any]) -> None:
             raise fail(f"{MANIFEST}: {name} is listed twice", "manifest.files", file=name)
         listed[name] = f
     for name in sorted(listed):
-        if name not in LISTED:
+        if name not in files:
             raise fail(
                 f"{MANIFEST}: lists {name!r}, which is not a bundle v1 file",
                 "manifest.files",
                 file=name,
             )
-    for name in LISTED:
+    for name in files:
         if name not in listed:
             raise fail(f"{MANIFEST}: does not list {name}", "manifest.files", file=name)
         if name not in members:
@@ -72,7 +77,7 @@ def check_files(members: dict[str, bytes], man: dict[str, Any]) -> None:
     for name in sorted(members):
         if name != MANIFEST and name not in listed:
             raise fail(f"{name} is in the archive but not in the manifest", "bundle.extra_file", file=name)
-    for name in LISTED:
+    for name in files:
         data, f = members[name], listed[name]
         if len(data) != f["size"]:
             raise fail(
@@ -228,3 +233,120 @@ def same(members: dict[str, bytes], name: str, want: bytes, check: str) -> None:
         except (ValueError, AttributeError, KeyError, TypeError):
             detail = " (not valid JSON)"
     raise fail(f"{name} differs from what the entries imply{detail}", check, file=name)
+
+
+class Completeness(NamedTuple):
+    """What the committed heads prove: for each id, its head and how many bundle entries touch it."""
+
+    as_of: int  # the heads cover the first `as_of` entries of the log
+    heads_seq: int  # the heads.committed entry
+    root: bytes
+    heads: dict[str, int | None]  # memory id -> seq of its newest touching entry below as_of
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "as_of_tree_size": self.as_of,
+            "heads_seq": self.heads_seq,
+            "root": self.root.hex(),
+            "heads": dict(sorted(self.heads.items())),
+        }
+
+
+def check_heads(
+    members: dict[str, bytes],
+    man: dict[str, Any],
+    cp: Checkpoint,
+    keys: offline.KeySchedule,
+    entries: list[Entry],
+) -> Completeness:
+    """The bundle holds, for each of its ids, every entry about it among the first L entries.
+
+    heads.cbor carries a `heads.committed` entry of the log (signed under the
+    key history and proven in the checkpoint's tree), which commits to the
+    Merkle map of every memory's newest touching entry among the first L
+    entries, and a proof from that map for each id of the bundle. The newest
+    bundle entry touching each id below L must be that head; an id the map
+    proves untouched must have no bundle entry below L.
+    """
+    hf = offline.decode_map(need(members, HEADS), HEADS, "heads.decode")
+    offline.require_keys(hf, HEADS_KEYS, HEADS, "heads.decode")
+    raw = hf["entry"]
+    if not isinstance(raw, bytes):
+        raise fail(f"{HEADS}: entry must be the entry's bytes", "heads.decode", file=HEADS)
+    items = offline.parse_entries(raw, HEADS)
+    if len(items) != 1:
+        raise fail(f"{HEADS}: entry must be exactly one entry", "heads.decode", file=HEADS)
+    he = items[0]
+    if he.type != HEADS_TYPE:
+        raise fail(
+            f"{HEADS}: entry {he.seq} is a {he.type!r}, not {HEADS_TYPE}",
+            "heads.type",
+            seq=he.seq,
+            file=HEADS,
+        )
+    if he.seq >= cp.size:
+        raise fail(
+            f"{HEADS}: entry {he.seq} is beyond the checkpoint of size {cp.size}",
+            "heads.beyond_checkpoint",
+            seq=he.seq,
+            file=HEADS,
+        )
+    keys.check(he, HEADS)
+    d = he.data
+    as_of = offline.as_int(d.get("size"), "heads size", HEADS, "heads.decode")
+    root = offline.as_hash(d.get("root"), "heads root", HEADS, "heads.decode")
+    if as_of > he.seq:
+        raise fail(
+            f"{HEADS}: entry {he.seq} commits heads of {as_of} entries, more than came before it",
+            "heads.decode",
+            seq=he.seq,
+            file=HEADS,
+        )
+    inclusion = offline.as_list(hf["inclusion"], "inclusion", HEADS, "heads.decode")
+    try:
+        merkle.verify_inclusion(he.seq, cp.size, he.leaf, inclusion, cp.root)
+    except VerificationError as exc:
+        raise fail(f"{HEADS}: {exc.message}", exc.check, seq=he.seq, file=HEADS) from exc
+    except TypeError as exc:
+        raise fail(f"{HEADS}: proof hashes must be bytes", "heads.decode", file=HEADS) from exc
+    proofs = [
+        HeadProof.from_cbor(p, HEADS) for p in offline.as_list(hf["proofs"], "proofs", HEADS, "heads.decode")
+    ]
+    ids = sorted({*man["memories"], *man["unstored"]})
+    if [p.memory_id for p in proofs] != ids:
+        raise fail(
+            f"{HEADS}: the head proofs must cover exactly the bundle's memory ids, sorted",
+            "heads.coverage",
+            file=HEADS,
+            expected=ids,
+            found=[p.memory_id for p in proofs],
+        )
+    newest: dict[str, int] = {}
+    for e in entries:
+        if e.seq < as_of:
+            for m in memview.touched_ids(e.type, e.data):
+                newest[m] = e.seq
+    heads: dict[str, int | None] = {}
+    for p in proofs:
+        try:
+            head = verify_head(p, root)
+        except VerificationError as exc:
+            raise fail(
+                f"{HEADS}: {exc.message}", exc.check, file=HEADS, expected=exc.expected, found=exc.found
+            ) from exc
+        have = newest.get(p.memory_id)
+        if head != have:
+            raise fail(
+                f"the newest entry about {p.memory_id} among the first {as_of} is "
+                + (f"entry {head}" if head is not None else "none (never touched)")
+                + ", but the bundle's newest is "
+                + (f"entry {have}" if have is not None else "none")
+                + " (the bundle is incomplete)",
+                "completeness.head",
+                file=ENTRIES,
+                seq=head,
+                expected=head,
+                found=have,
+            )
+        heads[p.memory_id] = head
+    return Completeness(as_of, he.seq, root, heads)

@@ -1,4 +1,4 @@
-"""The forensic bundle format v1: file names, manifest keys, the signed bytes, the derived files.
+"""The forensic bundle format (v1, v2): file names, manifest keys, the signed bytes, the derived files.
 
 What both the builder and the verifier must agree on, byte for byte: the
 fixed file set, the manifest's keys and the domain-separated bytes its
@@ -20,6 +20,9 @@ from mnemolog.eventlog import codec, memview, parquet
 from mnemolog.eventlog.entry import Entry, to_jsonable
 
 FORMAT = "mnemolog/forensic-bundle/v1"
+# v2 adds heads.cbor: the committed per-memory heads that make a bundle provably complete.
+FORMAT_V2 = "mnemolog/forensic-bundle/v2"
+FORMATS = (FORMAT, FORMAT_V2)
 MANIFEST_DOMAIN = b"mnemolog/bundle-manifest/v1\x00"
 
 MANIFEST = "manifest.cbor"
@@ -31,8 +34,20 @@ PARQUET = "entries.parquet"
 MEMORIES = "memories.json"
 ENVELOPES = "envelopes.json"
 VERIFY_MD = "VERIFY.md"
+HEADS = "heads.cbor"
 # Every file but the manifest, which lists them all.
 LISTED = (CHECKPOINT, ENTRIES, ENVELOPES, PARQUET, MEMORIES, PROOFS, KEYS, VERIFY_MD)
+LISTED_V2 = (*LISTED, HEADS)
+HEADS_KEYS = {"entry", "inclusion", "proofs"}
+# The log entry that commits the heads map: {"size": L, "root": bytes(32), "count": M}, the heads
+# of the M memories touched among the first L entries (L <= its own seq).
+HEADS_TYPE = "heads.committed"
+
+
+def listed(fmt: str) -> tuple[str, ...]:
+    """The files a bundle of format `fmt` holds besides its manifest."""
+    return LISTED_V2 if fmt == FORMAT_V2 else LISTED
+
 
 MANIFEST_KEYS = {
     "format",

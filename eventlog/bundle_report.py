@@ -25,9 +25,12 @@ class BundleReport:
     files: list[dict[str, Any]] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
     witnesses: dict[str, Any] | None = None
+    completeness: dict[str, Any] | None = None  # None: a v1 bundle, which proves no completeness
 
     def to_json(self) -> dict[str, Any]:
-        extra: dict[str, Any] = {} if self.witnesses is None else {"witnesses": self.witnesses}
+        extra: dict[str, Any] = {"completeness": self.completeness}
+        if self.witnesses is not None:
+            extra["witnesses"] = self.witnesses
         return {
             **extra,
             "file": self.file,
@@ -69,6 +72,14 @@ class BundleReport:
             f"files       {len(self.files) + 1} (manifest included), sizes and SHA-256 as signed",
             "checks      " + ", ".join(self.checks),
         ]
+        if self.completeness is not None:
+            lines.append(
+                f"complete    as of tree size {self.completeness['as_of_tree_size']}: every entry about "
+                f"these memories among the first {self.completeness['as_of_tree_size']} is here "
+                f"(heads committed by entry {self.completeness['heads_seq']})"
+            )
+        else:
+            lines.append("complete    not proven: a v1 bundle carries no committed heads")
         if self.witnesses is not None:
             names = ", ".join(c["name"] for c in self.witnesses["cosignatures"])
             lines.append(

@@ -34,7 +34,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mnemolog.eventlog import codec
 from mnemolog.eventlog.errors import VerificationError
 
 EMPTY = bytes(32)

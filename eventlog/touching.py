@@ -52,8 +52,7 @@ def _seq_at(log: Log, first: int, last: int, pos: int, path: Path) -> int:
     loc = log.location(lo)
     if not (loc.offset <= pos < loc.offset + loc.length):
         raise DecodeError(
-            f"{path.name}: byte {pos} lies outside every entry the log knows of "
-            "(run `mnemolog log verify`)",
+            f"{path.name}: byte {pos} lies outside every entry the log knows of (run `mnemolog log verify`)",
             file=str(path),
         )
     return lo

@@ -18,6 +18,7 @@ a failed verification leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -26,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog import bundle, logexport, memview, touching
+from mnemolog.eventlog import bundle, bundle_build, bundle_format, codec, logexport, memview, touching
 from mnemolog.eventlog.entry import Entry
-from mnemolog.eventlog.errors import BadInput, NotFound, SignerError, StorageError, UsageError
+from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, SignerError, StorageError, UsageError
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.heads import HeadsMap
 from mnemolog.eventlog.index import IndexWriter
 from mnemolog.eventlog.keys import VerifierKey, load_private_key, write_private_key, write_public_key
 from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
@@ -106,8 +108,78 @@ def select(log: Log, memory_id: str, include_chain: bool, below: int) -> Selecti
             raise UsageError(f"the atomisation chain of {memory_id} has more than {MAX_CHAIN} memories")
 
 
+HEADS_CACHE = "heads-cache.cbor"  # in projections/: derived, checked against the log before use
+
+
+@dataclass(frozen=True)
+class CurrentHeads:
+    """Every memory's newest touching entry among the first `size` entries of the log."""
+
+    size: int
+    heads: dict[str, int]
+
+
+def _load_heads_cache(path: Path, log: Log) -> CurrentHeads:
+    """The cached heads, if they hash to the root a heads.committed entry of this log commits to."""
+    try:
+        doc = codec.decode(path.read_bytes(), str(path))
+        size, seq, heads = doc["size"], doc["heads_seq"], doc["heads"]
+        e = log.entry(seq)
+        ok = (
+            e.type == bundle_format.HEADS_TYPE
+            and e.data.get("size") == size
+            and isinstance(heads, dict)
+            and all(isinstance(k, str) and isinstance(v, int) for k, v in heads.items())
+            and HeadsMap(heads).root == e.data.get("root")
+        )
+    except (OSError, MnemologError, KeyError, TypeError, ValueError):
+        ok = False
+    return CurrentHeads(size, heads) if ok else CurrentHeads(0, {})
+
+
+def current_heads(log: Log, cache: Path, size: int) -> CurrentHeads:
+    """The heads among the first `size` entries, folded from the log (a verified cache, then the rest)."""
+    base = _load_heads_cache(cache, log)
+    if base.size > size:
+        base = CurrentHeads(0, {})
+    heads = dict(base.heads)
+    for e in log.iter_entries(base.size, size):
+        for m in _touched(e):
+            heads[m] = e.seq
+    return CurrentHeads(size, heads)
+
+
+def commit_heads(sub: Substrate) -> tuple[Entry, HeadsMap]:
+    """A heads.committed entry for the log as it is (appended unless the log already ends in one)."""
+    log = sub.log
+    log.refresh()
+    cache = sub.home.projections_dir / HEADS_CACHE
+    last = log.entry(log.size - 1)
+    if last.type == bundle_format.HEADS_TYPE and last.data.get("size") == last.seq:
+        # Nothing happened since the last commitment: exporting again gives the same bundle.
+        cur = current_heads(log, cache, last.seq)
+        hm = HeadsMap(cur.heads)
+        if hm.root == last.data.get("root"):
+            return last, hm
+    cur = current_heads(log, cache, log.size)
+    hm = HeadsMap(cur.heads)
+    r = sub.writer.append(
+        bundle_format.HEADS_TYPE, {"size": cur.size, "root": hm.root, "count": len(cur.heads)}
+    )
+    with contextlib.suppress(OSError):
+        atomic_write(cache, codec.encode({"size": cur.size, "heads_seq": r.seq, "heads": cur.heads}))
+    log.refresh()
+    return log.entry(r.seq), hm
+
+
 def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) -> ExportedBundle:
-    """Build the forensic bundle of `memory_id` against a freshly signed checkpoint."""
+    """Build the forensic bundle of `memory_id` against a freshly signed checkpoint.
+
+    First a heads.committed entry commits to every memory's newest entry as
+    the log stands (folded from the log itself), then the checkpoint covers
+    it; the bundle carries the proofs of its memories' heads (format v2).
+    """
+    heads_entry, hm = commit_heads(sub)
     cp, cp_raw = sub.writer.checkpoint()
     log = sub.log
     log.refresh()
@@ -138,6 +210,11 @@ def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) ->
             entries=entries,
             checkpoint=cp_raw,
             proofs=proofs,
+            heads=bundle_build.HeadsEvidence(
+                heads_entry,
+                log.inclusion_proof(heads_entry.seq, cp.size),
+                [hm.prove(m) for m in sorted(ids)],
+            ),
         ),
         signer,
     )

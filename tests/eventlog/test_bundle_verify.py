@@ -86,7 +86,7 @@ def test_valid_bundle_verifies(world: tuple[Atomised, bytes], members: dict[str,
     assert r.memory_id == a.parent
     assert set(r.memories) == {a.parent, *a.atoms}
     assert r.trust["anchor"] == "genesis" and r.trust["pinned"] is False
-    assert r.checks[-1] == "parquet"
+    assert r.checks[-2:] == ["parquet", "completeness"]
     env = r.envelopes[a.parent]
     assert env == {
         "memory_id": a.parent,
