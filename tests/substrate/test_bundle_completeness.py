@@ -125,7 +125,7 @@ def test_malformed_heads_files_are_refused(home: Path) -> None:
 
 def test_heads_are_folded_from_the_log_not_the_projection(home: Path) -> None:
     """A damaged projection cannot make the export commit wrong heads."""
-    with Substrate.open(home, long_lived=False) as sub, sub.session() as conn:
+    with Substrate.open(home, long_lived=False) as sub, sub.projections.session() as conn:
         conn.execute("DELETE FROM touches")
     ex = export(home)
     r = bundle.verify_members(members_of(ex.data))

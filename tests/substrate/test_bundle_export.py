@@ -26,6 +26,7 @@ from mnemolog.eventlog.note import peek_checkpoint
 from mnemolog.eventlog.offline import split_sequence
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.eventlog.writer import Durability
+from mnemolog.projections import queries
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.substrate import forensics
@@ -64,19 +65,15 @@ def export(home: Home, memory_id: str, include_chain: bool = True) -> forensics.
 
 def touches(home: Home, ids: set[str], below: int) -> set[int]:
     """The projection's view of which entries touch `ids` (a cross-check; the exporter never reads it)."""
-    with Substrate.open(home, long_lived=False) as sub, sub.session() as conn:
-        rows = conn.execute(
-            "SELECT DISTINCT seq FROM touches WHERE seq < ? AND memory_id IN (SELECT unnest(?))",
-            [below, sorted(ids)],
-        ).fetchall()
-        return {int(r[0]) for r in rows}
+    with Substrate.open(home, long_lived=False) as sub, sub.projections.session() as conn:
+        return queries.touching_seqs(conn, ids, below)
 
 
 def test_a_deleted_projection_row_does_not_drop_an_entry(world: Atomised) -> None:
     """Attack 5: delete one row of the projection's `touches` table; the bundle still holds the entry."""
     before = export(world.home, world.parent, include_chain=False)
     victim = before.seqs[len(before.seqs) // 2]
-    with Substrate.open(world.home, long_lived=False) as sub, sub.session() as conn:
+    with Substrate.open(world.home, long_lived=False) as sub, sub.projections.session() as conn:
         conn.execute("DELETE FROM touches WHERE seq = ?", [victim])
         # And a forged row claiming an unrelated entry is about the memory.
         stranger = next(s for s in range(1, before.tree_size) if s not in before.seqs)
@@ -142,7 +139,7 @@ def test_chain_member_the_log_never_stored(world: Atomised) -> None:
     ghost = "01HGHOSTGHOSTGHOSTGHOSTGHO"
     with Substrate.open(world.home, long_lived=False) as sub:
         parent = sub.store("a parent whose atomisation names an atom that was never stored")["id"]
-        with sub.session() as conn:
+        with sub.projections.session() as conn:
             sub.writer.append(
                 "atomisation.completed",
                 {
@@ -260,7 +257,7 @@ def test_views_equal_the_projection(world: Atomised) -> None:
     import json
 
     views = json.loads(members_of(ex.data)[bundle.MEMORIES])["memories"]
-    with Substrate.open(world.home, long_lived=False) as sub, sub.session() as conn:
+    with Substrate.open(world.home, long_lived=False) as sub, sub.projections.session() as conn:
         for mid in ex.memories:
             row = q.get(conn, mid)
             assert row is not None
