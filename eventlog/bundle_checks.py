@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from mnemolog.eventlog import memview, merkle, offline
+from mnemolog.eventlog import memview, merkle, offline, vocabulary
 from mnemolog.eventlog.bundle_format import (
     ENTRIES,
     ENVELOPES,
@@ -162,7 +162,7 @@ def check_views(
         raise fail(f"{MANIFEST}: the memory {target!r} has no view", "selection.target", file=MANIFEST)
     wanted = set(ids)
     for e in entries:
-        if not wanted.intersection(memview.touched_ids(e.type, e.data)):
+        if not wanted.intersection(memview.entry_touched_ids(e)):
             raise fail(
                 f"{ENTRIES}: entry {e.seq} ({e.type}) touches none of the bundle's memories",
                 "selection.extra_entry",
@@ -236,20 +236,83 @@ def same(members: dict[str, bytes], name: str, want: bytes, check: str) -> None:
 
 
 class Completeness(NamedTuple):
-    """What the committed heads prove: for each id, its head and how many bundle entries touch it."""
+    """What the committed heads and the back-chains prove, per memory id of the bundle.
+
+    `heads[m]`: the seq of m's newest entry among the first `as_of` (None: none);
+    `proven_from[m]`: every entry about m from this seq on is in the bundle (0:
+    all of them; higher when older entries predate back-chains).
+    """
 
     as_of: int  # the heads cover the first `as_of` entries of the log
     heads_seq: int  # the heads.committed entry
     root: bytes
-    heads: dict[str, int | None]  # memory id -> seq of its newest touching entry below as_of
+    heads: dict[str, int | None]
+    proven_from: dict[str, int]
+
+    @property
+    def complete(self) -> bool:
+        return all(s == 0 for s in self.proven_from.values())
 
     def to_json(self) -> dict[str, Any]:
         return {
             "as_of_tree_size": self.as_of,
             "heads_seq": self.heads_seq,
             "root": self.root.hex(),
+            "complete": self.complete,
             "heads": dict(sorted(self.heads.items())),
+            "proven_from": dict(sorted(self.proven_from.items())),
         }
+
+
+def check_back_chains(entries: list[Entry], ids: list[str]) -> dict[str, int]:
+    """For each id, the seq from which its bundle entries provably include every entry about it.
+
+    Walking down from the newest entry about m, each entry that carries the
+    back-chain must point (`touch_prev[m]`) at exactly the next older bundle
+    entry about m, or say it is m's first (-1) when there is none. An entry
+    of a type version from before back-chains ends the proof there: the
+    entries below it are present or not on the exporter's word alone.
+    """
+    about: dict[str, list[Entry]] = {m: [] for m in ids}
+    for e in entries:
+        for m in memview.entry_touched_ids(e):
+            if m in about:
+                about[m].append(e)
+    out: dict[str, int] = {}
+    for m, es in about.items():
+        proven = 0
+        for i in range(len(es) - 1, -1, -1):
+            e = es[i]
+            if not vocabulary.chained(e.type, e.tv):
+                proven = e.seq
+                break
+            prev = vocabulary.read_touch_prev(e.data).get(m)
+            older = es[i - 1].seq if i > 0 else None
+            if (
+                prev is None
+                or (prev == vocabulary.FIRST_TOUCH) != (older is None)
+                or (older is not None and prev != older)
+            ):
+                if prev is None:
+                    what = "carries no back-chain pointer for it"
+                elif prev == vocabulary.FIRST_TOUCH:
+                    what = f"says it is the first entry about it, but the bundle holds entry {older}"
+                else:
+                    what = f"points back to entry {prev}, which is " + (
+                        "not in the bundle"
+                        if all(x.seq != prev for x in es)
+                        else f"not the one before it ({older})"
+                    )
+                raise fail(
+                    f"entry {e.seq} ({e.type}) about {m} {what}: incomplete bundle or broken chain",
+                    "completeness.back_chain",
+                    seq=e.seq,
+                    file=ENTRIES,
+                    expected=older,
+                    found=prev,
+                )
+        out[m] = proven
+    return out
 
 
 def check_heads(
@@ -324,7 +387,7 @@ def check_heads(
     newest: dict[str, int] = {}
     for e in entries:
         if e.seq < as_of:
-            for m in memview.touched_ids(e.type, e.data):
+            for m in memview.entry_touched_ids(e):
                 newest[m] = e.seq
     heads: dict[str, int | None] = {}
     for p in proofs:
@@ -349,4 +412,4 @@ def check_heads(
                 found=have,
             )
         heads[p.memory_id] = head
-    return Completeness(as_of, he.seq, root, heads)
+    return Completeness(as_of, he.seq, root, heads, check_back_chains(entries, ids))

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from mnemolog.eventlog import codec, memview, parquet
+from mnemolog.eventlog import codec, memview, parquet, vocabulary
 from mnemolog.eventlog.entry import Entry, to_jsonable
 
 FORMAT = "mnemolog/forensic-bundle/v1"
@@ -41,7 +41,7 @@ LISTED_V2 = (*LISTED, HEADS)
 HEADS_KEYS = {"entry", "inclusion", "proofs"}
 # The log entry that commits the heads map: {"size": L, "root": bytes(32), "count": M}, the heads
 # of the M memories touched among the first L entries (L <= its own seq).
-HEADS_TYPE = "heads.committed"
+HEADS_TYPE = vocabulary.HEADS_COMMITTED
 
 
 def listed(fmt: str) -> tuple[str, ...]:

@@ -72,11 +72,18 @@ class BundleReport:
             f"files       {len(self.files) + 1} (manifest included), sizes and SHA-256 as signed",
             "checks      " + ", ".join(self.checks),
         ]
-        if self.completeness is not None:
+        c = self.completeness
+        if c is not None and c["complete"]:
             lines.append(
-                f"complete    as of tree size {self.completeness['as_of_tree_size']}: every entry about "
-                f"these memories among the first {self.completeness['as_of_tree_size']} is here "
-                f"(heads committed by entry {self.completeness['heads_seq']})"
+                f"complete    as of tree size {c['as_of_tree_size']}: every entry about these memories "
+                f"among the first {c['as_of_tree_size']} is here (heads committed by entry "
+                f"{c['heads_seq']}, back-chains unbroken)"
+            )
+        elif c is not None:
+            partial = ", ".join(f"{m} from seq {s}" for m, s in c["proven_from"].items() if s)
+            lines.append(
+                f"complete    as of tree size {c['as_of_tree_size']} only from where back-chains begin: "
+                f"{partial} (older entries predate back-chains)"
             )
         else:
             lines.append("complete    not proven: a v1 bundle carries no committed heads")

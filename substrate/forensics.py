@@ -2,7 +2,7 @@
 
 The bundle exporter signs a fresh checkpoint with the home's writer, finds
 in the log itself (eventlog.touching: the segment bytes, judged by the
-verifier's own `memview.touched_ids`) every entry below it that touches the
+verifier's own `memview.entry_touched_ids`) every entry below it that touches the
 memory (and, with the chain, every memory of its atomisation chain, to a
 fixpoint of `memview.chain_closure`), proves each against the checkpoint and
 hands it all to the pure `bundle.build_bundle`. Nothing is taken from the
@@ -41,6 +41,7 @@ from mnemolog.projections.engine import Projections
 from mnemolog.substrate import witnessing
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import upcast
+from mnemolog.substrate.events.forensics import HeadsCommitted
 from mnemolog.substrate.home import Home, default_config_text
 
 MAX_CHAIN = 10_000  # memories in one atomisation chain; far beyond any real one
@@ -82,7 +83,7 @@ class Selection:
 
 def _touched(e: Entry) -> list[str]:
     # The verifier's own rule (bundle_checks uses the same call), never a projection table.
-    return memview.touched_ids(e.type, e.data)
+    return memview.entry_touched_ids(e)
 
 
 def select(log: Log, memory_id: str, include_chain: bool, below: int) -> Selection:
@@ -163,9 +164,8 @@ def commit_heads(sub: Substrate) -> tuple[Entry, HeadsMap]:
             return last, hm
     cur = current_heads(log, cache, log.size)
     hm = HeadsMap(cur.heads)
-    r = sub.writer.append(
-        bundle_format.HEADS_TYPE, {"size": cur.size, "root": hm.root, "count": len(cur.heads)}
-    )
+    with sub.session() as s:
+        r = s.append(HeadsCommitted(size=cur.size, root=hm.root, count=len(cur.heads)))
     with contextlib.suppress(OSError):
         atomic_write(cache, codec.encode({"size": cur.size, "heads_seq": r.seq, "heads": cur.heads}))
     log.refresh()

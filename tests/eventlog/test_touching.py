@@ -61,7 +61,7 @@ def test_touched_ids_occur_verbatim_in_the_payload_bytes(p: tuple[str, dict[str,
 
 
 def touched(e: Entry) -> list[str]:
-    return memview.touched_ids(e.type, e.data)
+    return memview.entry_touched_ids(e)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

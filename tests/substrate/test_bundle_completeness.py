@@ -137,3 +137,80 @@ def test_heads_are_folded_from_the_log_not_the_projection(home: Path) -> None:
             for mid in memview.touched_ids(e.type, e.data):
                 heads[mid] = e.seq
     assert HeadsMap(heads).root == he.data["root"]
+
+
+# -- back-chains: entries written through the Session carry touch_prev ---------------------------
+
+
+@pytest.fixture
+def chained_home(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
+    h = make_home(tmp_path / "chained", FakeClock())
+    with Substrate.open(h, long_lived=False) as sub:
+        a = sub.store("the deploy runs nightly")["id"]
+        b = sub.store("rollbacks need two approvals")["id"]
+        sub.update(a, confidence=0.8)
+        sub.link(a, b)
+        sub.archive(a, reason="stale")
+        sub.update(b, tags=["ops"])
+        sub.restore(a)
+    yield h.root, a, b
+
+
+def export_of(root: Path, mid: str) -> forensics.ExportedBundle:
+    with Substrate.open(root, long_lived=False) as sub:
+        return forensics.export_bundle(sub, mid, include_chain=False)
+
+
+def test_entries_carry_their_back_chain(chained_home: tuple[Path, str, str]) -> None:
+    root, a, b = chained_home
+    with Log(root / "log") as log:
+        about_a = [e for e in log.iter_entries() if a in memview.entry_touched_ids(e)]
+    assert [e.data["touch_prev"][a] for e in about_a] == [-1, *(e.seq for e in about_a[:-1])]
+    link = next(e for e in about_a if e.type == "link.created")
+    assert link.data["touch_prev"][b] < link.seq and link.tv == 2
+
+
+def test_a_chained_bundle_is_complete(chained_home: tuple[Path, str, str]) -> None:
+    root, a, _ = chained_home
+    r = bundle.verify_members(members_of(export_of(root, a).data))
+    assert r.completeness is not None and r.completeness["complete"] is True
+    assert r.completeness["proven_from"] == {a: 0}
+    assert "back-chains unbroken" in r.text()
+
+
+def test_dropping_a_middle_entry_is_caught(chained_home: tuple[Path, str, str]) -> None:
+    """The heads close the tail; the back-chain closes every gap below it."""
+    root, a, _ = chained_home
+    ex = export_of(root, a)
+    middle = ex.seqs[len(ex.seqs) // 2]
+    members = rebuild_for(root, ex, a, [s for s in ex.seqs if s != middle])
+    with pytest.raises(VerificationError) as e:
+        bundle.verify_members(members)
+    assert e.value.check == "completeness.back_chain"
+    assert e.value.found == middle
+
+
+def test_old_entries_verify_without_a_completeness_claim_below_them(home: Path) -> None:
+    """A log written before back-chains (tv 1 entries) still verifies; the report says how far it goes."""
+    with Substrate.open(home, long_lived=False) as sub:
+        sub.update(MID, confidence=0.9)  # tv 2: chained to the tv 1 entry before it
+    ex = export(home)
+    r = bundle.verify_members(members_of(ex.data))
+    assert r.completeness is not None and r.completeness["complete"] is False
+    assert r.completeness["proven_from"] == {MID: ex.seqs[-2]}
+    assert "predate back-chains" in r.text()
+
+
+def rebuild_for(root: Path, ex: forensics.ExportedBundle, mid: str, keep: list[int]) -> dict[str, bytes]:
+    m = members_of(ex.data)
+    entries = [e for e in parse_entries(m[bundle.ENTRIES], "e") if e.seq in keep]
+    key_entries = parse_entries(m[bundle.KEYS], "k")
+    proofs = {p[0]: p[1] for p in codec.decode(m[bundle.PROOFS])["proofs"]}
+    key = load_private_key(root / "keys" / "signing.key")
+    data = bundle.build_bundle(
+        BundleInput(
+            mid, False, [mid], [], key_entries, entries, m[bundle.CHECKPOINT], proofs, genuine_heads(ex)
+        ),
+        key,
+    )
+    return members_of(data)
