@@ -186,12 +186,25 @@ All CBOR is RFC 8949 deterministic encoding; re-encode what you decode
    connected to `{memory_id}` by `atom_of` and `atomisation.completed`, and
    each has its `memory.stored` entry here.
 
+## Completeness (format v2)
+
+`heads.cbor` holds a `heads.committed` entry of the log (verify it like the
+entries in 6 and 7: its signature, and its inclusion proof, also in this
+file, against the checkpoint), whose payload commits to every memory's
+newest entry among the log's first `size` entries, and one proof per memory
+id of this bundle from that Merkle map (docs/format.md of mnemolog, §11).
+For each id, the newest entry of this bundle touching it below `size` must
+be the committed head; and each entry's `touch_prev` must name the previous
+entry of this bundle about the same memory (-1 for the first). Then the
+bundle holds every entry about its memories among the first `size`.
+
 ## Querying
 
     duckdb -c "SELECT seq, ts, type, memory_ids, data FROM 'entries.parquet' ORDER BY seq"
 
 A bundle is sparse: it proves that each entry it holds is in the log at the
-checkpoint, not that the log holds nothing else about the memory; that claim
-is the exporter's, signed in the manifest. `mnemolog log consistency {size} M`
+checkpoint; that it holds every entry about its memories is proven only by a
+format v2 bundle (above), else it is the exporter's claim, signed in the
+manifest. `mnemolog log consistency {size} M`
 on the live log proves a later tree of size M extends this one.
 """
