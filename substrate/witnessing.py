@@ -634,3 +634,67 @@ def _newest_witnessed(log_dir: Path, below: int, policy: WitnessPolicy) -> int:
 def newest_cosigned(log_dir: Path, w: WitnessConfig) -> int:
     """The size of the newest stored checkpoint carrying `w`'s valid cosignature (0: none seen)."""
     return _newest_witnessed(log_dir, 2**64, WitnessPolicy((w.key,), 1))
+
+
+class CheckpointWatcher:
+    """For long-lived processes: sends every new checkpoint of the log to the witnesses.
+
+    It notices checkpoints by listing `log/checkpoints/` (once a second by
+    default), whoever wrote them — this process's periodic or closing
+    checkpoints, or another process's — and hands the newest to a
+    `BackgroundPublisher`. It never touches the writer, so appends never
+    wait for it. `close` sends the newest checkpoint once more and waits a
+    bounded time (the configured timeout) for the witnesses to answer.
+    """
+
+    def __init__(
+        self,
+        log_dir: Path,
+        keys_dir: Path,
+        settings: WitnessSettings,
+        *,
+        interval: float = 1.0,
+        report: Callable[[WitnessResult], None] = stderr_reporter,
+    ) -> None:
+        self.log_dir = log_dir
+        self.interval = interval
+        self.timeout = settings.timeout_s
+        self.publisher = BackgroundPublisher(CheckpointPublisher(log_dir, keys_dir, settings), report)
+        self._stop = threading.Event()
+        self._seen = 0
+        self._thread = threading.Thread(target=self._run, name="mnemolog-witness-watch", daemon=True)
+        self._thread.start()
+
+    def _newest(self) -> int:
+        try:
+            names = os.listdir(self.log_dir / CHECKPOINT_DIR)
+        except OSError:
+            return 0
+        return max((int(n) for n in names if len(n) == 20 and n.isdigit()), default=0)
+
+    def poke(self) -> None:
+        newest = self._newest()
+        if newest > self._seen:
+            self._seen = newest
+            self.publisher.submit(newest)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poke()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(self.interval + 1)
+        self.poke()
+        self.publisher.wait_idle(self.timeout)
+        self.publisher.close()
+
+
+def start_watcher(
+    home_root: Path, log_dir: Path, keys_dir: Path, interval: float = 1.0
+) -> CheckpointWatcher | None:
+    """A watcher when the home has witnesses configured, else None (nothing runs)."""
+    settings = load_settings(home_root)
+    if not settings.witnesses:
+        return None
+    return CheckpointWatcher(log_dir, keys_dir, settings, interval=interval)

@@ -301,3 +301,36 @@ def test_bundles_carry_the_cosignatures_of_their_checkpoint(home: Path, tmp_path
         assert bundle.main([str(out), "--witness-key", w.vkey, "--json"]) == OK
         assert bundle.main([str(out), "--witness-key", other, "--json"]) == VERIFY
         assert bundle.main([str(out), "--witness-key", "nonsense", "--json"]) == USAGE
+
+
+def test_a_long_lived_process_sends_its_checkpoints_and_never_waits(home: Path, tmp_path: Path) -> None:
+    from mnemolog.substrate.api import Substrate
+
+    w = witness_for(home, tmp_path / "w", port=unused_port())
+    w.start()
+    run(home, "witness", "add", "w1", w.url, w.vkey)
+    w.stop()  # down while the process appends
+    with Substrate.open(home, long_lived=True, worker=False) as sub:
+        for i in range(5):
+            sub.store(f"memory {i} written while the witness is down")
+        cp, _ = sub.writer.checkpoint()  # as the writer's periodic checkpoints do
+        w.start()
+        for i in range(3):
+            sub.store(f"memory {i} written after it came back")
+        cp2, _ = sub.writer.checkpoint()
+        deadline = time.monotonic() + 60
+        with Log(home / "log") as log:
+            while time.monotonic() < deadline:
+                if witnessing.cosignatures(
+                    parse_note(log.checkpoint_bytes(cp2.size)), [w.witness.key.verifier]
+                ):
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the witness never cosigned the long-lived process's checkpoint")
+        sub.store("one more, covered only by the checkpoint the process writes as it closes")
+    # Closing sent the closing checkpoint as well.
+    code, _ = run_json(home, "log", "verify", "--witness-key", w.vkey)
+    assert code == OK
+    assert cp.size < cp2.size
+    w.stop()
