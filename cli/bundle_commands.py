@@ -59,7 +59,7 @@ def export_forensic_bundle(ctx: Ctx, memory_id: str, include_chain: bool, output
 @click.pass_obj
 def verify_bundle(ctx: Ctx, file: Path, trusted_key: str | None) -> None:
     """Verify a forensic bundle offline; exit 8 naming the first failure."""
-    report = bundle.verify_bundle(file, bundle.parse_trusted_key(trusted_key))
+    report = bundle.verify_bundle(file, policy=bundle.trust_policy(trusted_key))
     ctx.emit(report.to_json(), report.text)
 
 
@@ -83,9 +83,7 @@ def verify_bundle(ctx: Ctx, file: Path, trusted_key: str | None) -> None:
 @click.pass_obj
 def replay(ctx: Ctx, file: Path, new_home: Path, trusted_key: str | None, signing_key: Path | None) -> None:
     """Rebuild a home from a `log export` that starts at seq 0, verified on the way in."""
-    r = forensics.replay(
-        file, new_home, trusted=bundle.parse_trusted_key(trusted_key), signing_key=signing_key
-    )
+    r = forensics.replay(file, new_home, policy=bundle.trust_policy(trusted_key), signing_key=signing_key)
     data = {
         "home": r.home,
         "entries": r.entries,

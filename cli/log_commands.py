@@ -15,7 +15,7 @@ from mnemolog.cli.app import Ctx, json_option, parse_json_object, writer_for
 from mnemolog.eventlog import merkle
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import NotFound, UsageError
-from mnemolog.eventlog.keys import load_verifier_key
+from mnemolog.eventlog.trust import TRUST_GENESIS, PinnedKey, TrustPolicy, parse_key_arg
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.substrate.home import init_home
 
@@ -137,15 +137,36 @@ def log_checkpoint(ctx: Ctx) -> None:
 @click.option(
     "--trusted-key",
     default=None,
-    help="A pinned public key (name+hash+base64, or a file): the key history must contain it.",
+    help="Anchor on a pinned public key (name+hash+base64, or a file) the key history must contain.",
+)
+@click.option(
+    "--trust-genesis",
+    is_flag=True,
+    help="Anchor on the genesis key found in the log (trust on first use) instead of the home's record.",
 )
 @json_option
 @click.pass_obj
-def log_verify(ctx: Ctx, hashes_only: bool, processes: int | None, trusted_key: str | None) -> None:
-    """Check the whole log; exit 8 naming the first failure."""
-    ctx.home.require()
-    anchor = load_verifier_key(trusted_key) if trusted_key else None
-    report = verify_log(ctx.home.log_dir, hashes_only=hashes_only, processes=processes, anchor=anchor)
+def log_verify(
+    ctx: Ctx, hashes_only: bool, processes: int | None, trusted_key: str | None, trust_genesis: bool
+) -> None:
+    """Check the whole log against the home's trust anchor and high-water mark; exit 8 on failure."""
+    home = ctx.home.require()
+    if trusted_key is not None and trust_genesis:
+        raise UsageError("--trusted-key and --trust-genesis name two different anchors: give one")
+    policy: TrustPolicy
+    if trusted_key is not None:
+        policy = PinnedKey(parse_key_arg(trusted_key))
+    elif trust_genesis:
+        policy = TRUST_GENESIS
+    else:
+        policy = home.trust_anchor()
+    report = verify_log(
+        home.log_dir,
+        policy=policy,
+        high_water=home.high_water_marks(),
+        hashes_only=hashes_only,
+        processes=processes,
+    )
     data = report.to_json()
 
     def text() -> str:
@@ -156,8 +177,14 @@ def log_verify(ctx: Ctx, hashes_only: bool, processes: int | None, trusted_key: 
             f"root {report.root}",
             f"{report.checkpoints} checkpoint(s) verified; latest covers {report.latest_checkpoint}",
             f"{report.keys} key(s) in the history",
-            "checks: " + ", ".join(report.checks),
+            f"trust anchor: {report.trust.get('anchor')}: {_anchor_text(report.trust)}",
         ]
+        if report.high_water:
+            for hw in report.high_water:
+                lines.append(f"high-water mark {hw['source']}: size {hw['size']}, covered with the same root")
+        else:
+            lines.append("high-water mark: none recorded (a rollback of log/ could go unnoticed)")
+        lines.append("checks: " + ", ".join(report.checks))
         if report.torn_tail:
             lines.append(
                 f"note: torn tail of {report.torn_tail['bytes']} bytes at "
@@ -167,6 +194,14 @@ def log_verify(ctx: Ctx, hashes_only: bool, processes: int | None, trusted_key: 
         return "\n".join(lines)
 
     ctx.emit(data, text)
+
+
+def _anchor_text(trust: dict[str, Any]) -> str:
+    if trust.get("anchor") == "pinned":
+        return f"pinned key {trust['key']} (in the history from seq {trust.get('epoch_from_seq')})"
+    if trust.get("anchor") == "home":
+        return f"the home's log id {trust.get('log_id')} and genesis key {trust['key']}"
+    return f"genesis key {trust.get('key')} found in the log (trust on first use: NOT anchored)"
 
 
 @log_group.command("prove")

@@ -24,6 +24,7 @@ from mnemolog.eventlog.errors import (
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.note import peek_checkpoint
 from mnemolog.eventlog.offline import split_sequence
+from mnemolog.eventlog.trust import PinnedKey
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.eventlog.writer import Durability
 from mnemolog.projections import recall as q
@@ -498,12 +499,12 @@ def test_replay_with_a_pinned_key(world: Atomised, tmp_path: Path) -> None:
     exp = log_export(world.home, tmp_path / "all.cbor")
     with world.home.open_log() as log:
         genesis = log.key_history()[0].key
-    r = forensics.replay(exp, tmp_path / "new", trusted=genesis)
+    r = forensics.replay(exp, tmp_path / "new", policy=PinnedKey(genesis))
     assert r.export["trust"]["pinned"] is True
     from mnemolog.eventlog.keys import SigningKey
 
     with pytest.raises(VerificationError):
-        forensics.replay(exp, tmp_path / "new2", trusted=SigningKey.generate("k").verifier)
+        forensics.replay(exp, tmp_path / "new2", policy=PinnedKey(SigningKey.generate("k").verifier))
     assert not (tmp_path / "new2").exists()
 
 
