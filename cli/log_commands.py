@@ -142,7 +142,8 @@ def log_checkpoint(ctx: Ctx) -> None:
 @click.option(
     "--trust-genesis",
     is_flag=True,
-    help="Anchor on the genesis key found in the log (trust on first use) instead of the home's record.",
+    help="Check the log as a stranger's: anchor on its own genesis key (trust on first use), "
+    "ignoring the home's log id, keys and high-water mark.",
 )
 @json_option
 @click.pass_obj
@@ -163,7 +164,8 @@ def log_verify(
     report = verify_log(
         home.log_dir,
         policy=policy,
-        high_water=home.high_water_marks(),
+        # --trust-genesis checks the log as a stranger's: none of the home's record applies.
+        high_water=[] if trust_genesis else home.high_water_marks(),
         hashes_only=hashes_only,
         processes=processes,
     )

@@ -255,6 +255,10 @@ class TrustPolicy:
     def check(self, schedule: KeySchedule) -> TrustReport:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def check_genesis(self, schedule: KeySchedule) -> None:
+        """What the policy can already refuse from the genesis entry alone (a foreign log id or
+        genesis key), so a verifier reports a foreign log before anything that follows from it."""
+
 
 @dataclass(frozen=True)
 class PinnedKey(TrustPolicy):
@@ -294,6 +298,9 @@ class HomeAnchor(TrustPolicy):
     keys: tuple[VerifierKey, ...]
     source: str = "home"
     name = "home"
+
+    def check_genesis(self, schedule: KeySchedule) -> None:
+        self.check(schedule.below(1))
 
     def check(self, schedule: KeySchedule) -> TrustReport:
         if self.log_id is not None and schedule.log_id != self.log_id:

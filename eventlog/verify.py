@@ -372,6 +372,7 @@ class _Verifier:
                     f"genesis entry is malformed: {exc.message}", "genesis.data", seq=0, file=fname
                 ) from exc
             self.kid = self.keys.current.kid
+            self.policy.check_genesis(self.keys)
         elif e.type == GENESIS_TYPE:
             raise self.fail(f"entry {seq} repeats the genesis type", "genesis.repeated", seq=seq, file=fname)
         if not self.hashes_only and e.kid != self.kid:

@@ -143,6 +143,10 @@ def hinted_pass(v: _Verifier, segs: list[tuple[int, Path]]) -> tuple[tuple[int, 
         raise Mismatch("the first segment or the genesis key event is not where the hint says")
     tasks, resume = _plan(segs, hint.locs, n_hint)
     keys = _hinted_schedule(segs, hint)
+    try:
+        v.policy.check_genesis(keys)
+    except VerificationError as exc:  # decided by the sequential pass, from the bytes themselves
+        raise Mismatch(str(exc)) from exc
     packed = keys.packed()
     expected_events = [(ep.event_seq, ep.key.name, ep.key.public_key) for ep in keys.epochs]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from mnemolog.eventlog import bundle, logexport, memview
+from mnemolog.eventlog import bundle, logexport, memview, merkle
 from mnemolog.eventlog.checkpoints import write_high_water
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import BadInput, NotFound, SignerError, StorageError, UsageError
@@ -34,7 +34,7 @@ from mnemolog.eventlog.fsio import atomic_write, fsync_dir
 from mnemolog.eventlog.index import IndexWriter
 from mnemolog.eventlog.keys import load_private_key, write_private_key, write_public_key
 from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
-from mnemolog.eventlog.note import peek_checkpoint
+from mnemolog.eventlog.note import Checkpoint, peek_checkpoint
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.trust import TRUST_GENESIS, TrustPolicy
 from mnemolog.projections import recall as q
@@ -336,11 +336,11 @@ def _build_home(home: Home, ex: logexport.VerifiedExport, key: Any, progress: bo
     if key is not None:
         write_private_key(home.signing_key_path, key)
         if checkpoint is None:
-            # A shorter log than the export's checkpoint: sign one for what was replayed.
-            from mnemolog.eventlog.writer import LogWriter
-
-            hw = [home.high_water_path]
-            with LogWriter(log_dir, [key], checkpoint_on_close=False, progress=progress, high_water=hw) as w:
-                cp, _ = w.checkpoint()
-                checkpoint = cp.size
+            # A shorter log than the export's checkpoint: sign one for what was replayed
+            # (every entry was verified on the way in, and the key is the one that signs next).
+            root = merkle.root_of([e.leaf for e in ex.entries])
+            raw = Checkpoint(ex.keys.origin, ex.count, root).sign(key)
+            atomic_write(log_dir / CHECKPOINT_DIR / checkpoint_name(ex.count), raw)
+            write_high_water(home.high_water_path, raw, ex.count)
+            checkpoint = ex.count
     return checkpoint

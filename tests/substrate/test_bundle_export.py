@@ -436,8 +436,11 @@ def test_replay_of_a_prefix(world: Atomised, tmp_path: Path) -> None:
     assert r.entries == 10 and r.tree_size > 10 and r.checkpoint == 10
     assert segments_bytes(Home(new)) == segments_bytes(world.home)[: len(segments_bytes(Home(new)))]
     verify_log(Home(new).log_dir)
+    # Without the key the new home could hold no checkpoint of its own: refused, nothing written.
     unsigned = tmp_path / "unsigned"
-    assert forensics.replay(exp, unsigned).checkpoint is None
+    with pytest.raises(UsageError):
+        forensics.replay(exp, unsigned)
+    assert not unsigned.exists()
 
 
 def test_replay_refuses_an_export_that_does_not_start_at_zero(world: Atomised, tmp_path: Path) -> None:
