@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 from pydantic import ValidationError
 
-from mnemolog.eventlog.errors import BadInput, NotFound, UsageError
+from mnemolog.eventlog.errors import BadInput, NotFound, StorageError, UsageError
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
 from mnemolog.projections import recall as q
@@ -78,11 +78,15 @@ class Substrate:
     ) -> None:
         self.home = home.require()
         self.clock = clock
-        self.writer: LogWriter = home.open_writer(durability=durability, clock=clock, progress=progress)
-        self.recovered: list[TornTail] = list(self.writer.recovered)
+        self._durability = durability
+        self._progress = progress
+        # The writer (and with it the private key and the writer lock) is opened by the
+        # first write: reads need neither, so a home without its key, or one this
+        # process may not write to, can still be read and audited.
+        self._writer: LogWriter | None = None
         self.log = home.open_log()
         self.projections = Projections(
-            home.projections_dir,
+            home.projections_path(),
             self.log,
             upcast,
             hold=long_lived,
@@ -128,7 +132,9 @@ class Substrate:
         self._closed = True
         self.atomiser.stop_worker()
         self.projections.close()
-        self.writer.close()
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
         self.log.close()
 
     def __enter__(self) -> Substrate:
@@ -139,11 +145,32 @@ class Substrate:
 
     # -- sessions ------------------------------------------------------------
 
+    @property
+    def writer(self) -> LogWriter:
+        """The home's log writer, opened on first use (SignerError, exit 6, without the key)."""
+        with self._lock:
+            if self._writer is None:
+                if self._closed:
+                    raise StorageError("the substrate is closed")
+                self._writer = self.home.open_writer(
+                    durability=self._durability, clock=self.clock, progress=self._progress
+                )
+            return self._writer
+
+    @property
+    def recovered(self) -> list[TornTail]:
+        """Torn tails the writer cut when it opened (none before the first write)."""
+        return list(self._writer.recovered) if self._writer is not None else []
+
+    def require_writer(self) -> None:
+        """Open the writer now: a command that must sign fails here, before anything runs."""
+        _ = self.writer
+
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A unit of work: the projection lock held, tables caught up with the log."""
         with self._lock, self.projections.session() as conn:
-            yield Session(conn, self.writer, self.projections, self.hooks)
+            yield Session(conn, lambda: self.writer, self.projections, self.hooks)
 
     # -- writes --------------------------------------------------------------
 
@@ -171,6 +198,7 @@ class Substrate:
         "atomised" / "skipped_below_threshold" / "skipped_already_atomic" /
         "failed" (synchronous: the curator ran before this returned).
         """
+        self.require_writer()
         payload = MemoryStored.new(
             content,
             namespace=namespace,
@@ -224,6 +252,7 @@ class Substrate:
         max_retries: int | None = None,
     ) -> AtomiseResult:
         """Atomise a memory now (see substrate.atomise); raises the seed's errors."""
+        self.require_writer()
         return self.atomiser.atomise(
             memory_id, force=force, max_atom_tokens=max_atom_tokens, curator=curator, max_retries=max_retries
         )
@@ -262,6 +291,7 @@ class Substrate:
         if not fields:
             raise UsageError("nothing to update: give at least one field")
         payload = MemoryUpdated.model_validate({"id": memory_id, **fields})
+        self.require_writer()
         with self.session() as s:
             before = s.require(memory_id)
             policy = s.policy(payload.namespace or before["namespace"])
@@ -280,6 +310,7 @@ class Substrate:
         payload = LinkCreated.model_validate(
             {"src": src, "dst": dst, "relation": relation, "metadata": metadata}
         )
+        self.require_writer()
         with self.session() as s:
             return s.with_warnings(s.write_link(payload))
 
@@ -339,6 +370,7 @@ class Substrate:
         if not changes and not unset:
             raise UsageError("nothing to change: give a field to set or to unset")
         payload = PolicySet(namespace=namespace, changes=changes, unset=list(unset))
+        self.require_writer()
         with self.session() as s:
             s.append(payload)
             return s.policy(namespace).to_json()

@@ -16,6 +16,7 @@ $XDG_DATA_HOME/mnemolog, else ~/.local/share/mnemolog.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tomllib
 from collections.abc import Callable
@@ -47,6 +48,19 @@ from mnemolog.eventlog.writer import Clock, Durability, LogWriter, system_clock
 
 CONFIG_NAME = "config.toml"
 MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def cache_home() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+
+
+def _writable_dir(path: Path) -> bool:
+    """A directory this process may create files in (and whose database file it may write)."""
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        return False
+    db = path / "mnemolog.duckdb"
+    return not db.exists() or os.access(db, os.R_OK | os.W_OK)
 
 
 def default_home() -> Path:
@@ -294,6 +308,22 @@ class Home:
             self._config = parse_config(text, str(self.config_path))
         return self._config
 
+    # -- projections -----------------------------------------------------------
+
+    def projections_path(self) -> Path:
+        """Where this process keeps the projection database.
+
+        `<home>/projections/` when this process may write there; otherwise
+        (a read-only copy of a home, another user's home, a read-only
+        filesystem) a directory of its own under the XDG cache, named for the
+        home, so reads and audits still work and the home stays untouched.
+        """
+        d = self.projections_dir
+        if _writable_dir(d) or (not d.exists() and _writable_dir(self.root)):
+            return d
+        digest = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
+        return cache_home() / "mnemolog" / "projections" / f"{self.root.name or 'home'}-{digest}"
+
     # -- trust: the home's own record of its log, outside log/ ---------------
 
     @property
@@ -378,6 +408,13 @@ class Home:
 
     def signing_keys(self) -> list[SigningKey]:
         """The active key and, mid-rotation, the incoming one (the log says which applies)."""
+        if not self.signing_key_path.exists() and not self.next_key_path.exists():
+            raise SignerError(
+                f"this command signs, and the home's private key {self.signing_key_path} is missing "
+                "(reading, searching and verifying work without it; to write, restore the key or "
+                "replay the log into a home with `--signing-key`)",
+                file=str(self.signing_key_path),
+            )
         keys = [load_private_key(self.signing_key_path)]
         if self.next_key_path.exists():
             keys.append(load_private_key(self.next_key_path))

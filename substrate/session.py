@@ -48,12 +48,12 @@ class Session:
     def __init__(
         self,
         conn: duckdb.DuckDBPyConnection,
-        writer: LogWriter,
+        writer: Callable[[], LogWriter],
         projections: Projections,
         hooks: HookChain,
     ) -> None:
         self._conn = conn
-        self._writer = writer
+        self._writer = writer  # opens the home's writer on first use: reads never need it
         self._projections = projections
         self._hooks = hooks
         self.warnings: list[str] = []
@@ -78,7 +78,7 @@ class Session:
                 # A programming error, not bad input: only the current model of a type is written.
                 raise TypeError(f"{cls.__qualname__} is not the payload model written for its type")
             items.append((cls.TYPE, p.to_data(), cls.TV))
-        receipts = self._writer.append_many(items)
+        receipts = self._writer().append_many(items)
         self._projections.catch_up(self._conn)
         return receipts
 
