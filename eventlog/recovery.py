@@ -331,7 +331,13 @@ def _statements(log_dir: Path, high_water: Sequence[Path]) -> list[HighWaterMark
 
 
 def check_anchor(
-    log_dir: Path, idx: IndexWriter, st: WriterState, high_water: Sequence[Path], rehashed_from: int
+    log_dir: Path,
+    idx: IndexWriter,
+    st: WriterState,
+    high_water: Sequence[Path],
+    rehashed_from: int,
+    *,
+    require_checkpoint: bool = True,
 ) -> Anchor | None:
     """Hold the log to its newest signed statements; return the newest one, or None when there is none."""
     size = st.next_seq
@@ -389,7 +395,7 @@ def check_anchor(
             )
         if best is None or cp.size > best.size:
             best = Anchor(cp.size, cp.root, stmt.source)
-    if best is None and size > 1:
+    if best is None and size > 1 and require_checkpoint:
         raise diverged(
             f"the log has {size} entries and no checkpoint: every log past its genesis entry "
             "carries one (they were deleted)",
@@ -415,6 +421,29 @@ def check_tail_bytes(log_dir: Path, idx: IndexWriter, start: int, stop: int) -> 
                 seq=seq,
                 file=segment_name(loc.segment),
             )
+
+
+def set_aside_rolled_back(log_dir: Path, idx: IndexWriter, size: int) -> list[str]:
+    """Move checkpoints the log no longer matches (larger, or another root) to `log/rolled-back/`.
+
+    Only for an operator's explicit acceptance of a rollback: they are the
+    evidence of what the log was, kept beside it, out of the way of the new
+    checkpoints the log will carry at the same sizes.
+    """
+    moved: list[str] = []
+    dest = log_dir / "rolled-back" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for n in checkpoint_sizes(log_dir):
+        path = log_dir / CHECKPOINT_DIR / checkpoint_name(n)
+        try:
+            body = peek_checkpoint(path.read_bytes(), str(path))
+            keep = n <= size and body.size == n and idx.root(n) == body.root
+        except (OSError, DecodeError):
+            keep = False
+        if not keep:
+            dest.mkdir(parents=True, exist_ok=True)
+            os.replace(path, dest / path.name)
+            moved.append(str(dest / path.name))
+    return moved
 
 
 def latest_checkpoint(log_dir: Path) -> tuple[Checkpoint, bytes] | None:

@@ -112,6 +112,7 @@ class LogWriter:
         high_water: Sequence[Path] = (),
         checkpoint_listeners: Iterable[CheckpointListener] = (),
         key_loader: Callable[[], Sequence[SigningKey]] | None = None,
+        accept_rollback: bool = False,
     ) -> None:
         self.dir = log_dir
         self._dir_s = str(log_dir)
@@ -145,6 +146,10 @@ class LogWriter:
         self._diverged: VerificationError | None = None
         self._closed = False
         self._appended = False
+        # An operator accepted that the log lost entries: checkpoints it no longer matches are set
+        # aside on open, and the high-water marks may move back with the first checkpoint signed.
+        self._accepting_rollback = accept_rollback
+        self.set_aside: list[str] = []
         self._origin = ""
         if not (log_dir / segment_file(0)).exists():
             raise StorageError(f"no log at {log_dir} (run `mnemolog init`)", file=str(log_dir))
@@ -247,7 +252,13 @@ class LogWriter:
             st = loaded.state
             try:
                 self._check_seen(st, idx)
-                anchor = recovery.check_anchor(self.dir, idx, st, self.high_water, loaded.rehashed_from)
+                marks, accepting = self.high_water, self._accepting_rollback and self._seen[0] == 0
+                if accepting:
+                    self.set_aside = recovery.set_aside_rolled_back(self.dir, idx, st.next_seq)
+                    marks = []
+                anchor = recovery.check_anchor(
+                    self.dir, idx, st, marks, loaded.rehashed_from, require_checkpoint=not accepting
+                )
                 break
             except (VerificationError, recovery.IndexDoubt) as exc:
                 # A damaged index can look like a damaged log: decide once it is rebuilt.
@@ -500,9 +511,10 @@ class LogWriter:
         with self._cp_lock:
             if not path.exists():
                 atomic_write(path, raw)
+            backwards, self._accepting_rollback = self._accepting_rollback, False
             for hw in self.high_water:
                 try:
-                    write_high_water(hw, raw, n)
+                    write_high_water(hw, raw, n, allow_backwards=backwards)
                 except (OSError, MnemologError) as exc:
                     self._warn(f"the checkpoint of size {n} is stored but copying it to {hw} failed: {exc}")
         self._covered = max(self._covered, n)

@@ -19,11 +19,18 @@ from typing import Any
 import duckdb
 from pydantic import ValidationError
 
-from mnemolog.eventlog.errors import BadInput, NotFound, StorageError, UsageError
+from mnemolog.eventlog.errors import (
+    BadInput,
+    MnemologError,
+    NotFound,
+    StorageError,
+    UsageError,
+    VerificationError,
+)
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
 from mnemolog.projections import recall as q
-from mnemolog.projections.engine import Projections
+from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
 from mnemolog.projections.memories import Edge, Memory
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
@@ -45,6 +52,7 @@ from mnemolog.substrate.events.limits import (
     check_namespace,
     check_tags,
 )
+from mnemolog.substrate.events.log import RollbackAccepted
 from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
@@ -481,8 +489,85 @@ class Substrate:
             out["log"] = {"size": self.log.size, "log_id": self.log.log_id.hex()}
             return out
 
-    def rebuild(self) -> dict[str, Any]:
-        """Drop every projection and replay the whole log."""
+    def rebuild(self, *, accept_rollback: bool = False) -> dict[str, Any]:
+        """Drop every projection and replay the whole log.
+
+        Refused (RollbackRefused, exit 8) when the log no longer holds a
+        position the home recorded — the entry the projection last applied,
+        or a high-water checkpoint — since replaying would erase the last
+        trace of the lost entries. With `accept_rollback` the loss is first
+        recorded in the log (a signed `log.rollback_accepted` naming the old
+        and new size and root), checkpoints the log no longer matches are set
+        aside under `log/rolled-back/`, and the high-water mark follows.
+        """
         with self._lock:
+            found = self.projections.rollback() or self._high_water_rollback()
+            accepted: dict[str, Any] | None = None
+            if found is not None:
+                if not accept_rollback:
+                    raise RollbackRefused(
+                        f"the log has {found.new_size} entries but the home recorded {found.old_size} "
+                        f"({found.source}), and the log no longer holds them: it was truncated or "
+                        "rolled back. A rebuild would erase that evidence: check the log with "
+                        "`mnemolog log verify`; if the rollback is intended, run `mnemolog rebuild "
+                        "--accept-rollback`, which records it in the log",
+                        check="projection.rollback",
+                        seq=found.new_size,
+                        file=found.source,
+                        expected=found.old_size,
+                        found=found.new_size,
+                    )
+                accepted = self._accept_rollback(found)
             n = self.projections.rebuild()
-        return {"replayed": n, "log_size": self.log.size}
+        return {"replayed": n, "log_size": self.log.size, "rollback_accepted": accepted}
+
+    def _high_water_rollback(self) -> Rollback | None:
+        """A high-water mark of this log that the log no longer covers with the same root."""
+        size = self.log.refresh()
+        try:
+            marks = self.home.high_water_marks()
+        except VerificationError:
+            return None  # a missing mark proves nothing here; `log verify` reports it
+        for hw in marks:
+            try:
+                body = hw.body()
+            except MnemologError:
+                continue  # not a checkpoint at all: `log verify` reports it
+            if body.origin != self.log.origin:
+                continue  # another log's mark: the trust anchor judges that
+            if body.size > size or self.log.root(body.size) != body.root:
+                return Rollback(body.size, body.root, size, self.log.root(size), hw.source)
+        return None
+
+    def _accept_rollback(self, found: Rollback) -> dict[str, Any]:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        w = self.home.open_writer(
+            durability=self._durability, clock=self.clock, progress=self._progress, accept_rollback=True
+        )
+        try:
+            new_size = w.size
+            self.log.refresh()
+            payload = RollbackAccepted(
+                old_size=found.old_size,
+                old_root=found.old_root,
+                new_size=new_size,
+                new_root=self.log.root(new_size),
+                source=found.source,
+            )
+            r = w.append(payload.TYPE, payload.to_data(), payload.TV)
+            w.checkpoint()
+            set_aside = list(w.set_aside)
+        finally:
+            w.close()
+        self.log.refresh()
+        return {
+            "seq": r.seq,
+            "old_size": payload.old_size,
+            "old_root": payload.old_root.hex() if payload.old_root else None,
+            "new_size": payload.new_size,
+            "new_root": payload.new_root.hex(),
+            "source": payload.source,
+            "set_aside": set_aside,
+        }

@@ -451,6 +451,7 @@ class Home:
         progress: bool | None = None,
         checkpoint_on_close: bool = True,
         periodic_checkpoints: bool = True,
+        accept_rollback: bool = False,
     ) -> LogWriter:
         """The home's log writer: its keys, durability, periodic checkpoints and high-water marks.
 
@@ -476,6 +477,7 @@ class Home:
             high_water=self.high_water_paths(),
             checkpoint_listeners=self.checkpoint_listeners,
             key_loader=self.signing_keys,
+            accept_rollback=accept_rollback,
         )
         self._finish_rotation(w.key)
         return w

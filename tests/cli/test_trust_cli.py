@@ -135,6 +135,20 @@ def test_deleting_the_last_segment_with_its_checkpoints_is_caught(home: Path) ->
     assert run(home, "log", "verify", "--trust-genesis")[0] == OK
     code, doc = run(home, "log", "append", "note.added", "--data", "{}")
     assert code == VERIFY and doc["details"]["check"] == "log_diverged"
+    # A rebuild would erase the last trace of the lost entries: refused unless accepted, and then
+    # the acceptance is itself a signed entry naming what was lost.
+    fails(home, "projection.rollback", "rebuild")
+    before = committed(home)
+    doc = ok(home, "rebuild", "--accept-rollback")
+    acc = doc["rollback_accepted"]
+    assert (acc["old_size"], acc["new_size"]) == (13, first) and acc["source"].endswith("state/checkpoint")
+    assert all(committed(home).get(k) == v for k, v in before.items() if k.endswith(".seg"))
+    assert acc["set_aside"] == [] or all("rolled-back" in p for p in acc["set_aside"])
+    shown = ok(home, "log", "show", "--type", "log.rollback_accepted")["entries"]
+    assert [e["seq"] for e in shown] == [first] and shown[0]["data"]["old_size"] == 13
+    verified = ok(home, "log", "verify")
+    assert verified["entries"] == first + 1 and verified["high_water"][0]["size"] == first + 1
+    ok(home, "log", "append", "note.added", "--data", "{}")
 
 
 def test_a_missing_high_water_mark_is_a_failure(home: Path) -> None:

@@ -444,3 +444,22 @@ def test_appends_and_close_under_load_all_resolve(log_dir: Path) -> None:
             tk.result(timeout=10)
     verify_log(log_dir)
     assert log_files(log_dir)
+
+
+def test_an_accepted_rollback_sets_mismatched_checkpoints_aside(log_dir: Path, tmp_path: Path) -> None:
+    hw = tmp_path / "hw"
+    with LogWriter(log_dir, [KEY], high_water=[hw]) as w:
+        for i in range(6):
+            w.append("note.added", {"i": i})
+            w.checkpoint()
+    cut_after(log_dir, 4)  # checkpoints 5..7 now cover entries the log lost
+    with pytest.raises(VerificationError):
+        LogWriter(log_dir, [KEY], high_water=[hw])
+    with LogWriter(log_dir, [KEY], high_water=[hw], accept_rollback=True) as w:
+        assert sorted(Path(p).name for p in w.set_aside) == [f"{n:020d}" for n in (5, 6, 7)]
+        w.append("log.rollback_accepted", {"old_size": 7, "new_size": 4})
+        w.checkpoint()
+    assert checkpoint_sizes(log_dir) == [1, 2, 3, 4, 5]
+    assert read_high_water(hw).body().size == 5  # type: ignore[union-attr]
+    assert len(list((log_dir / "rolled-back").rglob("0*"))) == 3
+    verify_log(log_dir, high_water=[read_high_water(hw)])  # type: ignore[list-item]
