@@ -206,6 +206,42 @@ def _anchor_text(trust: dict[str, Any]) -> str:
     return f"genesis key {trust.get('key')} found in the log (trust on first use: NOT anchored)"
 
 
+@click.command("verify")
+@click.option(
+    "--log", "check_log", is_flag=True, help="Verify the log (as `log verify`, anchored on the home)."
+)
+@click.option(
+    "--projections",
+    "check_projections",
+    is_flag=True,
+    help="Re-fold the log and compare every projection table with disk, row for row.",
+)
+@json_option
+@click.pass_obj
+def verify(ctx: Ctx, check_log: bool, check_projections: bool) -> None:
+    """Verify the home: the log, and the projections against the log (default: both); exit 8 on failure."""
+    from mnemolog.substrate.api import Substrate
+
+    home = ctx.home.require()
+    if not check_log and not check_projections:
+        check_log = check_projections = True
+    data: dict[str, Any] = {}
+    lines: list[str] = []
+    if check_log:
+        report = verify_log(home.log_dir, policy=home.trust_anchor(), high_water=home.high_water_marks())
+        data["log"] = report.to_json()
+        lines.append(f"ok: log of {report.entries} entries verified ({_anchor_text(report.trust)})")
+    if check_projections:
+        with Substrate.open(home, long_lived=False, worker=False) as sub:
+            proj = sub.verify_projections()
+        data["projections"] = proj
+        lines.append(
+            f"ok: {proj['rows']} projection rows in {len(proj['tables'])} tables equal a fresh fold of "
+            f"the first {proj['entries']} entries"
+        )
+    ctx.emit(data, "\n".join(lines))
+
+
 @log_group.command("prove")
 @click.argument("seq", type=click.IntRange(min=0))
 @json_option

@@ -182,13 +182,18 @@ class Projections:
                 found=leaf.hex(),
             )
 
-    def catch_up(self, conn: duckdb.DuckDBPyConnection, *, compact: bool = False) -> int:
+    def catch_up(
+        self, conn: duckdb.DuckDBPyConnection, *, compact: bool = False, stop: int | None = None
+    ) -> int:
         """Fold what the projection has not seen yet; return how many entries were applied.
 
-        `compact=True` sorts the whole index at the end whatever its state (rebuild).
+        `compact=True` sorts the whole index at the end whatever its state (rebuild);
+        `stop` folds only the first `stop` entries of the log.
         """
         log = self.log
         size = log.refresh()
+        if stop is not None:
+            size = min(size, stop)
         st = self._read(conn)
         if st is None or st.version != schema.SCHEMA_VERSION:
             st = self._reset(conn)
@@ -301,10 +306,10 @@ class Projections:
             return None
         return Rollback(st.last_seq + 1, st.last_root or None, size, self.log.root(size), "projection")
 
-    def rebuild(self) -> int:
-        """Replay the whole log into a new database file; return the number of entries."""
+    def rebuild(self, stop: int | None = None) -> int:
+        """Replay the whole log (or its first `stop` entries) into a new database file."""
         with self.store.session(fresh=True) as conn:
             self._reset(conn)
-            n = self.catch_up(conn, compact=True)
+            n = self.catch_up(conn, compact=True, stop=stop)
             conn.execute("CHECKPOINT")
             return n

@@ -29,6 +29,7 @@ from mnemolog.eventlog.errors import (
 )
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
+from mnemolog.projections import audit
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
 from mnemolog.projections.memories import Edge, Memory
@@ -520,6 +521,12 @@ class Substrate:
                 accepted = self._accept_rollback(found)
             n = self.projections.rebuild()
         return {"replayed": n, "log_size": self.log.size, "rollback_accepted": accepted}
+
+    def verify_projections(self) -> dict[str, Any]:
+        """Re-fold the log and compare every projection table with disk (VerificationError on a
+        difference: table, key, column, expected, found)."""
+        with self._lock:
+            return audit.verify_projections(self.projections, upcast).to_json()
 
     def _high_water_rollback(self) -> Rollback | None:
         """A high-water mark of this log that the log no longer covers with the same root."""
