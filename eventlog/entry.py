@@ -27,6 +27,9 @@ HASH_LEN = 32
 ENTRY_KEYS = frozenset({"v", "seq", "ts", "type", "tv", "data", "prev", "kid", "sig"})
 TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 MAX_TYPE_LEN = 64
+# The payload map sits inside the entry map: the value model's nesting limit (codec.MAX_DEPTH)
+# counts from the entry, so a payload is checked at this depth everywhere it is checked.
+PAYLOAD_DEPTH = 1
 
 
 def _head(major: int, n: int) -> bytes:
@@ -223,7 +226,7 @@ def encode_payload(data: dict[str, Any]) -> bytes:
     """Canonical CBOR of an entry payload (a map with text keys, in the value model)."""
     if not isinstance(data, dict):
         raise DecodeError("entry data must be a map", field="data")
-    return codec.encode(data, "data")
+    return codec.encode(data, "data", depth=PAYLOAD_DEPTH)
 
 
 def encodings(

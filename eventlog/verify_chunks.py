@@ -26,6 +26,7 @@ import cbor2
 from mnemolog.eventlog import codec
 from mnemolog.eventlog.entry import (
     HASH_LEN,
+    PAYLOAD_DEPTH,
     entry_from_map,
     entry_problem,
     tbs_from_raw,
@@ -199,7 +200,7 @@ def check_hinted_chunk(
             # A decoded map keeps its encoded key order, so when the payload is
             # plain, cbor2's default encoding must give back exactly `raw`.
             try:
-                plain = is_plain(data)
+                plain = is_plain(data, depth=PAYLOAD_DEPTH)
             except DecodeError:
                 return ChunkDoubt(seq, "value model")
             if (dumps(m) if plain else dumps(m, canonical=True)) != raw:
