@@ -1,7 +1,7 @@
 """Format-v1 entries: building, signing, encoding, parsing and leaf hashes.
 
 An entry is a CBOR map with exactly the keys v, seq, ts, type, tv, data, prev,
-kid and sig (DESIGN §2). The envelope is encoded by hand, in canonical key
+kid and sig (docs/format.md §2). The envelope is encoded by hand, in canonical key
 order, because the writer and verifier spend most of their time here; only
 the payload goes through the codec (cbor2). A property test holds the
 hand encoding equal to cbor2's canonical encoding of the same map.
