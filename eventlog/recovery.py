@@ -408,19 +408,40 @@ def check_anchor(
 
 
 def check_tail_bytes(log_dir: Path, idx: IndexWriter, start: int, stop: int) -> None:
-    """The segment bytes of entries start..stop-1 must hash to the leaves the index holds."""
-    for seq in range(max(start, 0), stop):
-        loc = idx.location(seq)
+    """The segment bytes of entries start..stop-1 must hash to the leaves the index holds.
+
+    One read of the locations, one of the leaves, one of each segment's span:
+    this runs before every checkpoint is signed.
+    """
+    start = max(start, 0)
+    if stop <= start:
+        return
+    try:
+        locs = idx.locations(start, stop)
+        leaves = idx.leaves(start, stop)
+    except (OSError, IndexError) as exc:
+        raise IndexDoubt(f"entries {start}..{stop - 1}: {exc}") from exc
+    i = 0
+    while i < len(locs):
+        seg = locs[i].segment
+        j = i
+        while j + 1 < len(locs) and locs[j + 1].segment == seg:
+            j += 1
+        base = locs[i].offset
         try:
-            raw = read_raw(log_dir, loc.segment, loc.offset, loc.length)
+            span = read_raw(log_dir, seg, base, locs[j].offset + locs[j].length - base)
         except OSError as exc:
-            raise diverged(f"entry {seq} cannot be read: {exc}", seq=seq) from exc
-        if len(raw) != loc.length or merkle.hash_leaf(raw) != idx.leaf(seq):
-            raise diverged(
-                f"the bytes of entry {seq} changed after it was written",
-                seq=seq,
-                file=segment_name(loc.segment),
-            )
+            raise diverged(f"entries from {start + i} cannot be read: {exc}", seq=start + i) from exc
+        for k in range(i, j + 1):
+            loc = locs[k]
+            raw = span[loc.offset - base : loc.offset - base + loc.length]
+            if len(raw) != loc.length or merkle.hash_leaf(raw) != leaves[k * 32 : k * 32 + 32]:
+                raise diverged(
+                    f"the bytes of entry {start + k} changed after it was written",
+                    seq=start + k,
+                    file=segment_name(seg),
+                )
+        i = j + 1
 
 
 def set_aside_rolled_back(log_dir: Path, idx: IndexWriter, size: int) -> list[str]:

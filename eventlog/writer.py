@@ -44,6 +44,7 @@ from mnemolog.eventlog.checkpoints import (
     CHECKPOINT_DIR,
     CheckpointPolicy,
     checkpoint_name,
+    store_note,
     write_high_water,
 )
 from mnemolog.eventlog.entry import ZERO_HASH, Entry, leaf_hash, make_entry, sign_raw
@@ -483,7 +484,7 @@ class LogWriter:
     # -- checkpoints and closing --------------------------------------------
 
     def checkpoint(self) -> tuple[Checkpoint, bytes]:
-        """Sign a checkpoint of the log as it is now and store it (idempotent per size).
+        """Sign a checkpoint of everything submitted so far and store it (idempotent per size).
 
         The checkpoint is signed under the writer lock, after the log on disk
         was held to what this writer saw and every entry since the last
@@ -491,12 +492,31 @@ class LogWriter:
         marks and handed to the listeners after the lock is released.
         """
         self.flush()
+        return self._checkpoint_now()
+
+    def _periodic_checkpoint(self) -> int:
+        # What is durable now, without waiting for appends still queued: the periodic
+        # checkpointer must not fall behind a producer that keeps the queue full.
+        return self._checkpoint_now()[0].size
+
+    def _checkpoint_now(self) -> tuple[Checkpoint, bytes]:
         with self._mutex, self._lock:
             self._sync_with_disk()
             assert self._index is not None
             n = self._st.next_seq
             try:
-                recovery.check_tail_bytes(self.dir, self._index, max(self._signed_upto - 1, 0), n)
+                try:
+                    recovery.check_tail_bytes(self.dir, self._index, max(self._signed_upto - 1, 0), n)
+                except recovery.IndexDoubt:
+                    # The index, not the log, may be what changed: rebuild the view, look again.
+                    self._index_stale = True
+                    self._sync_with_disk()
+                    assert self._index is not None
+                    n = self._st.next_seq
+                    recovery.check_tail_bytes(self.dir, self._index, max(self._signed_upto - 1, 0), n)
+            except recovery.IndexDoubt as exc:
+                self._diverged = recovery.diverged(f"the log cannot be read where it was written: {exc}")
+                raise self._diverged from exc
             except VerificationError as exc:
                 self._diverged = exc
                 raise
@@ -510,7 +530,7 @@ class LogWriter:
             self._signed_upto = n
         with self._cp_lock:
             if not path.exists():
-                atomic_write(path, raw)
+                store_note(path, raw)
             backwards, self._accepting_rollback = self._accepting_rollback, False
             for hw in self.high_water:
                 try:
@@ -526,9 +546,6 @@ class LogWriter:
             except Exception as exc:
                 self._warn(f"a checkpoint listener failed: {exc!r}")
         return cp, raw
-
-    def _periodic_checkpoint(self) -> int:
-        return self.checkpoint()[0].size
 
     def close(self) -> None:
         if self._closed:
