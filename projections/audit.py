@@ -142,15 +142,29 @@ def verify_projections(
 
 
 def _compare(conn: duckdb.DuckDBPyConnection, c: Compared) -> int:
+    """Rows compared; raises at the first difference.
+
+    One pass first: both sides in one grouping, each row counted +1 on disk
+    and -1 in the fold, so equal multisets leave no group with a non-zero
+    sum. Only when one does are the differing rows looked for, in order.
+    """
     disk, fresh = c.select.format(c=CATALOG), c.select.format(c=FRESH)
-    order = ", ".join(c.key)
-    first = "SELECT * FROM (({a}) EXCEPT ALL ({b})) ORDER BY {order} LIMIT 1"
-    extra = conn.execute(first.format(a=disk, b=fresh, order=order)).fetchall()
-    missing = conn.execute(first.format(a=fresh, b=disk, order=order)).fetchall()
-    if extra or missing:
+    (n, differing) = conn.execute(
+        f"""SELECT coalesce(sum(audit_n), 0), count(*) FILTER (WHERE audit_d <> 0) FROM (
+                SELECT COLUMNS(* EXCLUDE (audit_s)), sum(audit_s) AS audit_d,
+                       count(*) FILTER (WHERE audit_s > 0) AS audit_n
+                FROM (
+                    SELECT *, 1 AS audit_s FROM ({disk})
+                    UNION ALL SELECT *, -1 AS audit_s FROM ({fresh})
+                ) GROUP BY ALL)"""
+    ).fetchone() or (0, 0)
+    if differing:
+        order = ", ".join(c.key)
+        first = "SELECT * FROM (({a}) EXCEPT ALL ({b})) ORDER BY {order} LIMIT 1"
+        extra = conn.execute(first.format(a=disk, b=fresh, order=order)).fetchall()
+        missing = conn.execute(first.format(a=fresh, b=disk, order=order)).fetchall()
         cols = [d[0] for d in conn.execute(f"SELECT * FROM ({fresh}) LIMIT 0").description]
         _report(conn, c, cols, extra[0] if extra else None, missing[0] if missing else None, fresh, disk)
-    (n,) = conn.execute(f"SELECT count(*) FROM ({disk})").fetchone() or (0,)
     return int(n)
 
 
