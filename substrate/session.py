@@ -78,7 +78,11 @@ class Session:
                 # A programming error, not bad input: only the current model of a type is written.
                 raise TypeError(f"{cls.__qualname__} is not the payload model written for its type")
             items.append((cls.TYPE, p.to_data(), cls.TV))
-        receipts = self._writer().append_many(items)
+        writer = self._writer()
+        receipts = writer.append_many(items)
+        # What went wrong without failing the write (a derived index, a listener) is reported
+        # with the command's result, like a post hook's failure.
+        self.warnings += writer.take_warnings()
         self._projections.catch_up(self._conn)
         return receipts
 
