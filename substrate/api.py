@@ -217,7 +217,6 @@ class Substrate:
         "atomised" / "skipped_below_threshold" / "skipped_already_atomic" /
         "failed" (synchronous: the curator ran before this returned).
         """
-        self.require_writer()
         payload = MemoryStored.new(
             content,
             namespace=namespace,
@@ -233,6 +232,7 @@ class Substrate:
             source_span=source_span,
             memory_id=memory_id,
         )
+        self.require_writer()  # after the checks: bad input is refused before any file is touched
         planned: list[tuple[str, str | None]] = []
 
         def follow(policy: ResolvedPolicy) -> Sequence[Payload]:
