@@ -410,7 +410,7 @@ class Home:
         """The active key and, mid-rotation, the incoming one (the log says which applies)."""
         if not self.signing_key_path.exists() and not self.next_key_path.exists():
             raise SignerError(
-                f"this command signs, and the home's private key {self.signing_key_path} is missing "
+                f"this command signs, and the home has no private key: {self.signing_key_path} is missing "
                 "(reading, searching and verifying work without it; to write, restore the key or "
                 "replay the log into a home with `--signing-key`)",
                 file=str(self.signing_key_path),
