@@ -443,8 +443,11 @@ def test_replay_without_a_signing_key_is_read_only(world: Atomised, tmp_path: Pa
     with Log(home.log_dir) as log:
         cp, _ = log.latest_checkpoint()
         assert cp.size == log.size
-    with pytest.raises(SignerError):
-        Substrate.open(home, long_lived=False)
+    # Read-only means it reads (audits need no secrets) and refuses to sign.
+    with Substrate.open(home, long_lived=False) as sub:
+        assert sub.stats()["log"]["size"] == r.entries
+        with pytest.raises(SignerError):
+            sub.store("cannot be signed here")
 
 
 def test_replay_of_a_prefix(world: Atomised, tmp_path: Path) -> None:
