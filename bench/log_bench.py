@@ -3,10 +3,12 @@
     python -m bench.log_bench [--entries N] [--verify-entries M] [--fsync-entries F] [--dir D]
 
 Every figure is measured in this one run and reported as a rate and as a
-ratio to its bound, measured in the same run (DESIGN §6), so a noisy machine
-moves both sides together:
+ratio to its bound, measured in the same run, so a noisy machine moves both
+sides together:
 
   append, group commit   producer submitting as fast as it can  vs  a sign-only loop
+  periodic checkpoints   the same, publishing checkpoints (default policy) and a
+                         high-water mark                        vs  the same run without (alternated)
   append, fsync/append   one append at a time                    vs  a raw write+fdatasync loop
   verify, full           1 and 2 processes                       vs  a single-core verify-only loop
   verify, hashes only    1 pass of SHA-256 against checkpoints   vs  a raw SHA-256 loop
@@ -31,6 +33,7 @@ from typing import Any
 
 import nacl.bindings
 
+from mnemolog.eventlog.checkpoints import CheckpointPolicy
 from mnemolog.eventlog.entry import encode_payload, make_entry
 from mnemolog.eventlog.keys import SigningKey
 from mnemolog.eventlog.log import Log
@@ -45,6 +48,7 @@ TARGETS = {
     "verify_2proc_vs_verify_only": 1.5,
     "hashes_only_entries_per_s": 200_000,
     "overhead_bytes_per_entry": 160,
+    "periodic_checkpoints_vs_none": 0.9,
 }
 
 
@@ -143,8 +147,11 @@ def new_log(root: Path, name: str, key: SigningKey) -> Path:
     return d
 
 
-def append_group(d: Path, key: SigningKey, n: int, start: int = 0) -> float:
-    w = LogWriter(d, [key], durability=Durability("group"))
+def append_group(
+    d: Path, key: SigningKey, n: int, start: int = 0, policy: CheckpointPolicy | None = None
+) -> float:
+    hw = [d.parent / f"{d.name}.high-water"] if policy is not None else []
+    w = LogWriter(d, [key], durability=Durability("group"), checkpoint_policy=policy, high_water=hw)
     try:
         payloads = [payload(start + i) for i in range(n)]
         t0 = time.perf_counter()
@@ -169,6 +176,32 @@ def append_fsync(d: Path, key: SigningKey, n: int) -> float:
     finally:
         w.close()
     return rate(n, seconds)
+
+
+def periodic_vs_none(root: Path, key: SigningKey, n: int, rounds: int = 3) -> dict[str, Any]:
+    """Group commit with periodic checkpoints beside the same run without, alternated round by round."""
+    with_cp: list[float] = []
+    without: list[float] = []
+    checkpoints = 0
+    for r in range(rounds):
+        for label, policy in (("with", CheckpointPolicy()), ("without", None)):
+            d = new_log(root, f"periodic-{label}-{r}", key)
+            rate_ = append_group(d, key, n, policy=policy)
+            (with_cp if policy is not None else without).append(rate_)
+            if policy is not None:
+                checkpoints = max(checkpoints, len(list((d / "checkpoints").iterdir())))
+            shutil.rmtree(d)
+    best_with, best_without = max(with_cp), max(without)
+    return {
+        "entries": n,
+        "rounds": rounds,
+        "with_checkpoints_entries_per_s": best_with,
+        "without_entries_per_s": best_without,
+        "checkpoints_written": checkpoints,
+        "periodic_checkpoints_vs_none": ratio(best_with, best_without),
+        "all_with": with_cp,
+        "all_without": without,
+    }
 
 
 def disk_bytes(d: Path) -> tuple[int, int]:
@@ -271,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             "fsync_append_vs_raw_fsync": ratio(fsync_append_rate, fsync_rate),
         }
         result["overhead"] = overhead(d_group)
+        say(f"append: group commit with and without periodic checkpoints, {n} x 3 rounds each")
+        result["periodic_checkpoints"] = periodic_vs_none(root, key, n)
 
         say(f"verify at {n}")
         v = verify_rates(d_group, n + 1, key)
@@ -333,6 +368,12 @@ def main(argv: list[str] | None = None) -> int:
                 if "verify_large" in result
                 else {}
             ),
+            "periodic_checkpoints_vs_none": {
+                "value": result["periodic_checkpoints"]["periodic_checkpoints_vs_none"],
+                "target": f">= {TARGETS['periodic_checkpoints_vs_none']}",
+                "met": result["periodic_checkpoints"]["periodic_checkpoints_vs_none"]
+                >= TARGETS["periodic_checkpoints_vs_none"],
+            },
             "overhead_bytes_per_entry": {
                 "value": ov["overhead_bytes_per_entry"],
                 "target": f"<= {TARGETS['overhead_bytes_per_entry']}",

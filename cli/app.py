@@ -122,6 +122,8 @@ def writer_for(ctx: Ctx, **kw: Any) -> Iterator[Any]:
         yield w
     finally:
         w.close()
+        for message in w.take_warnings():
+            ctx.info(f"mnemolog: warning: {message}")
 
 
 def parse_json_object(text: str, what: str) -> dict[str, Any]:

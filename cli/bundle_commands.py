@@ -75,8 +75,8 @@ def verify_bundle(
     ctx: Ctx, file: Path, trusted_key: str | None, witness_keys: tuple[str, ...], min_witnesses: int | None
 ) -> None:
     """Verify a forensic bundle offline; exit 8 naming the first failure."""
-    policy = WitnessPolicy.parse(witness_keys, min_witnesses)
-    report = bundle.verify_bundle(file, bundle.parse_trusted_key(trusted_key), witnesses=policy)
+    witnesses = WitnessPolicy.parse(witness_keys, min_witnesses)
+    report = bundle.verify_bundle(file, policy=bundle.trust_policy(trusted_key), witnesses=witnesses)
     ctx.emit(report.to_json(), report.text)
 
 
@@ -100,9 +100,7 @@ def verify_bundle(
 @click.pass_obj
 def replay(ctx: Ctx, file: Path, new_home: Path, trusted_key: str | None, signing_key: Path | None) -> None:
     """Rebuild a home from a `log export` that starts at seq 0, verified on the way in."""
-    r = forensics.replay(
-        file, new_home, trusted=bundle.parse_trusted_key(trusted_key), signing_key=signing_key
-    )
+    r = forensics.replay(file, new_home, policy=bundle.trust_policy(trusted_key), signing_key=signing_key)
     data = {
         "home": r.home,
         "entries": r.entries,

@@ -14,8 +14,8 @@ from mnemolog.cli.app import Ctx, json_option, parse_json_object, writer_for
 from mnemolog.eventlog import merkle
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import NotFound, UsageError
-from mnemolog.eventlog.keys import load_verifier_key
 from mnemolog.eventlog.log import CHECKPOINT_DIR, checkpoint_name
+from mnemolog.eventlog.trust import TRUST_GENESIS, PinnedKey, TrustPolicy, parse_key_arg
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.substrate.home import init_home
 
@@ -156,7 +156,13 @@ def log_checkpoint(ctx: Ctx) -> None:
 @click.option(
     "--trusted-key",
     default=None,
-    help="A pinned public key (name+hash+base64, or a file): the key history must contain it.",
+    help="Anchor on a pinned public key (name+hash+base64, or a file) the key history must contain.",
+)
+@click.option(
+    "--trust-genesis",
+    is_flag=True,
+    help="Check the log as a stranger's: anchor on its own genesis key (trust on first use), "
+    "ignoring the home's log id, keys and high-water mark.",
 )
 @click.option(
     "--witness-key",
@@ -178,19 +184,35 @@ def log_verify(
     hashes_only: bool,
     processes: int | None,
     trusted_key: str | None,
+    trust_genesis: bool,
     witness_keys: tuple[str, ...],
     min_witnesses: int | None,
 ) -> None:
-    """Check the whole log; exit 8 naming the first failure."""
+    """Check the whole log against the home's trust anchor and high-water mark; exit 8 on failure."""
     from mnemolog.eventlog.cosignature import WitnessPolicy
     from mnemolog.substrate.witnessing import require_witnessed
 
-    ctx.home.require()
-    policy = WitnessPolicy.parse(witness_keys, min_witnesses)
-    anchor = load_verifier_key(trusted_key) if trusted_key else None
-    report = verify_log(ctx.home.log_dir, hashes_only=hashes_only, processes=processes, anchor=anchor)
+    home = ctx.home.require()
+    witnesses = WitnessPolicy.parse(witness_keys, min_witnesses)
+    if trusted_key is not None and trust_genesis:
+        raise UsageError("--trusted-key and --trust-genesis name two different anchors: give one")
+    policy: TrustPolicy
+    if trusted_key is not None:
+        policy = PinnedKey(parse_key_arg(trusted_key))
+    elif trust_genesis:
+        policy = TRUST_GENESIS
+    else:
+        policy = home.trust_anchor()
+    report = verify_log(
+        home.log_dir,
+        policy=policy,
+        # --trust-genesis checks the log as a stranger's: none of the home's record applies.
+        high_water=[] if trust_genesis else home.high_water_marks(),
+        hashes_only=hashes_only,
+        processes=processes,
+    )
     data = report.to_json()
-    witnessed = require_witnessed(ctx.home.log_dir, report.entries, policy) if policy else None
+    witnessed = require_witnessed(home.log_dir, report.entries, witnesses) if witnesses else None
     if witnessed is not None:
         data["witnesses"] = witnessed
 
@@ -202,14 +224,20 @@ def log_verify(
             f"root {report.root}",
             f"{report.checkpoints} checkpoint(s) verified; latest covers {report.latest_checkpoint}",
             f"{report.keys} key(s) in the history",
-            "checks: " + ", ".join(report.checks),
+            f"trust anchor: {report.trust.get('anchor')}: {_anchor_text(report.trust)}",
         ]
+        if report.high_water:
+            for hw in report.high_water:
+                lines.append(f"high-water mark {hw['source']}: size {hw['size']}, covered with the same root")
+        else:
+            lines.append("high-water mark: none recorded (a rollback of log/ could go unnoticed)")
         if witnessed is not None:
             names = ", ".join(c["name"] for c in witnessed["cosignatures"])
             lines.append(
                 f"witnessed: the checkpoint of size {witnessed['checkpoint']} carries "
                 f"{len(witnessed['cosignatures'])} cosignature(s) ({names}); {witnessed['min']} required"
             )
+        lines.append("checks: " + ", ".join(report.checks))
         if report.torn_tail:
             lines.append(
                 f"note: torn tail of {report.torn_tail['bytes']} bytes at "
@@ -219,6 +247,50 @@ def log_verify(
         return "\n".join(lines)
 
     ctx.emit(data, text)
+
+
+def _anchor_text(trust: dict[str, Any]) -> str:
+    if trust.get("anchor") == "pinned":
+        return f"pinned key {trust['key']} (in the history from seq {trust.get('epoch_from_seq')})"
+    if trust.get("anchor") == "home":
+        return f"the home's log id {trust.get('log_id')} and genesis key {trust['key']}"
+    return f"genesis key {trust.get('key')} found in the log (trust on first use: NOT anchored)"
+
+
+@click.command("verify")
+@click.option(
+    "--log", "check_log", is_flag=True, help="Verify the log (as `log verify`, anchored on the home)."
+)
+@click.option(
+    "--projections",
+    "check_projections",
+    is_flag=True,
+    help="Re-fold the log and compare every projection table with disk, row for row.",
+)
+@json_option
+@click.pass_obj
+def verify(ctx: Ctx, check_log: bool, check_projections: bool) -> None:
+    """Verify the home: the log, and the projections against the log (default: both); exit 8 on failure."""
+    from mnemolog.substrate.api import Substrate
+
+    home = ctx.home.require()
+    if not check_log and not check_projections:
+        check_log = check_projections = True
+    data: dict[str, Any] = {}
+    lines: list[str] = []
+    if check_log:
+        report = verify_log(home.log_dir, policy=home.trust_anchor(), high_water=home.high_water_marks())
+        data["log"] = report.to_json()
+        lines.append(f"ok: log of {report.entries} entries verified ({_anchor_text(report.trust)})")
+    if check_projections:
+        with Substrate.open(home, long_lived=False, worker=False) as sub:
+            proj = sub.verify_projections()
+        data["projections"] = proj
+        lines.append(
+            f"ok: {proj['rows']} projection rows in {len(proj['tables'])} tables equal a fresh fold of "
+            f"the first {proj['entries']} entries"
+        )
+    ctx.emit(data, "\n".join(lines))
 
 
 @log_group.command("prove")

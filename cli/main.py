@@ -8,7 +8,7 @@ from mnemolog.cli.app import Ctx, MnemologGroup
 from mnemolog.cli.atomise_commands import COMMANDS as ATOMISE_COMMANDS
 from mnemolog.cli.bundle_commands import COMMANDS as BUNDLE_COMMANDS
 from mnemolog.cli.bundle_commands import log_export
-from mnemolog.cli.log_commands import init, key_group, log_group
+from mnemolog.cli.log_commands import init, key_group, log_group, verify
 from mnemolog.cli.mcp import mcp_command
 from mnemolog.cli.memory_commands import COMMANDS as MEMORY_COMMANDS
 from mnemolog.cli.migrate_commands import COMMANDS as MIGRATE_COMMANDS
@@ -34,6 +34,7 @@ def cli(ctx: click.Context, home: str | None, json_flag: bool) -> None:
 cli.add_command(init)
 cli.add_command(log_group)
 cli.add_command(key_group)
+cli.add_command(verify)
 log_group.add_command(log_export)
 for _cmd in BUNDLE_COMMANDS:
     cli.add_command(_cmd)

@@ -360,13 +360,30 @@ def stats(ctx: Ctx) -> None:
 
 
 @click.command()
+@click.option(
+    "--accept-rollback",
+    is_flag=True,
+    help="The log lost entries the home had recorded, and that is intended: record it in the log "
+    "(a signed log.rollback_accepted) and rebuild over it.",
+)
 @json_option
 @click.pass_obj
-def rebuild(ctx: Ctx) -> None:
-    """Drop every projection and replay the whole log."""
+def rebuild(ctx: Ctx, accept_rollback: bool) -> None:
+    """Drop every projection and replay the whole log (refused over a rolled-back log)."""
     with opened(ctx) as s:
-        r = s.rebuild()
-    ctx.emit(r, f"rebuilt projections from {r['replayed']} entries")
+        r = s.rebuild(accept_rollback=accept_rollback)
+
+    def text() -> str:
+        out = f"rebuilt projections from {r['replayed']} entries"
+        acc = r.get("rollback_accepted")
+        if acc:
+            out = (
+                f"accepted a rollback from {acc['old_size']} to {acc['new_size']} entries "
+                f"(recorded at seq {acc['seq']}); " + out
+            )
+        return out
+
+    ctx.emit(r, text)
 
 
 COMMANDS = [store, get, update, link, archive, restore, recall, search, list_cmd, stats, rebuild]

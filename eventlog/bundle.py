@@ -68,13 +68,12 @@ from mnemolog.eventlog.entry import Entry, to_jsonable
 from mnemolog.eventlog.errors import (
     MnemologError,
     NotFound,
-    SignerError,
     StorageError,
-    UsageError,
     VerificationError,
 )
-from mnemolog.eventlog.keys import VerifierKey, load_verifier_key, verify_signature
+from mnemolog.eventlog.keys import VerifierKey, verify_signature
 from mnemolog.eventlog.note import Checkpoint
+from mnemolog.eventlog.trust import TRUST_GENESIS, KeySchedule, PinnedKey, TrustPolicy, parse_key_arg
 
 __all__ = [
     "CHECKPOINT",
@@ -104,15 +103,13 @@ __all__ = [
     "main",
     "manifest_tbs",
     "merkle_b64",
-    "parse_trusted_key",
     "read_members",
     "resign_manifest",
+    "trust_policy",
     "verify_bundle",
     "verify_md",
     "verify_members",
 ]
-
-MAX_KEY_FILE = 4096
 
 
 def _f(message: str, check: str, **where: Any) -> VerificationError:
@@ -123,10 +120,10 @@ class _Check:
     """One verification run over the members of an archive, in the documented order."""
 
     def __init__(
-        self, members: dict[str, bytes], trusted: VerifierKey | None, witnesses: WitnessPolicy | None = None
+        self, members: dict[str, bytes], policy: TrustPolicy, witnesses: WitnessPolicy | None = None
     ) -> None:
         self.m = members
-        self.trusted = trusted
+        self.policy = policy
         self.witnesses = witnesses
         self.report = BundleReport()
 
@@ -155,10 +152,10 @@ class _Check:
         self.done("manifest_decoded")
         # 2. The key history, each key event signed under the history before it.
         key_entries = offline.parse_entries(self.need(KEYS), KEYS)
-        keys = offline.KeySchedule(key_entries, KEYS)
+        keys = offline.key_schedule(key_entries, KEYS)
         self.done("key_history")
         # 3. Trust, then the checkpoint signature by the key valid at its size.
-        r.trust = keys.trust(self.trusted)
+        r.trust = self.policy.check(keys).to_json()
         cp = offline.open_trusted_checkpoint(self.need(CHECKPOINT), keys, CHECKPOINT)
         cp_key = keys.key_at(cp.size)
         r.checkpoint_key = cp_key.vkey()
@@ -226,7 +223,7 @@ class _Check:
                 expected=key.vkey(),
             )
 
-    def _manifest_matches(self, man: dict[str, Any], cp: Checkpoint, keys: offline.KeySchedule) -> None:
+    def _manifest_matches(self, man: dict[str, Any], cp: Checkpoint, keys: KeySchedule) -> None:
         def same(name: str, want: Any) -> None:
             if man[name] != want:
                 raise _f(
@@ -256,7 +253,7 @@ class _Check:
         man: dict[str, Any],
         key_entries: list[Entry],
         entries: list[Entry],
-        keys: offline.KeySchedule,
+        keys: KeySchedule,
         cp: Checkpoint,
     ) -> None:
         seqs = [e.seq for e in entries]
@@ -293,7 +290,7 @@ class _Check:
                     seq=e.seq,
                     file=ENTRIES,
                 )
-            keys.check(e, ENTRIES)
+            keys.check_entry(e, ENTRIES)
             last = e.seq
         # Where two entries are adjacent in the log, the chain link between them is checkable.
         by_seq = {e.seq: (e, KEYS) for e in key_entries}
@@ -326,13 +323,13 @@ def read_members(path: Path, limits: tarball.Limits = tarball.DEFAULT_LIMITS) ->
 
 def verify_members(
     members: dict[str, bytes],
-    trusted: VerifierKey | None = None,
     *,
+    policy: TrustPolicy = TRUST_GENESIS,
     witnesses: WitnessPolicy | None = None,
 ) -> BundleReport:
-    """Verify a bundle already read into memory; return the report or raise."""
+    """Verify a bundle already read into memory under a trust policy; return the report or raise."""
     try:
-        return _Check(members, trusted, witnesses).run()
+        return _Check(members, policy, witnesses).run()
     except MnemologError as exc:
         if isinstance(exc, VerificationError):
             raise
@@ -351,30 +348,22 @@ def verify_members(
 
 def verify_bundle(
     path: Path,
-    trusted: VerifierKey | None = None,
-    limits: tarball.Limits = tarball.DEFAULT_LIMITS,
     *,
+    policy: TrustPolicy = TRUST_GENESIS,
+    limits: tarball.Limits = tarball.DEFAULT_LIMITS,
     witnesses: WitnessPolicy | None = None,
 ) -> BundleReport:
     """Verify the bundle at `path` (every check of docs/forensics.md); return a report or raise."""
     members = read_members(path, limits)
-    report = verify_members(members, trusted, witnesses=witnesses)
+    report = verify_members(members, policy=policy, witnesses=witnesses)
     report.file = str(path)
     report.checks.insert(0, "archive")
     return report
 
 
-def parse_trusted_key(text: str | None) -> VerifierKey | None:
-    """A --trusted-key value: a vkey string `name+hash+base64` or a file holding one."""
-    if text is None:
-        return None
-    try:
-        # A key file is a line; refuse a huge one before reading it.
-        if os.path.isfile(text) and os.path.getsize(text) > MAX_KEY_FILE:
-            raise UsageError(f"--trusted-key: {text} is larger than a key file ({MAX_KEY_FILE} bytes)")
-        return load_verifier_key(text)
-    except SignerError as exc:
-        raise UsageError(f"--trusted-key: {exc.message}", field="trusted_key") from exc
+def trust_policy(trusted_key: str | None) -> TrustPolicy:
+    """The policy of a --trusted-key option: the pinned key, or trust on first use without one."""
+    return PinnedKey(parse_key_arg(trusted_key)) if trusted_key is not None else TRUST_GENESIS
 
 
 # -- the standalone command -------------------------------------------------
@@ -398,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         policy = WitnessPolicy.parse(args.witness_key, args.min_witnesses)
-        report = verify_bundle(Path(args.bundle), parse_trusted_key(args.trusted_key), witnesses=policy)
+        report = verify_bundle(Path(args.bundle), policy=trust_policy(args.trusted_key), witnesses=policy)
     except MnemologError as err:
         if args.json:
             print(json.dumps(err.to_json(), default=str))

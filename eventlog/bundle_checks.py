@@ -31,6 +31,7 @@ from mnemolog.eventlog.entry import Entry, to_jsonable
 from mnemolog.eventlog.errors import VerificationError
 from mnemolog.eventlog.heads import HeadProof, verify_head
 from mnemolog.eventlog.note import Checkpoint
+from mnemolog.eventlog.trust import KeySchedule
 
 
 def fail(message: str, check: str, **where: Any) -> VerificationError:
@@ -319,7 +320,7 @@ def check_heads(
     members: dict[str, bytes],
     man: dict[str, Any],
     cp: Checkpoint,
-    keys: offline.KeySchedule,
+    keys: KeySchedule,
     entries: list[Entry],
 ) -> Completeness:
     """The bundle holds, for each of its ids, every entry about it among the first L entries.
@@ -354,7 +355,7 @@ def check_heads(
             seq=he.seq,
             file=HEADS,
         )
-    keys.check(he, HEADS)
+    keys.check_entry(he, HEADS)
     d = he.data
     as_of = offline.as_int(d.get("size"), "heads size", HEADS, "heads.decode")
     root = offline.as_hash(d.get("root"), "heads root", HEADS, "heads.decode")

@@ -110,16 +110,21 @@ def _scan(value: Any, depth: int, path: Path) -> bool:
     raise _fail(value, depth, path)
 
 
-def is_plain(value: Any, path: str = "$") -> bool:
+def is_plain(value: Any, path: str = "$", *, depth: int = 0) -> bool:
     """Check the value model (raising DecodeError) and tell whether `value` is plain:
     no floats and every map's keys in canonical order, so that cbor2's default
     encoding of it is the canonical one."""
-    return _scan(value, 0, path)
+    return _scan(value, depth, path)
 
 
-def encode(value: Any, path: str = "$") -> bytes:
-    """The canonical CBOR encoding of `value` (which must be in the value model)."""
-    if _scan(value, 0, path):
+def encode(value: Any, path: str = "$", *, depth: int = 0) -> bytes:
+    """The canonical CBOR encoding of `value` (which must be in the value model).
+
+    `depth` is how deep `value` sits in the structure that is signed (an
+    entry's payload sits at depth 1, inside the entry map): the nesting limit
+    counts from the outermost map, wherever a value is checked.
+    """
+    if _scan(value, depth, path):
         return bytes(cbor2.dumps(value))
     return bytes(cbor2.dumps(value, canonical=True))
 

@@ -1,7 +1,7 @@
 """Format-v1 entries: building, signing, encoding, parsing and leaf hashes.
 
 An entry is a CBOR map with exactly the keys v, seq, ts, type, tv, data, prev,
-kid and sig (DESIGN §2). The envelope is encoded by hand, in canonical key
+kid and sig (docs/format.md §2). The envelope is encoded by hand, in canonical key
 order, because the writer and verifier spend most of their time here; only
 the payload goes through the codec (cbor2). A property test holds the
 hand encoding equal to cbor2's canonical encoding of the same map.
@@ -13,7 +13,7 @@ import hashlib
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from mnemolog.eventlog import codec
 from mnemolog.eventlog.errors import DecodeError
@@ -27,6 +27,9 @@ HASH_LEN = 32
 ENTRY_KEYS = frozenset({"v", "seq", "ts", "type", "tv", "data", "prev", "kid", "sig"})
 TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 MAX_TYPE_LEN = 64
+# The payload map sits inside the entry map: the value model's nesting limit (codec.MAX_DEPTH)
+# counts from the entry, so a payload is checked at this depth everywhere it is checked.
+PAYLOAD_DEPTH = 1
 
 
 def _head(major: int, n: int) -> bytes:
@@ -93,17 +96,23 @@ def leaf_hash(entry_bytes: bytes) -> bytes:
 _VALID_TYPES: set[str] = set()
 
 
+def _valid_type_name(type_: str) -> bool:
+    if len(type_) > MAX_TYPE_LEN or not TYPE_RE.match(type_):
+        return False
+    if len(_VALID_TYPES) < 4096:
+        _VALID_TYPES.add(type_)
+    return True
+
+
 def check_type_name(type_: str) -> None:
     if type_ in _VALID_TYPES:
         return
-    if not isinstance(type_, str) or len(type_) > MAX_TYPE_LEN or not TYPE_RE.match(type_):
+    if not isinstance(type_, str) or not _valid_type_name(type_):
         raise DecodeError(
             f"event type {type_!r} is not a dotted lowercase name (e.g. memory.stored)",
             field="type",
             found=type_,
         )
-    if len(_VALID_TYPES) < 4096:
-        _VALID_TYPES.add(type_)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +226,7 @@ def encode_payload(data: dict[str, Any]) -> bytes:
     """Canonical CBOR of an entry payload (a map with text keys, in the value model)."""
     if not isinstance(data, dict):
         raise DecodeError("entry data must be a map", field="data")
-    return codec.encode(data, "data")
+    return codec.encode(data, "data", depth=PAYLOAD_DEPTH)
 
 
 def encodings(
@@ -237,6 +246,53 @@ def encodings(
 
 def tbs_bytes(seq: int, ts: int, type_: str, tv: int, data: dict[str, Any], prev: bytes, kid: bytes) -> bytes:
     return _tbs(*_parts(seq, ts, type_, tv, encode_payload(data), prev, kid))
+
+
+class Problem(NamedTuple):
+    """Why a decoded value is not a v1 entry: the field at fault and a sentence."""
+
+    field: str
+    message: str
+
+
+_UINT_FIELDS = ("seq", "ts", "tv")
+
+
+def entry_problem(m: Any) -> Problem | None:
+    """None when the decoded value `m` has the v1 entry shape, else what is wrong.
+
+    The one shape rule of an entry: exactly the nine keys, `v` = 1, unsigned
+    seq/ts/tv below 2^64, a valid type name, a map payload, and byte strings
+    of 32, 8 and 64 bytes for prev, kid and sig. The decoder
+    (`entry_from_map`) and the verifier's fast pass both ask it; it returns
+    rather than raises so the fast pass pays no exception per entry.
+    """
+    if type(m) is not dict:
+        return Problem("entry", "not a CBOR map")
+    if m.keys() != ENTRY_KEYS:
+        keys = set(m)
+        missing = sorted(ENTRY_KEYS - keys)
+        extra = sorted(str(k) for k in keys - ENTRY_KEYS)
+        return Problem("entry", f"entry keys differ from format v1 (missing {missing}, unexpected {extra})")
+    v = m["v"]
+    if type(v) is not int or v != FORMAT_VERSION:
+        return Problem("v", f"format version {v!r}, this reader knows {FORMAT_VERSION}")
+    for name in _UINT_FIELDS:
+        n = m[name]
+        if type(n) is not int or not 0 <= n <= codec.UINT_MAX:
+            return Problem(name, f"entry field {name} must be an unsigned integer")
+    t = m["type"]
+    if type(t) is not str:
+        return Problem("type", "field type has the wrong CBOR type")
+    if t not in _VALID_TYPES and not _valid_type_name(t):
+        return Problem("type", f"event type {t!r} is not a dotted lowercase name (e.g. memory.stored)")
+    if type(m["data"]) is not dict:
+        return Problem("data", "field data has the wrong CBOR type")
+    for name, length in (("prev", HASH_LEN), ("kid", KID_LEN), ("sig", SIG_LEN)):
+        b = m[name]
+        if type(b) is not bytes or len(b) != length:
+            return Problem(name, f"field {name} must be {length} bytes")
+    return None
 
 
 def _check_fields(seq: int, ts: int, type_: str, tv: int, prev: bytes, kid: bytes) -> None:
@@ -305,30 +361,10 @@ def sign_checked(
 
 
 def entry_from_map(m: Any, raw: bytes, where: str = "entry") -> Entry:
-    """Shape-check a decoded map (keys, types, version) and wrap it with its bytes."""
-    if not isinstance(m, dict):
-        raise DecodeError(f"{where}: not a CBOR map", field="entry")
-    keys = set(m)
-    if keys != ENTRY_KEYS:
-        missing = sorted(ENTRY_KEYS - keys)
-        extra = sorted(str(k) for k in keys - ENTRY_KEYS)
-        raise DecodeError(
-            f"{where}: entry keys differ from format v1 (missing {missing}, unexpected {extra})",
-            field="entry",
-        )
-    if m["v"] != FORMAT_VERSION:
-        raise DecodeError(
-            f"{where}: format version {m['v']!r}, this reader knows {FORMAT_VERSION}",
-            field="v",
-            expected=FORMAT_VERSION,
-            found=m["v"],
-        )
-    for name, typ in (("type", str), ("data", dict), ("prev", bytes), ("kid", bytes)):
-        if not isinstance(m[name], typ):
-            raise DecodeError(f"{where}: field {name} has the wrong CBOR type", field=name)
-    if not isinstance(m["sig"], bytes) or len(m["sig"]) != SIG_LEN:
-        raise DecodeError(f"{where}: field sig must be 64 bytes", field="sig")
-    _check_fields(m["seq"], m["ts"], m["type"], m["tv"], m["prev"], m["kid"])
+    """Shape-check a decoded map (`entry_problem`) and wrap it with its bytes."""
+    problem = entry_problem(m)
+    if problem is not None:
+        raise DecodeError(f"{where}: {problem.message}", field=problem.field)
     return Entry(
         seq=m["seq"],
         ts=m["ts"],

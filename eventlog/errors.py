@@ -1,6 +1,6 @@
 """The one exception root of mnemolog and the error classes the log layer raises.
 
-Every error carries the exit code of DESIGN §5 and a stable slug; the CLI maps
+Every error carries its exit code (the README's table) and a stable slug; the CLI maps
 errors to output in one place and never inspects messages. Other packages
 subclass these (curator, governance, atomisation errors) rather than defining
 roots of their own, so `except MnemologError` catches everything we raise.

@@ -106,6 +106,12 @@ class Index:
     def leaf(self, seq: int) -> bytes:
         return self._pread("tree-00", HASH, seq * HASH)
 
+    def leaves(self, start: int, stop: int) -> bytes:
+        """The leaf hashes of entries start..stop-1, concatenated (one read)."""
+        if stop <= start:
+            return b""
+        return self._pread("tree-00", (stop - start) * HASH, start * HASH)
+
     def perfect(self, level: int, index: int) -> bytes:
         return self._pread(self.level_name(level), HASH, index * HASH)
 

@@ -10,51 +10,44 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from mnemolog.eventlog import merkle
+from mnemolog.eventlog.checkpoints import CHECKPOINT_DIR, checkpoint_name, checkpoint_sizes
 from mnemolog.eventlog.entry import Entry, entry_from_map, parse_entry
 from mnemolog.eventlog.errors import (
     DecodeError,
     HomeMissing,
     NotFound,
-    SignerError,
     StorageError,
     VerificationError,
 )
 from mnemolog.eventlog.index import Index, Location
 from mnemolog.eventlog.keys import VerifierKey
-from mnemolog.eventlog.note import Checkpoint, open_checkpoint, origin_for
+from mnemolog.eventlog.note import Checkpoint, open_checkpoint
 from mnemolog.eventlog.segments import list_segments, scan_file
+from mnemolog.eventlog.trust import (
+    GENESIS_TYPE,
+    ROTATION_TYPE,
+    KeyEpoch,
+    KeySchedule,
+    key_from_data,
+    origin_for,
+)
 
-GENESIS_TYPE = "log.created"
-ROTATION_TYPE = "key.rotated"
-CHECKPOINT_DIR = "checkpoints"
-
-
-@dataclass(frozen=True)
-class KeyEpoch:
-    """A key and the first seq it signs (genesis: 0; a rotation at r: r + 1)."""
-
-    first_seq: int
-    key: VerifierKey
-    event_seq: int
-
-
-def checkpoint_name(size: int) -> str:
-    return f"{size:020d}"
-
-
-def key_from_data(data: dict[str, object], what: str, seq: int) -> VerifierKey:
-    """The key a genesis or key.rotated payload announces: text key_name, bytes(32) public_key."""
-    name, pk = data.get("key_name"), data.get("public_key")
-    if not isinstance(name, str) or not isinstance(pk, bytes):
-        raise DecodeError(f"{what} at seq {seq} lacks a text key_name and a byte-string public_key", seq=seq)
-    try:
-        return VerifierKey(name, pk)
-    except SignerError as exc:
-        raise DecodeError(f"{what} at seq {seq}: {exc.message}", seq=seq) from exc
+__all__ = [
+    "CHECKPOINT_DIR",
+    "GENESIS_TYPE",
+    "ROTATION_TYPE",
+    "KeyEpoch",
+    "KeySchedule",
+    "Log",
+    "checkpoint_name",
+    "genesis_key",
+    "rotation_key",
+    "segment_file",
+    "segment_zero",
+]
 
 
 def genesis_key(genesis: Entry) -> VerifierKey:
@@ -259,27 +252,30 @@ class Log:
     def origin(self) -> str:
         return origin_for(self.log_id)
 
-    def key_history(self, below: int | None = None) -> list[KeyEpoch]:
-        """Genesis key and every rotation among the first `below` entries."""
+    def key_schedule(self, below: int | None = None) -> KeySchedule:
+        """The key history as the first `below` entries (default: all) know it.
+
+        Key events are found through the index's key list and the scanned tail;
+        each is read and checked as it is added (DecodeError when malformed).
+        """
         limit = self.size if below is None else below
-        epochs = [KeyEpoch(0, genesis_key(self.genesis), 0)]
+        ks = KeySchedule.from_genesis(self.genesis)
         seqs = self.index.key_seqs(min(limit, self._indexed)) if self._indexed else []
         seqs += [s for s in self._tail_keys if s < limit]
-        for s in seqs:
+        for s in sorted(set(seqs)):
             if s == 0:
                 continue
             e = self.entry(s)
             if e.type == ROTATION_TYPE:
-                epochs.append(KeyEpoch(s + 1, rotation_key(e), s))
-        return epochs
+                ks.add(e)
+        return ks
+
+    def key_history(self, below: int | None = None) -> list[KeyEpoch]:
+        return self.key_schedule(below).epochs
 
     def key_at(self, seq: int) -> VerifierKey:
         """The key that signs entry `seq` (and the checkpoint of size `seq`)."""
-        key = genesis_key(self.genesis)
-        for ep in self.key_history(seq):
-            if ep.first_seq <= seq:
-                key = ep.key
-        return key
+        return self.key_schedule(seq).key_at(seq)
 
     # -- tree, proofs, checkpoints -----------------------------------------
 
@@ -325,12 +321,7 @@ class Log:
         return proof
 
     def checkpoint_sizes(self) -> list[int]:
-        d = self.dir / CHECKPOINT_DIR
-        try:
-            names = os.listdir(d)
-        except FileNotFoundError:
-            return []
-        return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
+        return checkpoint_sizes(self.dir)
 
     def checkpoint_bytes(self, size: int) -> bytes:
         path = self.dir / CHECKPOINT_DIR / checkpoint_name(size)

@@ -30,10 +30,10 @@ import cbor2
 from mnemolog.eventlog import codec, merkle, offline
 from mnemolog.eventlog.entry import ZERO_HASH, Entry
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.eventlog.keys import VerifierKey
 from mnemolog.eventlog.log import GENESIS_TYPE, ROTATION_TYPE
 from mnemolog.eventlog.note import Checkpoint
 from mnemolog.eventlog.progress import Progress
+from mnemolog.eventlog.trust import TRUST_GENESIS, KeySchedule, TrustPolicy
 
 FORMAT = "mnemolog/log-export/v1"
 HEADER_KEYS = {
@@ -141,7 +141,7 @@ class VerifiedExport:
     log_id: bytes
     checkpoint: bytes
     entries: list[Entry]
-    keys: offline.KeySchedule
+    keys: KeySchedule
     trust: dict[str, Any]
 
     def summary(self) -> dict[str, Any]:
@@ -173,11 +173,11 @@ def _header(value: Any) -> dict[str, Any]:
 
 
 def verify_export(
-    data: bytes, trusted: VerifierKey | None = None, *, progress: bool | None = None
+    data: bytes, *, policy: TrustPolicy = TRUST_GENESIS, progress: bool | None = None
 ) -> VerifiedExport:
     """Check an export completely (see the module docstring); return its entries or raise."""
     try:
-        return _verify(data, trusted, progress)
+        return _verify(data, policy, progress)
     except VerificationError:
         raise
     except (
@@ -192,7 +192,7 @@ def verify_export(
         raise offline.wrap_unexpected(exc, "export") from exc
 
 
-def _verify(data: bytes, trusted: VerifierKey | None, progress: bool | None) -> VerifiedExport:
+def _verify(data: bytes, policy: TrustPolicy, progress: bool | None) -> VerifiedExport:
     stream = io.BytesIO(data)
     dec = cbor2.CBORDecoder(stream)
     try:
@@ -220,8 +220,8 @@ def _verify(data: bytes, trusted: VerifierKey | None, progress: bool | None) -> 
         if not isinstance(raw, bytes):
             raise offline.fail("key entries must be entry bytes", "export.header", file=FILE)
         key_entries.append(offline.parse_entry_item(raw, offline.decode_any(raw, FILE), FILE, i))
-    keys = offline.KeySchedule(key_entries, FILE)
-    trust = keys.trust(trusted)
+    keys = offline.key_schedule(key_entries, FILE)
+    trust = policy.check(keys).to_json()
     cp = offline.open_trusted_checkpoint(h["checkpoint"], keys, FILE)
     if cp.size != size:
         raise offline.fail(
@@ -285,7 +285,7 @@ def _verify(data: bytes, trusted: VerifierKey | None, progress: bool | None) -> 
                         seq=seq,
                         file=FILE,
                     )
-            keys.check(e, FILE)
+            keys.check_entry(e, FILE)
             entries.append(e)
             prev = e.leaf
             if i % 4096 == 0:

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 from mnemolog.eventlog.errors import DecodeError, SignerError, VerificationError
 from mnemolog.eventlog.keys import SigningKey, VerifierKey, check_key_name
+from mnemolog.eventlog.trust import ORIGIN_PREFIX, origin_for
+
+__all__ = ["ORIGIN_PREFIX", "Checkpoint", "SignedNote", "open_checkpoint", "origin_for", "peek_checkpoint"]
 
 SIG_PREFIX = "— "
 MAX_SIGS = 100
 MAX_NOTE_BYTES = 64 * 1024
 _DECIMAL = re.compile(r"^(0|[1-9][0-9]{0,19})$")
-ORIGIN_PREFIX = "mnemolog/"
 
 
 @dataclass(frozen=True)
@@ -158,10 +160,6 @@ class Checkpoint:
         if len(root) != 32 or base64.b64encode(root).decode() != root_s:
             raise DecodeError(f"{where}: root hash must be 32 bytes in base64", file=where)
         return Checkpoint(origin, int(size_s), root)
-
-
-def origin_for(log_id: bytes) -> str:
-    return ORIGIN_PREFIX + log_id.hex()
 
 
 def open_checkpoint(raw: bytes, key: VerifierKey, where: str = "checkpoint") -> Checkpoint:

@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import cbor2
 
 from mnemolog.eventlog import codec
 from mnemolog.eventlog.entry import ZERO_HASH, Entry, encodings, entry_from_map
-from mnemolog.eventlog.errors import DecodeError, MnemologError, SignerError, VerificationError
-from mnemolog.eventlog.keys import VerifierKey, verify_signature
-from mnemolog.eventlog.log import GENESIS_TYPE, ROTATION_TYPE
-from mnemolog.eventlog.note import Checkpoint, open_checkpoint, origin_for, peek_checkpoint
+from mnemolog.eventlog.errors import DecodeError, MnemologError, VerificationError
+from mnemolog.eventlog.note import Checkpoint, open_checkpoint, peek_checkpoint
+from mnemolog.eventlog.trust import GENESIS_TYPE, ROTATION_TYPE, KeySchedule
 
 _CBOR_ERRORS = (cbor2.CBORError, ValueError, TypeError, OverflowError, MemoryError, RecursionError)
 
@@ -95,114 +93,48 @@ def parse_entries(buf: bytes, file: str) -> list[Entry]:
     return [parse_entry_item(raw, value, file, i) for i, (raw, value) in enumerate(split_sequence(buf, file))]
 
 
-@dataclass(frozen=True)
-class Epoch:
-    first_seq: int  # the first seq this key signs (genesis 0; a rotation at r: r + 1)
-    key: VerifierKey
-    event_seq: int
+def key_schedule(key_entries: Sequence[Entry], file: str) -> KeySchedule:
+    """The key history from genesis through every rotation, each key event's signature checked.
 
-
-class KeySchedule:
-    """The key history from genesis through every rotation, each rotation checked."""
-
-    def __init__(self, key_entries: Sequence[Entry], file: str) -> None:
-        if not key_entries or key_entries[0].seq != 0 or key_entries[0].type != GENESIS_TYPE:
-            raise fail(
-                f"{file}: the key history must start with the genesis entry (seq 0)",
-                "keys.genesis",
-                file=file,
-            )
-        g = key_entries[0]
-        if g.prev != ZERO_HASH:
-            raise fail("the genesis entry does not start the chain", "entry.prev", seq=0, file=file)
-        genesis_key = _key_of(g, file)
-        lid = g.data.get("log_id")
-        if not isinstance(lid, bytes) or len(lid) != 16:
-            raise fail("the genesis entry's log_id is not 16 bytes", "keys.genesis", seq=0, file=file)
-        self.log_id = lid
-        self.origin = origin_for(lid)
-        self.epochs = [Epoch(0, genesis_key, 0)]
-        self.check(g, file)
-        last = 0
-        for e in key_entries[1:]:
-            if e.type != ROTATION_TYPE:
-                raise fail(
-                    f"{file}: entry {e.seq} of type {e.type!r} is not a key event",
-                    "keys.type",
-                    seq=e.seq,
-                    file=file,
-                )
-            if e.seq <= last:
-                raise fail(f"{file}: key events out of order at {e.seq}", "keys.order", seq=e.seq, file=file)
-            self.check(e, file)  # signed by the key before the rotation
-            self.epochs.append(Epoch(e.seq + 1, _key_of(e, file), e.seq))
-            last = e.seq
-
-    def key_at(self, seq: int) -> VerifierKey:
-        """The key that signs entry `seq`, and the checkpoint of size `seq`."""
-        key = self.epochs[0].key
-        for ep in self.epochs:
-            if ep.first_seq <= seq:
-                key = ep.key
-        return key
-
-    def check(self, e: Entry, file: str) -> None:
-        """Key id and signature of entry `e` under this history; raise on failure."""
-        key = self.key_at(e.seq)
-        if e.kid != key.kid:
-            raise fail(
-                f"{file}: entry {e.seq} is signed by key {e.kid.hex()}, "
-                f"but the key history says {key.kid.hex()}",
-                "entry.kid",
-                seq=e.seq,
-                file=file,
-                expected=key.kid.hex(),
-                found=e.kid.hex(),
-            )
-        if not verify_signature(key.public_key, e.tbs(), e.sig):
-            raise fail(
-                f"{file}: the signature of entry {e.seq} does not verify with key {key.kid.hex()}",
-                "entry.signature",
-                seq=e.seq,
-                file=file,
-                expected=key.vkey(),
-            )
-
-    def trust(self, pinned: VerifierKey | None) -> dict[str, Any]:
-        """Which key anchors trust: a pinned key (which must be in the history) or genesis."""
-        if pinned is None:
-            return {
-                "anchor": "genesis",
-                "key": self.epochs[0].key.vkey(),
-                "pinned": False,
-                "note": "no key was pinned: the genesis key found in the data anchors trust, which "
-                "proves integrity and internal consistency, not who signed; pin a key with --trusted-key",
-            }
-        for ep in self.epochs:
-            if ep.key.public_key == pinned.public_key and ep.key.name == pinned.name:
-                return {
-                    "anchor": "pinned",
-                    "key": pinned.vkey(),
-                    "pinned": True,
-                    "epoch_from_seq": ep.first_seq,
-                }
+    The one `KeySchedule` type decides which key signs what; this names the
+    failures the way bundle and export verification report them.
+    """
+    if not key_entries or key_entries[0].seq != 0 or key_entries[0].type != GENESIS_TYPE:
         raise fail(
-            f"the trusted key {pinned.vkey()} is not in the log's key history",
-            "trust.key",
-            expected=pinned.vkey(),
-            found=[ep.key.vkey() for ep in self.epochs],
-        )
-
-
-def _key_of(e: Entry, file: str) -> VerifierKey:
-    try:
-        return VerifierKey(str(e.data["key_name"]), bytes(e.data["public_key"]))
-    except (KeyError, TypeError, ValueError, SignerError) as exc:
-        raise fail(
-            f"{file}: key event {e.seq} lacks a valid key_name/public_key",
-            "keys.data",
-            seq=e.seq,
+            f"{file}: the key history must start with the genesis entry (seq 0)",
+            "keys.genesis",
             file=file,
+        )
+    g = key_entries[0]
+    if g.prev != ZERO_HASH:
+        raise fail("the genesis entry does not start the chain", "entry.prev", seq=0, file=file)
+    for e in key_entries[1:]:
+        if e.type != ROTATION_TYPE:
+            raise fail(
+                f"{file}: entry {e.seq} of type {e.type!r} is not a key event",
+                "keys.type",
+                seq=e.seq,
+                file=file,
+            )
+    last = 0
+    for e in key_entries[1:]:
+        if e.seq <= last:
+            raise fail(f"{file}: key events out of order at {e.seq}", "keys.order", seq=e.seq, file=file)
+        last = e.seq
+    try:
+        return KeySchedule.from_key_entries(key_entries)
+    except DecodeError as exc:
+        seq = exc.details.get("seq")
+        check = "keys.genesis" if seq == 0 and "log_id" in exc.message else "keys.data"
+        raise fail(f"{file}: {exc.message}", check, seq=seq, file=file) from exc
+    except VerificationError as exc:
+        raise fail(
+            exc.message if exc.message.startswith(file) else f"{file}: {exc.message}",
+            exc.check,
+            seq=exc.seq,
+            file=file,
+            expected=exc.expected,
+            found=exc.found,
         ) from exc
 
 

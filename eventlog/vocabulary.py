@@ -87,6 +87,7 @@ MIGRATION_STARTED: Final = "migration.started"
 MIGRATION_ROLLED_BACK: Final = "migration.rolled_back"
 MIGRATION_COMPLETED: Final = "migration.completed"
 MIGRATION_REFUSED: Final = "migration.refused"
+LOG_ROLLBACK_ACCEPTED: Final = "log.rollback_accepted"
 
 # -- the memory model ------------------------------------------------------------
 
@@ -219,7 +220,13 @@ TOUCHES: dict[str, Touches] = {
 }
 # Event types that touch no memory (the test of the vocabulary requires every payload
 # model's type in exactly one of TOUCHES and NO_TOUCHES).
-NO_TOUCHES: set[str] = {POLICY_SET, MIGRATION_STARTED, MIGRATION_COMPLETED, MIGRATION_REFUSED}
+NO_TOUCHES: set[str] = {
+    POLICY_SET,
+    MIGRATION_STARTED,
+    MIGRATION_COMPLETED,
+    MIGRATION_REFUSED,
+    LOG_ROLLBACK_ACCEPTED,
+}
 
 
 def touched_ids(type_: str, data: dict[str, Any]) -> list[str]:

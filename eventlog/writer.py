@@ -1,17 +1,32 @@
-"""The single writer: appends, durability policies, segment rolls, torn-tail recovery.
+"""The single writer: appends, segment rolls, checkpoints, and refusing to build on a bad log.
 
 One process at a time writes, under an exclusive lock on `log/.lock` that is
 held only while a batch is written. Every batch starts by bringing the
 writer's view up to date with the disk (another process may have appended),
 so any number of processes can append and the log stays one contiguous
-chain. An append returns only once its entry is durable: `fsync` mode writes
-and syncs each append; `group` mode buffers appends for at most N entries or
-T milliseconds and acknowledges them all after one sync.
+chain. An append returns only once its entry is durable (`group_commit`
+holds the durability policies).
+
+A writer refuses (VerificationError, exit 8, check `log_diverged`) to append
+or to sign a checkpoint when the log on disk:
+- is shorter than, or differs from, what this writer has seen and
+  acknowledged (entries cut off behind a live writer, or replaced);
+- does not hold, with the same root, the newest checkpoint in `log/` and the
+  high-water marks kept outside it (`recovery.check_anchor`, on open and
+  whenever the log changed under it), or has no checkpoint at all past its
+  genesis entry;
+- has bytes, since the last checkpoint, that no longer hash to what was
+  written (checked before every checkpoint is signed).
+Once it has refused it refuses for good: it never signs over such a log.
+
+Every checkpoint it signs is stored in `log/checkpoints/`, copied to the
+high-water marks, and handed to `checkpoint_listeners` (callables taking
+the note bytes; they must return quickly — witnesses queue the work).
+With a `CheckpointPolicy`, a thread publishes checkpoints periodically.
 
 Recovery on open: a trailing partial entry in the last segment (a crash
 mid-write, never acknowledged) is moved aside to `log/torn/`, cut off, and
-reported in `recovered`. Anything else that does not parse is damage: the
-writer refuses to append after it and raises a VerificationError.
+reported in `recovered`. Anything else that does not parse is damage.
 """
 
 from __future__ import annotations
@@ -20,49 +35,57 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import cbor2
-
-from mnemolog.eventlog.entry import (
-    ZERO_HASH,
-    Entry,
-    check_type_name,
-    encode_payload,
-    entry_from_map,
-    leaf_hash,
-    make_entry,
-    parse_entry,
-    sign_raw,
-)
-from mnemolog.eventlog.errors import (
-    DecodeError,
-    MnemologError,
-    SignerError,
-    StorageError,
-    VerificationError,
-)
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir
-from mnemolog.eventlog.index import IndexRecord, IndexWriter
-from mnemolog.eventlog.keys import SigningKey, key_id
-from mnemolog.eventlog.lock import FileLock
-from mnemolog.eventlog.log import (
+from mnemolog.eventlog import recovery
+from mnemolog.eventlog.checkpointer import PeriodicCheckpointer
+from mnemolog.eventlog.checkpoints import (
     CHECKPOINT_DIR,
-    GENESIS_TYPE,
-    ROTATION_TYPE,
+    CheckpointPolicy,
     checkpoint_name,
-    segment_file,
+    store_note,
+    write_high_water,
 )
-from mnemolog.eventlog.note import Checkpoint, origin_for, peek_checkpoint
-from mnemolog.eventlog.progress import Progress
-from mnemolog.eventlog.segments import MAX_ENTRY_BYTES, list_segments, read_file, split_items
+from mnemolog.eventlog.entry import ZERO_HASH, Entry, leaf_hash, make_entry, sign_raw
+from mnemolog.eventlog.errors import MnemologError, SignerError, StorageError, VerificationError
+from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.group_commit import (
+    IDLE_SLICE,
+    MAX_PAYLOAD_BYTES,
+    Batch,
+    Durability,
+    GroupCommit,
+    Pending,
+    Receipt,
+    Ticket,
+    run_batch,
+)
+from mnemolog.eventlog.index import IndexRecord, IndexWriter
+from mnemolog.eventlog.keys import SigningKey
+from mnemolog.eventlog.lock import FileLock
+from mnemolog.eventlog.note import Checkpoint, peek_checkpoint
+from mnemolog.eventlog.recovery import TornTail, WriterState
+from mnemolog.eventlog.segments import segment_name
+from mnemolog.eventlog.trust import GENESIS_TYPE, ROTATION_TYPE, genesis_log_id, origin_for
+
+__all__ = [
+    "IDLE_SLICE",
+    "MAX_PAYLOAD_BYTES",
+    "CheckpointListener",
+    "Clock",
+    "Durability",
+    "LogWriter",
+    "Receipt",
+    "Ticket",
+    "TornTail",
+    "system_clock",
+]
 
 Clock = Callable[[], int]
+CheckpointListener = Callable[[bytes], None]
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
-IDLE_SLICE = 0.0002  # seconds without a new append that end a group-commit wait
-MAX_PAYLOAD_BYTES = MAX_ENTRY_BYTES - 4096  # room for the envelope and a long type name
+MAX_WARNINGS = 100
 
 
 def system_clock() -> int:
@@ -70,113 +93,8 @@ def system_clock() -> int:
     return time.time_ns() // 1000
 
 
-@dataclass(frozen=True)
-class Durability:
-    """`fsync`: each append is synced before it returns. `group`: appends are
-    batched (at most `max_entries` or `max_ms`) and acknowledged after one sync."""
-
-    mode: Literal["fsync", "group"] = "fsync"
-    max_entries: int = 512
-    max_ms: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("fsync", "group"):
-            raise StorageError(f"unknown durability mode {self.mode!r} (fsync or group)")
-        if self.max_entries < 1 or self.max_ms < 0:
-            raise StorageError("group commit needs max_entries >= 1 and max_ms >= 0")
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    seq: int
-    ts: int
-    type: str
-    leaf: bytes
-
-
-@dataclass(frozen=True)
-class TornTail:
-    segment: str
-    offset: int
-    length: int
-    saved_to: str
-    reason: str
-
-    def describe(self) -> str:
-        return (
-            f"cut a torn tail of {self.length} bytes at offset {self.offset} of "
-            f"{self.segment} (an interrupted, unacknowledged write); saved to {self.saved_to}"
-        )
-
-
-class _Pending:
-    __slots__ = ("data", "data_enc", "new_key", "tv", "type")
-
-    def __init__(self, type_: str, tv: int, data: dict[str, Any], new_key: SigningKey | None = None) -> None:
-        # Checked and encoded by the submitting thread, so the work overlaps the
-        # committer's signing (libsodium runs without the GIL) and a bad payload
-        # fails in its caller before anything is queued.
-        check_type_name(type_)
-        if isinstance(tv, bool) or not isinstance(tv, int) or not 0 <= tv < 2**32:
-            raise DecodeError("an event type version is an unsigned integer", field="tv")
-        self.type = type_
-        self.tv = tv
-        self.data = data
-        self.new_key = new_key
-        self.data_enc = encode_payload(data)
-        if len(self.data_enc) > MAX_PAYLOAD_BYTES:
-            # Readers and recovery take anything longer than an entry can be for damage.
-            raise DecodeError(
-                f"payload of {len(self.data_enc)} bytes is larger than an entry may carry "
-                f"({MAX_PAYLOAD_BYTES} bytes)",
-                field="data",
-            )
-
-
-class _Batch:
-    """Appends committed together: one sync, one wake-up for all their waiters."""
-
-    __slots__ = ("closed", "done", "error", "first_at", "items", "receipts")
-
-    def __init__(self) -> None:
-        self.items: list[_Pending] = []
-        self.receipts: list[Receipt] = []
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-        self.first_at = 0.0
-        self.closed = False
-
-
-class Ticket:
-    """The handle `submit` returns; `result()` blocks until the entry is durable."""
-
-    __slots__ = ("_batch", "_i")
-
-    def __init__(self, batch: _Batch, i: int) -> None:
-        self._batch = batch
-        self._i = i
-
-    def result(self, timeout: float | None = None) -> Receipt:
-        if not self._batch.done.wait(timeout):
-            raise StorageError("timed out waiting for an append to become durable")
-        if self._batch.error is not None:
-            raise self._batch.error
-        return self._batch.receipts[self._i]
-
-    def done(self) -> bool:
-        return self._batch.done.is_set()
-
-
-@dataclass
-class _State:
-    next_seq: int = 0
-    prev: bytes = ZERO_HASH
-    last_ts: int = 0
-    seg_first: int = 0
-    seg_size: int = 0
-    kid: bytes = b""  # the key the next entry must be signed by
-    next_key_pub: bytes | None = None
-    checkpoints: list[int] = field(default_factory=list)
+def segment_file(first_seq: int) -> str:
+    return segment_name(first_seq)
 
 
 class LogWriter:
@@ -191,6 +109,11 @@ class LogWriter:
         lock_timeout: float = 30.0,
         checkpoint_on_close: bool = True,
         progress: bool | None = None,
+        checkpoint_policy: CheckpointPolicy | None = None,
+        high_water: Sequence[Path] = (),
+        checkpoint_listeners: Iterable[CheckpointListener] = (),
+        key_loader: Callable[[], Sequence[SigningKey]] | None = None,
+        accept_rollback: bool = False,
     ) -> None:
         self.dir = log_dir
         self._dir_s = str(log_dir)
@@ -199,27 +122,51 @@ class LogWriter:
         self.segment_bytes = segment_bytes
         self.checkpoint_on_close = checkpoint_on_close
         self.recovered: list[TornTail] = []
+        # Called with every checkpoint note this writer stores (see the module docstring).
+        self.checkpoint_listeners: list[CheckpointListener] = list(checkpoint_listeners)
+        # Things that went wrong without failing an append (a derived index, a listener).
+        self.warnings: list[str] = []
+        self.high_water = list(high_water)
         self._progress = progress
         self._keys = list(keys)
+        self._key_loader = key_loader
         self._signer: SigningKey | None = None
         self._lock = FileLock(log_dir / ".lock", lock_timeout, "log writer lock", fair=True)
+        # Checkpoint files and high-water marks are written under their own lock, so that
+        # appends continue while a checkpoint is being made durable.
+        self._cp_lock = FileLock(log_dir / ".checkpoint.lock", lock_timeout, "checkpoint lock")
         self._mutex = threading.RLock()  # one batch at a time within this process
-        self._st = _State()
+        self._st = WriterState()
         self._index: IndexWriter | None = None
         self._seg_fd: int | None = None
-        self._size_at_open = 0
+        self._seg_ino = 0
+        self._index_stale = False
+        self._seen = (0, ZERO_HASH)  # size and last leaf of the log as this writer last checked it
+        self._signed_upto = 0  # bytes of entries below this were checked before a signature
+        self._covered = 0  # the largest checkpoint size known to be stored
+        self._diverged: VerificationError | None = None
         self._closed = False
+        self._appended = False
+        # An operator accepted that the log lost entries: checkpoints it no longer matches are set
+        # aside on open, and the high-water marks may move back with the first checkpoint signed.
+        self._accepting_rollback = accept_rollback
+        self.set_aside: list[str] = []
+        self._origin = ""
         if not (log_dir / segment_file(0)).exists():
             raise StorageError(f"no log at {log_dir} (run `mnemolog init`)", file=str(log_dir))
-        with self._mutex, self._lock:
-            self._reload()
-        self._size_at_open = self._st.next_seq
-        self._cond = threading.Condition()
-        self._batches: list[_Batch] = []
-        self._thread: threading.Thread | None = None
-        if self.durability.mode == "group":
-            self._thread = threading.Thread(target=self._committer, daemon=True)
-            self._thread.start()
+        try:
+            with self._mutex, self._lock:
+                self._reload()
+        except BaseException:
+            self._release_files()
+            raise
+        group = self.durability.mode == "group"
+        self._group = GroupCommit(self.durability, self._commit_items) if group else None
+        self._checkpointer = (
+            PeriodicCheckpointer(checkpoint_policy, self._periodic_checkpoint, self._warn, self._covered)
+            if checkpoint_policy is not None
+            else None
+        )
 
     # -- creating a log ----------------------------------------------------
 
@@ -281,264 +228,147 @@ class LogWriter:
             raise SignerError("no signing key matches the log's current key")
         return self._signer
 
+    def _warn(self, message: str) -> None:
+        if len(self.warnings) < MAX_WARNINGS:
+            self.warnings.append(message)
+
+    def take_warnings(self) -> list[str]:
+        """The warnings gathered since the last call (and forget them)."""
+        out, self.warnings = self.warnings, []
+        return out
+
     def _reload(self) -> None:
-        """Rebuild the in-memory view from disk; caller holds the lock."""
+        """Rebuild the in-memory view from disk and hold it to what is signed; caller holds the lock."""
         if self._seg_fd is not None:
             os.close(self._seg_fd)
             self._seg_fd = None
-        if self._index is not None:
-            self._index.close()
-        idx = IndexWriter(self.dir)
-        self._index = idx
-        segs = list_segments(self.dir)
-        if not segs or segs[0][0] != 0:
-            raise VerificationError(
-                "the log has no first segment", check="segments.first", file=str(self.dir)
-            )
-        c = idx.n
-        # Distrust an index whose last record points past its segment (lost on power failure)
-        # or whose bytes no longer hash to the recorded leaf.
-        if c > 0:
-            loc = idx.location(c - 1)
-            seg_path = self.dir / segment_file(loc.segment)
-            ok = seg_path.exists() and loc.offset + loc.length <= seg_path.stat().st_size
-            if ok:
-                with open(seg_path, "rb") as f:
-                    raw = os.pread(f.fileno(), loc.length, loc.offset)
-                ok = leaf_hash(raw) == idx.leaf(c - 1)
-            # The next checkpoint's root is folded from the index's right-edge nodes:
-            # they must give the root the latest checkpoint signed, or none is used.
-            if ok:
-                ok = self._index_matches_checkpoint(idx, c)
-            if not ok:
-                idx.reset_to(0)
-                c = 0
-        st = _State()
-        if c > 0:
-            loc = idx.location(c - 1)
-            with open(self.dir / segment_file(loc.segment), "rb") as f:
-                last = entry_from_map_raw(os.pread(f.fileno(), loc.length, loc.offset), c - 1)
-            st.next_seq = c
-            st.prev = last.leaf
-            st.last_ts = last.ts
-            st.seg_first = loc.segment
-            st.seg_size = loc.offset + loc.length
-            self._note_key(st, last)
-            start_seg, start_off = loc.segment, loc.offset + loc.length
-        else:
-            start_seg, start_off = 0, 0
-        # Index whatever the index does not cover yet, checking the chain as we go.
-        later = [(f, p) for f, p in segs if f >= start_seg]
-        torn: tuple[Path, int, bytes] | None = None
-        prog = Progress("indexing log", enabled=self._progress)
-        for i, (first, path) in enumerate(later):
-            if first not in (start_seg, st.next_seq):
-                raise VerificationError(
-                    f"segment {path.name} should start at seq {st.next_seq}",
-                    check="segments.name",
-                    file=path.name,
-                    expected=segment_file(st.next_seq),
-                    found=path.name,
+        for attempt in (0, 1):
+            if self._index is not None:
+                self._index.close()
+            idx = IndexWriter(self.dir)
+            self._index = idx
+            if attempt:
+                idx.reset_to(0)  # every leaf and location from the segments themselves
+            loaded = recovery.load(self.dir, idx, self._progress)
+            st = loaded.state
+            try:
+                self._check_seen(st, idx)
+                marks, accepting = self.high_water, self._accepting_rollback and self._seen[0] == 0
+                if accepting:
+                    self.set_aside = recovery.set_aside_rolled_back(self.dir, idx, st.next_seq)
+                    marks = []
+                anchor = recovery.check_anchor(
+                    self.dir, idx, st, marks, loaded.rehashed_from, require_checkpoint=not accepting
                 )
-            off = start_off if first == start_seg else 0
-            buf = read_file(path, off)
-            split = split_items(buf)
-            records: list[IndexRecord] = []
-            for s, e, value in split.items:
-                try:
-                    entry = entry_from_map(value, buf[s:e], f"entry {st.next_seq}")
-                except DecodeError as exc:
-                    raise VerificationError(
-                        f"{path.name}: {exc.message} at offset {off + s}; "
-                        "refusing to append after damaged bytes (run `mnemolog log verify`)",
-                        check="segment.damage",
-                        file=path.name,
-                        seq=st.next_seq,
-                    ) from exc
-                self._check_continues(st, entry, path.name)
-                records.append(
-                    (first, off + s, e - s, entry.leaf, entry.type in (GENESIS_TYPE, ROTATION_TYPE))
-                )
-                st.next_seq += 1
-                st.prev = entry.leaf
-                st.last_ts = entry.ts
-                self._note_key(st, entry)
-                if len(records) >= 65536:
-                    idx.append(records)
-                    prog.advance(len(records))
-                    records = []
-            idx.append(records)
-            prog.advance(len(records))
-            st.seg_first = first
-            st.seg_size = off + len(buf)
-            if split.tail is not None:
-                is_last = i == len(later) - 1
-                if not (split.tail.torn and is_last):
-                    raise VerificationError(
-                        f"{path.name}: {split.tail.reason} at offset {off + split.tail.offset}; "
-                        "refusing to append after damaged bytes (run `mnemolog log verify`)",
-                        check="segment.damage",
-                        file=path.name,
-                        seq=st.next_seq,
-                    )
-                cut = off + split.tail.offset
-                torn = (path, cut, buf[split.tail.offset :])
-                st.seg_size = cut
-        prog.close()
-        sizes = _checkpoint_sizes(self.dir)
-        # Checked before any cut: a "torn tail" reaching into checkpointed entries is damage.
-        if sizes and sizes[-1] > st.next_seq:
-            raise VerificationError(
-                f"the log has {st.next_seq} entries but a checkpoint covers {sizes[-1]}: "
-                "committed entries are missing (truncated log)",
-                check="log.truncated",
+                break
+            except (VerificationError, recovery.IndexDoubt) as exc:
+                # A damaged index can look like a damaged log: decide once it is rebuilt.
+                if attempt == 0 and loaded.rehashed_from > 0:
+                    continue
+                if isinstance(exc, recovery.IndexDoubt):
+                    raise recovery.diverged(f"the log cannot be read where it was written: {exc}") from exc
+                raise
+        self._index_stale = False
+        self._pick_signer(st)  # before any cut: a writer without its key changes nothing
+        if loaded.cut is not None:
+            self.recovered.append(recovery.cut_tail(self.dir, loaded.cut, st.next_seq))
+        self._st = st
+        self._seen = (st.next_seq, st.prev)
+        self._origin = origin_for(genesis_log_id(recovery.entry_at(self.dir, idx, 0)))
+        if anchor is not None:
+            self._covered = max(self._covered, anchor.size)
+            self._signed_upto = max(self._signed_upto, anchor.size)
+        self._seg_fd = os.open(self.dir / segment_file(st.seg_first), os.O_WRONLY | os.O_APPEND)
+        self._seg_ino = os.fstat(self._seg_fd).st_ino
+
+    def _check_seen(self, st: WriterState, idx: IndexWriter) -> None:
+        """The log must still hold every entry this writer has seen, unchanged."""
+        n, leaf = self._seen
+        if n == 0:
+            return
+        if st.next_seq < n:
+            raise recovery.diverged(
+                f"the log on disk has {st.next_seq} entries, fewer than the {n} this writer has "
+                "acknowledged or seen (entries were cut off)",
                 seq=st.next_seq,
-                expected=sizes[-1],
+                expected=n,
                 found=st.next_seq,
             )
-        if torn is not None:
-            self._cut_tail(*torn, st.next_seq)
-        st.checkpoints = sizes
-        self._st = st
-        self._pick_signer()
-        self._seg_fd = os.open(self.dir / segment_file(st.seg_first), os.O_WRONLY | os.O_APPEND)
-
-    def _log_id(self) -> bytes:
-        """The log id from the genesis entry, read from the segment (not through the index)."""
-        with open(self.dir / segment_file(0), "rb") as f:
-            try:
-                cbor2.CBORDecoder(f).decode()
-            except (cbor2.CBORError, ValueError, OverflowError, MemoryError, RecursionError) as exc:
-                raise VerificationError(
-                    "the genesis entry does not decode", check="genesis.decode", seq=0
-                ) from exc
-            end = f.tell()
-            genesis = entry_from_map_raw(os.pread(f.fileno(), end, 0), 0)
-        lid = genesis.data.get("log_id")
-        if genesis.type != GENESIS_TYPE or not isinstance(lid, bytes) or len(lid) != 16:
-            raise VerificationError(
-                "entry 0 is not a genesis entry with a 16-byte log_id", check="genesis.data", seq=0
+        loc = idx.location(n - 1)
+        raw = recovery.read_raw(self.dir, loc.segment, loc.offset, loc.length)
+        if len(raw) != loc.length or leaf_hash(raw) != leaf:
+            raise recovery.diverged(
+                f"entry {n - 1} on disk is not the entry this writer acknowledged or saw there "
+                "(the log was replaced)",
+                seq=n - 1,
+                expected=leaf.hex(),
+                found=leaf_hash(raw).hex(),
             )
-        return lid
 
-    def _index_matches_checkpoint(self, idx: IndexWriter, count: int) -> bool:
-        """Whether the index's tree gives the root of the newest readable checkpoint it covers."""
-        for size in reversed([n for n in _checkpoint_sizes(self.dir) if 0 < n <= count]):
-            path = self.dir / CHECKPOINT_DIR / checkpoint_name(size)
-            try:
-                cp = peek_checkpoint(path.read_bytes(), str(path))
-            except (OSError, MnemologError):
-                continue  # damaged checkpoints are verify's to report; try an older one
-            if cp.size != size:
-                continue
-            try:
-                return idx.root(size) == cp.root
-            except (OSError, IndexError, ValueError):
-                return False
-        return True
-
-    def _note_key(self, st: _State, e: Entry) -> None:
-        if (e.type == GENESIS_TYPE and e.seq == 0) or e.type == ROTATION_TYPE:
-            pk = e.data.get("public_key")
-        else:
-            st.kid = e.kid
-            return
-        if not isinstance(pk, bytes) or len(pk) != 32:
-            raise VerificationError(
-                f"key event at seq {e.seq} lacks a 32-byte public_key; refusing to append "
-                "(run `mnemolog log verify`)",
-                check="key.event",
-                seq=e.seq,
-            )
-        st.kid = key_id(pk)
-
-    def _pick_signer(self) -> None:
-        for k in self._keys:
-            if k.kid == self._st.kid:
-                self._signer = k
-                return
+    def _pick_signer(self, st: WriterState) -> None:
+        for attempt in range(2):
+            for k in self._keys:
+                if k.kid == st.kid:
+                    self._signer = k
+                    return
+            if attempt == 0 and self._key_loader is not None:
+                # Another process may have rotated the key (`key rotate` beside a server).
+                try:
+                    fresh = list(self._key_loader())
+                except MnemologError:
+                    break
+                self._keys += [k for k in fresh if all(k.kid != o.kid for o in self._keys)]
         raise SignerError(
-            f"the log's current key is {self._st.kid.hex()} but the loaded key is "
-            f"{', '.join(k.kid.hex() for k in self._keys) or 'none'}",
-            expected=self._st.kid.hex(),
+            f"the log's current key is {st.kid.hex()} but this writer holds "
+            f"{', '.join(k.kid.hex() for k in self._keys) or 'no key'}: the key was rotated by "
+            "another process, or the home's keys/signing.key is not the log's key; restart this "
+            "process after `mnemolog key show` confirms keys/signing.key holds the current key",
+            expected=st.kid.hex(),
             found=[k.kid.hex() for k in self._keys],
         )
 
-    @staticmethod
-    def _check_continues(st: _State, e: Entry, where: str) -> None:
-        if e.seq != st.next_seq:
-            raise VerificationError(
-                f"{where}: entry has seq {e.seq}, expected {st.next_seq}",
-                check="entry.seq",
-                seq=st.next_seq,
-                file=where,
-                expected=st.next_seq,
-                found=e.seq,
-            )
-        if e.prev != st.prev:
-            raise VerificationError(
-                f"{where}: entry {e.seq} does not chain to the previous entry",
-                check="entry.prev",
-                seq=e.seq,
-                file=where,
-                expected=st.prev.hex(),
-                found=e.prev.hex(),
-            )
-
-    def _cut_tail(self, path: Path, offset: int, tail: bytes, seq: int) -> None:
-        torn_dir = self.dir / "torn"
-        torn_dir.mkdir(exist_ok=True)
-        saved = torn_dir / f"{path.stem}-{offset}.bin"
-        atomic_write(saved, tail)
-        with open(path, "r+b") as f:
-            f.truncate(offset)
-            os.fsync(f.fileno())
-        self.recovered.append(
-            TornTail(path.name, offset, len(tail), str(saved), "partial entry (interrupted write)")
-        )
-        with open(self.dir / "recovery.log", "a", encoding="utf-8") as f:
-            f.write(
-                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} cut {len(tail)} bytes "
-                f"at {path.name}:{offset} before seq {seq}; saved to {saved.name}\n"
-            )
-
     def _sync_with_disk(self) -> None:
-        """Caller holds the lock: reload if another process appended since our last batch.
+        """Caller holds the lock: reload if the log changed since our last batch.
 
         Another writer either grew our segment or (having rolled) created the
         segment named for our next seq; it may also have rebuilt the index.
-        Four cheap system calls tell, so the check costs little per batch.
+        Someone may have cut or replaced our segment. A few cheap system calls
+        tell, so the check costs little per batch.
         """
+        if self._diverged is not None:
+            raise self._diverged
         assert self._index is not None
         st = self._st
         try:
-            size = os.fstat(self._seg_fd).st_size if self._seg_fd is not None else -1
+            s = os.stat(os.path.join(self._dir_s, segment_file(st.seg_first)))
+            same = s.st_size == st.seg_size and s.st_ino == self._seg_ino
         except OSError:
-            size = -1
+            same = False
         if (
-            size == st.seg_size
+            same
+            and not self._index_stale
             and self._index.intact()
             and not os.path.exists(os.path.join(self._dir_s, segment_file(st.next_seq)))
         ):
             return
-        self._reload()
+        try:
+            self._reload()
+        except VerificationError as exc:
+            self._diverged = exc
+            raise
 
     # -- appending -----------------------------------------------------------
 
-    def _commit(self, batch: _Batch) -> None:
-        """Sign, write and sync one batch under the lock; wake its waiters."""
-        try:
-            with self._mutex, self._lock:
-                self._sync_with_disk()
-                batch.receipts = self._write_batch(batch.items)
-        except BaseException as exc:
-            batch.error = exc
-            if not isinstance(exc, Exception):
-                batch.done.set()
-                raise
-        batch.done.set()
+    def _commit_items(self, items: list[Pending]) -> list[Receipt]:
+        """Sign, write and sync `items` under the lock (the group committer's and fsync mode's path)."""
+        with self._mutex, self._lock:
+            self._sync_with_disk()
+            receipts = self._write_batch(items)
+        if self._checkpointer is not None:
+            self._checkpointer.appended(receipts[-1].seq + 1)
+        return receipts
 
-    def _write_batch(self, batch: list[_Pending]) -> list[Receipt]:
+    def _write_batch(self, batch: list[Pending]) -> list[Receipt]:
         st = self._st
         assert self._index is not None and self._seg_fd is not None
         if st.seg_size >= self.segment_bytes:
@@ -569,9 +399,20 @@ class LogWriter:
             except OSError:
                 pass
             raise StorageError(f"appending to the log failed: {exc}") from exc
-        self._index.append(records)
+        # Durable from here on: the entries are acknowledged whatever happens to the index,
+        # which is derived data and is rebuilt from the segments before the next batch.
         st.next_seq, st.prev, st.last_ts = seq, prev, last_ts
         st.seg_size += len(buf)
+        self._seen = (seq, prev)
+        self._appended = True
+        try:
+            self._index.append(records)
+        except OSError as exc:
+            self._index_stale = True
+            self._warn(
+                f"entries {receipts[0].seq}..{seq - 1} are durable, but writing the index failed "
+                f"({exc}); it is rebuilt from the segments before the next write"
+            )
         if next_signer is not signer:
             self._signer = next_signer
             if next_signer not in self._keys:
@@ -587,67 +428,41 @@ class LogWriter:
         if self._seg_fd is not None:
             os.close(self._seg_fd)
         self._seg_fd = fd
+        self._seg_ino = os.fstat(fd).st_ino
         st.seg_first = st.next_seq
         st.seg_size = 0
 
+    def _enqueue(self, items: list[Pending]) -> list[Ticket]:
+        if self._group is not None:
+            return self._group.enqueue(items)
+        if self._closed:
+            raise StorageError("the log writer is closed")
+        batch = Batch(items)
+        run_batch(batch, self._commit_items)
+        return [Ticket(batch, i) for i in range(len(items))]
+
     def submit(self, type_: str, data: dict[str, Any], tv: int = 1) -> Ticket:
         """Queue an append; the ticket's `result()` returns once the entry is durable."""
-        return self._enqueue([_Pending(type_, tv, data)])[0]
-
-    def _commit_now(self, items: list[_Pending]) -> list[Receipt]:
-        """fsync mode: sign, write and sync `items` in the calling thread."""
-        if self._closed:
-            raise StorageError("the log writer is closed")
-        with self._mutex, self._lock:
-            self._sync_with_disk()
-            return self._write_batch(items)
-
-    def _enqueue(self, items: list[_Pending]) -> list[Ticket]:
-        if self._closed:
-            raise StorageError("the log writer is closed")
-        if self._thread is None:
-            batch = _Batch()
-            batch.items = items
-            self._commit(batch)
-            return [Ticket(batch, i) for i in range(len(items))]
-        tickets: list[Ticket] = []
-        max_n = self.durability.max_entries
-        wake = False
-        with self._cond:
-            for p in items:
-                b = self._batches[-1] if self._batches else None
-                if b is None or b.closed or len(b.items) >= max_n:
-                    b = _Batch()
-                    b.first_at = time.monotonic()
-                    self._batches.append(b)
-                    wake = True
-                tickets.append(Ticket(b, len(b.items)))
-                b.items.append(p)
-                # Entries after a rotation need the new key: they start a new batch.
-                if p.new_key is not None:
-                    b.closed = True
-                    wake = True
-                elif len(b.items) >= max_n:
-                    wake = True
-            # The committer polls a filling batch; waking it per append only
-            # costs the GIL hand-offs that slow both threads down.
-            if wake:
-                self._cond.notify()
-        return tickets
+        return self._enqueue([Pending(type_, tv, data)])[0]
 
     def append(self, type_: str, data: dict[str, Any], tv: int = 1) -> Receipt:
         """Append one entry; returns once it is durable."""
-        if self._thread is None:
-            return self._commit_now([_Pending(type_, tv, data)])[0]
+        if self._group is None:
+            if self._closed:
+                raise StorageError("the log writer is closed")
+            return self._commit_items([Pending(type_, tv, data)])[0]
         return self.submit(type_, data, tv).result()
 
     def append_many(self, items: Iterable[tuple[str, dict[str, Any], int]]) -> list[Receipt]:
         """Append several entries in order; returns once all are durable."""
-        pending = [_Pending(t, tv, d) for t, d, tv in items]
-        if self._thread is None:
-            return self._commit_now(pending) if pending else []
-        tickets = self._enqueue(pending)
-        return [t.result() for t in tickets]
+        pending = [Pending(t, tv, d) for t, d, tv in items]
+        if not pending:
+            return []
+        if self._group is None:
+            if self._closed:
+                raise StorageError("the log writer is closed")
+            return self._commit_items(pending)
+        return [t.result() for t in self._enqueue(pending)]
 
     def rotate_key(self, new_key: SigningKey, extra: dict[str, Any] | None = None) -> Receipt:
         """Append `key.rotated` (signed by the current key); later entries use `new_key`."""
@@ -659,82 +474,104 @@ class LogWriter:
             "rotated_at": self.clock(),
             **(extra or {}),
         }
-        return self._enqueue([_Pending(ROTATION_TYPE, 1, data, new_key=new_key)])[0].result()
-
-    def _committer(self) -> None:
-        max_n = self.durability.max_entries
-        max_wait = self.durability.max_ms / 1000.0
-        while True:
-            with self._cond:
-                while not self._batches and not self._closed:
-                    self._cond.wait()
-                if not self._batches:
-                    return
-                b = self._batches[0]
-                # Wait for the batch to fill, for at most max_ms, and no longer
-                # than appends keep arriving: a lull means every waiting caller
-                # has submitted, so syncing now costs no one anything.
-                while not (b.closed or len(b.items) >= max_n or self._closed):
-                    left = b.first_at + max_wait - time.monotonic()
-                    if left <= 0:
-                        break
-                    n0 = len(b.items)
-                    self._cond.wait(min(left, IDLE_SLICE))
-                    if len(b.items) == n0:
-                        break
-                self._batches.pop(0)
-            self._commit(b)
+        return self._enqueue([Pending(ROTATION_TYPE, 1, data, new_key=new_key)])[0].result()
 
     def flush(self) -> None:
         """Wait until everything submitted so far is durable."""
-        with self._cond:
-            last = self._batches[-1] if self._batches else None
-        if last is not None:
-            last.done.wait()
+        if self._group is not None:
+            self._group.flush()
 
     # -- checkpoints and closing --------------------------------------------
 
     def checkpoint(self) -> tuple[Checkpoint, bytes]:
-        """Sign a checkpoint of the log as it is now and store it (idempotent per size)."""
+        """Sign a checkpoint of everything submitted so far and store it (idempotent per size).
+
+        The checkpoint is signed under the writer lock, after the log on disk
+        was held to what this writer saw and every entry since the last
+        signature was re-hashed; it is written, copied to the high-water
+        marks and handed to the listeners after the lock is released.
+        """
         self.flush()
+        return self._checkpoint_now()
+
+    def _periodic_checkpoint(self) -> int:
+        # What is durable now, without waiting for appends still queued: the periodic
+        # checkpointer must not fall behind a producer that keeps the queue full.
+        return self._checkpoint_now()[0].size
+
+    def _checkpoint_now(self) -> tuple[Checkpoint, bytes]:
         with self._mutex, self._lock:
             self._sync_with_disk()
             assert self._index is not None
             n = self._st.next_seq
+            try:
+                try:
+                    recovery.check_tail_bytes(self.dir, self._index, max(self._signed_upto - 1, 0), n)
+                except recovery.IndexDoubt:
+                    # The index, not the log, may be what changed: rebuild the view, look again.
+                    self._index_stale = True
+                    self._sync_with_disk()
+                    assert self._index is not None
+                    n = self._st.next_seq
+                    recovery.check_tail_bytes(self.dir, self._index, max(self._signed_upto - 1, 0), n)
+            except recovery.IndexDoubt as exc:
+                self._diverged = recovery.diverged(f"the log cannot be read where it was written: {exc}")
+                raise self._diverged from exc
+            except VerificationError as exc:
+                self._diverged = exc
+                raise
             path = self.dir / CHECKPOINT_DIR / checkpoint_name(n)
             if path.exists():
                 raw = path.read_bytes()
-                return peek_checkpoint(raw, str(path)), raw
-            cp = Checkpoint(origin_for(self._log_id()), n, self._index.root(n))
-            raw = cp.sign(self.key)
-            atomic_write(path, raw)
-            self._st.checkpoints.append(n)
-            return cp, raw
+                cp = peek_checkpoint(raw, str(path))
+            else:
+                cp = Checkpoint(self._origin, n, self._index.root(n))
+                raw = cp.sign(self.key)
+            self._signed_upto = n
+        with self._cp_lock:
+            if not path.exists():
+                store_note(path, raw)
+            backwards, self._accepting_rollback = self._accepting_rollback, False
+            for hw in self.high_water:
+                try:
+                    write_high_water(hw, raw, n, allow_backwards=backwards)
+                except (OSError, MnemologError) as exc:
+                    self._warn(f"the checkpoint of size {n} is stored but copying it to {hw} failed: {exc}")
+        self._covered = max(self._covered, n)
+        if self._checkpointer is not None:
+            self._checkpointer.covered(n)
+        for listener in list(self.checkpoint_listeners):
+            try:
+                listener(raw)
+            except Exception as exc:
+                self._warn(f"a checkpoint listener failed: {exc!r}")
+        return cp, raw
 
     def close(self) -> None:
         if self._closed:
             return
-        if self._thread is not None:
-            with self._cond:
-                self._closed = True
-                self._cond.notify_all()
-            self._thread.join()
         self._closed = True
         try:
-            if self.checkpoint_on_close and self._grew():
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+            if self._group is not None:
+                self._group.close()
+            if self.checkpoint_on_close and self._diverged is None and self._grew():
                 self.checkpoint()
         finally:
-            if self._seg_fd is not None:
-                os.close(self._seg_fd)
-                self._seg_fd = None
-            if self._index is not None:
-                self._index.close()
-            self._lock.close()
+            self._release_files()
+
+    def _release_files(self) -> None:
+        if self._seg_fd is not None:
+            os.close(self._seg_fd)
+            self._seg_fd = None
+        if self._index is not None:
+            self._index.close()
+        self._lock.close()
+        self._cp_lock.close()
 
     def _grew(self) -> bool:
-        return self._st.next_seq > self._size_at_open or (
-            bool(self._st.checkpoints) and self._st.checkpoints[-1] < self._st.next_seq
-        )
+        return self._appended and self._st.next_seq > self._covered
 
     def __enter__(self) -> LogWriter:
         return self
@@ -743,31 +580,9 @@ class LogWriter:
         self.close()
 
 
-# Test hook, read once at import: write segment bytes in pieces of this many
-# bytes with this pause between them, so that crash and reader tests can land
-# inside a write. Unset (the default) in every real use.
-_TEST_CHUNK = int(os.environ.get("MNEMOLOG_TEST_WRITE_CHUNK") or 0)
-_TEST_PAUSE = float(os.environ.get("MNEMOLOG_TEST_WRITE_PAUSE") or 0)
-
-
 def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data`; os.write may write less than asked."""
     view = memoryview(data)
-    step = _TEST_CHUNK or len(view)
     while view:
-        n = os.write(fd, view[:step])
+        n = os.write(fd, view)
         view = view[n:]
-        if _TEST_CHUNK and view:
-            time.sleep(_TEST_PAUSE)
-
-
-def entry_from_map_raw(raw: bytes, seq: int) -> Entry:
-    return parse_entry(raw, f"entry {seq}")
-
-
-def _checkpoint_sizes(log_dir: Path) -> list[int]:
-    d = log_dir / CHECKPOINT_DIR
-    try:
-        names = os.listdir(d)
-    except FileNotFoundError:
-        return []
-    return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())

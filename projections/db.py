@@ -6,25 +6,23 @@ flock) before it opens the file and lets go when it is done; nothing touches
 DuckDB without it. A long-running process (an MCP server, a worker) keeps the
 connection open between calls for speed, and releases it
 
-  * as soon as another process announces that it is waiting (it creates
-    `projections/.want-<pid>-<n>` before blocking on the lock), checked after
-    every session, and
+  * as soon as another process announces that it is waiting (the lock's
+    waiters hold a shared lock on `projections/.lock.wait` while they wait:
+    the one fairness mechanism of `eventlog.lock`), checked after every
+    session, and
   * after `idle_release_ms` without a session, from a timer thread,
 
 so CLI commands in other processes never wait long. A process that finds
 someone else's announcement lets them go first instead of racing them for
 the lock it just gave up (flock is not fair, and a busy holder would
-otherwise win almost every time). Announcements of processes that no longer
-exist (killed while waiting) are removed. Reopening costs a few
+otherwise win almost every time). An announcement ends with its process,
+so a waiter that was killed announces nobody. Reopening costs a few
 milliseconds, and the caller's catch-up brings the tables up to the log.
 """
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
-import itertools
-import os
 import sys
 import threading
 import time
@@ -36,15 +34,13 @@ from typing import Any
 import duckdb
 
 from mnemolog.eventlog.errors import LockTimeout, StorageError
+from mnemolog.eventlog.lock import FileLock
 
 DB_NAME = "mnemolog.duckdb"
 CATALOG = "proj"
 MEMORY_LIMIT = "1GB"
 ROW_GROUP_SIZE = 16_384
-WANT_PREFIX = ".want-"
 YIELD_MAX_S = 5.0
-STALE_WANT_S = 600.0
-_store_ids = itertools.count()
 
 
 def _fail_fast_missing_pandas() -> None:
@@ -61,16 +57,6 @@ def _fail_fast_missing_pandas() -> None:
 
 
 _fail_fast_missing_pandas()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _extension_path(module: str, name: str) -> str | None:
@@ -96,58 +82,6 @@ def load_fts(conn: duckdb.DuckDBPyConnection) -> None:
             "cannot load DuckDB's fts extension; install duckdb-extension-fts "
             f"matching duckdb {duckdb.__version__}: {exc}"
         ) from exc
-
-
-class ProcessLock:
-    """An exclusive flock on a file, owned by the process rather than by a thread.
-
-    The store's own mutex orders threads; the flock only has to exclude other
-    processes. Unlike `eventlog.lock.FileLock` it may be released by a thread
-    other than the one that took it, which the idle-release timer needs.
-    """
-
-    def __init__(self, path: Path, timeout: float) -> None:
-        self.path = path
-        self.timeout = timeout
-        self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self, timeout: float | None = None) -> None:
-        if self._fd is not None:
-            raise StorageError("the projection lock is already held by this store")
-        limit = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StorageError(f"cannot open the projection lock {self.path}: {exc}") from exc
-        delay = 0.0005
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise LockTimeout(
-                        f"timed out after {limit:.1f}s waiting for the projection lock "
-                        f"({self.path}); another process holds it",
-                        file=str(self.path),
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.01)
-        self._fd = fd
-
-    def release(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
 
 
 class ProjectionStore:
@@ -181,7 +115,11 @@ class ProjectionStore:
         self.threads = threads
         self.memory_limit = memory_limit
         self.lock_timeout = lock_timeout
-        self._lock = ProcessLock(directory / ".lock", lock_timeout)
+        # Owned by the process (the idle timer may let go of it), and its waiters announce
+        # themselves: the one lock of eventlog.lock, with its one fairness mechanism.
+        self._lock = FileLock(
+            directory / ".lock", lock_timeout, "projection lock", announce=True, per_thread=False
+        )
         self._base: duckdb.DuckDBPyConnection | None = None
         self._conn: duckdb.DuckDBPyConnection | None = None  # the base, while the file is attached
         self._mutex = threading.RLock()
@@ -190,8 +128,6 @@ class ProjectionStore:
         self._closed = False
         self._timer: threading.Thread | None = None
         self.attachments = 0  # how many times the file was attached (tests, diagnostics)
-        # Unique per store, so that two stores of one process see each other waiting.
-        self._want = directory / f"{WANT_PREFIX}{os.getpid()}-{next(_store_ids)}"
 
     # -- sessions ------------------------------------------------------------
 
@@ -230,11 +166,7 @@ class ProjectionStore:
         base = self._instance()
         self._yield_to_waiters()
         if not self._try_lock():
-            self._want.touch()
-            try:
-                self._lock.acquire()
-            finally:
-                self._want.unlink(missing_ok=True)
+            self._lock.acquire()  # announces itself while it waits
         try:
             if fresh:
                 self._delete_files()
@@ -327,26 +259,7 @@ class ProjectionStore:
             base.close()
 
     def _others_waiting(self) -> bool:
-        try:
-            with os.scandir(self.dir) as it:
-                wants = [e for e in it if e.name.startswith(WANT_PREFIX) and e.name != self._want.name]
-        except FileNotFoundError:
-            return False
-        waiting = False
-        now = time.time()
-        for e in wants:
-            pid = e.name[len(WANT_PREFIX) :].split("-", 1)[0]
-            try:
-                age = now - e.stat().st_mtime
-            except FileNotFoundError:
-                continue
-            # A waiter gives up after its lock timeout, so an older file, or one whose
-            # process is gone (killed while waiting), announces nobody.
-            if (pid.isdigit() and not _pid_alive(int(pid))) or age > STALE_WANT_S:
-                (self.dir / e.name).unlink(missing_ok=True)
-            else:
-                waiting = True
-        return waiting
+        return self._lock.others_waiting()
 
     def _release(self) -> None:
         if self._conn is not None:
@@ -378,6 +291,7 @@ class ProjectionStore:
         with self._mutex:
             self._closed = True
             self._release()
+            self._lock.close()
             if self._base is not None:
                 self._base.close()
                 self._base = None

@@ -2,17 +2,20 @@
 
 Every session first catches up: it checks that the log still holds the entry
 the projection last applied (same log id, the seq still present, the same
-leaf hash), and otherwise refuses to serve with ProjectionDiverged, which
-points at `mnemolog rebuild`: a projection that silently followed a
-replaced or truncated log would answer for history that no longer exists.
-It then folds the entries after it, each batch of CATCH_UP_BATCH entries in
-one transaction together with the new position, so a crash at any moment
+leaf hash), and otherwise refuses to serve with ProjectionDiverged: a
+projection that silently followed a replaced or truncated log would answer
+for history that no longer exists. It then folds the entries after it, each
+batch of CATCH_UP_BATCH entries in one transaction together with the new
+position (seq, leaf hash, and the log's root there), so a crash at any moment
 leaves the tables at some applied prefix of the log and the next session
 continues from there. A database written by another SCHEMA_VERSION is
 rebuilt.
 
 `rebuild` starts from an empty database file (dropping tables would leave
 the old file's size behind) and replays the whole log, then sorts the index.
+Over a log that no longer holds the recorded position (`rollback()`), the
+substrate refuses to rebuild unless the operator accepts the rollback, which
+records it in the log first: the projection is the last witness of it.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import duckdb
 
 from mnemolog.eventlog.entry import Entry
-from mnemolog.eventlog.errors import StorageError
+from mnemolog.eventlog.errors import StorageError, VerificationError
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import schema
@@ -52,14 +56,31 @@ class State:
     last_leaf: bytes
     log_id: bytes
     stats: IndexStats
+    last_root: bytes = b""  # the log's root at last_seq + 1 (empty before anything applied)
+
+
+class Rollback(NamedTuple):
+    """A position the home recorded that the log no longer holds."""
+
+    old_size: int
+    old_root: bytes | None
+    new_size: int
+    new_root: bytes
+    source: str
+
+
+class RollbackRefused(VerificationError):
+    """`rebuild` would move the projection backwards over a rolled-back log (exit 8)."""
+
+    slug = "rollback_refused"
 
 
 def read_state(conn: duckdb.DuckDBPyConnection) -> State | None:
     """The recorded position, or None when there is none this version can read."""
     try:
         row = conn.execute(
-            "SELECT version, last_seq, last_leaf, log_id, docs, total_len, main_rows, delta_rows "
-            "FROM proj_state"
+            "SELECT version, last_seq, last_leaf, log_id, docs, total_len, main_rows, delta_rows, "
+            "last_root FROM proj_state"
         ).fetchall()
     except duckdb.Error:
         return None  # no table, or an older version's columns
@@ -72,6 +93,7 @@ def read_state(conn: duckdb.DuckDBPyConnection) -> State | None:
         bytes(r[2]),
         bytes(r[3]),
         IndexStats(int(r[4]), int(r[5]), int(r[6]), int(r[7])),
+        bytes(r[8]),
     )
 
 
@@ -150,7 +172,8 @@ class Projections:
         if st.last_seq >= size:
             raise ProjectionDiverged(
                 f"the projection has applied entry {st.last_seq} but the log has only {size} "
-                "entries: the log was replaced or truncated; run `mnemolog rebuild`",
+                "entries: the log was truncated or rolled back; check it with `mnemolog log verify` "
+                "(a rebuild refuses to erase this evidence unless given --accept-rollback)",
                 seq=st.last_seq,
                 found=size,
             )
@@ -158,19 +181,25 @@ class Projections:
         if leaf != st.last_leaf:
             raise ProjectionDiverged(
                 f"entry {st.last_seq} in the log is not the one the projection applied "
-                "(leaf hash differs): the log was replaced; run `mnemolog rebuild`",
+                "(leaf hash differs): the log was rewritten; check it with `mnemolog log verify` "
+                "(a rebuild refuses to erase this evidence unless given --accept-rollback)",
                 seq=st.last_seq,
                 expected=st.last_leaf.hex(),
                 found=leaf.hex(),
             )
 
-    def catch_up(self, conn: duckdb.DuckDBPyConnection, *, compact: bool = False) -> int:
+    def catch_up(
+        self, conn: duckdb.DuckDBPyConnection, *, compact: bool = False, stop: int | None = None
+    ) -> int:
         """Fold what the projection has not seen yet; return how many entries were applied.
 
-        `compact=True` sorts the whole index at the end whatever its state (rebuild).
+        `compact=True` sorts the whole index at the end whatever its state (rebuild);
+        `stop` folds only the first `stop` entries of the log.
         """
         log = self.log
         size = log.refresh()
+        if stop is not None:
+            size = min(size, stop)
         st = self._read(conn)
         if st is None or st.version != schema.SCHEMA_VERSION:
             st = self._reset(conn)
@@ -193,7 +222,8 @@ class Projections:
                     # was rolled back; redo it with the slower insert that skips repeats.
                     stats, last = self._apply_batch(conn, lo, hi, size, stats, compact, careful=True)
                 if last is not None:
-                    self._remember(State(st.version, last.seq, last.leaf, st.log_id, stats))
+                    root = self.log.root(last.seq + 1)
+                    self._remember(State(st.version, last.seq, last.leaf, st.log_id, stats, root))
                 applied += hi - lo
                 prog.advance(hi - lo)
         except BaseException:
@@ -224,18 +254,20 @@ class Projections:
             if hi == size and (compact or fold.needs_compaction()):
                 fold.compact()
             if last is not None:
-                self._save_state(conn, last.seq, last.leaf, fold.stats)
+                self._save_state(conn, last.seq, last.leaf, self.log.root(last.seq + 1), fold.stats)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         return fold.stats, last
 
-    def _save_state(self, conn: duckdb.DuckDBPyConnection, seq: int, leaf: bytes, s: IndexStats) -> None:
+    def _save_state(
+        self, conn: duckdb.DuckDBPyConnection, seq: int, leaf: bytes, root: bytes, s: IndexStats
+    ) -> None:
         conn.execute(
             """UPDATE proj_state SET last_seq = ?, last_leaf = ?, docs = ?, total_len = ?,
-                   main_rows = ?, delta_rows = ?""",
-            [seq, leaf, s.docs, s.total_len, s.main_rows, s.delta_rows],
+                   main_rows = ?, delta_rows = ?, last_root = ?""",
+            [seq, leaf, s.docs, s.total_len, s.main_rows, s.delta_rows, root],
         )
 
     def _reset(self, conn: duckdb.DuckDBPyConnection) -> State:
@@ -246,8 +278,8 @@ class Projections:
             schema.drop_all(conn)
             schema.create(conn)
             conn.execute(
-                "INSERT INTO proj_state VALUES (?, ?, ?, ?, 0, 0, 0, 0)",
-                [st.version, st.last_seq, st.last_leaf, st.log_id],
+                "INSERT INTO proj_state VALUES (?, ?, ?, ?, 0, 0, 0, 0, ?)",
+                [st.version, st.last_seq, st.last_leaf, st.log_id, b""],
             )
             conn.execute("COMMIT")
         except BaseException:
@@ -257,10 +289,33 @@ class Projections:
         self._remember(st)
         return st
 
-    def rebuild(self) -> int:
-        """Replay the whole log into a new database file; return the number of entries."""
+    def rollback(self) -> Rollback | None:
+        """The projection's recorded position when the log no longer holds it, else None.
+
+        Shorter than the entry the projection last applied, or another entry
+        at that seq: the log was rolled back or rewritten, and replaying it
+        over the projection would erase the last trace of what was there. A
+        projection of another log altogether (another log id) is no rollback
+        of this one: the home's trust anchor judges that.
+        """
+        try:
+            with self.raw_session() as conn:
+                st = read_state(conn)
+        except StorageError:
+            return None  # an unreadable database records nothing (the rebuild replaces it)
+        size = self.log.refresh()
+        if st is None or st.version != schema.SCHEMA_VERSION or st.last_seq == NOTHING_APPLIED:
+            return None
+        if size == 0 or st.log_id != self.log.log_id:
+            return None
+        if st.last_seq < size and self.log.leaf(st.last_seq) == st.last_leaf:
+            return None
+        return Rollback(st.last_seq + 1, st.last_root or None, size, self.log.root(size), "projection")
+
+    def rebuild(self, stop: int | None = None) -> int:
+        """Replay the whole log (or its first `stop` entries) into a new database file."""
         with self.store.session(fresh=True) as conn:
             self._reset(conn)
-            n = self.catch_up(conn, compact=True)
+            n = self.catch_up(conn, compact=True, stop=stop)
             conn.execute("CHECKPOINT")
             return n

@@ -1,7 +1,8 @@
 """The projection schema (version `SCHEMA_VERSION`) and the archive guard.
 
 All read models of a home live in one DuckDB file and advance together: the
-one row of `proj_state` records the last applied seq and its leaf hash,
+one row of `proj_state` records the last applied seq, its leaf hash and the
+Merkle root of the log up to it (what `rebuild` compares a rolled-back log with),
 written in the same transaction as the rows it accounts for, together with
 the corpus statistics BM25 needs (document count, total length) and the size
 of the index's two parts. A code change that alters what the fold produces
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The one archive guard (DESIGN §4), shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -46,7 +47,7 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS proj_state(
         version INTEGER NOT NULL, last_seq BIGINT NOT NULL, last_leaf BLOB NOT NULL,
         log_id BLOB NOT NULL, docs BIGINT NOT NULL, total_len BIGINT NOT NULL,
-        main_rows BIGINT NOT NULL, delta_rows BIGINT NOT NULL)""",
+        main_rows BIGINT NOT NULL, delta_rows BIGINT NOT NULL, last_root BLOB NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS memories(
         id VARCHAR PRIMARY KEY,
         namespace VARCHAR NOT NULL,

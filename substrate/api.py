@@ -19,11 +19,19 @@ from typing import Any
 import duckdb
 from pydantic import ValidationError
 
-from mnemolog.eventlog.errors import BadInput, NotFound, UsageError
+from mnemolog.eventlog.errors import (
+    BadInput,
+    MnemologError,
+    NotFound,
+    StorageError,
+    UsageError,
+    VerificationError,
+)
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
+from mnemolog.projections import audit
 from mnemolog.projections import recall as q
-from mnemolog.projections.engine import Projections
+from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
 from mnemolog.projections.memories import Edge, Memory
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate import witnessing
@@ -46,6 +54,7 @@ from mnemolog.substrate.events.limits import (
     check_namespace,
     check_tags,
 )
+from mnemolog.substrate.events.log import RollbackAccepted
 from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
@@ -79,11 +88,15 @@ class Substrate:
     ) -> None:
         self.home = home.require()
         self.clock = clock
-        self.writer: LogWriter = home.open_writer(durability=durability, clock=clock, progress=progress)
-        self.recovered: list[TornTail] = list(self.writer.recovered)
+        self._durability = durability
+        self._progress = progress
+        # The writer (and with it the private key and the writer lock) is opened by the
+        # first write: reads need neither, so a home without its key, or one this
+        # process may not write to, can still be read and audited.
+        self._writer: LogWriter | None = None
         self.log = home.open_log()
         self.projections = Projections(
-            home.projections_dir,
+            home.projections_path(),
             self.log,
             upcast,
             hold=long_lived,
@@ -136,7 +149,9 @@ class Substrate:
         self._closed = True
         self.atomiser.stop_worker()
         self.projections.close()
-        self.writer.close()
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
         self.log.close()
         if self._witnesses is not None:
             self._witnesses.close()  # after the closing checkpoint, so it is sent too
@@ -149,11 +164,32 @@ class Substrate:
 
     # -- sessions ------------------------------------------------------------
 
+    @property
+    def writer(self) -> LogWriter:
+        """The home's log writer, opened on first use (SignerError, exit 6, without the key)."""
+        with self._lock:
+            if self._writer is None:
+                if self._closed:
+                    raise StorageError("the substrate is closed")
+                self._writer = self.home.open_writer(
+                    durability=self._durability, clock=self.clock, progress=self._progress
+                )
+            return self._writer
+
+    @property
+    def recovered(self) -> list[TornTail]:
+        """Torn tails the writer cut when it opened (none before the first write)."""
+        return list(self._writer.recovered) if self._writer is not None else []
+
+    def require_writer(self) -> None:
+        """Open the writer now: a command that must sign fails here, before anything runs."""
+        _ = self.writer
+
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A unit of work: the projection lock held, tables caught up with the log."""
         with self._lock, self.projections.session() as conn:
-            yield Session(conn, self.writer, self.projections, self.hooks)
+            yield Session(conn, lambda: self.writer, self.projections, self.hooks)
 
     # -- writes --------------------------------------------------------------
 
@@ -196,6 +232,7 @@ class Substrate:
             source_span=source_span,
             memory_id=memory_id,
         )
+        self.require_writer()  # after the checks: bad input is refused before any file is touched
         planned: list[tuple[str, str | None]] = []
 
         def follow(policy: ResolvedPolicy) -> Sequence[Payload]:
@@ -234,6 +271,7 @@ class Substrate:
         max_retries: int | None = None,
     ) -> AtomiseResult:
         """Atomise a memory now (see substrate.atomise); raises the seed's errors."""
+        self.require_writer()
         return self.atomiser.atomise(
             memory_id, force=force, max_atom_tokens=max_atom_tokens, curator=curator, max_retries=max_retries
         )
@@ -272,6 +310,7 @@ class Substrate:
         if not fields:
             raise UsageError("nothing to update: give at least one field")
         payload = MemoryUpdated.model_validate({"id": memory_id, **fields})
+        self.require_writer()
         with self.session() as s:
             before = s.require(memory_id)
             policy = s.policy(payload.namespace or before["namespace"])
@@ -290,6 +329,7 @@ class Substrate:
         payload = LinkCreated.model_validate(
             {"src": src, "dst": dst, "relation": relation, "metadata": metadata}
         )
+        self.require_writer()
         with self.session() as s:
             return s.with_warnings(s.write_link(payload))
 
@@ -349,6 +389,7 @@ class Substrate:
         if not changes and not unset:
             raise UsageError("nothing to change: give a field to set or to unset")
         payload = PolicySet(namespace=namespace, changes=changes, unset=list(unset))
+        self.require_writer()
         with self.session() as s:
             s.append(payload)
             return s.policy(namespace).to_json()
@@ -459,8 +500,91 @@ class Substrate:
             out["log"] = {"size": self.log.size, "log_id": self.log.log_id.hex()}
             return out
 
-    def rebuild(self) -> dict[str, Any]:
-        """Drop every projection and replay the whole log."""
+    def rebuild(self, *, accept_rollback: bool = False) -> dict[str, Any]:
+        """Drop every projection and replay the whole log.
+
+        Refused (RollbackRefused, exit 8) when the log no longer holds a
+        position the home recorded — the entry the projection last applied,
+        or a high-water checkpoint — since replaying would erase the last
+        trace of the lost entries. With `accept_rollback` the loss is first
+        recorded in the log (a signed `log.rollback_accepted` naming the old
+        and new size and root), checkpoints the log no longer matches are set
+        aside under `log/rolled-back/`, and the high-water mark follows.
+        """
         with self._lock:
+            found = self.projections.rollback() or self._high_water_rollback()
+            accepted: dict[str, Any] | None = None
+            if found is not None:
+                if not accept_rollback:
+                    raise RollbackRefused(
+                        f"the log has {found.new_size} entries but the home recorded {found.old_size} "
+                        f"({found.source}), and the log no longer holds them: it was truncated or "
+                        "rolled back. A rebuild would erase that evidence: check the log with "
+                        "`mnemolog log verify`; if the rollback is intended, run `mnemolog rebuild "
+                        "--accept-rollback`, which records it in the log",
+                        check="projection.rollback",
+                        seq=found.new_size,
+                        file=found.source,
+                        expected=found.old_size,
+                        found=found.new_size,
+                    )
+                accepted = self._accept_rollback(found)
             n = self.projections.rebuild()
-        return {"replayed": n, "log_size": self.log.size}
+        return {"replayed": n, "log_size": self.log.size, "rollback_accepted": accepted}
+
+    def verify_projections(self) -> dict[str, Any]:
+        """Re-fold the log and compare every projection table with disk (VerificationError on a
+        difference: table, key, column, expected, found)."""
+        with self._lock:
+            return audit.verify_projections(self.projections, upcast).to_json()
+
+    def _high_water_rollback(self) -> Rollback | None:
+        """A high-water mark of this log that the log no longer covers with the same root."""
+        size = self.log.refresh()
+        try:
+            marks = self.home.high_water_marks()
+        except VerificationError:
+            return None  # a missing mark proves nothing here; `log verify` reports it
+        for hw in marks:
+            try:
+                body = hw.body()
+            except MnemologError:
+                continue  # not a checkpoint at all: `log verify` reports it
+            if body.origin != self.log.origin:
+                continue  # another log's mark: the trust anchor judges that
+            if body.size > size or self.log.root(body.size) != body.root:
+                return Rollback(body.size, body.root, size, self.log.root(size), hw.source)
+        return None
+
+    def _accept_rollback(self, found: Rollback) -> dict[str, Any]:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        w = self.home.open_writer(
+            durability=self._durability, clock=self.clock, progress=self._progress, accept_rollback=True
+        )
+        try:
+            new_size = w.size
+            self.log.refresh()
+            payload = RollbackAccepted(
+                old_size=found.old_size,
+                old_root=found.old_root,
+                new_size=new_size,
+                new_root=self.log.root(new_size),
+                source=found.source,
+            )
+            r = w.append(payload.TYPE, payload.to_data(), payload.TV)
+            w.checkpoint()
+            set_aside = list(w.set_aside)
+        finally:
+            w.close()
+        self.log.refresh()
+        return {
+            "seq": r.seq,
+            "old_size": payload.old_size,
+            "old_root": payload.old_root.hex() if payload.old_root else None,
+            "new_size": payload.new_size,
+            "new_root": payload.new_root.hex(),
+            "source": payload.source,
+            "set_aside": set_aside,
+        }

@@ -27,16 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog import bundle, bundle_build, bundle_format, codec, logexport, memview, touching
+from mnemolog.eventlog import bundle, bundle_build, bundle_format, codec, logexport, memview, merkle, touching
+from mnemolog.eventlog.checkpoints import write_high_water
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, SignerError, StorageError, UsageError
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir
 from mnemolog.eventlog.heads import HeadsMap
 from mnemolog.eventlog.index import IndexWriter
-from mnemolog.eventlog.keys import VerifierKey, load_private_key, write_private_key, write_public_key
+from mnemolog.eventlog.keys import load_private_key, write_private_key, write_public_key
 from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
-from mnemolog.eventlog.note import peek_checkpoint
+from mnemolog.eventlog.note import Checkpoint, peek_checkpoint
 from mnemolog.eventlog.progress import Progress
+from mnemolog.eventlog.trust import TRUST_GENESIS, TrustPolicy
 from mnemolog.projections.engine import Projections
 from mnemolog.substrate import witnessing
 from mnemolog.substrate.api import Substrate
@@ -326,7 +328,7 @@ def replay(
     export_path: Path,
     new_home: Path,
     *,
-    trusted: VerifierKey | None = None,
+    policy: TrustPolicy = TRUST_GENESIS,
     signing_key: Path | None = None,
     progress: bool | None = None,
 ) -> ReplayReport:
@@ -335,11 +337,18 @@ def replay(
         raise StorageError(
             f"{new_home} exists and is not empty; replay builds a new home", file=str(new_home)
         )
-    ex = logexport.verify_export(read_export(export_path), trusted, progress=progress)
+    ex = logexport.verify_export(read_export(export_path), policy=policy, progress=progress)
     if ex.start != 0:
         raise UsageError(
             f"the export starts at seq {ex.start}; replay rebuilds a home from genesis and needs an "
             "export that starts at 0 (`mnemolog log export --from 0`)"
+        )
+    if ex.count != ex.tree_size and signing_key is None:
+        raise UsageError(
+            f"the export holds entries 0..{ex.count - 1} of a log of {ex.tree_size}: its checkpoint "
+            "covers more than the new home would hold, so the home would have no checkpoint of its "
+            "own and `log verify` would reject it; give --signing-key to sign one, or export the "
+            "whole log"
         )
     key = None
     if signing_key is not None:
@@ -407,14 +416,17 @@ def _build_home(home: Home, ex: logexport.VerifiedExport, key: Any, progress: bo
         if ep.event_seq < ex.count:
             write_public_key(home.keys_dir / f"{ep.key.kid.hex()}.pub", ep.key)
     current = ex.keys.key_at(ex.count)
-    atomic_write(home.config_path, default_config_text(current.name).encode())
+    atomic_write(home.config_path, default_config_text(current.name, ex.log_id).encode())
+    if checkpoint is not None:
+        write_high_water(home.high_water_path, ex.checkpoint, checkpoint)
     if key is not None:
         write_private_key(home.signing_key_path, key)
         if checkpoint is None:
-            # A shorter log than the export's checkpoint: sign one for what was replayed.
-            from mnemolog.eventlog.writer import LogWriter
-
-            with LogWriter(log_dir, [key], checkpoint_on_close=False, progress=progress) as w:
-                cp, _ = w.checkpoint()
-                checkpoint = cp.size
+            # A shorter log than the export's checkpoint: sign one for what was replayed
+            # (every entry was verified on the way in, and the key is the one that signs next).
+            root = merkle.root_of([e.leaf for e in ex.entries])
+            raw = Checkpoint(ex.keys.origin, ex.count, root).sign(key)
+            atomic_write(log_dir / CHECKPOINT_DIR / checkpoint_name(ex.count), raw)
+            write_high_water(home.high_water_path, raw, ex.count)
+            checkpoint = ex.count
     return checkpoint

@@ -6,6 +6,8 @@
     <home>/keys/retired/      private keys rotated out (delete them at will)
     <home>/keys/*.pub         public keys, for convenience (the log is the truth)
     <home>/log/               segments, checkpoints, derived index (eventlog)
+    <home>/state/checkpoint   the high-water mark: the newest checkpoint this home signed,
+                              kept outside log/ so that rolling log/ back is noticed
     <home>/projections/       DuckDB read models (derived; `mnemolog rebuild`)
 
 The home is resolved from --home, else $MNEMOLOG_HOME, else
@@ -14,26 +16,51 @@ $XDG_DATA_HOME/mnemolog, else ~/.local/share/mnemolog.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.errors import BadInput, HomeMissing, SignerError, StorageError
+from mnemolog.eventlog.checkpoints import (
+    DEFAULT_CHECKPOINT_ENTRIES,
+    DEFAULT_CHECKPOINT_SECONDS,
+    CheckpointPolicy,
+    HighWaterMark,
+    read_high_water,
+    write_high_water,
+)
+from mnemolog.eventlog.errors import BadInput, HomeMissing, SignerError, StorageError, VerificationError
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir
 from mnemolog.eventlog.keys import (
+    MAX_KEY_FILE,
     SigningKey,
+    VerifierKey,
     load_private_key,
     write_private_key,
     write_public_key,
 )
 from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.note import origin_for
+from mnemolog.eventlog.trust import ORIGIN_PREFIX, HomeAnchor, origin_for
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, system_clock
 
 CONFIG_NAME = "config.toml"
 MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def cache_home() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+
+
+def _writable_dir(path: Path) -> bool:
+    """A directory this process may create files in (and whose database file it may write)."""
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        return False
+    db = path / "mnemolog.duckdb"
+    return not db.exists() or os.access(db, os.R_OK | os.W_OK)
 
 
 def default_home() -> Path:
@@ -53,6 +80,15 @@ class LogSettings:
     group_max_ms: float = 5.0
     segment_bytes: int = 64 * 1024 * 1024
     lock_timeout_s: float = 30.0
+    log_id: bytes | None = None  # the home's own record of its log (trust anchor)
+    checkpoint_max_entries: int = DEFAULT_CHECKPOINT_ENTRIES
+    checkpoint_max_s: float = DEFAULT_CHECKPOINT_SECONDS
+
+
+@dataclass(frozen=True)
+class TrustSettings:
+    # A second copy of the high-water mark, outside the home (an absolute path).
+    high_water_copy: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +104,7 @@ class Config:
     llm: LlmSettings = field(default_factory=LlmSettings)
     hooks: dict[str, list[str]] = field(default_factory=dict)
     projection_idle_release_ms: int = 250
+    trust: TrustSettings = field(default_factory=TrustSettings)
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -100,12 +137,14 @@ def parse_config(text: str, where: str = CONFIG_NAME) -> Config:
     llm = raw.get("llm", {})
     hooks = raw.get("hooks", {})
     proj = raw.get("projections", {})
+    trust = raw.get("trust", {})
     for name, t in (
         ("key", key),
         ("log", log),
         ("llm", llm),
         ("hooks", hooks),
         ("projections", proj),
+        ("trust", trust),
     ):
         if not isinstance(t, dict):
             raise BadInput(f"{where}: [{name}] must be a table", file=where, field=name)
@@ -118,9 +157,21 @@ def parse_config(text: str, where: str = CONFIG_NAME) -> Config:
         group_max_ms=float(_typed(log, "group_max_ms", (int, float), 5.0, "log")),
         segment_bytes=_typed(log, "segment_bytes", int, 64 * 1024 * 1024, "log"),
         lock_timeout_s=float(_typed(log, "lock_timeout_s", (int, float), 30.0, "log")),
+        log_id=_log_id(_typed(log, "id", str, None, "log"), where),
+        checkpoint_max_entries=_typed(log, "checkpoint_max_entries", int, DEFAULT_CHECKPOINT_ENTRIES, "log"),
+        checkpoint_max_s=float(
+            _typed(log, "checkpoint_max_s", (int, float), DEFAULT_CHECKPOINT_SECONDS, "log")
+        ),
     )
     if settings.segment_bytes < 4096 or settings.group_max_entries < 1:
         raise BadInput(f"{where}: log.segment_bytes >= 4096 and group_max_entries >= 1", file=where)
+    if settings.checkpoint_max_entries < 1 or not 0 < settings.checkpoint_max_s <= 86400:
+        raise BadInput(
+            f"{where}: log.checkpoint_max_entries >= 1 and 0 < log.checkpoint_max_s <= 86400", file=where
+        )
+    hw_copy = _typed(trust, "high_water_copy", str, None, "trust")
+    if hw_copy is not None and not os.path.isabs(hw_copy):
+        raise BadInput(f"{where}: trust.high_water_copy must be an absolute path", file=where, found=hw_copy)
     parsed_hooks: dict[str, list[str]] = {}
     for point, names in hooks.items():
         if point not in HOOK_POINTS:
@@ -140,11 +191,29 @@ def parse_config(text: str, where: str = CONFIG_NAME) -> Config:
         ),
         hooks=parsed_hooks,
         projection_idle_release_ms=_typed(proj, "idle_release_ms", int, 250, "projections"),
+        trust=TrustSettings(Path(hw_copy) if hw_copy else None),
         raw=raw,
     )
 
 
-def default_config_text(key_name: str) -> str:
+def _log_id(text: str | None, where: str) -> bytes | None:
+    if text is None:
+        return None
+    try:
+        lid = bytes.fromhex(text)
+    except ValueError:
+        lid = b""
+    if len(lid) != 16:
+        raise BadInput(f"{where}: log.id must be 32 hexadecimal digits", file=where, field="log.id")
+    return lid
+
+
+def default_config_text(key_name: str, log_id: bytes | None = None) -> str:
+    log_id_line = (
+        f'# The log this home holds: `log verify` refuses a log with another id.\nid = "{log_id.hex()}"\n'
+        if log_id is not None
+        else ""
+    )
     return f"""# mnemolog home configuration (TOML). Written by `mnemolog init`.
 
 [key]
@@ -152,7 +221,7 @@ def default_config_text(key_name: str) -> str:
 name = "{key_name}"
 
 [log]
-# "fsync": every append is synced before it returns.
+{log_id_line}# "fsync": every append is synced before it returns.
 # "group": appends are batched (group_max_entries / group_max_ms) and
 #          acknowledged after one sync of the batch.
 durability = "fsync"
@@ -160,6 +229,15 @@ group_max_entries = 512
 group_max_ms = 5
 segment_bytes = 67108864
 lock_timeout_s = 30
+# Long-lived writers publish a checkpoint once this many entries, or this many
+# seconds after the last append, are not covered by one (and at close).
+checkpoint_max_entries = 1000
+checkpoint_max_s = 5
+
+[trust]
+# A second copy of the high-water mark (the newest checkpoint this home signed),
+# somewhere an attacker who rolls back the home cannot reach; `log verify` checks it.
+# high_water_copy = "/var/lib/mnemolog-witness/my-home.checkpoint"
 
 [llm]
 # Ollama for the LLM curator; MNEMOLOG_OLLAMA_HOST / MNEMOLOG_OLLAMA_MODEL override.
@@ -187,7 +265,11 @@ class Home:
         self.keys_dir = root / "keys"
         self.projections_dir = root / "projections"
         self.config_path = root / CONFIG_NAME
+        self.state_dir = root / "state"
         self._config: Config | None = None
+        # Called with the note bytes of every checkpoint a writer of this home signs
+        # (see LogWriter.checkpoint_listeners); copied into each writer it opens.
+        self.checkpoint_listeners: list[Callable[[bytes], None]] = []
 
     @classmethod
     def resolve(cls, home: str | os.PathLike[str] | None = None) -> Home:
@@ -226,6 +308,94 @@ class Home:
             self._config = parse_config(text, str(self.config_path))
         return self._config
 
+    # -- projections -----------------------------------------------------------
+
+    def projections_path(self) -> Path:
+        """Where this process keeps the projection database.
+
+        `<home>/projections/` when this process may write there; otherwise
+        (a read-only copy of a home, another user's home, a read-only
+        filesystem) a directory of its own under the XDG cache, named for the
+        home, so reads and audits still work and the home stays untouched.
+        """
+        d = self.projections_dir
+        if _writable_dir(d) or (not d.exists() and _writable_dir(self.root)):
+            return d
+        digest = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
+        return cache_home() / "mnemolog" / "projections" / f"{self.root.name or 'home'}-{digest}"
+
+    # -- trust: the home's own record of its log, outside log/ ---------------
+
+    @property
+    def high_water_path(self) -> Path:
+        return self.state_dir / "checkpoint"
+
+    def high_water_paths(self) -> list[Path]:
+        """Where the high-water mark is kept: `state/checkpoint` and the configured copy, if any."""
+        paths = [self.high_water_path]
+        copy = self.config.trust.high_water_copy
+        if copy is not None:
+            paths.append(copy)
+        return paths
+
+    def high_water_marks(self) -> list[HighWaterMark]:
+        """Every high-water mark the home keeps, for `log verify` to compare the log against.
+
+        A mark that should exist and does not is a verification failure: the
+        configured copy outside the home, and `state/checkpoint` of a home that
+        records its log id (every home `init` made since the mark exists).
+        """
+        marks: list[HighWaterMark] = []
+        for i, path in enumerate(self.high_water_paths()):
+            hw = read_high_water(path)
+            if hw is not None:
+                marks.append(hw)
+            elif i > 0 or self.config.log.log_id is not None:
+                raise VerificationError(
+                    f"the high-water mark {path} is missing: it is written with every checkpoint, so "
+                    "a missing one suggests a rollback of the home (or a copy made without it)",
+                    check="high_water.missing",
+                    file=str(path),
+                )
+        return marks
+
+    def public_keys(self) -> list[VerifierKey]:
+        """The verifier keys in `keys/*.pub` (malformed files are skipped: the log is the truth)."""
+        out: list[VerifierKey] = []
+        try:
+            names = sorted(os.listdir(self.keys_dir))
+        except OSError:
+            return out
+        for name in names:
+            path = self.keys_dir / name
+            if not name.endswith(".pub") or not path.is_file() or path.stat().st_size > MAX_KEY_FILE:
+                continue
+            try:
+                out.append(VerifierKey.from_vkey(path.read_text("utf-8")))
+            except (OSError, UnicodeDecodeError, SignerError):
+                continue
+        return out
+
+    def trust_anchor(self) -> HomeAnchor:
+        """The home's own anchor: its log id (config, else the high-water mark) and `keys/*.pub`."""
+        log_id = self.config.log.log_id
+        source = f"{CONFIG_NAME} [log] id and keys/*.pub"
+        if log_id is None:
+            try:
+                hw = read_high_water(self.high_water_path)
+                origin = hw.body().origin if hw is not None else ""
+            except (StorageError, BadInput):
+                origin = ""
+            if origin.startswith(ORIGIN_PREFIX):
+                try:
+                    log_id = bytes.fromhex(origin[len(ORIGIN_PREFIX) :])
+                except ValueError:
+                    log_id = None
+                source = "state/checkpoint origin and keys/*.pub"
+            else:
+                source = "keys/*.pub (the home records no log id)"
+        return HomeAnchor(log_id if log_id and len(log_id) == 16 else None, tuple(self.public_keys()), source)
+
     # -- keys --------------------------------------------------------------
 
     @property
@@ -238,6 +408,13 @@ class Home:
 
     def signing_keys(self) -> list[SigningKey]:
         """The active key and, mid-rotation, the incoming one (the log says which applies)."""
+        if not self.signing_key_path.exists() and not self.next_key_path.exists():
+            raise SignerError(
+                f"this command signs, and the home has no private key: {self.signing_key_path} is missing "
+                "(reading, searching and verifying work without it; to write, restore the key or "
+                "replay the log into a home with `--signing-key`)",
+                file=str(self.signing_key_path),
+            )
         keys = [load_private_key(self.signing_key_path)]
         if self.next_key_path.exists():
             keys.append(load_private_key(self.next_key_path))
@@ -273,10 +450,20 @@ class Home:
         clock: Clock = system_clock,
         progress: bool | None = None,
         checkpoint_on_close: bool = True,
+        periodic_checkpoints: bool = True,
+        accept_rollback: bool = False,
     ) -> LogWriter:
+        """The home's log writer: its keys, durability, periodic checkpoints and high-water marks.
+
+        `signing_keys()` runs first, so a home without its private key fails
+        here (SignerError, exit 6) before anything on disk is touched.
+        """
         self.require()
         cfg = self.config.log
         dur = durability or Durability(cfg.durability, cfg.group_max_entries, cfg.group_max_ms)  # type: ignore[arg-type]
+        policy = None
+        if periodic_checkpoints:
+            policy = CheckpointPolicy(cfg.checkpoint_max_entries, cfg.checkpoint_max_s)
         w = LogWriter(
             self.log_dir,
             self.signing_keys(),
@@ -286,6 +473,11 @@ class Home:
             lock_timeout=cfg.lock_timeout_s,
             checkpoint_on_close=checkpoint_on_close,
             progress=progress,
+            checkpoint_policy=policy,
+            high_water=self.high_water_paths(),
+            checkpoint_listeners=self.checkpoint_listeners,
+            key_loader=self.signing_keys,
+            accept_rollback=accept_rollback,
         )
         self._finish_rotation(w.key)
         return w
@@ -331,13 +523,14 @@ def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clo
     key = SigningKey.generate(name)
     home.keys_dir.mkdir(exist_ok=True, mode=0o700)
     if not home.config_path.exists():
-        atomic_write(home.config_path, default_config_text(name).encode())
+        atomic_write(home.config_path, default_config_text(name, log_id).encode())
     if home.signing_key_path.exists():
         raise SignerError(f"{home.signing_key_path} exists already", file=str(home.signing_key_path))
     write_private_key(home.signing_key_path, key)
     write_public_key(home.keys_dir / f"{key.kid.hex()}.pub", key.verifier)
     home.projections_dir.mkdir(exist_ok=True)
     _, cp = LogWriter.create(home.log_dir, key, clock=clock, log_id=log_id)
+    write_high_water(home.high_water_path, cp, 1)
     return InitReport(
         home=str(root),
         log_id=log_id.hex(),

@@ -51,12 +51,12 @@ class Session:
     def __init__(
         self,
         conn: duckdb.DuckDBPyConnection,
-        writer: LogWriter,
+        writer: Callable[[], LogWriter],
         projections: Projections,
         hooks: HookChain,
     ) -> None:
         self._conn = conn
-        self._writer = writer
+        self._writer = writer  # opens the home's writer on first use: reads never need it
         self._projections = projections
         self._hooks = hooks
         self.warnings: list[str] = []
@@ -81,8 +81,12 @@ class Session:
                 # A programming error, not bad input: only the current model of a type is written.
                 raise TypeError(f"{cls.__qualname__} is not the payload model written for its type")
             items.append((cls.TYPE, p.to_data(), cls.TV))
-        base = self._chain(payloads, items)
-        receipts = self._writer.append_many(items)
+        writer = self._writer()
+        base = self._chain(payloads, items, writer)
+        receipts = writer.append_many(items)
+        # What went wrong without failing the write (a derived index, a listener) is reported
+        # with the command's result, like a post hook's failure.
+        self.warnings += writer.take_warnings()
         self._projections.catch_up(self._conn)
         if base is not None and receipts and receipts[0].seq != base:
             self.warnings.append(
@@ -92,7 +96,9 @@ class Session:
             )
         return receipts
 
-    def _chain(self, payloads: Sequence[Payload], items: list[tuple[str, dict[str, Any], int]]) -> int | None:
+    def _chain(
+        self, payloads: Sequence[Payload], items: list[tuple[str, dict[str, Any], int]], writer: LogWriter
+    ) -> int | None:
         """Fill each touching payload's back-chain pointers; return the seq the batch should start at."""
         touched = [
             v.touched_ids(t, d) if isinstance(p, Chained) else []
@@ -104,7 +110,7 @@ class Session:
         # The tables are caught up and every memory write holds this session's lock, so the
         # newest touch of each memory is in them and the batch starts at the log's end.
         heads = heads_q.memory_heads(self._conn, ids)
-        base = max(heads_q.applied_size(self._conn), self._writer.size)
+        base = max(heads_q.applied_size(self._conn), writer.size)
         for i, ms in enumerate(touched):
             if ms:
                 items[i][1][v.TOUCH_PREV] = {m: heads.get(m, v.FIRST_TOUCH) for m in ms}

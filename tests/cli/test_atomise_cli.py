@@ -112,4 +112,4 @@ def test_log_verify_with_a_pinned_key(home: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     assert run(other, "init")[0] == 0
     code, out = run(home, "log", "verify", "--trusted-key", run(other, "key", "show")[1]["vkey"])
-    assert code == 8 and out["details"]["check"] == "key.anchor"
+    assert code == 8 and out["details"]["check"] == "trust.key"

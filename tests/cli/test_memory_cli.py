@@ -185,10 +185,12 @@ def test_a_diverged_projection_refuses_until_rebuild(home: Path, tmp_path: Path)
     other = tmp_path / "other"
     new_home(other)
     ok(other, "store", "memories of another home")
-    # Replace this home's log with another home's log (and its key, so writes still sign).
-    for part in ("log", "keys"):
+    # Replace this home's log with another home's log, with its key, its record of the log
+    # (config and high-water mark) and its key, so that only the projection is foreign.
+    for part in ("log", "keys", "state"):
         shutil.rmtree(home / part)
         shutil.copytree(other / part, home / part)
+    shutil.copy(other / "config.toml", home / "config.toml")
     p = mnemolog(home, "recall", "deploy")
     assert p.returncode == 6
     err = json.loads(p.stdout)

@@ -87,6 +87,10 @@ def read(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.support import slow_writes
+
+    slow_writes.install_from_env()
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("append")

@@ -14,6 +14,7 @@ from mnemolog.eventlog.errors import VerificationError
 from mnemolog.eventlog.keys import SigningKey
 from mnemolog.eventlog.logexport import range_proof, root_from_range, verify_export
 from mnemolog.eventlog.offline import split_sequence
+from mnemolog.eventlog.trust import PinnedKey
 from mnemolog.eventlog.writer import Durability
 from mnemolog.substrate import forensics
 from mnemolog.substrate.home import Home
@@ -146,9 +147,9 @@ def test_pinned_keys(home: Home, tmp_path: Path) -> None:
     with home.open_log() as log:
         epochs = log.key_history()
     for ep in epochs:
-        assert verify_export(data, ep.key).trust["pinned"] is True
+        assert verify_export(data, policy=PinnedKey(ep.key)).trust["pinned"] is True
     with pytest.raises(VerificationError) as info:
-        verify_export(data, SigningKey.generate("x").verifier)
+        verify_export(data, policy=PinnedKey(SigningKey.generate("x").verifier))
     assert info.value.check == "trust.key"
 
 

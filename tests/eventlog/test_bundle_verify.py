@@ -37,6 +37,7 @@ from mnemolog.eventlog.errors import MnemologError, UsageError, VerificationErro
 from mnemolog.eventlog.keys import SigningKey, load_private_key
 from mnemolog.eventlog.offline import split_sequence
 from mnemolog.eventlog.tarball import write_tar
+from mnemolog.eventlog.trust import TRUST_GENESIS, PinnedKey, parse_key_arg
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import Home
@@ -105,23 +106,25 @@ def test_valid_bundle_verifies(world: tuple[Atomised, bytes], members: dict[str,
 def test_pinned_key_is_reported(
     world: tuple[Atomised, bytes], members: dict[str, bytes], key: SigningKey
 ) -> None:
-    r = verify_members(members, trusted=key.verifier)
-    assert r.trust == {"anchor": "pinned", "key": key.verifier.vkey(), "pinned": True, "epoch_from_seq": 0}
+    r = verify_members(members, policy=PinnedKey(key.verifier))
+    want = {"anchor": "pinned", "key": key.verifier.vkey(), "pinned": True, "epoch_from_seq": 0}
+    assert want.items() <= r.trust.items()
     assert "pinned key" in r.text()
 
 
 def test_wrong_trusted_key_fails(members: dict[str, bytes]) -> None:
     stranger = SigningKey.generate("test-key").verifier
-    err = fails(members, "trust.key", trusted=stranger)
+    err = fails(members, "trust.key", policy=PinnedKey(stranger))
     assert err.expected == stranger.vkey()
 
 
 def test_trusted_key_parsing(tmp_path: Path, key: SigningKey) -> None:
     path = tmp_path / "k.pub"
     path.write_text(key.verifier.vkey() + "\n")
-    assert bundle.parse_trusted_key(str(path)) == key.verifier
-    assert bundle.parse_trusted_key(key.verifier.vkey()) == key.verifier
-    assert bundle.parse_trusted_key(None) is None
+    assert parse_key_arg(str(path)) == key.verifier
+    assert parse_key_arg(key.verifier.vkey()) == key.verifier
+    assert bundle.trust_policy(None) is TRUST_GENESIS
+    assert bundle.trust_policy(key.verifier.vkey()) == PinnedKey(key.verifier)
     huge = tmp_path / "huge.pub"
     huge.write_bytes(b"x" * 100_000)
     binary = tmp_path / "binary.pub"
@@ -136,7 +139,7 @@ def test_trusted_key_parsing(tmp_path: Path, key: SigningKey) -> None:
         str(binary),
     ):
         with pytest.raises(UsageError):
-            bundle.parse_trusted_key(bad)
+            parse_key_arg(bad)
 
 
 # -- one byte changed, removed, renamed, added ------------------------------------
@@ -456,7 +459,7 @@ def test_bundle_across_rotations(rotated: tuple[Home, str, list[str], bytes]) ->
     assert r.checkpoint_key == epochs[-1].key.vkey()
     # Any key of the history can be pinned: trust flows along the signed rotations.
     for i, ep in enumerate(epochs):
-        rr = verify_members(members, trusted=ep.key)
+        rr = verify_members(members, policy=PinnedKey(ep.key))
         assert rr.trust["epoch_from_seq"] == ep.first_seq, i
 
 

@@ -26,6 +26,7 @@ KEYS = [SigningKey(bytes([int(s)]) * 32, f"key-{s}") for s in SEEDS.split(",")]
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     env.update(extra)
     return env
 
@@ -99,7 +100,7 @@ def test_a_reader_never_sees_a_partial_entry(tmp_path: Path) -> None:
         "--size",
         "200000",
         "--no-checkpoint",
-        env=_env(MNEMOLOG_TEST_WRITE_CHUNK="8192", MNEMOLOG_TEST_WRITE_PAUSE="0.0005"),
+        env=_env(TEST_WRITE_CHUNK="8192", TEST_WRITE_PAUSE="0.0005"),
     )
     acked = _finish(writer)
     stop.write_text("done")

@@ -3,7 +3,7 @@
 After every kill the log reopens, every entry the child acknowledged (it
 prints each receipt's seq after append() returns) is there, the chain
 verifies, and a torn tail, if the kill left one, is cut and reported. A test
-hook in the writer (MNEMOLOG_TEST_WRITE_CHUNK / _PAUSE) writes each batch in
+hook the child installs (tests/support/slow_writes.py) writes each batch in
 small pieces with pauses, so that kills land inside writes and torn tails
 really happen; the test counts them.
 """
@@ -29,6 +29,7 @@ from mnemolog.eventlog.writer import LogWriter
 pytestmark = pytest.mark.serial
 
 CHILD = Path(__file__).with_name("child.py")
+REPO = Path(__file__).resolve().parents[2]
 KEY = SigningKey(bytes([7]) * 32, "key-7")
 KILLS_PER_MODE = 28
 MNEMOLOG = [sys.executable, "-m", "mnemolog.cli.main"]
@@ -36,8 +37,9 @@ MNEMOLOG = [sys.executable, "-m", "mnemolog.cli.main"]
 
 def _env(chunk: int = 512, pause: float = 0.0004) -> dict[str, str]:
     env = dict(os.environ)
-    env["MNEMOLOG_TEST_WRITE_CHUNK"] = str(chunk)
-    env["MNEMOLOG_TEST_WRITE_PAUSE"] = str(pause)
+    env["TEST_WRITE_CHUNK"] = str(chunk)
+    env["TEST_WRITE_PAUSE"] = str(pause)
+    env["PYTHONPATH"] = str(REPO)
     env.pop("MNEMOLOG_HOME", None)
     return env
 
@@ -136,6 +138,8 @@ def test_torn_tail_is_reported_by_the_cli(tmp_path: Path) -> None:
 
 _CLI_CHILD = """
 import sys
+from tests.support import slow_writes
+slow_writes.install_from_env()
 from pathlib import Path
 from mnemolog.eventlog.keys import load_private_key
 from mnemolog.eventlog.writer import LogWriter

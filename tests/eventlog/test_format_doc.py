@@ -106,9 +106,11 @@ def test_the_example_log_verifies(tmp_path: Path) -> None:
 
 
 def test_the_doc_names_every_check_verify_uses() -> None:
-    src = (Path(__file__).resolve().parents[2] / "eventlog" / "verify.py").read_text()
-    used = set(re.findall(r'"((?:segments|entry|genesis|key|checkpoint|log)\.[a-z_]+)"', src))
-    used |= set(re.findall(r'check="((?:segments|entry|genesis|key|checkpoint|log)\.[a-z_]+)"', src))
+    pkg = Path(__file__).resolve().parents[2] / "eventlog"
+    src = "".join((pkg / f).read_text() for f in ("verify.py", "verify_chunks.py", "trust.py"))
+    prefixes = "segments|entry|genesis|key|checkpoint|log|high_water|trust"
+    used = set(re.findall(rf'"((?:{prefixes})\.[a-z_]+)"', src))
+    used |= set(re.findall(rf'check="((?:{prefixes})\.[a-z_]+)"', src))
     text = DOC.read_text("utf-8")
     missing = sorted(c for c in used if f"`{c}`" not in text)
     assert not missing, f"docs/format.md does not name the checks {missing}"

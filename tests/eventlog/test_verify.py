@@ -22,8 +22,11 @@ import cbor2
 import pytest
 
 from mnemolog.eventlog import verify as V
+from mnemolog.eventlog import verify_hinted as VH
+from mnemolog.eventlog import verify_pool as VP
 from mnemolog.eventlog.errors import VerificationError
 from mnemolog.eventlog.segments import split_items
+from mnemolog.eventlog.trust import PinnedKey
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.eventlog.writer import Durability
 from tests.eventlog.logkit import log_files, make_log, seeded_key, tree_hashes
@@ -235,12 +238,19 @@ def test_the_index_is_only_a_hint(small_log: Path, tmp_path: Path, index_state: 
 
 
 def test_cli_reports_exit_code_8(small_log: Path, tmp_path: Path) -> None:
+    from tests.eventlog.logkit import seeded_key as key
+
     home = tmp_path / "home"
     (home / "keys").mkdir(parents=True)
     shutil.copytree(small_log, home / "log")
     mnemolog = [sys.executable, "-m", "mnemolog.cli.main", "--home", str(home)]
+    # A log the home holds no key of is a foreign log, whatever its bytes say.
+    foreign = subprocess.run([*mnemolog, "log", "verify"], capture_output=True, text=True, check=False)
+    assert foreign.returncode == 8 and "check=trust.genesis_key" in foreign.stderr, foreign.stderr
+    (home / "keys" / "genesis.pub").write_text(key().verifier.vkey() + "\n")
     ok = subprocess.run([*mnemolog, "log", "verify"], capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stderr
+    assert "trust anchor: home" in ok.stdout
     rng = random.Random(8)
     files = log_files(home / "log")
     for f in rng.sample(files, 3):
@@ -267,8 +277,8 @@ BIG = 6000
 @pytest.fixture(autouse=True)
 def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Worker pools and many chunks on a log of a few thousand entries (the defaults want more)."""
-    monkeypatch.setattr(V, "PARALLEL_MIN_ENTRIES", 1000)
-    monkeypatch.setattr(V, "CHUNK_ENTRIES", 300)
+    monkeypatch.setattr(VH, "PARALLEL_MIN_ENTRIES", 1000)
+    monkeypatch.setattr(VH, "CHUNK_ENTRIES", 300)
     monkeypatch.setattr(V, "SEQ_CHUNK_ENTRIES", 300)
     monkeypatch.setattr(V, "SERIAL_BELOW", 16)
 
@@ -368,13 +378,13 @@ def test_first_failure_by_lowest_seq(
 
 
 def test_pool_start_method_is_chosen_safely() -> None:
-    pool = V.make_pool(2)
+    pool = VP.make_pool(2)
     assert pool is not None
     try:
         assert pool.submit(os.getpid).result() != os.getpid()
     finally:
         pool.shutdown()
-    assert V._thread_count() >= 1
+    assert VP.thread_count() >= 1
 
 
 def test_verify_from_a_script_read_from_stdin(big_log: Path) -> None:
@@ -397,10 +407,16 @@ def test_verify_from_a_script_read_from_stdin(big_log: Path) -> None:
 def test_trust_anchor(small_log: Path) -> None:
     from tests.eventlog.logkit import seeded_key as key
 
-    verify_log(small_log, anchor=key().verifier)  # the genesis key
-    verify_log(small_log, anchor=ROTATED.verifier)  # a later key of the history
-    exc = must_fail(small_log, "foreign anchor", anchor=key("stranger", 99).verifier)
-    assert exc.check == "key.anchor"
+    r = verify_log(small_log, policy=PinnedKey(key().verifier))  # the genesis key
+    assert r.trust["anchor"] == "pinned" and r.trust["epoch_from_seq"] == 0
+    r = verify_log(small_log, policy=PinnedKey(ROTATED.verifier))  # a later key of the history
+    assert r.trust["epoch_from_seq"] == 4
+    exc = must_fail(small_log, "foreign anchor", policy=PinnedKey(key("stranger", 99).verifier))
+    assert exc.check == "trust.key"
+    # The same public key under another name is another key (as verify-bundle has always said).
+    exc = must_fail(small_log, "renamed", policy=PinnedKey(key("renamed").verifier))
+    assert exc.check == "trust.key"
+    assert verify_log(small_log).trust["anchor"] == "genesis"
 
 
 def test_oversized_payloads_are_refused(tmp_path: Path) -> None:

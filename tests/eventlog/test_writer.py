@@ -276,7 +276,7 @@ def test_truncated_log_refuses_to_append(log_dir: Path) -> None:
     shutil.rmtree(log_dir / "index")
     with pytest.raises(VerificationError) as ei:
         LogWriter(log_dir, [KEY])
-    assert ei.value.check == "log.truncated"
+    assert ei.value.check == "log_diverged"
 
 
 @pytest.mark.parametrize(

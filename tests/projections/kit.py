@@ -35,12 +35,15 @@ def open_sub(home: Home | Path, **kw: Any) -> Substrate:
 
 
 def log_digest(home: Home | Path) -> tuple[int, str]:
-    """Total size and SHA-256 of every file under the home's log directory (index included)."""
+    """Total size and SHA-256 of every file under the home's log directory (index included).
+
+    Lock files aside: opening a writer creates them, and they hold no data.
+    """
     root = (home.log_dir if isinstance(home, Home) else Path(home) / "log").resolve()
     h = hashlib.sha256()
     total = 0
     for p in sorted(root.rglob("*")):
-        if p.is_file() and p.name != ".lock":
+        if p.is_file() and p.name not in (".lock", ".lock.wait", ".checkpoint.lock"):
             data = p.read_bytes()
             total += len(data)
             h.update(str(p.relative_to(root)).encode() + b"\0" + data)

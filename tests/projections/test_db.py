@@ -1,8 +1,7 @@
-"""The projection store: the process lock, hand-off to waiters, idle release, stale announcements."""
+"""The projection store: the process-owned lock, hand-off to waiters, idle release, killed waiters."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -12,7 +11,12 @@ import duckdb
 import pytest
 
 from mnemolog.eventlog.errors import LockTimeout, StorageError
-from mnemolog.projections.db import WANT_PREFIX, ProcessLock, ProjectionStore
+from mnemolog.eventlog.lock import FileLock
+from mnemolog.projections.db import ProjectionStore
+
+
+def ProcessLock(path: Path, timeout: float) -> FileLock:
+    return FileLock(path, timeout, "projection lock", announce=True, per_thread=False)
 
 
 def make(directory: Path, **kw: object) -> ProjectionStore:
@@ -79,7 +83,7 @@ def test_a_holder_lets_go_when_another_store_waits(d: Path, stores: list[Project
     assert not holder.attached
     with holder.session() as conn:
         assert conn.execute("SELECT i FROM t").fetchall() == [(2,)]
-    assert not list(d.glob(WANT_PREFIX + "*"))
+    assert not holder._lock.others_waiting()  # the waiter's announcement ended with its wait
 
 
 def test_a_busy_holder_does_not_starve_a_waiter(d: Path, stores: list[ProjectionStore]) -> None:
@@ -131,21 +135,59 @@ def test_idle_release(d: Path, stores: list[ProjectionStore]) -> None:
     lock.release()
 
 
-def test_stale_announcements_are_removed(d: Path, stores: list[ProjectionStore]) -> None:
+WAITER = """
+import sys, time
+from pathlib import Path
+from mnemolog.eventlog.lock import FileLock
+lock = FileLock(Path(sys.argv[1]), 600, announce=True, per_thread=False)
+print("waiting", flush=True)
+lock.acquire()
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_waiter_announces_nobody(d: Path) -> None:
+    import subprocess
+    import sys
+
     d.mkdir(parents=True)
-    dead = d / f"{WANT_PREFIX}{2**22 + 12345}-0"  # beyond pid_max by default: no such process
-    old = d / f"{WANT_PREFIX}{os.getpid()}-999999"
-    dead.touch()
-    old.touch()
-    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    holder = ProcessLock(d / ".lock", 1.0)
+    holder.acquire()
+    p = subprocess.Popen([sys.executable, "-c", WAITER, str(d / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "waiting"
+        deadline = time.monotonic() + 60
+        while not holder.others_waiting():  # the waiter announces itself while it waits
+            assert time.monotonic() < deadline, "the waiter never announced itself"
+            time.sleep(0.01)
+    finally:
+        p.kill()
+        p.wait()
+    assert not holder.others_waiting()  # killed while waiting: the OS ended its announcement
+    holder.release()
+    holder.close()
+
+
+def test_a_holder_hands_over_to_a_waiting_process(d: Path, stores: list[ProjectionStore]) -> None:
+    import subprocess
+    import sys
+
     s = make(d, hold=True, idle_release_ms=60_000)
     stores.append(s)
-    t0 = time.monotonic()
     with s.session():
         pass
-    assert time.monotonic() - t0 < 2.0  # it did not yield to announcements of nobody
-    assert s.attached  # nor let go for them
-    assert not dead.exists() and not old.exists()
+    p = subprocess.Popen([sys.executable, "-c", WAITER, str(d / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "waiting"
+        assert p.stdout.readline().strip() == "holding"  # far below the 60 s idle release
+        assert not s.attached
+    finally:
+        p.kill()
+        p.wait()
+    with s.session():  # the lock died with its holder
+        pass
+    assert s.attached
 
 
 def test_fresh_starts_from_an_empty_file_and_closed_refuses(d: Path) -> None:

@@ -9,10 +9,12 @@ from typing import Any
 import duckdb
 import pytest
 
-from mnemolog.eventlog.errors import StorageError
+from mnemolog.eventlog.errors import StorageError, VerificationError
+from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.verify import verify_log
 from mnemolog.eventlog.writer import Durability
 from mnemolog.projections import engine, fold, schema
-from mnemolog.projections.engine import ProjectionDiverged
+from mnemolog.projections.engine import ProjectionDiverged, RollbackRefused
 from mnemolog.substrate.home import Home
 from tests.projections.kit import check_invariants, new_home, open_sub, table_rows
 
@@ -27,7 +29,7 @@ def answers(home: Home) -> list[Any]:
         return [s.recall("alpha beta memory", limit=100), s.list(limit=100)]
 
 
-def test_a_truncated_log_is_refused_until_rebuild(tmp_path: Path) -> None:
+def test_a_truncated_log_is_refused_and_a_rebuild_needs_an_accepted_rollback(tmp_path: Path) -> None:
     home = new_home(tmp_path / "home")
     store_n(home, 3)
     saved = tmp_path / "saved"
@@ -40,16 +42,29 @@ def test_a_truncated_log_is_refused_until_rebuild(tmp_path: Path) -> None:
             s.recall("alpha")
         e = info.value
         assert e.exit_code == 6 and e.slug == "projection_diverged"
-        assert "mnemolog rebuild" in e.message
+        assert "--accept-rollback" in e.message and "log verify" in e.message
         assert e.details["seq"] == 5 and e.details["found"] == 4
-        with pytest.raises(ProjectionDiverged):
-            s.store("writes refuse too: they check against the projection")
-        assert s.rebuild()["replayed"] == 4
-        assert len(s.list()) == 3
+        with pytest.raises(VerificationError) as winfo:
+            s.store("writes refuse too: the writer holds the log to the high-water mark")
+        assert winfo.value.check == "log_diverged"
+        # The projection is the last witness of the lost entries: a plain rebuild is refused.
+        with pytest.raises(RollbackRefused) as rinfo:
+            s.rebuild()
+        assert rinfo.value.exit_code == 8 and rinfo.value.details["expected"] == 6
+        r = s.rebuild(accept_rollback=True)
+        acc = r["rollback_accepted"]
+        assert (acc["old_size"], acc["new_size"], acc["seq"]) == (6, 4, 4)
+        assert r["replayed"] == 5 and len(s.list()) == 3
         check_invariants_of(s)
+        s.store("and the home carries on")
+    with Log(home.log_dir) as log:
+        e = log.entry(4)
+        assert e.type == "log.rollback_accepted" and e.data["old_size"] == 6 and e.data["new_size"] == 4
+        assert e.data["source"] == "projection" and len(e.data["old_root"]) == 32
+    verify_log(home.log_dir, policy=home.trust_anchor(), high_water=home.high_water_marks())
 
 
-def test_a_forked_log_is_refused_until_rebuild(tmp_path: Path) -> None:
+def test_a_forked_log_is_refused_until_the_rollback_is_accepted(tmp_path: Path) -> None:
     home = new_home(tmp_path / "home")
     store_n(home, 3)
     saved = tmp_path / "saved"
@@ -57,6 +72,7 @@ def test_a_forked_log_is_refused_until_rebuild(tmp_path: Path) -> None:
     store_n(home, 2)  # the projection has applied entry 5
     shutil.rmtree(home.log_dir)
     shutil.copytree(saved, home.log_dir)
+    home.high_water_path.unlink()  # the attacker also removed the mark, so a writer will append
     with home.open_writer() as w:  # a different entry 4 and 5, same log id
         for i in range(3):
             w.append("memory.stored", {"id": f"FORK{i}", "namespace": "default", "content": f"beta fork {i}"})
@@ -64,7 +80,10 @@ def test_a_forked_log_is_refused_until_rebuild(tmp_path: Path) -> None:
         with pytest.raises(ProjectionDiverged) as info:
             s.list()
         assert info.value.details["seq"] == 5 and "leaf hash differs" in info.value.message
-        s.rebuild()
+        with pytest.raises(RollbackRefused):
+            s.rebuild()
+        acc = s.rebuild(accept_rollback=True)["rollback_accepted"]
+        assert acc["source"] == "projection" and acc["old_size"] == 6 and acc["new_size"] == 7
         assert {m["id"] for m in s.list()} >= {"FORK0", "FORK1", "FORK2"}
 
 
@@ -73,16 +92,17 @@ def test_another_log_is_refused(tmp_path: Path) -> None:
     other = new_home(tmp_path / "other")
     store_n(home, 2)
     store_n(other, 2, "beta")
-    shutil.rmtree(home.log_dir)
-    shutil.copytree(other.log_dir, home.log_dir)
-    shutil.rmtree(home.keys_dir)
-    shutil.copytree(other.keys_dir, home.keys_dir)
+    # Everything but the projection replaced: another home's log, keys and record of its log.
+    for part in ("log", "keys", "state"):
+        shutil.rmtree(home.root / part)
+        shutil.copytree(other.root / part, home.root / part)
+    shutil.copy(other.config_path, home.config_path)
     with open_sub(home) as s:
         with pytest.raises(ProjectionDiverged) as info:
             s.recall("beta")
         assert "replaced" in info.value.message
         assert info.value.details["found"] != info.value.details["expected"]
-        s.rebuild()
+        s.rebuild()  # a projection of another log altogether: no rollback of this one
         assert s.recall("beta")[0]["content"].startswith("beta")
 
 

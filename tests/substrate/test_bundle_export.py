@@ -24,6 +24,7 @@ from mnemolog.eventlog.errors import (
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.note import peek_checkpoint
 from mnemolog.eventlog.offline import split_sequence
+from mnemolog.eventlog.trust import PinnedKey
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.eventlog.writer import Durability
 from mnemolog.projections import queries
@@ -442,8 +443,11 @@ def test_replay_without_a_signing_key_is_read_only(world: Atomised, tmp_path: Pa
     with Log(home.log_dir) as log:
         cp, _ = log.latest_checkpoint()
         assert cp.size == log.size
-    with pytest.raises(SignerError):
-        Substrate.open(home, long_lived=False)
+    # Read-only means it reads (audits need no secrets) and refuses to sign.
+    with Substrate.open(home, long_lived=False) as sub:
+        assert sub.stats()["log"]["size"] == r.entries
+        with pytest.raises(SignerError):
+            sub.store("cannot be signed here")
 
 
 def test_replay_of_a_prefix(world: Atomised, tmp_path: Path) -> None:
@@ -453,8 +457,11 @@ def test_replay_of_a_prefix(world: Atomised, tmp_path: Path) -> None:
     assert r.entries == 10 and r.tree_size > 10 and r.checkpoint == 10
     assert segments_bytes(Home(new)) == segments_bytes(world.home)[: len(segments_bytes(Home(new)))]
     verify_log(Home(new).log_dir)
+    # Without the key the new home could hold no checkpoint of its own: refused, nothing written.
     unsigned = tmp_path / "unsigned"
-    assert forensics.replay(exp, unsigned).checkpoint is None
+    with pytest.raises(UsageError):
+        forensics.replay(exp, unsigned)
+    assert not unsigned.exists()
 
 
 def test_replay_refuses_an_export_that_does_not_start_at_zero(world: Atomised, tmp_path: Path) -> None:
@@ -516,12 +523,12 @@ def test_replay_with_a_pinned_key(world: Atomised, tmp_path: Path) -> None:
     exp = log_export(world.home, tmp_path / "all.cbor")
     with world.home.open_log() as log:
         genesis = log.key_history()[0].key
-    r = forensics.replay(exp, tmp_path / "new", trusted=genesis)
+    r = forensics.replay(exp, tmp_path / "new", policy=PinnedKey(genesis))
     assert r.export["trust"]["pinned"] is True
     from mnemolog.eventlog.keys import SigningKey
 
     with pytest.raises(VerificationError):
-        forensics.replay(exp, tmp_path / "new2", trusted=SigningKey.generate("k").verifier)
+        forensics.replay(exp, tmp_path / "new2", policy=PinnedKey(SigningKey.generate("k").verifier))
     assert not (tmp_path / "new2").exists()
 
 

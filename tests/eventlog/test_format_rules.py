@@ -1,0 +1,217 @@
+"""The rules docs/format.md settles for an independent implementer, each held to the code.
+
+An implementer working from the document alone found these gaps; each is
+now a sentence of the document and a test here: how a verifier key is
+split, whether `created_at`/`rotated_at` must equal `ts`, the `key.rotated`
+rules (key name, rotating to the same key, tv), the name of an empty last
+segment, a checkpoint with two lines by the log's key where the first is
+bad, what counts as a level of nesting (tests/eventlog/test_verify_agreement.py),
+and the JSON of `log prove` and `log consistency`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from mnemolog.eventlog import merkle
+from mnemolog.eventlog.checkpoints import CHECKPOINT_DIR, checkpoint_name
+from mnemolog.eventlog.entry import ZERO_HASH, make_entry
+from mnemolog.eventlog.errors import SignerError, UsageError, VerificationError
+from mnemolog.eventlog.fsio import atomic_write
+from mnemolog.eventlog.index import IndexWriter
+from mnemolog.eventlog.keys import SigningKey, VerifierKey
+from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.note import Checkpoint, NoteSignature, SignedNote, parse_note
+from mnemolog.eventlog.trust import origin_for, parse_key_arg
+from mnemolog.eventlog.verify import verify_log
+from mnemolog.eventlog.writer import LogWriter
+from tests.eventlog.logkit import T0, StepClock, seeded_key
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
+KEY = seeded_key()
+LOG_ID = b"\x55" * 16
+
+
+def doc() -> str:
+    return DOC.read_text("utf-8")
+
+
+def write_log(log_dir: Path, entries: list[tuple[str, int, dict[str, Any], SigningKey]], **kw: Any) -> None:
+    """A log of hand-made entries after a genesis by KEY, with a checkpoint of the whole log."""
+    log_dir.mkdir(parents=True)
+    (log_dir / CHECKPOINT_DIR).mkdir()
+    g_data = {"log_id": LOG_ID, "public_key": KEY.public_key, "key_name": KEY.name, "created_at": T0}
+    g_data.update(kw.get("genesis", {}))
+    made = [make_entry(seq=0, ts=T0, type_="log.created", tv=1, data=g_data, prev=ZERO_HASH, signer=KEY)]
+    for i, (type_, tv, data, signer) in enumerate(entries, start=1):
+        made.append(
+            make_entry(seq=i, ts=T0 + i, type_=type_, tv=tv, data=data, prev=made[-1].leaf, signer=signer)
+        )
+    (log_dir / f"{0:020d}.seg").write_bytes(b"".join(e.raw for e in made))
+    idx = IndexWriter(log_dir)
+    off = 0
+    recs = []
+    for e in made:
+        recs.append((0, off, len(e.raw), e.leaf, e.type in ("log.created", "key.rotated")))
+        off += len(e.raw)
+    idx.append(recs)
+    idx.close()
+    n = len(made)
+    cp_key = kw.get("checkpoint_key", KEY)
+    cp = Checkpoint(origin_for(LOG_ID), n, merkle.root_of([e.leaf for e in made])).sign(cp_key)
+    atomic_write(log_dir / CHECKPOINT_DIR / checkpoint_name(n), cp)
+
+
+def fails(log_dir: Path, check: str) -> None:
+    for hint in (True, False):
+        with pytest.raises(VerificationError) as info:
+            verify_log(log_dir, processes=1, use_index_hint=hint)
+        assert info.value.check == check, (hint, info.value.check, info.value.message)
+
+
+# -- verifier keys ----------------------------------------------------------------------
+
+
+def test_a_verifier_key_is_split_at_its_first_two_plus_signs() -> None:
+    assert "first two" in doc()
+    key = next(
+        k
+        for k in (SigningKey(bytes([i]) * 32, "plus") for i in range(256))
+        if "+" in k.verifier.vkey().split("+", 2)[2]
+    )
+    text = key.verifier.vkey()
+    assert text.count("+") > 2
+    assert VerifierKey.from_vkey(text) == key.verifier
+    assert parse_key_arg(text) == key.verifier
+    name, hash_hex, b64 = text.split("+", 2)
+    assert VerifierKey.from_vkey(f"{name}+{hash_hex.upper()}+{b64}") == key.verifier  # hex in either case
+    for bad in (f"{name}+{hash_hex}0+{b64}", f"{name}+{hash_hex}+{b64[:-4]}", f"{name}+{hash_hex[:7]}+{b64}"):
+        with pytest.raises(SignerError):
+            VerifierKey.from_vkey(bad)
+        with pytest.raises(UsageError):
+            parse_key_arg(bad)
+
+
+# -- key events -----------------------------------------------------------------------------
+
+
+def test_created_at_and_rotated_at_need_not_equal_ts(tmp_path: Path) -> None:
+    assert "do not compare them with `ts`" in doc()
+    d = tmp_path / "log"
+    LogWriter.create(d, KEY, clock=StepClock())
+    with LogWriter(d, [KEY], clock=StepClock(T0 + 100)) as w:
+        w.append("note.added", {})
+        r = w.rotate_key(seeded_key("next", 8))
+    with Log(d) as log:
+        e = log.entry(r.seq)
+    assert e.data["rotated_at"] != e.ts  # the writer stamps the request, the entry its write
+    verify_log(d)
+    odd = tmp_path / "odd"
+    write_log(odd, [("note.added", 1, {}, KEY)], genesis={"created_at": 5})
+    verify_log(odd, use_index_hint=False)
+
+
+@pytest.mark.parametrize(
+    ("what", "data", "tv"),
+    [
+        ("the same key", {"public_key": KEY.public_key, "key_name": "again", "rotated_at": T0}, 1),
+        ("a key name with '+'", {"public_key": b"\x01" * 32, "key_name": "a+b", "rotated_at": T0}, 1),
+        ("a key name with a space", {"public_key": b"\x01" * 32, "key_name": "a b", "rotated_at": T0}, 1),
+        ("a 31-byte key", {"public_key": b"\x01" * 31, "key_name": "ok", "rotated_at": T0}, 1),
+        ("tv 2", {"public_key": b"\x01" * 32, "key_name": "ok", "rotated_at": T0}, 2),
+    ],
+)
+def test_key_rotated_rules(tmp_path: Path, what: str, data: dict[str, Any], tv: int) -> None:
+    d = tmp_path / "log"
+    write_log(d, [("key.rotated", tv, data, KEY)])
+    fails(d, "key.rotated")
+
+
+def test_a_rotation_to_the_key_in_use_is_refused_by_the_writer(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    LogWriter.create(d, KEY)
+    with LogWriter(d, [KEY]) as w, pytest.raises(SignerError):
+        w.rotate_key(SigningKey(bytes([7]) * 32, "same-key-other-name"))
+
+
+def test_the_genesis_entry_is_tv_1(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    d.mkdir()
+    (d / CHECKPOINT_DIR).mkdir()
+    data = {"log_id": LOG_ID, "public_key": KEY.public_key, "key_name": KEY.name, "created_at": T0}
+    g = make_entry(seq=0, ts=T0, type_="log.created", tv=2, data=data, prev=ZERO_HASH, signer=KEY)
+    (d / f"{0:020d}.seg").write_bytes(g.raw)
+    fails(d, "genesis.data")
+
+
+# -- segments and checkpoints ------------------------------------------------------------------
+
+
+def test_an_empty_last_segment_is_named_for_the_next_seq(tmp_path: Path) -> None:
+    assert "named for the\nseq its first entry will have" in doc()
+    d = tmp_path / "log"
+    write_log(d, [("note.added", 1, {"i": i}, KEY) for i in range(3)])
+    (d / f"{4:020d}.seg").write_bytes(b"")
+    verify_log(d, processes=1)
+    with LogWriter(d, [KEY]) as w:  # a writer continues in it
+        assert w.append("note.added", {}).seq == 4
+    verify_log(d, processes=1)
+    misnamed = tmp_path / "misnamed"
+    write_log(misnamed, [("note.added", 1, {}, KEY)])
+    (misnamed / f"{5:020d}.seg").write_bytes(b"")
+    fails(misnamed, "segments.name")
+
+
+def _with_lines(note: bytes, first_bad: bool) -> bytes:
+    parsed = parse_note(note)
+    sig = parsed.signatures[0]
+    bad = NoteSignature(sig.name, sig.key_hash, bytes(64))
+    lines = (bad, sig) if first_bad else (sig, bad)
+    return SignedNote(parsed.text, lines).encode()
+
+
+def test_the_first_line_by_the_logs_key_decides_a_checkpoint(tmp_path: Path) -> None:
+    assert "the **first** line" in doc()
+    d = tmp_path / "log"
+    write_log(d, [("note.added", 1, {}, KEY)])
+    cp = d / CHECKPOINT_DIR / checkpoint_name(2)
+    good = cp.read_bytes()
+    cp.write_bytes(_with_lines(good, first_bad=False))
+    verify_log(d, processes=1)
+    cp.write_bytes(_with_lines(good, first_bad=True))
+    fails(d, "checkpoint.signature")
+
+
+# -- the JSON of log prove and log consistency -----------------------------------------------
+
+
+def test_prove_and_consistency_json_are_as_documented(tmp_path: Path) -> None:
+    from mnemolog.cli.main import cli
+
+    assert "## 11. The JSON of `log prove` and `log consistency`" in doc()
+    home = tmp_path / "home"
+
+    def run(*args: str) -> dict[str, Any]:
+        r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
+        assert r.exit_code == 0, r.output
+        out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+        return out
+
+    run("init")
+    for i in range(5):
+        run("log", "append", "note.added", "--data", json.dumps({"i": i}))
+    p = run("log", "prove", "3")
+    assert set(p) == {"ok", "seq", "tree_size", "leaf_hash", "root", "proof", "checkpoint"}
+    b = base64.b64decode
+    merkle.verify_inclusion(3, p["tree_size"], b(p["leaf_hash"]), [b(x) for x in p["proof"]], b(p["root"]))
+    assert p["checkpoint"].splitlines()[2] == p["root"]
+    c = run("log", "consistency", "2", "6")
+    assert set(c) == {"ok", "old_size", "new_size", "old_root", "new_root", "proof"}
+    merkle.verify_consistency(2, 6, b(c["old_root"]), b(c["new_root"]), [b(x) for x in c["proof"]])
+    assert run("log", "consistency", "6", "6")["proof"] == []

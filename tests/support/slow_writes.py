@@ -1,0 +1,34 @@
+"""Slow segment writes for the crash and reader tests, installed in a child process by the test itself.
+
+`install(chunk, pause)` replaces the writer's `_write_all` so that each batch
+reaches the segment in pieces of `chunk` bytes with `pause` seconds between
+them: kills then land inside writes, and readers poll half-written entries.
+Production code reads no test switch; the child opts in by calling this.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from mnemolog.eventlog import writer
+
+
+def install(chunk: int, pause: float) -> None:
+    if chunk <= 0:
+        return
+
+    def slow_write_all(fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view[:chunk])
+            view = view[n:]
+            if view:
+                time.sleep(pause)
+
+    writer._write_all = slow_write_all  # type: ignore[assignment]
+
+
+def install_from_env() -> None:
+    """For child scripts: the test passes the chunk and pause in TEST_WRITE_CHUNK / TEST_WRITE_PAUSE."""
+    install(int(os.environ.get("TEST_WRITE_CHUNK") or 0), float(os.environ.get("TEST_WRITE_PAUSE") or 0))
