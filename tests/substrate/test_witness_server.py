@@ -165,6 +165,8 @@ def test_racing_requests_never_roll_the_state_back(witness: WitnessServer) -> No
     def client(seed: int) -> None:
         old = 1
         for size in range(2 + seed, 64, 5):
+            if old >= size:
+                continue  # others took the witness past this size already
             r = post(witness, req(old, size))
             if r.status_code == 409:
                 old = int(r.content)
