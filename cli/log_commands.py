@@ -184,7 +184,7 @@ def log_verify(
 ) -> None:
     """Check the whole log; exit 8 naming the first failure."""
     from mnemolog.eventlog.cosignature import WitnessPolicy
-    from mnemolog.substrate.witnessing import require_witnessed
+    from mnemolog.substrate.witness_checks import require_witnessed
 
     ctx.home.require()
     policy = WitnessPolicy.parse(witness_keys, min_witnesses)
