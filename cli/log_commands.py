@@ -6,7 +6,6 @@ import base64
 import datetime as dt
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -371,7 +370,3 @@ def key_rotate(ctx: Ctx, name: str | None) -> None:
         },
         f"rotated at seq {seq}: {old.kid.hex()} -> {new.kid.hex()}\nnew key {new.verifier.vkey()}",
     )
-
-
-def home_path(ctx: Ctx) -> Path:
-    return ctx.home.root

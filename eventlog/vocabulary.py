@@ -153,16 +153,19 @@ def read_id(v: Any) -> str:
 
 
 def read_str(v: Any) -> str | None:
+    """Text, or None for anything else."""
     return v if isinstance(v, str) else None
 
 
 def read_int(v: Any, lo_hi: tuple[int, int] = INT64) -> int | None:
+    """An integer within lo_hi (int64 by default; not a boolean), or None."""
     if isinstance(v, int) and not isinstance(v, bool) and lo_hi[0] <= v <= lo_hi[1]:
         return v
     return None
 
 
 def read_float(v: Any) -> float | None:
+    """A finite number as a float (not a boolean, not beyond the float range), or None."""
     if isinstance(v, int | float) and not isinstance(v, bool):
         try:
             f = float(v)
@@ -173,10 +176,12 @@ def read_float(v: Any) -> float | None:
 
 
 def read_tags(v: Any) -> list[str]:
+    """A list's items as text, or [] for anything but a list."""
     return [str(t) for t in v] if isinstance(v, list) else []
 
 
 def read_span(v: Any) -> list[int] | None:
+    """A non-empty list of int32 values, or None if anything in it is not one."""
     if not isinstance(v, list) or not v:
         return None
     out = [read_int(x, INT32) for x in v]

@@ -130,6 +130,7 @@ class Substrate:
         )
 
     def close(self) -> None:
+        """Stop the worker and release the projection, the writer and the log (idempotent)."""
         if self._closed:
             return
         self._closed = True

@@ -119,6 +119,7 @@ class Session:
     # -- reading -------------------------------------------------------------------
 
     def get(self, memory_id: str) -> Memory | None:
+        """The memory, or None (also for an id that is not text)."""
         return q.get(self._conn, memory_id) if isinstance(memory_id, str) else None
 
     def require(self, memory_id: str) -> Memory:
@@ -129,6 +130,7 @@ class Session:
         return m
 
     def links(self, memory_id: str) -> Links:
+        """The edges leaving and entering a memory, oldest first."""
         return q.links_of(self._conn, memory_id)
 
     def policy(self, namespace: str) -> ResolvedPolicy:
@@ -150,6 +152,7 @@ class Session:
     # -- governed writes -----------------------------------------------------------------
 
     def check_write(self, policy: ResolvedPolicy, namespace: str, atom_index: int | None = None) -> None:
+        """GovernanceRefused (exit 5) when the namespace's policy accepts no writes."""
         if policy["write"] == "none":
             where = f" (atom {atom_index})" if atom_index is not None else ""
             raise GovernanceRefused(
@@ -200,4 +203,6 @@ class Session:
 class Sessions(Protocol):
     """Anything that opens sessions on a home (the Substrate does)."""
 
-    def session(self) -> AbstractContextManager[Session]: ...
+    def session(self) -> AbstractContextManager[Session]:
+        """A session: the projection lock held, tables caught up with the log."""
+        ...

@@ -169,36 +169,33 @@ class MemoryUpdated(_MemoryFields):
     migration_run: str | None = None  # set by a log-backed migration; rollbacks undo these
 
 
-class MemoryArchived(Chained):
+class _WithReason(Chained):
+    """An event about one memory with an optional reason (short text)."""
+
+    id: str
+    reason: str | None = None
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _reason(cls, reason: Any) -> Any:
+        return check_text(reason, "reason")
+
+
+class MemoryArchived(_WithReason):
     """`memory.archived` tv 2; `by` says whose signal it is (vocabulary.ARCHIVE_BY)."""
 
     TYPE = v.MEMORY_ARCHIVED
     TV = 2
 
-    id: str
     by: Literal["operator", "atomisation", "reatomisation"] = "operator"
-    reason: str | None = None
     atomised_into: int | None = None
 
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _reason(cls, reason: Any) -> Any:
-        return check_text(reason, "reason")
 
-
-class MemoryRestored(Chained):
+class MemoryRestored(_WithReason):
     """`memory.restored` tv 2: both archive signals cleared."""
 
     TYPE = v.MEMORY_RESTORED
     TV = 2
-
-    id: str
-    reason: str | None = None
-
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _reason(cls, reason: Any) -> Any:
-        return check_text(reason, "reason")
 
 
 class LinkCreated(Chained):
