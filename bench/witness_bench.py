@@ -28,17 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.cosignature import CosignerVerifier
+from mnemolog.eventlog.cosignature import CosignerVerifier, cosignatures
 from mnemolog.eventlog.keys import SigningKey
 from mnemolog.eventlog.note import parse_note
 from mnemolog.eventlog.writer import Durability, LogWriter
-from mnemolog.substrate.witnessing import (
-    BackgroundPublisher,
-    CheckpointPublisher,
-    WitnessConfig,
-    WitnessSettings,
-    cosignatures,
-)
+from mnemolog.substrate.witness_config import WitnessConfig, WitnessSettings
+from mnemolog.substrate.witnessing import BackgroundPublisher, CheckpointPublisher
 
 TYPE = "memory.stored"
 TARGET = 0.9

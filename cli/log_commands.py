@@ -190,7 +190,7 @@ def log_verify(
 ) -> None:
     """Check the whole log against the home's trust anchor and high-water mark; exit 8 on failure."""
     from mnemolog.eventlog.cosignature import WitnessPolicy
-    from mnemolog.substrate.witnessing import require_witnessed
+    from mnemolog.substrate.witness_checks import require_witnessed
 
     home = ctx.home.require()
     witnesses = WitnessPolicy.parse(witness_keys, min_witnesses)

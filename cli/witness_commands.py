@@ -76,10 +76,10 @@ def witness_serve(ctx: Ctx, wdir: Path, listen: str, logs: tuple[str, ...], name
 @click.pass_obj
 def witness_add(ctx: Ctx, name: str, url: str, vkey: str) -> None:
     """Send this home's checkpoints to the witness NAME at URL, whose key is VKEY."""
-    from mnemolog.substrate import witnessing
+    from mnemolog.substrate import witness_config
 
     home = ctx.home.require()
-    cfg = witnessing.add_witness(home.root, name, url, vkey)
+    cfg = witness_config.add_witness(home.root, name, url, vkey)
     ctx.emit(cfg.to_json(), f"added witness {cfg.name} at {cfg.url}\nkey {cfg.key.vkey()}")
 
 
@@ -89,10 +89,10 @@ def witness_add(ctx: Ctx, name: str, url: str, vkey: str) -> None:
 @click.pass_obj
 def witness_remove(ctx: Ctx, name: str) -> None:
     """Stop sending checkpoints to the witness NAME (its cosignatures already kept stay)."""
-    from mnemolog.substrate import witnessing
+    from mnemolog.substrate import witness_config
 
     home = ctx.home.require()
-    cfg = witnessing.remove_witness(home.root, name)
+    cfg = witness_config.remove_witness(home.root, name)
     ctx.emit(cfg.to_json(), f"removed witness {cfg.name}")
 
 
@@ -101,11 +101,11 @@ def witness_remove(ctx: Ctx, name: str) -> None:
 @click.pass_obj
 def witness_list(ctx: Ctx) -> None:
     """The configured witnesses and the newest checkpoint each has cosigned here."""
-    from mnemolog.substrate import witnessing
+    from mnemolog.substrate import witness_checks, witness_config
 
     home = ctx.home.require()
-    s = witnessing.load_settings(home.root)
-    rows = [{**w.to_json(), "cosigned": witnessing.newest_cosigned(home.log_dir, w)} for w in s.witnesses]
+    s = witness_config.load_settings(home.root)
+    rows = [{**w.to_json(), "cosigned": witness_checks.newest_cosigned(home.log_dir, w)} for w in s.witnesses]
 
     def text() -> str:
         if not rows:
@@ -126,10 +126,10 @@ def witness_list(ctx: Ctx) -> None:
 def witness_sync(ctx: Ctx) -> None:
     """Send the newest checkpoint to every witness now; exit 8 if one remembers a larger or other tree."""
     from mnemolog.eventlog.errors import Informational, VerificationError
-    from mnemolog.substrate import witnessing
+    from mnemolog.substrate import witness_config, witnessing
 
     home = ctx.home.require()
-    if not witnessing.load_settings(home.root).witnesses:
+    if not witness_config.load_settings(home.root).witnesses:
         raise Informational("no witnesses configured (mnemolog witness add NAME URL VKEY)")
     results = witnessing.publish_checkpoint(home.root, home.log_dir, home.keys_dir)
     alarms = [r for r in results if r.alarming]

@@ -1,14 +1,7 @@
-"""A home's witnesses: their configuration, sending checkpoints, keeping the cosignatures, key overlap.
+"""Sending a home's checkpoints to its witnesses and keeping their cosignatures with them.
 
-`<home>/witnesses.toml` lists the witnesses (`mnemolog witness add|remove`):
-
-    [options]
-    timeout_s = 5                 # per HTTP request
-    rotation_overlap_hours = 168  # see below
-
-    [witness.NAME]
-    url = "http://127.0.0.1:7380"   # the submission prefix; requests go to <url>/add-checkpoint
-    vkey = "name+hash+base64"       # the witness's cosigner key (type 0x04, or 0x01)
+The witnesses are configured in `<home>/witnesses.toml` (substrate.witness_config);
+what verification requires of the cosignatures is substrate.witness_checks.
 
 `CheckpointPublisher.publish(size)` sends the stored checkpoint of that size
 to every witness (C2SP tlog-witness add-checkpoint, with a consistency proof
@@ -35,33 +28,25 @@ key for those checkpoints.
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import re
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mnemolog.eventlog.cosignature import (
-    CosignerVerifier,
-    WitnessPolicy,
     add_signature_lines,
     cosignatures,
-    require_cosignatures,
 )
 from mnemolog.eventlog.errors import (
-    BadInput,
     DecodeError,
     MnemologError,
     NotFound,
     SignerError,
-    UsageError,
     VerificationError,
 )
 from mnemolog.eventlog.fsio import atomic_write
@@ -75,151 +60,12 @@ from mnemolog.eventlog.witness import (
     parse_cosignature_response,
     parse_size_body,
 )
+from mnemolog.substrate.witness_config import WitnessConfig, WitnessSettings, load_settings
 
-WITNESSES_FILE = "witnesses.toml"
-MAX_FILE = 256 * 1024
-MAX_WITNESSES = 32
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-DEFAULT_TIMEOUT_S = 5.0
-DEFAULT_OVERLAP_HOURS = 168.0
 SCAN_CHECKPOINTS = 64  # how far back to look for a witness's last cosignature before asking it
 SYNC_RETRIES = (0.2, 0.6)  # seconds between tries when a witness is unreachable, in the foreground
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 60.0
-
-
-@dataclass(frozen=True)
-class WitnessConfig:
-    name: str
-    url: str
-    key: CosignerVerifier
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "url": self.url, "vkey": self.key.vkey()}
-
-
-@dataclass(frozen=True)
-class WitnessSettings:
-    witnesses: tuple[WitnessConfig, ...] = ()
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    rotation_overlap_hours: float = DEFAULT_OVERLAP_HOURS
-
-
-def check_name(name: str) -> str:
-    if not NAME_RE.match(name):
-        raise UsageError(f"a witness name is 1-64 letters, digits, '.', '_' or '-'; found {name[:80]!r}")
-    return name
-
-
-def check_url(url: str) -> str:
-    import urllib.parse
-
-    u = url.strip().rstrip("/")
-    parts = urllib.parse.urlsplit(u)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-        raise UsageError(f"a witness URL is http(s)://host[:port][/prefix]; found {url[:200]!r}")
-    if any(ord(c) < 0x21 or c in '"\\' for c in u):
-        raise UsageError("a witness URL must not contain spaces, quotes, backslashes or control characters")
-    return u
-
-
-def _path(root: Path) -> Path:
-    return root / WITNESSES_FILE
-
-
-def load_settings(root: Path) -> WitnessSettings:
-    """The home's witness settings; no file means no witnesses."""
-    p = _path(root)
-    try:
-        if p.stat().st_size > MAX_FILE:
-            raise BadInput(f"{p} is larger than {MAX_FILE} bytes", file=str(p))
-        text = p.read_text("utf-8")
-    except FileNotFoundError:
-        return WitnessSettings()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read {p}: {exc}", file=str(p)) from exc
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{p}: not valid TOML: {exc}", file=str(p)) from exc
-    opts = raw.get("options", {})
-    table = raw.get("witness", {})
-    if not isinstance(opts, dict) or not isinstance(table, dict) or set(raw) - {"options", "witness"}:
-        raise BadInput(f"{p}: only [options] and [witness.NAME] tables are allowed", file=str(p))
-    out: list[WitnessConfig] = []
-    for name, w in table.items():
-        where = f"{p}: witness.{name}"
-        if not isinstance(w, dict) or set(w) != {"url", "vkey"}:
-            raise BadInput(f"{where} needs exactly url and vkey", file=str(p))
-        try:
-            out.append(
-                WitnessConfig(
-                    check_name(name), check_url(str(w["url"])), CosignerVerifier.from_vkey(str(w["vkey"]))
-                )
-            )
-        except (UsageError, SignerError) as exc:
-            raise BadInput(f"{where}: {exc.message}", file=str(p)) from exc
-    timeout = opts.get("timeout_s", DEFAULT_TIMEOUT_S)
-    overlap = opts.get("rotation_overlap_hours", DEFAULT_OVERLAP_HOURS)
-    for k, v in (("timeout_s", timeout), ("rotation_overlap_hours", overlap)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v > 10**6:
-            raise BadInput(f"{p}: options.{k} must be a non-negative number", file=str(p))
-    if float(timeout) <= 0:
-        raise BadInput(f"{p}: options.timeout_s must be positive", file=str(p))
-    return WitnessSettings(tuple(out), float(timeout), float(overlap))
-
-
-def _toml_str(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)
-
-
-def save_settings(root: Path, s: WitnessSettings) -> None:
-    lines = [
-        "# Witnesses this home sends its checkpoints to (`mnemolog witness add|remove`).",
-        "",
-        "[options]",
-        f"timeout_s = {s.timeout_s!r}",
-        f"rotation_overlap_hours = {s.rotation_overlap_hours!r}",
-    ]
-    for w in s.witnesses:
-        lines += [
-            "",
-            f"[witness.{_toml_str(w.name)}]",
-            f"url = {_toml_str(w.url)}",
-            f"vkey = {_toml_str(w.key.vkey())}",
-        ]
-    atomic_write(_path(root), ("\n".join(lines) + "\n").encode())
-
-
-def add_witness(root: Path, name: str, url: str, vkey: str) -> WitnessConfig:
-    try:
-        key = CosignerVerifier.from_vkey(vkey)
-    except SignerError as exc:
-        raise UsageError(f"witness key: {exc.message}", field="vkey") from exc
-    cfg = WitnessConfig(check_name(name), check_url(url), key)
-    s = load_settings(root)
-    if any(w.name == name for w in s.witnesses):
-        raise UsageError(f"a witness named {name!r} is configured already (remove it first)")
-    if any(w.key == key for w in s.witnesses):
-        raise UsageError(f"the key {key.vkey()} is configured already")
-    if len(s.witnesses) >= MAX_WITNESSES:
-        raise UsageError(f"at most {MAX_WITNESSES} witnesses")
-    save_settings(root, WitnessSettings((*s.witnesses, cfg), s.timeout_s, s.rotation_overlap_hours))
-    return cfg
-
-
-def remove_witness(root: Path, name: str) -> WitnessConfig:
-    s = load_settings(root)
-    gone = [w for w in s.witnesses if w.name == name]
-    if not gone:
-        raise NotFound(f"no witness named {name!r}")
-    save_settings(
-        root,
-        WitnessSettings(
-            tuple(w for w in s.witnesses if w.name != name), s.timeout_s, s.rotation_overlap_hours
-        ),
-    )
-    return gone[0]
 
 
 # -- keeping signatures with the checkpoint ------------------------------------
@@ -574,66 +420,6 @@ class BackgroundPublisher:
         self._thread.join(timeout)
         if not self._thread.is_alive():
             self.publisher.close()
-
-
-def require_witnessed(log_dir: Path, size: int, policy: WitnessPolicy) -> dict[str, Any]:
-    """The checkpoint covering all `size` entries of the log must carry the policy's cosignatures.
-
-    A checkpoint beyond the log cannot exist in a log that verified, so "at or
-    beyond the log's size" is the checkpoint of exactly `size`. Returns what
-    `log verify` reports; raises VerificationError (`witness.unwitnessed`,
-    `witness.quorum`, `witness.signature`) otherwise.
-    """
-    rel = f"{CHECKPOINT_DIR}/{checkpoint_name(size)}"
-    try:
-        raw = (log_dir / rel).read_bytes()
-    except FileNotFoundError:
-        raw = None
-    if raw is None:
-        newest = _newest_witnessed(log_dir, size, policy)
-        covered = (
-            f"the newest checkpoint with enough cosignatures covers {newest}"
-            if newest
-            else ("no checkpoint carries enough cosignatures")
-        )
-        raise VerificationError(
-            f"the log's {size} entries have no checkpoint of their own, so no witness vouches for "
-            f"the last of them; {covered}",
-            check="witness.unwitnessed",
-            seq=size - 1,
-            expected=size,
-            found=newest,
-        )
-    found = require_cosignatures(raw, policy, rel)
-    return {
-        **policy.describe(),
-        "checkpoint": size,
-        "cosignatures": [
-            {"name": c.witness.name, "vkey": c.witness.vkey(), "timestamp": c.timestamp} for c in found
-        ],
-    }
-
-
-def _newest_witnessed(log_dir: Path, below: int, policy: WitnessPolicy) -> int:
-    cp_dir = log_dir / CHECKPOINT_DIR
-    try:
-        sizes = sorted((int(n) for n in os.listdir(cp_dir) if len(n) == 20 and n.isdigit()), reverse=True)
-    except FileNotFoundError:
-        return 0
-    for s in sizes[:SCAN_CHECKPOINTS]:
-        if s > below:
-            continue
-        try:
-            require_cosignatures((cp_dir / checkpoint_name(s)).read_bytes(), policy, str(s))
-            return s
-        except (MnemologError, OSError):
-            continue
-    return 0
-
-
-def newest_cosigned(log_dir: Path, w: WitnessConfig) -> int:
-    """The size of the newest stored checkpoint carrying `w`'s valid cosignature (0: none seen)."""
-    return _newest_witnessed(log_dir, 2**64, WitnessPolicy((w.key,), 1))
 
 
 class CheckpointWatcher:
