@@ -227,7 +227,7 @@ def test_compaction_sorts_the_index_and_changes_no_answer(
             assert st is not None
             f = fold.Fold(conn, lambda t, v, d: d, st.stats)
             f.compact()
-            s.projections._save_state(conn, st.last_seq, st.last_leaf, f.stats)
+            s.projections._save_state(conn, st.last_seq, st.last_leaf, st.last_root, f.stats)
             check_invariants(conn)
             assert conn.execute("SELECT count(*) FROM postings_delta").fetchone() == (0,)
         assert [s.recall("zebra stripes savanna", limit=50), s.search("zebra savanna", limit=50)] == before
