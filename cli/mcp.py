@@ -325,3 +325,6 @@ def mcp_command() -> Any:
         serve(ctx.home.require())
 
     return mcp
+
+
+mcp = mcp_command()

@@ -28,7 +28,7 @@ AutoAtomiseMode = Literal["off", "deferred", "synchronous"]
 
 
 class Payload(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     def to_data(self) -> dict[str, Any]:
         """The map stored in the entry: None-valued optional fields are left out."""
@@ -101,7 +101,7 @@ class LinkCreated(Payload):
 class Policy(BaseModel):
     """A namespace's governance policy; unset fields inherit from the parent namespace."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     write: Literal["any", "none"] | None = None
     auto_atomise_mode: AutoAtomiseMode | None = None
@@ -213,7 +213,7 @@ class MigrationRecorded(Payload):
 
 
 class NoteAdded(Payload):
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", defer_build=True)
 
 
 PAYLOADS: dict[tuple[str, int], type[Payload]] = {
