@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "link": ("memory_commands:link", "Draw an edge SRC -> DST."),
     "list": ("memory_commands:list_cmd", "List memories, newest first."),
     "log": ("log_commands:log_group", "The signed event log: show, verify, prove, append notes."),
-    "mcp": ("mcp:mcp", "Serve the Model Context Protocol on stdio (JSON-RPC, one message per line)."),
+    "mcp": ("mcp:mcp", "Serve the Model Context Protocol (stdio, or streamable HTTP on loopback)."),
     "migrate": (
         "migrate_commands:migrate",
         "Run, inspect or roll back schema migrations (the seed's MigrationBackend contract, MUST 1-8).",
