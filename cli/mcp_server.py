@@ -128,8 +128,8 @@ def read_resource(sub: Substrate, uri: str) -> types.ReadResourceResult:
         from mnemolog.projections.vault.render import plan_vault
         from mnemolog.substrate.vault import DEFAULT_AGENT, records
 
-        with sub.session() as conn:
-            recs = records(conn)
+        with sub.session() as s:
+            recs = records(s)
         text = plan_vault(DEFAULT_AGENT, recs)["memory/INDEX.md"].decode("utf-8")
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, text=text, mime_type="text/markdown")]

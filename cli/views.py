@@ -11,12 +11,16 @@ times as ISO 8601. Pure functions of the memory map.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: Fields holding microseconds since the epoch.
 TIME_FIELDS = ("created_at", "updated_at", "last_seen", "archived_at", "atomisation_archived_at")
 #: The compact view's fields, in order, when present and not empty.
-COMPACT_FIELDS = ("id", "namespace", "kind", "title", "content", "tags", "confidence", "source", "atom_of")
+COMPACT_FIELDS = (
+    *("id", "namespace", "kind", "title", "content", "tags", "confidence", "source", "atom_of"),
+    *("atomise_mode", "atomise_outcome", "warnings"),
+)
 
 
 def iso(us: int | None) -> str | None:
@@ -26,14 +30,14 @@ def iso(us: int | None) -> str | None:
     return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-def hidden(m: dict[str, Any]) -> bool:
+def hidden(m: Mapping[str, Any]) -> bool:
     """Hidden from recall: archived by an operator, or atomised with its atoms recorded."""
     return m.get("archived_at") is not None or (
         m.get("atomisation_archived_at") is not None and bool(m.get("atomised_into"))
     )
 
 
-def memory_view(m: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
+def memory_view(m: Mapping[str, Any], verbose: bool = False) -> dict[str, Any]:
     if verbose:
         out = {k: (iso(v) if k in TIME_FIELDS else v) for k, v in m.items() if k != "links"}
         if "links" in m:
@@ -57,7 +61,7 @@ def memory_view(m: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     return out
 
 
-def memories_view(ms: list[dict[str, Any]], verbose: bool = False) -> list[dict[str, Any]]:
+def memories_view(ms: Sequence[Mapping[str, Any]], verbose: bool = False) -> list[dict[str, Any]]:
     return [memory_view(m, verbose) for m in ms]
 
 

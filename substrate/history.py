@@ -12,30 +12,28 @@ a forensic bundle proves the entries against a signed checkpoint offline.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from mnemolog.eventlog.errors import NotFound, VerificationError
-
-if TYPE_CHECKING:
-    from mnemolog.substrate.api import Substrate
+from mnemolog.eventlog.errors import VerificationError
+from mnemolog.eventlog.log import Log
+from mnemolog.projections import queries
+from mnemolog.substrate.session import Sessions
 
 MAX_HISTORY = 10_000  # entries returned for one memory; a memory with more is a pathology
 
 
-def memory_history(sub: Substrate, memory_id: str, limit: int = MAX_HISTORY) -> dict[str, Any]:
-    """{memory_id, events: [entry summary, oldest first], anchor, truncated}; raises on a bad signature."""
-    from mnemolog.projections import recall as q
+class HasLog(Sessions, Protocol):
+    @property
+    def log(self) -> Log: ...
 
-    with sub.session() as conn:
-        if not isinstance(memory_id, str) or q.get(conn, memory_id) is None:
-            raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
-        rows = conn.execute(
-            "SELECT DISTINCT seq FROM touches WHERE memory_id = ? ORDER BY seq LIMIT ?",
-            [memory_id, limit + 1],
-        ).fetchall()
-    seqs = [int(r[0]) for r in rows]
-    truncated = len(seqs) > limit
+
+def memory_history(sub: HasLog, memory_id: str, limit: int = MAX_HISTORY) -> dict[str, Any]:
+    """{memory_id, events: [entry summary, oldest first], anchor, truncated}; raises on a bad signature."""
     log = sub.log
+    with sub.session() as s:
+        s.require(memory_id)
+        seqs = sorted(queries.touching_seqs(s.conn, [memory_id], log.size))  # log caught up by the session
+    truncated = len(seqs) > limit
     events = []
     for seq in seqs[:limit]:
         e = log.entry(seq)
