@@ -54,6 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "restore": ("memory_commands:restore", "Undo an archive (operator's or atomisation's)."),
     "search": ("memory_commands:search", "Memories containing every keyword as a word, ranked by BM25."),
+    "serve": ("http_commands:serve", "Serve the local HTTP API (loopback unless [http] token is set)."),
     "stats": ("memory_commands:stats", "Counts of memories, links, events and the index."),
     "store": ("memory_commands:store", "Store TEXT (or standard input with '-') as a memory."),
     "update": ("memory_commands:update", "Change fields of a memory (a memory.updated event)."),
