@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import queries
 from mnemolog.projections.memories import Memory
 from mnemolog.projections.vault.read import ParsedNote, read_vault
@@ -267,7 +268,9 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
             else:
                 ids[rid] = new_id()
         sup, by = supersession(s)
+        prog = Progress("importing vault", len(notes))
         for n in _order(notes):
+            prog.advance()
             r = n.record
             assert r is not None
             mid = ids[r.memory_id]
@@ -312,6 +315,7 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
                 report.restored.append(mid)
             if mid not in report.stored and mid not in report.updated and mid not in report.archived:
                 report.unchanged += 1
+        prog.close()
         # Every other edge the notes carry, once each. Their targets exist by now, unless
         # the vault was rendered for one namespace and points outside it: said in a warning.
         extra_supersedes: dict[tuple[str, str], dict[str, Any]] = {}

@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, StorageError, UsageError
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.vocabulary import KINDS, RELATIONS
 from mnemolog.projections.vault import index as index_format
 from mnemolog.projections.vault import naming, schema
@@ -521,6 +522,7 @@ def render_vault(
     if not wanted <= owned:
         _write_manifest(manifest, agent, owned | wanted)
     written = []
+    prog = Progress("rendering vault", len(files))
     for rel, data in files.items():
         if state[rel] is not True:
             try:
@@ -528,6 +530,8 @@ def render_vault(
             except OSError as exc:
                 raise StorageError(f"cannot write {agent_dir / rel}: {exc}") from exc
             written.append(f"{agent}/{rel}")
+        prog.advance()
+    prog.close()
     removed = []
     touched_dirs = set()
     for rel in sorted(owned - wanted):
