@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PKGS := eventlog projections curators substrate cli
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo install test lint typecheck pytest bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,16 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python -m mnemolog.cli.demo
+
+# `mnemolog` on the PATH without activating the venv: a link in $(PREFIX)/bin
+# (~/.local/bin by default) to the venv's command, and the bytecode written once.
+PREFIX ?= $(HOME)/.local
+install: $(STAMP)
+	$(BIN)/python -m compileall -q $(PKGS) >/dev/null
+	mkdir -p $(PREFIX)/bin
+	ln -sf $(CURDIR)/$(BIN)/mnemolog $(PREFIX)/bin/mnemolog
+	@echo "installed $(PREFIX)/bin/mnemolog -> $(CURDIR)/$(BIN)/mnemolog"
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "add $(PREFIX)/bin to your PATH";; esac
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(PKGS) tests bench
