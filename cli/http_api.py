@@ -464,7 +464,7 @@ def openapi_document() -> dict[str, Any]:
         if op is not None:
             item["operationId"] = op.name
             item["description"] = op.description
-            schema = op.args.model_json_schema()
+            schema = op.input_schema
             if "{id}" in ep.path:
                 schema = {**schema, "properties": dict(schema.get("properties", {}))}
                 schema["properties"].pop("id", None)

@@ -86,7 +86,7 @@ def _tool(op: operations.Operation) -> types.Tool:
         name=op.name,
         title=op.title,
         description=op.description,
-        input_schema=op.args.model_json_schema(),
+        input_schema=op.input_schema,
         output_schema=op.output,
         annotations=types.ToolAnnotations(
             title=op.title,

@@ -14,7 +14,8 @@ every field.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -190,15 +191,26 @@ def ok_schema(props: Mapping[str, Any], required: list[str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Operation:
+    """One agent operation. Its arguments are either a strict model (`args`) or, for tools
+    other modules describe as JSON Schema (`schema`), validated against that schema."""
+
     name: str
     title: str
     description: str
-    args: type[Args]
+    args: type[Args] | None
     output: dict[str, Any]
     run: Callable[[Substrate, Any], dict[str, Any]]
     read_only: bool = False
     destructive: bool = False
     idempotent: bool = False
+    schema: dict[str, Any] | None = None
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        if self.args is not None:
+            return self.args.model_json_schema()
+        assert self.schema is not None
+        return self.schema
 
 
 def _store(s: Substrate, a: StoreArgs) -> dict[str, Any]:
@@ -487,23 +499,78 @@ OPERATIONS: dict[str, Operation] = {
 }
 
 
-def parse_args(op: Operation, arguments: Mapping[str, Any] | None) -> Args:
-    """The validated arguments, or a UsageError naming the first bad field."""
+def _usage(op: Operation, where: str, msg: str, found: Any, missing: bool, count: int) -> UsageError:
+    shown = repr(found)
+    detail = "" if missing else f" (found {shown[:60]}{'...' if len(shown) > 60 else ''})"
+    return UsageError(f"{op.name}: {where}: {msg}{detail}", field=where, errors=count)
+
+
+def parse_args(op: Operation, arguments: Mapping[str, Any] | None) -> Any:
+    """The validated arguments (a model, or the checked map), or a UsageError naming the first bad field."""
+    given = dict(arguments or {})
+    if op.args is None:
+        return _check_schema(op, given)
     try:
-        return op.args.model_validate(dict(arguments or {}))
+        return op.args.model_validate(given)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
-        found = first.get("input")
-        shown = repr(found)
-        detail = (
-            f" (found {shown[:60]}{'...' if len(shown) > 60 else ''})" if first["type"] != "missing" else ""
-        )
-        raise UsageError(
-            f"{op.name}: {where}: {first.get('msg')}{detail}",
-            field=where,
-            errors=len(exc.errors()),
+        raise _usage(
+            op, where, first.get("msg", ""), first.get("input"), first["type"] == "missing", len(exc.errors())
         ) from exc
+
+
+def _check_schema(op: Operation, given: dict[str, Any]) -> dict[str, Any]:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    errors = list(Draft202012Validator(op.input_schema).iter_errors(given))
+    if not errors:
+        return given
+    first = best_match(errors)
+    path = ".".join(str(p) for p in first.absolute_path)
+    missing = first.validator == "required"
+    if first.validator in ("required", "additionalProperties"):
+        # The field the message is about is in the message, not in the path.
+        names = re.findall(r"'([^']+)'", first.message)
+        path = ".".join(filter(None, [path, names[0] if names else ""]))
+    raise _usage(op, path or "arguments", first.message, first.instance, missing, len(errors))
+
+
+def tool_operations(
+    tools: Sequence[Mapping[str, Any]],
+    handlers: Callable[[Substrate], Mapping[str, Callable[[dict[str, Any]], Any]]],
+    hints: Mapping[str, tuple[str, bool, bool, bool]],
+) -> list[Operation]:
+    """Operations for tools another module describes as JSON Schema with a handler each.
+
+    `hints`: name -> (title, read_only, destructive, idempotent). A handler's
+    result that is not an object is returned as {"result": value}.
+    """
+    out = []
+    for spec in tools:
+        name = str(spec["name"])
+        title, read_only, destructive, idempotent = hints[name]
+
+        def run(sub: Substrate, a: dict[str, Any], name: str = name) -> dict[str, Any]:
+            value = handlers(sub)[name](a)
+            return dict(value) if isinstance(value, Mapping) else {"result": value}
+
+        out.append(
+            Operation(
+                name,
+                title,
+                str(spec.get("description", "")),
+                None,
+                ok_schema({}, []),
+                run,
+                read_only=read_only,
+                destructive=destructive,
+                idempotent=idempotent,
+                schema=dict(spec["inputSchema"]),
+            )
+        )
+    return out
 
 
 def invoke(sub: Substrate, name: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
