@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mcp": ("mcp:mcp", "Serve the Model Context Protocol (stdio, or streamable HTTP on loopback)."),
     "migrate": (
         "migrate_commands:migrate",
-        "Run, inspect or roll back schema migrations (the seed's MigrationBackend contract, MUST 1-8).",
+        "Run, inspect or roll back schema migrations of the store (default) or a vault (--vault DIR).",
     ),
     "policy": (
         "atomise_commands:policy",
@@ -62,6 +62,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify-bundle": (
         "bundle_commands:verify_bundle",
         "Verify a forensic bundle offline; exit 8 naming the first failure.",
+    ),
+    "witness": (
+        "witness_commands:witness_group",
+        "Witnesses: run one (serve), or send this home's checkpoints to some (add, list, remove, sync).",
     ),
     "worker": ("atomise_commands:worker", "The deferred-atomisation worker."),
 }
