@@ -27,6 +27,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -215,6 +216,46 @@ async def read_json(request: Request, settings: HttpSettings) -> dict[str, Any]:
     return value
 
 
+def query_args(request: Request, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Query parameters as arguments, typed by the operation's schema (a list repeats the name).
+
+    Names the schema does not know are passed on as text, for the operation's
+    validation to refuse with the field named.
+    """
+    props = schema.get("properties", {})
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(request.query_params.keys()):
+        values = request.query_params.getlist(name)
+        kind = _kind(props.get(name, {}))
+        if kind == "array":
+            out[name] = values
+            continue
+        if len(values) > 1:
+            raise UsageError(f"query parameter {name} given {len(values)} times", field=name)
+        value = values[0]
+        if kind == "boolean":
+            out[name] = _flag(value, name)
+        elif kind == "integer":
+            if not value.lstrip("-").isdigit() or len(value) > 20:
+                raise UsageError(
+                    f"query parameter {name}: expected an integer, found {value[:40]!r}", field=name
+                )
+            out[name] = int(value)
+        else:
+            out[name] = value
+    return out
+
+
+def _kind(prop: Mapping[str, Any]) -> str | None:
+    if "type" in prop:
+        t = prop["type"]
+        return t if isinstance(t, str) else next((x for x in t if x != "null"), None)
+    for alt in prop.get("anyOf", ()):  # pydantic's optional fields
+        if alt.get("type") not in (None, "null"):
+            return str(alt["type"])
+    return None
+
+
 def _flag(value: str, name: str) -> bool:
     if value.lower() in ("1", "true", "yes"):
         return True
@@ -237,6 +278,7 @@ class Endpoint:
     status: int = 200
     body: bool = True  # the operation's arguments come in a JSON body (else from the query)
     binary: str | None = None  # media type of a non-JSON response
+    optional: bool = False  # served only when its operation is part of this installation
 
 
 ROUTES = [
@@ -267,7 +309,32 @@ ROUTES = [
         binary="application/x-tar",
     ),
     Endpoint("GET", "/openapi.json", "This document.", body=False),
+    # The knowledge loop's and the context packs' operations (cli.operations.CONTRIBUTED).
+    Endpoint(
+        "POST",
+        "/interactions",
+        "Capture a prompt and its response.",
+        "capture_interaction",
+        201,
+        optional=True,
+    ),
+    Endpoint(
+        "GET", "/project/state", "A project's trusted state.", "project_state_get", body=False, optional=True
+    ),
+    Endpoint("POST", "/project/state", "Set a project state entry.", "project_state_set", optional=True),
+    Endpoint("GET", "/candidates", "Candidate memories.", "candidates_list", body=False, optional=True),
+    Endpoint("POST", "/memory/{id}/promote", "Promote a candidate.", "candidate_promote", optional=True),
+    Endpoint("POST", "/memory/{id}/reject", "Reject a candidate.", "candidate_reject", optional=True),
+    Endpoint("POST", "/context/build", "Build a context pack.", "context_build", optional=True),
+    Endpoint(
+        "GET", "/context/{pack_id}", "A recorded context pack.", "context_show", body=False, optional=True
+    ),
 ]
+
+
+def served() -> list[Endpoint]:
+    """The routes of this installation (optional ones only with their operation)."""
+    return [ep for ep in ROUTES if not ep.optional or ep.operation in operations.OPERATIONS]
 
 
 class Api:
@@ -280,19 +347,15 @@ class Api:
 
     async def operation(self, ep: Endpoint, request: Request) -> Response:
         assert ep.operation is not None
+        op = operations.OPERATIONS[ep.operation]
         if ep.body:
             args = await read_json(request, self.settings)
         else:
-            args = {}
-            for k, v in request.query_params.items():
-                if k != "verbose":
-                    raise UsageError(f"unknown query parameter {k!r}", field=k)
-                args[k] = _flag(v, k)
-        path_id = request.path_params.get("id")
-        if path_id is not None:
-            if "id" in args and args["id"] != path_id:
-                raise UsageError("the body's id differs from the id in the path", field="id")
-            args["id"] = path_id
+            args = query_args(request, op.input_schema)
+        for name, value in request.path_params.items():
+            if name in args and args[name] != value:
+                raise UsageError(f"the body's {name} differs from the {name} in the path", field=name)
+            args[name] = value
         out = await self.run(operations.invoke, self.sub, ep.operation, args)
         return JSON(out, status_code=ep.status)
 
@@ -407,7 +470,7 @@ class Api:
 
 def app(sub: Substrate, settings: HttpSettings) -> Starlette:
     api = Api(sub, settings)
-    routes = [Route(ep.path, api.handler(ep), methods=[ep.method]) for ep in ROUTES]
+    routes = [Route(ep.path, api.handler(ep), methods=[ep.method]) for ep in served()]
 
     async def not_found(request: Request, exc: Exception) -> Response:
         code = exc.status_code if isinstance(exc, HTTPException) else 500
@@ -458,24 +521,24 @@ def openapi_document() -> dict[str, Any]:
             (500, "storage error (exit 6)"),
         ]
     }
-    for ep in ROUTES:
+    for ep in served():
         op = operations.OPERATIONS.get(ep.operation) if ep.operation else None
         item: dict[str, Any] = {"summary": ep.summary, "responses": dict(errors)}
+        path_params = re.findall(r"\{(\w+)\}", ep.path)
         if op is not None:
             item["operationId"] = op.name
             item["description"] = op.description
             schema = op.input_schema
-            if "{id}" in ep.path:
-                schema = {**schema, "properties": dict(schema.get("properties", {}))}
-                schema["properties"].pop("id", None)
-                schema["required"] = [r for r in schema.get("required", []) if r != "id"]
+            props = {k: v for k, v in schema.get("properties", {}).items() if k not in path_params}
+            required = [r for r in schema.get("required", []) if r not in path_params]
             if ep.body:
-                item["requestBody"] = {
-                    "required": bool(schema.get("required")),
-                    "content": _json(schema),
-                }
-            elif "verbose" in schema.get("properties", {}):
-                item["parameters"] = [{"name": "verbose", "in": "query", "schema": {"type": "boolean"}}]
+                body = {**schema, "properties": props, "required": required}
+                item["requestBody"] = {"required": bool(required), "content": _json(body)}
+            elif props:
+                item["parameters"] = [
+                    {"name": k, "in": "query", "required": k in required, "schema": v}
+                    for k, v in props.items()
+                ]
             item["responses"][str(ep.status)] = {"description": op.title, "content": _json(op.output)}
         elif ep.path == "/bundles":
             schema = operations.BundleArgs.model_json_schema()
@@ -488,9 +551,9 @@ def openapi_document() -> dict[str, Any]:
             }
         else:
             item["responses"]["200"] = {"description": ep.summary, "content": _json({"type": "object"})}
-        if "{id}" in ep.path:
+        for name in reversed(path_params):
             item.setdefault("parameters", []).insert(
-                0, {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+                0, {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
             )
         if ep.path == "/verify":
             item["requestBody"]["content"]["application/x-tar"] = {

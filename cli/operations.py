@@ -14,6 +14,7 @@ every field.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -571,6 +572,59 @@ def tool_operations(
             )
         )
     return out
+
+
+def contributed_operations(
+    module: str, tools_attr: str, handlers_attr: str, hints: Mapping[str, tuple[str, bool, bool, bool]]
+) -> list[Operation]:
+    """The operations a tool module contributes (its JSON Schema tools and their handlers);
+    none when that module is not part of this installation."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            return []
+        raise
+    tools = getattr(mod, tools_attr)
+    full = {
+        str(t["name"]): hints.get(
+            str(t["name"]), (str(t["name"]).replace("_", " ").capitalize(), False, False, False)
+        )
+        for t in tools
+    }
+    return tool_operations(tools, getattr(mod, handlers_attr), full)
+
+
+# The knowledge loop's and the context packs' tools are described where they are
+# implemented; they are served here (MCP and HTTP) with these titles and hints:
+# (title, read_only, destructive, idempotent).
+CONTRIBUTED: list[tuple[str, str, str, dict[str, tuple[str, bool, bool, bool]]]] = [
+    (
+        "mnemolog.cli.mcp_knowledge",
+        "KNOWLEDGE_TOOLS",
+        "knowledge_handlers",
+        {
+            "capture_interaction": ("Capture an interaction", False, False, False),
+            "project_state_get": ("A project's trusted state", True, False, True),
+            "project_state_set": ("Set a project state entry", False, True, True),
+            "candidates_list": ("Candidate memories", True, False, True),
+            "candidate_promote": ("Promote a candidate", False, False, False),
+            "candidate_reject": ("Reject a candidate", False, True, False),
+        },
+    ),
+    (
+        "mnemolog.cli.mcp_context",
+        "TOOLS",
+        "handlers",
+        {
+            "context_build": ("Build a context pack", False, False, False),
+            "context_show": ("Show a recorded context pack", True, False, True),
+        },
+    ),
+]
+for _spec in CONTRIBUTED:
+    for _op in contributed_operations(*_spec):
+        OPERATIONS.setdefault(_op.name, _op)
 
 
 def invoke(sub: Substrate, name: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
