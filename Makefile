@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PKGS := eventlog projections curators substrate cli
 
-.PHONY: demo test test-fast lint typecheck pytest bench clean
+.PHONY: demo install test test-fast lint typecheck pytest bench clean
 
 # Test workers (pytest-xdist). Tests marked `serial` (processes, locks, time bounds)
 # run afterwards on their own; `--dist loadfile` keeps a file on one worker, so its
@@ -27,6 +27,16 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python -m mnemolog.cli.demo
+
+# `mnemolog` on the PATH without activating the venv: a link in $(PREFIX)/bin
+# (~/.local/bin by default) to the venv's command, and the bytecode written once.
+PREFIX ?= $(HOME)/.local
+install: $(STAMP)
+	$(BIN)/python -m compileall -q $(PKGS) >/dev/null
+	mkdir -p $(PREFIX)/bin
+	ln -sf $(CURDIR)/$(BIN)/mnemolog $(PREFIX)/bin/mnemolog
+	@echo "installed $(PREFIX)/bin/mnemolog -> $(CURDIR)/$(BIN)/mnemolog"
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "add $(PREFIX)/bin to your PATH";; esac
 
 lint: $(STAMP) .typecheck/mnemolog
 	$(BIN)/ruff check $(PKGS) tests bench

@@ -13,12 +13,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from mnemolog.eventlog.errors import MnemologError, UsageError
-from mnemolog.substrate.home import Home
+
+if TYPE_CHECKING:
+    from mnemolog.substrate.home import Home
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,6 +32,9 @@ class Ctx:
 
     @property
     def home(self) -> Home:
+        # Imported here: the home pulls in the log, keys and pydantic, which --help never needs.
+        from mnemolog.substrate.home import Home
+
         return Home.resolve(self.home_arg)
 
     def emit(self, data: dict[str, Any], text: str | Callable[[], str] | None = None) -> None:

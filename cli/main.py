@@ -1,22 +1,137 @@
-"""The `mnemolog` command: global options and the command tree."""
+"""The `mnemolog` command: global options and the command tree.
+
+The tree is a table of names, not of imported modules: a command's module is
+imported only when that command runs (or its own --help is asked for), so
+`mnemolog --help` and every command pay only for what they use. Each entry
+carries its one-line help, which `mnemolog --help` prints without importing
+anything; tests/cli/test_lazy.py checks it matches the command's docstring.
+"""
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 import click
 
 from mnemolog.cli.app import Ctx, MnemologGroup
-from mnemolog.cli.atomise_commands import COMMANDS as ATOMISE_COMMANDS
-from mnemolog.cli.bundle_commands import COMMANDS as BUNDLE_COMMANDS
-from mnemolog.cli.bundle_commands import log_export
-from mnemolog.cli.log_commands import init, key_group, log_group, verify
-from mnemolog.cli.mcp import mcp_command
-from mnemolog.cli.memory_commands import COMMANDS as MEMORY_COMMANDS
-from mnemolog.cli.migrate_commands import COMMANDS as MIGRATE_COMMANDS
-from mnemolog.cli.vault_commands import COMMANDS as VAULT_COMMANDS
-from mnemolog.cli.witness_commands import COMMANDS as WITNESS_COMMANDS
+
+#: name -> ("module:attribute", one-line help). Sub-groups that gather commands
+#: from several modules list the extra ones in _EXTRA_SUBCOMMANDS.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "archive": (
+        "memory_commands:archive",
+        "Hide a memory from recall (it stays in the log and with --include-archived).",
+    ),
+    "atomise": (
+        "atomise_commands:atomise",
+        "Split a long memory into 2-10 atoms; the parent is archived, the atoms recall in its place.",
+    ),
+    "export-forensic-bundle": (
+        "bundle_commands:export_forensic_bundle",
+        "Write a sparse, signed, offline-verifiable bundle of everything about one memory.",
+    ),
+    "get": ("memory_commands:get", "Show one memory with its links."),
+    "init": ("log_commands:init", "Create a home: key, genesis entry, first checkpoint."),
+    "key": ("log_commands:key_group", "The signing key and its history."),
+    "link": ("memory_commands:link", "Draw an edge SRC -> DST."),
+    "list": ("memory_commands:list_cmd", "List memories, newest first."),
+    "log": ("log_commands:log_group", "The signed event log: show, verify, prove, append notes."),
+    "mcp": ("mcp:mcp", "Serve the Model Context Protocol (stdio, or streamable HTTP on loopback)."),
+    "migrate": (
+        "migrate_commands:migrate",
+        "Run, inspect or roll back schema migrations of the store (default) or a vault (--vault DIR).",
+    ),
+    "policy": (
+        "atomise_commands:policy",
+        "Governance policies per namespace (inherited leaf-first: a/b/c, a/b, a, root).",
+    ),
+    "rebuild": ("memory_commands:rebuild", "Drop every projection and replay the whole log."),
+    "recall": ("memory_commands:recall", "Rank memories by BM25 over title and content; any term may match."),
+    "replay": (
+        "bundle_commands:replay",
+        "Rebuild a home from a `log export` that starts at seq 0, verified on the way in.",
+    ),
+    "restore": ("memory_commands:restore", "Undo an archive (operator's or atomisation's)."),
+    "search": ("memory_commands:search", "Memories containing every keyword as a word, ranked by BM25."),
+    "serve": ("http_commands:serve", "Serve the local HTTP API (loopback unless [http] token is set)."),
+    "stats": ("memory_commands:stats", "Counts of memories, links, events and the index."),
+    "store": ("memory_commands:store", "Store TEXT (or standard input with '-') as a memory."),
+    "update": ("memory_commands:update", "Change fields of a memory (a memory.updated event)."),
+    "vault": ("vault_commands:vault", "Render the store as a vault, validate a vault, import one."),
+    "verify": (
+        "log_commands:verify",
+        "Audit a home: the log (signatures, anchors, high-water mark) and/or the projections row for row.",
+    ),
+    "verify-bundle": (
+        "bundle_commands:verify_bundle",
+        "Verify a forensic bundle offline; exit 8 naming the first failure.",
+    ),
+    "witness": (
+        "witness_commands:witness_group",
+        "Witnesses: run one (serve), or send this home's checkpoints to some (add, list, remove, sync).",
+    ),
+    "worker": ("atomise_commands:worker", "The deferred-atomisation worker."),
+}
+
+_EXTRA_SUBCOMMANDS: dict[str, list[str]] = {"log": ["bundle_commands:log_export"]}
 
 
-@click.group(cls=MnemologGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def _load(ref: str) -> click.Command:
+    module, _, attr = ref.partition(":")
+    cmd = getattr(importlib.import_module(f"mnemolog.cli.{module}"), attr)
+    if not isinstance(cmd, click.Command):  # pragma: no cover - a wrong table entry
+        raise TypeError(f"{ref} is not a click command")
+    return cmd
+
+
+def _shorten(text: str, limit: int) -> str:
+    """Click's own truncation of a help line (at a word, with an ellipsis)."""
+    limit = max(limit, 45)
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3].rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:") + "..."
+
+
+class LazyGroup(MnemologGroup):
+    """A group whose commands are imported on first use, from the COMMANDS table."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        cmd = _load(entry[0])
+        if isinstance(cmd, click.Group):
+            for extra in _EXTRA_SUBCOMMANDS.get(cmd_name, []):
+                sub = _load(extra)
+                if sub.name not in cmd.commands:
+                    cmd.add_command(sub)
+        self.add_command(cmd, cmd_name)
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The table's help lines, so that listing the commands imports none of them.
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.commands:
+                cmd = self.commands[name]
+                if cmd.hidden:
+                    continue
+                rows.append((name, cmd.get_short_help_str(formatter.width - 6 - len(name))))
+            else:
+                rows.append((name, _shorten(COMMANDS[name][1], formatter.width - 6 - len(name))))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--home",
     envvar="MNEMOLOG_HOME",
@@ -31,26 +146,8 @@ def cli(ctx: click.Context, home: str | None, json_flag: bool) -> None:
     ctx.obj = Ctx(home_arg=home, json=json_flag)
 
 
-cli.add_command(init)
-cli.add_command(log_group)
-cli.add_command(key_group)
-cli.add_command(verify)
-log_group.add_command(log_export)
-for _cmd in BUNDLE_COMMANDS:
-    cli.add_command(_cmd)
-for _cmd in [
-    *MEMORY_COMMANDS,
-    *ATOMISE_COMMANDS,
-    *VAULT_COMMANDS,
-    *MIGRATE_COMMANDS,
-    *WITNESS_COMMANDS,
-    mcp_command(),
-]:
-    cli.add_command(_cmd)
-
-
-def main() -> None:
-    cli.main(prog_name="mnemolog")
+def main() -> Any:
+    return cli.main(prog_name="mnemolog")
 
 
 if __name__ == "__main__":

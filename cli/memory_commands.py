@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -10,6 +9,7 @@ from typing import Any
 
 import click
 
+from mnemolog.cli import tables
 from mnemolog.cli.app import Ctx, json_option, parse_json_object
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.substrate.api import MAX_CONTENT_BYTES, Substrate
@@ -52,33 +52,6 @@ def read_text_arg(text: str) -> str:
         ) from exc
 
 
-def _date(us: int | None) -> str:
-    if us is None:
-        return "-"
-    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).strftime("%Y-%m-%d %H:%M")
-
-
-def _flags(m: Mapping[str, Any]) -> str:
-    flags = []
-    if m.get("archived_at"):
-        flags.append("archived")
-    if m.get("atomised_into"):
-        flags.append(f"atomised:{m['atomised_into']}")
-    if m.get("atomisation_archived_at"):
-        flags.append("atomisation-archived")
-    if m.get("atom_of"):
-        flags.append(f"atom-of:{m['atom_of']}")
-    return f" [{', '.join(flags)}]" if flags else ""
-
-
-def memory_line(m: Mapping[str, Any]) -> str:
-    title = m.get("title") or m["content"].strip().splitlines()[0]
-    if len(title) > 80:
-        title = title[:77] + "..."
-    score = f"{m['score']:7.3f}  " if "score" in m else ""
-    return f"{score}{m['id']}  {m['namespace']:<16} {m['kind']:<11} {title}{_flags(m)}"
-
-
 def memory_text(m: Mapping[str, Any]) -> str:
     lines = [
         f"id         {m['id']}",
@@ -93,7 +66,7 @@ def memory_text(m: Mapping[str, Any]) -> str:
         lines.append(f"confidence {m['confidence']}")
     if m.get("source"):
         lines.append(f"source     {m['source']}")
-    lines.append(f"created    {_date(m['created_at'])}   updated {_date(m['updated_at'])}")
+    lines.append(f"created    {tables.date(m['created_at'])}   updated {tables.date(m['updated_at'])}")
     for k in ("atom_of", "atomised_into", "archived_at", "atomisation_archived_at"):
         if m.get(k) is not None:
             lines.append(f"{k:<10} {m[k]}")
@@ -287,7 +260,7 @@ def _query_command(name: str, doc: str) -> Any:
             )
         ctx.emit(
             {"query": query, "results": results},
-            lambda: "\n".join(memory_line(m) for m in results) or "(no matches)",
+            lambda: tables.memories(results, "(no matches)"),
         )
 
     return cmd
@@ -323,7 +296,7 @@ def list_cmd(
             tags=tags,
             include_archived=include_archived,
         )
-    ctx.emit({"memories": rows}, lambda: "\n".join(memory_line(m) for m in rows) or "(none)")
+    ctx.emit({"memories": rows}, lambda: tables.memories(rows, "(none)"))
 
 
 @click.command()
@@ -334,29 +307,7 @@ def stats(ctx: Ctx) -> None:
     with opened(ctx) as s:
         st = s.stats()
 
-    def text() -> str:
-        lines = [f"log          {st['log']['size']} entries (log id {st['log']['log_id']})"]
-        for k in (
-            "memories",
-            "visible",
-            "archived_by_operator",
-            "atomised_parents",
-            "atoms",
-            "links",
-            "namespaces",
-            "policies",
-        ):
-            lines.append(f"{k:<12} {st[k]}")
-        if "atomisation" in st:
-            a = st["atomisation"]
-            lines.append(
-                f"atomisation  requested {a['requested']}, completed {a['completed']}, "
-                f"failed {a['failed']}, pending {a['pending']}"
-            )
-        lines.append("events       " + ", ".join(f"{k} {v}" for k, v in st["events"].items()))
-        return "\n".join(lines)
-
-    ctx.emit({"stats": st}, text)
+    ctx.emit({"stats": st}, lambda: tables.stats(st))
 
 
 @click.command()

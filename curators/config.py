@@ -16,8 +16,6 @@ from typing import Any, Final
 from mnemolog.eventlog.errors import UsageError
 
 from .base import Curator, TierLocked
-from .ollama import OllamaCurator
-from .rules import RulesCurator
 
 HOST_ENV: Final = "MNEMOLOG_OLLAMA_HOST"
 MODEL_ENV: Final = "MNEMOLOG_OLLAMA_MODEL"
@@ -63,7 +61,11 @@ def make_curator(name: str, llm: LlmConfig | None, **kw: Any) -> Curator:
             f"unknown curator option(s) {unknown}; expected some of {sorted(_OLLAMA_OPTIONS)}",
             found=unknown,
         )
+    # Each curator is imported when it is built: the ollama client alone costs
+    # a third of a second, which a store that never atomises must not pay.
     if name == "rules":
+        from .rules import RulesCurator
+
         return RulesCurator()
     if name == "ollama":
         if llm is None:
@@ -73,6 +75,8 @@ def make_curator(name: str, llm: LlmConfig | None, **kw: Any) -> Curator:
                 curator=name,
                 env=[MODEL_ENV, HOST_ENV],
             )
+        from .ollama import OllamaCurator
+
         return OllamaCurator(llm.host, llm.model, **kw)
     raise UsageError(
         f"unknown curator {name!r}; expected one of {list(CURATOR_NAMES)}",

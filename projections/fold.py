@@ -31,13 +31,13 @@ percentile. Query results never depend on when it ran.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.entry import Entry, to_jsonable
@@ -54,6 +54,9 @@ from mnemolog.eventlog.vocabulary import (
 from mnemolog.projections.schema import visible
 from mnemolog.projections.text import ONE_DOC_POSTINGS, TITLE_WEIGHT, drop_staged, stage_postings
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 Upcast = Callable[[str, int, dict[str, Any]], dict[str, Any]]
 
 COMPACT_MIN_ROWS = 50_000
@@ -63,25 +66,40 @@ SMALL_FLUSH = 8  # at most this many memories: parameterised statements, no Arro
 ARROW_CHUNK = 4096
 MAX_DELETE_TERMS = 256  # a text update deletes old postings by term (zone maps) up to this many
 
+#: The memories table's columns as Arrow types (by name: pyarrow is imported only by
+#: a fold big enough to need it, never by a store or a recall).
 MEMORY_COLUMNS = [
-    ("id", pa.string()),
-    ("namespace", pa.string()),
-    ("kind", pa.string()),
-    ("title", pa.string()),
-    ("content", pa.string()),
-    ("tags", pa.list_(pa.string())),
-    ("confidence", pa.float64()),
-    ("source", pa.string()),
-    ("metadata", pa.string()),
-    ("created_at", pa.int64()),
-    ("updated_at", pa.int64()),
-    ("last_seen", pa.int64()),
-    ("atom_of", pa.string()),
-    ("source_span", pa.list_(pa.int32())),
-    ("stored_seq", pa.int64()),
+    ("id", "string"),
+    ("namespace", "string"),
+    ("kind", "string"),
+    ("title", "string"),
+    ("content", "string"),
+    ("tags", "list<string>"),
+    ("confidence", "float64"),
+    ("source", "string"),
+    ("metadata", "string"),
+    ("created_at", "int64"),
+    ("updated_at", "int64"),
+    ("last_seen", "int64"),
+    ("atom_of", "string"),
+    ("source_span", "list<int32>"),
+    ("stored_seq", "int64"),
 ]
-MEMORY_SCHEMA = pa.schema(MEMORY_COLUMNS)
 _MEMORY_NAMES = [c for c, _ in MEMORY_COLUMNS]
+
+
+@functools.cache
+def memory_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    def arrow(t: str) -> pa.DataType:
+        if t.startswith("list<"):
+            return pa.list_(arrow(t[5:-1]))
+        return {"string": pa.string(), "float64": pa.float64(), "int64": pa.int64(), "int32": pa.int32()}[t]
+
+    return pa.schema([(c, arrow(t)) for c, t in MEMORY_COLUMNS])
+
+
 _INSERT_COLS = ", ".join([*_MEMORY_NAMES, "last_event_seq", "doc_len"])
 # The registered Arrow batch, shaped as stage_postings wants it.
 _STAGE = "(SELECT *, stored_seq AS doc FROM ml_rows)"
@@ -220,6 +238,8 @@ class Fold:
                 [v for r in rows for v in r],
             )
             return
+        import pyarrow as pa
+
         arrays = list(zip(*rows, strict=True))
         tbl = pa.table({c: list(a) for c, a in zip(cols, arrays, strict=True)})
         conn.register("ml_rows", tbl)
@@ -237,7 +257,9 @@ class Fold:
             for i in range(len(cols["id"])):
                 self._insert_memory([cols[c][i] for c in _MEMORY_NAMES])
         else:
-            self._insert_memories(pa.table(cols, schema=MEMORY_SCHEMA))
+            import pyarrow as pa
+
+            self._insert_memories(pa.table(cols, schema=memory_schema()))
 
     def _insert_memory(self, row: list[Any]) -> None:
         """One memory and its postings: the store path, a few statements, no staging tables."""
@@ -264,6 +286,8 @@ class Fold:
         """Many memories at once: Arrow in, the bulk tokenizer, set-based inserts."""
         conn = self.conn
         # Chunked, so that DuckDB scans it with all its threads (one chunk is one thread).
+        import pyarrow as pa
+
         tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=ARROW_CHUNK))
         conn.register("ml_rows", tbl)
         try:

@@ -79,6 +79,16 @@ def supersedes_links(conn: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     return [(str(r[0]), str(r[1])) for r in rows]
 
 
+def links_by_source(conn: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str, dict[str, Any]]]]:
+    """src -> [(relation, dst, metadata)] of every edge, oldest first."""
+    out: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+    for src, rel, dst, meta in conn.execute(
+        "SELECT src, relation, dst, metadata FROM links ORDER BY seq"
+    ).fetchall():
+        out.setdefault(str(src), []).append((str(rel), str(dst), json.loads(meta) if meta else {}))
+    return out
+
+
 def touching_seqs(conn: duckdb.DuckDBPyConnection, ids: Collection[str], below: int) -> set[int]:
     """The seqs below `below` of every entry that touches one of `ids`."""
     if not ids:

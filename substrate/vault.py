@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import queries
 from mnemolog.projections.memories import Memory
 from mnemolog.projections.vault.read import ParsedNote, read_vault
-from mnemolog.projections.vault.render import NoteRecord, RenderReport, render_vault
+from mnemolog.projections.vault.render import NoteLink, NoteRecord, RenderReport, render_vault
 from mnemolog.projections.vault.validate import (
     Problem,
     ValidationFailed,
@@ -123,8 +124,23 @@ def derive_title(content: str, limit: int = 60) -> str:
     return cut or first[:limit]
 
 
+def note_links(m: Memory, edges: Sequence[tuple[str, str, dict[str, Any]]]) -> list[NoteLink]:
+    """The edges a note must carry itself: all but an atom's derives_from to its parent,
+    which `mnemolog_atom_of` already says (and import draws, as atomisation did)."""
+    out = []
+    for relation, dst, meta in edges:
+        if relation == "derives_from" and dst == m.get("atom_of"):
+            continue
+        out.append(NoteLink(relation, dst, meta))
+    return out
+
+
 def memory_to_record(
-    m: Memory, supersedes: Mapping[str, str], superseded_by: Mapping[str, str], hidden: bool
+    m: Memory,
+    supersedes: Mapping[str, str],
+    superseded_by: Mapping[str, str],
+    hidden: bool,
+    edges: Sequence[tuple[str, str, dict[str, Any]]] = (),
 ) -> NoteRecord:
     """A memory as the vault renders it (its `metadata["vault"]` fills the vault-only fields)."""
     v = dict((m.get("metadata") or {}).get(VAULT_KEY) or {})
@@ -153,14 +169,17 @@ def memory_to_record(
         atom_of=m.get("atom_of"),
         namespace=m["namespace"],
         extra_frontmatter=decode_value(v.get("extra") or {}),
+        links=note_links(m, edges),
     )
 
 
 def records(s: Session, namespace: str | None = None) -> list[NoteRecord]:
     """Every memory (archived ones too: they go to the Archive section), oldest first."""
     sup, by = supersession(s)
+    edges = queries.links_by_source(s.conn)
     return [
-        memory_to_record(m, sup, by, hidden) for m, hidden in queries.memories_with_hidden(s.conn, namespace)
+        memory_to_record(m, sup, by, hidden, edges.get(m["id"], ()))
+        for m, hidden in queries.memories_with_hidden(s.conn, namespace)
     ]
 
 
@@ -256,7 +275,9 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
             else:
                 ids[rid] = new_id()
         sup, by = supersession(s)
+        prog = Progress("importing vault", len(notes))
         for n in _order(notes):
+            prog.advance()
             r = n.record
             assert r is not None
             mid = ids[r.memory_id]
@@ -301,6 +322,29 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
                 report.restored.append(mid)
             if mid not in report.stored and mid not in report.updated and mid not in report.archived:
                 report.unchanged += 1
+        prog.close()
+        # Every other edge the notes carry, once each. Their targets exist by now, unless
+        # the vault was rendered for one namespace and points outside it: said in a warning.
+        extra_supersedes: dict[tuple[str, str], dict[str, Any]] = {}
+        for n in notes:
+            r = n.record
+            assert r is not None
+            mid = ids[r.memory_id]
+            have_out = {(e["relation"], e["dst"]) for e in s.links(mid)["outgoing"]}
+            for ln in r.links:
+                dst = ids.get(ln.to, ln.to)
+                if ln.relation == "supersedes":
+                    extra_supersedes[(mid, dst)] = dict(ln.metadata)  # drawn with the pointers below
+                    continue
+                if (ln.relation, dst) in have_out:
+                    continue
+                if s.get(dst) is None:
+                    report.warnings.append(f"{n.rel}: {ln.relation} link to {ln.to} skipped: no such memory")
+                    continue
+                link = {"src": mid, "dst": dst, "relation": ln.relation, "metadata": dict(ln.metadata)}
+                s.write_link(LinkCreated.model_validate(link))
+                have_out.add((ln.relation, dst))
+                report.linked += 1
         # Supersession last: both ends exist by now. A memory's supersedes /
         # superseded_by is its latest such link, so the pointers the files name
         # (the winners) are linked after any other pair touching the same ends.
@@ -318,7 +362,7 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
             if r.superseded_by:
                 want_by[mid] = ids.get(r.superseded_by, r.superseded_by)
                 pairs.append((want_by[mid], mid))
-        unique = list(dict.fromkeys(pairs))
+        unique = list(dict.fromkeys([*extra_supersedes, *pairs]))
         unique.sort(key=lambda p: (want_sup.get(p[0]) == p[1]) + (want_by.get(p[1]) == p[0]))
         have_links = set(queries.supersedes_links(s.conn))
         for src, dst in unique:
@@ -329,7 +373,8 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
                 continue
             if s.get(src) is None or s.get(dst) is None:
                 continue
-            s.write_link(LinkCreated(src=src, dst=dst, relation="supersedes"))
+            meta = extra_supersedes.get((src, dst), {})
+            s.write_link(LinkCreated(src=src, dst=dst, relation="supersedes", metadata=meta))
             sup[src], by[dst] = dst, src
             report.linked += 1
         report.warnings += s.warnings

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mnemolog.eventlog.errors import BadInput, NotFound
-from mnemolog.eventlog.vocabulary import KINDS
+from mnemolog.eventlog.vocabulary import KINDS, RELATIONS
 from mnemolog.projections.vault import naming, schema
 from mnemolog.projections.vault.frontmatter import FrontmatterError, read_document
 from mnemolog.projections.vault.render import (
     CONFIDENCE_VALUES,
     RESERVED_KEYS,
     RESERVED_PREFIX,
+    NoteLink,
     NoteRecord,
     check_agent_name,
 )
@@ -82,6 +83,31 @@ def _strs(meta: Mapping[str, Any], key: str, problems: list[str]) -> tuple[str, 
 def _opt_str(meta: Mapping[str, Any], key: str) -> str | None:
     v = meta.get(key)
     return v if isinstance(v, str) and v.strip() else None
+
+
+def _links(meta: Mapping[str, Any], problems: list[str]) -> tuple[NoteLink, ...]:
+    """`mnemolog_links`: a list of {relation, to, metadata?}; malformed entries are problems."""
+    value = meta.get("mnemolog_links", [])
+    if not isinstance(value, list):
+        problems.append(f"mnemolog_links: expected a list, found {type(value).__name__}")
+        return ()
+    out = []
+    for i, item in enumerate(value):
+        if (
+            not isinstance(item, dict)
+            or set(item) - {"relation", "to", "metadata"}
+            or item.get("relation") not in RELATIONS
+            or not isinstance(item.get("to"), str)
+            or not item["to"].strip()
+            or not isinstance(item.get("metadata", {}), dict)
+        ):
+            problems.append(
+                f"mnemolog_links[{i}]: expected {{relation: one of {', '.join(RELATIONS)}, to: a memory id, "
+                "metadata: a mapping (optional)}"
+            )
+            continue
+        out.append(NoteLink(item["relation"], item["to"], dict(item.get("metadata", {}))))
+    return tuple(out)
 
 
 def _record(
@@ -159,6 +185,7 @@ def _record(
             atom_of=_opt_str(meta, "mnemolog_atom_of"),
             namespace=_opt_str(meta, "mnemolog_namespace") or "default",
             extra_frontmatter=extra,
+            links=_links(meta, problems),
         )
     except BadInput as exc:
         return None, [*problems, exc.message]

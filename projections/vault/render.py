@@ -36,7 +36,8 @@ from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, StorageError, UsageError
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir
-from mnemolog.eventlog.vocabulary import KINDS
+from mnemolog.eventlog.progress import Progress
+from mnemolog.eventlog.vocabulary import KINDS, RELATIONS
 from mnemolog.projections.vault import index as index_format
 from mnemolog.projections.vault import naming, schema
 from mnemolog.projections.vault.frontmatter import (
@@ -96,6 +97,21 @@ def _is_date(value: Any) -> bool:
     return isinstance(value, date) and not isinstance(value, datetime)
 
 
+@dataclass(frozen=True)
+class NoteLink:
+    """An edge leaving the note's memory: how it relates, to which memory id, its metadata."""
+
+    relation: str
+    to: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def frontmatter(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"relation": self.relation, "to": self.to}
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class NoteRecord:
     """One memory as the vault sees it; the substrate maps its memories to these."""
@@ -118,6 +134,9 @@ class NoteRecord:
     atom_of: str | None = None
     namespace: str = "default"
     extra_frontmatter: Mapping[str, Any] = field(default_factory=dict)
+    # Every edge leaving this memory but the ones other fields already carry (the
+    # supersession pointers' winners and an atom's derives_from its parent).
+    links: Sequence[NoteLink] = ()
 
     def __post_init__(self) -> None:
         rid = self.memory_id if isinstance(self.memory_id, str) else repr(self.memory_id)
@@ -156,6 +175,18 @@ class NoteRecord:
                 raise _bad(rid, f"extra_frontmatter keys must be strings, found {key!r}")
             if key in RESERVED_KEYS or key.startswith(RESERVED_PREFIX):
                 raise _bad(rid, f"extra_frontmatter may not set {key!r}: render owns it")
+        links = tuple(self.links)
+        for ln in links:
+            if not isinstance(ln, NoteLink) or ln.relation not in RELATIONS:
+                raise _bad(rid, f"links: each is a NoteLink with a relation in {', '.join(RELATIONS)}")
+            if not isinstance(ln.to, str) or not ln.to.strip() or not isinstance(ln.metadata, Mapping):
+                raise _bad(rid, "links: each names a memory id and carries a metadata mapping")
+        # One edge per (relation, target), in one canonical order, so that a store and its
+        # re-import render the same bytes (the first edge's metadata is the one kept).
+        unique: dict[tuple[str, str], NoteLink] = {}
+        for ln in links:
+            unique.setdefault((ln.relation, ln.to), ln)
+        object.__setattr__(self, "links", tuple(unique[k] for k in sorted(unique)))
         if PROMOTED_KEY in extra and not _is_date(extra[PROMOTED_KEY]):
             raise _bad(rid, f"{PROMOTED_KEY} must be a date")
         object.__setattr__(self, "extra_frontmatter", extra)
@@ -289,6 +320,8 @@ def _frontmatter(p: _Placed, placed: Mapping[str, _Placed]) -> dict[str, Any]:
         meta["archived"] = True
     if r.atom_of is not None:
         meta["mnemolog_atom_of"] = r.atom_of
+    if r.links:
+        meta["mnemolog_links"] = [ln.frontmatter() for ln in r.links]
     return meta
 
 
@@ -489,6 +522,7 @@ def render_vault(
     if not wanted <= owned:
         _write_manifest(manifest, agent, owned | wanted)
     written = []
+    prog = Progress("rendering vault", len(files))
     for rel, data in files.items():
         if state[rel] is not True:
             try:
@@ -496,6 +530,8 @@ def render_vault(
             except OSError as exc:
                 raise StorageError(f"cannot write {agent_dir / rel}: {exc}") from exc
             written.append(f"{agent}/{rel}")
+        prog.advance()
+    prog.close()
     removed = []
     touched_dirs = set()
     for rel in sorted(owned - wanted):

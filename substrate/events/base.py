@@ -27,7 +27,7 @@ CURRENT_TV: dict[str, int] = {}
 class Payload(BaseModel):
     """An event payload. Subclasses set TYPE and TV; abstract bases set neither."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     TYPE: ClassVar[str]
     TV: ClassVar[int] = 1

@@ -18,7 +18,7 @@ AutoAtomiseMode = Literal["off", "deferred", "synchronous"]
 class Policy(BaseModel):
     """A namespace's governance policy; unset fields inherit from the parent namespace."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     write: Literal["any", "none"] | None = None
     auto_atomise_mode: AutoAtomiseMode | None = None

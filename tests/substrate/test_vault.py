@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.projections import queries
 from mnemolog.substrate import vault as v
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import init_home
@@ -37,8 +39,19 @@ memory_st = st.fixed_dictionaries(
 )
 
 
+RELATIONS = ["related_to", "supersedes", "contradicts", "derived_from", "derives_from", "reflects_on"]
+LINK_META = [{}, {"why": "same incident"}, {"weight": 0.5, "on": "2026-01-02", "tags": ["a", "b"]}]
+link_st = st.tuples(
+    st.integers(0, 7), st.integers(0, 7), st.sampled_from(RELATIONS), st.sampled_from(range(len(LINK_META)))
+)
+
+
 def populate(
-    sub: Substrate, mems: list[dict[str, Any]], supersede: list[tuple[int, int]], atomise: bool
+    sub: Substrate,
+    mems: list[dict[str, Any]],
+    supersede: list[tuple[int, int]],
+    atomise: bool,
+    links: Sequence[tuple[int, int, str, int]] = (),
 ) -> None:
     ids = []
     for i, m in enumerate(mems):
@@ -55,12 +68,28 @@ def populate(
     for a, b in supersede:
         if a < len(ids) and b < len(ids) and a != b:
             sub.link(ids[a], ids[b], "supersedes")
+    for a, b, relation, meta in links:
+        if a < len(ids) and b < len(ids) and a != b:
+            sub.link(ids[a], ids[b], relation, LINK_META[meta])
     for i, m in enumerate(mems):
         if m["archived"]:
             sub.archive(ids[i])
     if atomise:
         p = sub.store(POST_MORTEM, title="Checkout outage", namespace="ops")
-        sub.atomise(p["id"], curator="rules", max_atom_tokens=80)
+        res = sub.atomise(p["id"], curator="rules", max_atom_tokens=80)
+        if ids and res.atom_ids:  # an atom's own edges travel too
+            sub.link(res.atom_ids[0], ids[0], "related_to", {"why": "atom"})
+
+
+def edges(sub: Substrate) -> set[tuple[str, str, str, str]]:
+    """Every edge as (src, relation, dst, metadata): duplicates of an edge count once."""
+    with sub.session() as s:
+        by_src = queries.links_by_source(s.conn)
+    first: dict[tuple[str, str, str], str] = {}
+    for src, out in by_src.items():
+        for relation, dst, meta in out:
+            first.setdefault((src, relation, dst), json.dumps(meta, sort_keys=True))
+    return {(a, r, b, m) for (a, r, b), m in first.items()}
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -72,17 +101,19 @@ def tree(root: Path) -> dict[str, bytes]:
     mems=st.lists(memory_st, min_size=1, max_size=8),
     supersede=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), max_size=3),
     atomise=st.booleans(),
+    links=st.lists(link_st, max_size=8),
 )
 def test_render_import_render_is_a_fixed_point(
-    mems: list[dict[str, Any]], supersede: list[tuple[int, int]], atomise: bool
+    mems: list[dict[str, Any]], supersede: list[tuple[int, int]], atomise: bool, links: list[Any]
 ) -> None:
     work = Path(tempfile.mkdtemp())
     try:
         init_home(work / "a")
         init_home(work / "b")
         with Substrate.open(work / "a", long_lived=False) as a:
-            populate(a, mems, supersede, atomise)
+            populate(a, mems, supersede, atomise, links)
             v.render(a, work / "v1", "agent")
+            before = edges(a)
         assert not [p for p in v.validate(work / "v1") if p.severity == "error"]
         with Substrate.open(work / "b", long_lived=False) as b:
             v.import_vault(b, work / "v1")
@@ -91,6 +122,7 @@ def test_render_import_render_is_a_fixed_point(
             again = v.import_vault(b, work / "v1")  # unchanged files: nothing written
             assert b.log.refresh() == size
             assert not again.stored and not again.updated and again.unchanged == again.files
+            assert edges(b) == before  # every edge, its relation and its metadata
         assert tree(work / "v1") == tree(work / "v2")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -221,3 +253,59 @@ def test_two_memories_superseding_one_keep_the_latest_as_superseded_by(tmp_path:
         v.import_vault(b, tmp_path / "v1")
         assert b.log.refresh() == size
     assert tree(tmp_path / "v1") == tree(tmp_path / "v2")
+
+
+def test_every_edge_survives_the_round_trip(tmp_path: Path) -> None:
+    """Each relation, two supersedes from one memory, a duplicate edge, links into an atomised chain."""
+    init_home(tmp_path / "a")
+    init_home(tmp_path / "b")
+    with Substrate.open(tmp_path / "a", long_lived=False) as a:
+        ids = [a.store(f"memory number {i} about the checkout pool")["id"] for i in range(5)]
+        for i, relation in enumerate(RELATIONS):
+            a.link(ids[i % 5], ids[(i + 1) % 5], relation, {"n": i})
+        a.link(ids[0], ids[3], "supersedes")
+        a.link(ids[0], ids[4], "supersedes")  # the pointer's winner
+        a.link(ids[2], ids[3], "related_to", {"on": "2026-01-02"})
+        a.link(ids[2], ids[3], "related_to", {"on": "2026-01-02"})  # the same edge again
+        p = a.store(POST_MORTEM, title="Checkout outage", namespace="ops")
+        atoms = a.atomise(p["id"], curator="rules", max_atom_tokens=80).atom_ids
+        a.link(atoms[0], ids[1], "derived_from")
+        a.link(ids[1], atoms[-1], "reflects_on")
+        v.render(a, tmp_path / "v", "agent")
+        want = edges(a)
+    with Substrate.open(tmp_path / "b", long_lived=False) as b:
+        report = v.import_vault(b, tmp_path / "v")
+        assert not report.warnings
+        assert edges(b) == want
+        assert b.stats()["links"] == len(want)
+
+
+def test_a_link_out_of_the_rendered_namespace_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    init_home(tmp_path / "a")
+    init_home(tmp_path / "b")
+    with Substrate.open(tmp_path / "a", long_lived=False) as a:
+        x = a.store("kept in ops", namespace="ops")["id"]
+        y = a.store("left out in team", namespace="team")["id"]
+        a.link(x, y, "related_to")
+        v.render(a, tmp_path / "v", "agent", namespace="ops")
+    with Substrate.open(tmp_path / "b", long_lived=False) as b:
+        report = v.import_vault(b, tmp_path / "v")
+        assert report.stored == [x] and b.stats()["links"] == 0
+        assert any("related_to link to" in w and y in w for w in report.warnings)
+
+
+def test_malformed_links_in_a_note_are_problems(tmp_path: Path) -> None:
+    from mnemolog.projections.vault.read import read_vault
+
+    d = tmp_path / "agent" / "memory"
+    d.mkdir(parents=True)
+    note = HAND_WRITTEN.replace(
+        "tags: [money]\n", "tags: [money]\nmnemolog_links:\n  - {relation: likes, to: X}\n  - 5\n"
+    )
+    (d / "feedback_debt_priority_order.md").write_text(note)
+    (d / "INDEX.md").write_text(INDEX)
+    (parsed,) = read_vault(tmp_path, "agent")
+    assert parsed.record is not None and parsed.record.links == ()
+    assert [p for p in parsed.problems if p.startswith("mnemolog_links[")] == [
+        p for p in parsed.problems if "mnemolog_links" in p
+    ] and len([p for p in parsed.problems if "mnemolog_links" in p]) == 2

@@ -13,7 +13,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class Client:
-    """Starts `mnemolog --home HOME mcp`; `send` a request, `tool` a tools/call, `close` to end."""
+    """Starts `mnemolog --home HOME mcp`; `send` a request, `tool` a tools/call, `close` to end.
+
+    Raw JSON-RPC lines, for tests that look at the wire. The server (the MCP
+    SDK's) serves nothing before the initialize handshake, so the first
+    request that is not `initialize` is preceded by one; an `initialize`
+    sent with only a protocol version gets the fields the protocol requires.
+    For tool-level tests prefer the SDK's own client (tests/cli/test_mcp.py).
+    """
 
     def __init__(self, home: Path) -> None:
         self.p = subprocess.Popen(
@@ -25,8 +32,26 @@ class Client:
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
         self.next_id = 0
+        self.initialized = False
 
     def send(self, method: str, params: dict[str, Any] | None = None, *, notify: bool = False) -> Any:
+        if method == "initialize":
+            params = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "tests", "version": "0"},
+                **(params or {}),
+            }
+            params["clientInfo"] = {"version": "0", **params["clientInfo"]}
+            self.initialized = True
+            out = self._send(method, params, notify=False)
+            self._send("notifications/initialized", None, notify=True)
+            return out
+        if not self.initialized:
+            self.send("initialize")
+        return self._send(method, params, notify=notify)
+
+    def _send(self, method: str, params: dict[str, Any] | None, *, notify: bool) -> Any:
         msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params or {}}
         if not notify:
             self.next_id += 1

@@ -1,0 +1,195 @@
+"""How long a whole `mnemolog` process takes, beside the processes that bound it.
+
+Every case is a fresh process, timed from spawn to exit, and the cases are
+run in turns (one of each per round) so a noisy machine slows all of them
+alike. Reported per case: the median wall time and the median peak RSS of
+the process (from wait4, the child alone). The bounds, measured in the same
+run:
+
+  * `mnemolog --help` against `python -c pass` (target: at most 3x), and its
+    peak RSS (target: at most 60 MiB);
+  * `store`, `recall` and `get` on a home of 10,000 memories against a process
+    that only imports duckdb, pydantic, nacl, cbor2 and click (target: at
+    most 1.5x): the libraries every such command needs, so the ratio is what
+    mnemolog adds on top of them.
+
+Wall time is the target's measure; CPU time (user + system, from wait4) is
+reported beside it because it moves less when other work shares the machine.
+
+`python -m bench.cli_bench [--memories N] [--rounds R]`; prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.recall_bench import Corpus, fill
+from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.home import Home, init_home
+
+TARGETS = {"help_vs_python_max": 3.0, "command_vs_imports_max": 1.5, "help_peak_rss_mib_max": 60.0}
+# pydantic 2 makes `import pydantic` a lazy stub: its models load with the first
+# `BaseModel`, which any user of pydantic touches. The bound imports that too;
+# the literal reading (`import pydantic` alone) is reported beside it.
+BASE_IMPORTS = "import duckdb, nacl.signing, cbor2, click; from pydantic import BaseModel"
+BARE_IMPORTS = "import duckdb, pydantic, nacl.signing, cbor2, click"
+COMMANDS = ("store", "recall", "get")
+
+
+def log(msg: str) -> None:
+    print(f"cli_bench: {msg}", file=sys.stderr, flush=True)
+
+
+def mnemolog_argv() -> list[str]:
+    exe = Path(sys.executable).with_name("mnemolog")
+    if exe.exists():
+        return [str(exe)]
+    return [sys.executable, "-m", "mnemolog.cli.main"]
+
+
+# The processes are started by a small helper process, not by this one: Linux
+# counts the peak RSS of the process a child was forked from into the child's
+# ru_maxrss, and this one holds a 10k-memory home in memory. The helper's own
+# peak (that of `python -c pass`) is the floor every figure shares.
+_SPAWNER = r"""
+import json, os, sys, time
+for line in sys.stdin:
+    argv, env = json.loads(line)
+    t0 = time.perf_counter()
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=[
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+    _, status, ru = os.wait4(pid, 0)
+    wall = time.perf_counter() - t0
+    print(json.dumps([os.waitstatus_to_exitcode(status), wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss]),
+          flush=True)
+"""
+
+
+class Spawner:
+    def __init__(self) -> None:
+        self.p = subprocess.Popen(
+            [sys.executable, "-c", _SPAWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def run(self, argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+        """Wall seconds, CPU seconds and peak RSS (MiB) of one process; it must exit 0."""
+        assert self.p.stdin and self.p.stdout
+        self.p.stdin.write(json.dumps([argv, env]) + "\n")
+        self.p.stdin.flush()
+        code, wall, cpu, maxrss_kib = json.loads(self.p.stdout.readline())
+        if code != 0:
+            raise SystemExit(f"{argv} exited {code}")
+        return wall, cpu, maxrss_kib / 1024
+
+    def close(self) -> None:
+        assert self.p.stdin
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def compile_package() -> None:
+    """Write the package's bytecode, as `pip install` does for an installed package.
+
+    An editable install compiles on import instead, and writes nothing when
+    PYTHONDONTWRITEBYTECODE is set: every process would then pay for
+    compiling mnemolog's sources, which no installed copy ever does.
+    """
+    import compileall
+
+    import mnemolog.cli
+
+    root = Path(mnemolog.cli.__file__).resolve().parents[1]
+    for pkg in ("eventlog", "projections", "curators", "substrate", "cli"):
+        compileall.compile_dir(str(root / pkg), quiet=1)
+
+
+def make_home(root: Path, n: int) -> str:
+    init_home(root, key_name="bench")
+    home = Home(root)
+    fill(home, Corpus(), n)
+    with Substrate.open(home, long_lived=False, worker=False) as s:
+        s.stats()  # projections caught up, as on any home in use
+        return s.list(limit=1)[0]["id"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--memories", type=int, default=10_000)
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="mnemolog-cli-bench-"))
+    spawner = Spawner()
+    try:
+        compile_package()
+        log(f"filling a home with {args.memories} memories")
+        home = work / "home"
+        some_id = make_home(home, args.memories)
+        env = {**os.environ, "MNEMOLOG_HOME": str(home)}
+        m = mnemolog_argv()
+        cases: dict[str, list[str]] = {
+            "python_pass": [sys.executable, "-c", "pass"],
+            "help": [*m, "--help"],
+            "imports_only": [sys.executable, "-c", BASE_IMPORTS],
+            "imports_only_bare": [sys.executable, "-c", BARE_IMPORTS],
+            "store": [*m, "store", "the bench stores one more memory about table rewrites", "-n", "bench"],
+            "recall": [*m, "recall", "how do I rewrite a big table"],
+            "get": [*m, "get", some_id],
+        }
+        walls: dict[str, list[float]] = {k: [] for k in cases}
+        cpus: dict[str, list[float]] = {k: [] for k in cases}
+        rss: dict[str, list[float]] = {k: [] for k in cases}
+        for cmd in cases.values():  # warm the page cache once; not measured
+            spawner.run(cmd, env)
+        for r in range(args.rounds):
+            for name, cmd in cases.items():
+                w, c, mib = spawner.run(cmd, env)
+                walls[name].append(w)
+                cpus[name].append(c)
+                rss[name].append(mib)
+            log(f"round {r + 1}/{args.rounds}")
+        wall = {k: statistics.median(v) for k, v in walls.items()}
+        cpu = {k: statistics.median(v) for k, v in cpus.items()}
+
+        def ratios(med: dict[str, float]) -> dict[str, float]:
+            return {
+                "help_vs_python": round(med["help"] / med["python_pass"], 2),
+                **{f"{c}_vs_imports": round(med[c] / med["imports_only"], 2) for c in COMMANDS},
+                **{f"{c}_vs_bare_imports": round(med[c] / med["imports_only_bare"], 2) for c in COMMANDS},
+            }
+
+        out: dict[str, Any] = {
+            "memories": args.memories,
+            "rounds": args.rounds,
+            "median_wall_ms": {k: round(v * 1e3, 1) for k, v in wall.items()},
+            "median_cpu_ms": {k: round(v * 1e3, 1) for k, v in cpu.items()},
+            "median_peak_rss_mib": {k: round(statistics.median(v), 1) for k, v in rss.items()},
+            "wall_ratios": ratios(wall),
+            "cpu_ratios": ratios(cpu),
+            "targets": TARGETS,
+        }
+        r = out["wall_ratios"]
+        out["ok"] = bool(
+            r["help_vs_python"] <= TARGETS["help_vs_python_max"]
+            and all(r[f"{c}_vs_imports"] <= TARGETS["command_vs_imports_max"] for c in COMMANDS)
+            and out["median_peak_rss_mib"]["help"] <= TARGETS["help_peak_rss_mib_max"]
+        )
+        print(json.dumps(out))
+        return 0
+    finally:
+        spawner.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

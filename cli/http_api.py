@@ -1,0 +1,651 @@
+"""The local HTTP API: the agent operations over JSON, for agents in any language and capture hooks.
+
+A Starlette app over one long-lived Substrate. The routes are one table
+(ROUTES) from which the app and its OpenAPI document are both built; most
+routes are an operation of cli.operations, so their request bodies are
+validated by the same strict models as the MCP tools, and answered with
+the same `{"ok": true, ...}` objects. A failure is the JSON object `--json`
+prints; `status_for` maps it to an HTTP status, in this one place.
+
+Guards, all here:
+  * a bearer token (`[http] token` in config.toml) is required on every
+    route when one is configured; without one the server only listens on
+    loopback (cli.listen) and only answers requests whose Host is a loopback
+    name, so a web page cannot reach it by DNS rebinding;
+  * JSON bodies must say `Content-Type: application/json` (a browser cannot
+    send that cross-site without a preflight, which is never granted), are
+    read with a size bound and a time bound, decoded strictly as UTF-8 and
+    parsed with a recursion limit;
+  * a client too slow to send its request headers is disconnected
+    (SlowClientH11, the uvicorn protocol the server runs with).
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pydantic_core
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from mnemolog.cli import operations
+from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, UsageError
+from mnemolog.substrate.api import Substrate
+
+log = logging.getLogger("mnemolog.http")
+
+MAX_JSON_BYTES = 2 * 1024 * 1024  # a 256 KiB memory, escaped at worst, and its metadata
+MAX_BUNDLE_BYTES = 64 * 1024 * 1024
+BODY_TIMEOUT_S = 30.0
+HEADER_TIMEOUT_S = 10.0
+MIN_TOKEN_CHARS = 16
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+class HttpError(MnemologError):
+    """A request the HTTP layer refuses before any operation runs (the slug says which)."""
+
+    exit_code = 64
+
+    def __init__(self, slug: str, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.slug = slug  # type: ignore[misc]
+
+
+#: exit code -> HTTP status; the HTTP layer's own refusals by slug.
+STATUS_BY_EXIT = {1: 409, 2: 404, 3: 503, 4: 502, 5: 403, 6: 500, 7: 422, 8: 422, 64: 400, 65: 422, 70: 500}
+STATUS_BY_SLUG = {
+    "unauthorized": 401,
+    "forbidden_host": 421,
+    "no_route": 404,
+    "method_not_allowed": 405,
+    "body_too_large": 413,
+    "unsupported_media_type": 415,
+    "request_timeout": 408,
+    "lock_timeout": 503,
+}
+
+
+def status_for(err: MnemologError) -> int:
+    """The HTTP status of an error object: the one place the two are mapped."""
+    return STATUS_BY_SLUG.get(err.slug, STATUS_BY_EXIT.get(err.exit_code, 500))
+
+
+def dumps(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, default=str, allow_nan=False).encode("utf-8")
+
+
+class JSON(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
+def error_response(err: MnemologError) -> Response:
+    headers = {"WWW-Authenticate": "Bearer"} if err.slug == "unauthorized" else None
+    return JSON(err.to_json(), status_code=status_for(err), headers=headers)
+
+
+def internal_error() -> Response:
+    body = {
+        "ok": False,
+        "error": "internal_error",
+        "message": "mnemolog: internal error (please report)",
+        "exit_code": 70,
+        "details": {},
+    }
+    return JSON(body, status_code=500)
+
+
+# -- settings ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    token: str | None = None
+    max_json_bytes: int = MAX_JSON_BYTES
+    max_bundle_bytes: int = MAX_BUNDLE_BYTES
+    body_timeout_s: float = BODY_TIMEOUT_S
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    loopback_only: bool = True
+
+    @classmethod
+    def from_config(cls, raw: Mapping[str, Any], where: str = "config.toml") -> HttpSettings:
+        """The `[http]` table: `token` (at least 16 characters; unset = loopback only),
+        `header_timeout_s` and `body_timeout_s` (how long a client may take to send a request)."""
+        table = raw.get("http", {})
+        if not isinstance(table, dict):
+            raise BadInput(f"{where}: [http] must be a table", file=where, field="http")
+        unknown = sorted(set(table) - {"token", "header_timeout_s", "body_timeout_s"})
+        if unknown:
+            raise BadInput(f"{where}: unknown [http] setting(s) {unknown}", file=where, field="http")
+        token = table.get("token")
+        if token is not None and (
+            not isinstance(token, str)
+            or len(token) < MIN_TOKEN_CHARS
+            or not token.isprintable()
+            or any(c.isspace() for c in token)
+        ):
+            raise BadInput(
+                f"{where}: http.token must be text of at least {MIN_TOKEN_CHARS} characters, no spaces",
+                file=where,
+                field="http.token",
+            )
+
+        def seconds(name: str, default: float) -> float:
+            value = table.get(name, default)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.1 <= value <= 3600:
+                raise BadInput(f"{where}: http.{name} must be a number of seconds in [0.1, 3600]", file=where)
+            return float(value)
+
+        # Without a token the server may only listen on loopback, and answers only loopback Hosts.
+        return cls(
+            token=token or None,
+            loopback_only=token is None,
+            header_timeout_s=seconds("header_timeout_s", HEADER_TIMEOUT_S),
+            body_timeout_s=seconds("body_timeout_s", BODY_TIMEOUT_S),
+        )
+
+
+# -- request reading -------------------------------------------------------------------------
+
+
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The request body, at most `limit` bytes, within `timeout` seconds (else 413 / 408)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise HttpError("bad_request", "Content-Length is not a number")
+        if int(declared) > limit:
+            raise HttpError("body_too_large", f"the body is larger than {limit} bytes", limit=limit)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with anyio.fail_after(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise HttpError("body_too_large", f"the body is larger than {limit} bytes", limit=limit)
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        raise HttpError("request_timeout", f"the body did not arrive within {timeout:g} s") from exc
+    return b"".join(chunks)
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+async def read_json(request: Request, settings: HttpSettings) -> dict[str, Any]:
+    """A JSON object body; an empty body is `{}`."""
+    raw = await read_body(request, settings.max_json_bytes, settings.body_timeout_s)
+    if not raw.strip():
+        return {}
+    if _media_type(request) != "application/json":
+        raise HttpError(
+            "unsupported_media_type",
+            "send the body as Content-Type: application/json",
+            found=request.headers.get("content-type"),
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"the body is not UTF-8 (byte {exc.start})", field="body") from exc
+    try:
+        value = pydantic_core.from_json(text, allow_inf_nan=False)
+    except ValueError as exc:
+        raise BadInput(f"the body is not JSON: {str(exc)[:200]}", field="body") from exc
+    if not isinstance(value, dict):
+        raise BadInput(f"the body must be a JSON object, found {type(value).__name__}", field="body")
+    return value
+
+
+def query_args(request: Request, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Query parameters as arguments, typed by the operation's schema (a list repeats the name).
+
+    Names the schema does not know are passed on as text, for the operation's
+    validation to refuse with the field named.
+    """
+    props = schema.get("properties", {})
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(request.query_params.keys()):
+        values = request.query_params.getlist(name)
+        kind = _kind(props.get(name, {}))
+        if kind == "array":
+            out[name] = values
+            continue
+        if len(values) > 1:
+            raise UsageError(f"query parameter {name} given {len(values)} times", field=name)
+        value = values[0]
+        if kind == "boolean":
+            out[name] = _flag(value, name)
+        elif kind == "integer":
+            if not value.lstrip("-").isdigit() or len(value) > 20:
+                raise UsageError(
+                    f"query parameter {name}: expected an integer, found {value[:40]!r}", field=name
+                )
+            out[name] = int(value)
+        else:
+            out[name] = value
+    return out
+
+
+def _kind(prop: Mapping[str, Any]) -> str | None:
+    if "type" in prop:
+        t = prop["type"]
+        return t if isinstance(t, str) else next((x for x in t if x != "null"), None)
+    for alt in prop.get("anyOf", ()):  # pydantic's optional fields
+        if alt.get("type") not in (None, "null"):
+            return str(alt["type"])
+    return None
+
+
+def _flag(value: str, name: str) -> bool:
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise UsageError(f"query parameter {name}: expected true or false, found {value[:40]!r}", field=name)
+
+
+# -- the routes --------------------------------------------------------------------------------
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str
+    summary: str
+    operation: str | None = None  # an operation of cli.operations, else a handler of its own
+    status: int = 200
+    body: bool = True  # the operation's arguments come in a JSON body (else from the query)
+    binary: str | None = None  # media type of a non-JSON response
+    optional: bool = False  # served only when its operation is part of this installation
+
+
+ROUTES = [
+    Endpoint("GET", "/health", "Version, log size and the last checkpoint.", body=False),
+    Endpoint("POST", "/memory", "Store a memory.", "memory_store", status=201),
+    Endpoint("GET", "/memory/{id}", "One memory with its links.", "memory_get", body=False),
+    Endpoint("PUT", "/memory/{id}", "Change fields of a memory.", "memory_update"),
+    Endpoint("POST", "/memory/{id}/archive", "Hide a memory from recall.", "memory_archive"),
+    Endpoint("POST", "/memory/{id}/restore", "Undo an archive.", "memory_restore"),
+    Endpoint(
+        "GET", "/memory/{id}/history", "Every signed entry about a memory.", "memory_history", body=False
+    ),
+    Endpoint("POST", "/links", "Link two memories.", "memory_link", status=201),
+    Endpoint("POST", "/recall", "Natural-language recall.", "memory_recall"),
+    Endpoint("POST", "/search", "Keyword search.", "memory_search"),
+    Endpoint("POST", "/list", "Memories, newest first.", "memory_list"),
+    Endpoint("GET", "/stats", "Counts of memories, links, events.", "memory_stats", body=False),
+    Endpoint(
+        "POST",
+        "/verify",
+        "Verify the log (a JSON body, or none), or a forensic bundle sent as application/x-tar.",
+        "log_verify",
+    ),
+    Endpoint(
+        "POST",
+        "/bundles",
+        "A forensic bundle of a memory: the signed tar itself.",
+        binary="application/x-tar",
+    ),
+    Endpoint("GET", "/openapi.json", "This document.", body=False),
+    # The knowledge loop's and the context packs' operations (cli.operations.CONTRIBUTED).
+    Endpoint(
+        "POST",
+        "/interactions",
+        "Capture a prompt and its response.",
+        "capture_interaction",
+        201,
+        optional=True,
+    ),
+    Endpoint(
+        "GET", "/project/state", "A project's trusted state.", "project_state_get", body=False, optional=True
+    ),
+    Endpoint("POST", "/project/state", "Set a project state entry.", "project_state_set", optional=True),
+    Endpoint("GET", "/candidates", "Candidate memories.", "candidates_list", body=False, optional=True),
+    Endpoint("POST", "/memory/{id}/promote", "Promote a candidate.", "candidate_promote", optional=True),
+    Endpoint("POST", "/memory/{id}/reject", "Reject a candidate.", "candidate_reject", optional=True),
+    Endpoint("POST", "/context/build", "Build a context pack.", "context_build", optional=True),
+    Endpoint(
+        "GET", "/context/{pack_id}", "A recorded context pack.", "context_show", body=False, optional=True
+    ),
+]
+
+
+def served() -> list[Endpoint]:
+    """The routes of this installation (optional ones only with their operation)."""
+    return [ep for ep in ROUTES if not ep.optional or ep.operation in operations.OPERATIONS]
+
+
+class Api:
+    def __init__(self, sub: Substrate, settings: HttpSettings) -> None:
+        self.sub = sub
+        self.settings = settings
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+
+    async def operation(self, ep: Endpoint, request: Request) -> Response:
+        assert ep.operation is not None
+        op = operations.OPERATIONS[ep.operation]
+        if ep.body:
+            args = await read_json(request, self.settings)
+        else:
+            args = query_args(request, op.input_schema)
+        for name, value in request.path_params.items():
+            if name in args and args[name] != value:
+                raise UsageError(f"the body's {name} differs from the {name} in the path", field=name)
+            args[name] = value
+        out = await self.run(operations.invoke, self.sub, ep.operation, args)
+        return JSON(out, status_code=ep.status)
+
+    def _health(self) -> dict[str, Any]:
+        from mnemolog.cli.mcp_server import server_version
+
+        with self.sub.session():
+            size = self.sub.log.size
+            try:
+                cp, _ = self.sub.log.latest_checkpoint()
+                last: dict[str, Any] | None = {"size": cp.size, "root": cp.root.hex(), "origin": cp.origin}
+            except NotFound:
+                last = None
+        return {
+            "version": server_version(),
+            "log": {"size": size, "log_id": self.sub.log.log_id.hex()},
+            "last_checkpoint": last,
+        }
+
+    async def health(self, request: Request) -> Response:
+        return JSON({"ok": True, **await self.run(self._health)})
+
+    async def verify(self, ep: Endpoint, request: Request) -> Response:
+        if _media_type(request) not in ("application/x-tar", "application/octet-stream"):
+            return await self.operation(ep, request)
+        trusted = request.query_params.get("trusted_key")
+        extra = set(request.query_params) - {"trusted_key"}
+        if extra:
+            raise UsageError(f"unknown query parameter(s) {sorted(extra)}", field=sorted(extra)[0])
+        data = await read_body(request, self.settings.max_bundle_bytes, self.settings.body_timeout_s)
+        out = await self.run(self._verify_bundle, data, trusted)
+        return JSON(out)
+
+    def _verify_bundle(self, data: bytes, trusted: str | None) -> dict[str, Any]:
+        fd, name = tempfile.mkstemp(prefix="mnemolog-bundle-", suffix=".tar")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            args = {"path": name, **({"trusted_key": trusted} if trusted else {})}
+            out = operations.invoke(self.sub, "bundle_verify", args)
+            out["file"] = "(uploaded)"
+            return out
+        finally:
+            Path(name).unlink(missing_ok=True)
+
+    async def bundles(self, ep: Endpoint, request: Request) -> Response:
+        body = await read_json(request, self.settings)
+        args = operations.parse_args(operations.OPERATIONS["bundle_export"], body)
+        assert isinstance(args, operations.BundleArgs)
+        if args.output is not None:
+            raise UsageError("output: the HTTP API returns the bundle; it writes no file", field="output")
+        ex = await self.run(
+            operations.export_bundle, self.sub, args.memory_id, args.include_atomisation_chain
+        )
+        s = ex.summary()
+        return Response(
+            ex.data,
+            media_type="application/x-tar",
+            headers={
+                "Content-Disposition": f'attachment; filename="bundle-{args.memory_id}-{ex.tree_size}.tar"',
+                "X-Mnemolog-Entries": str(s["entries"]),
+                "X-Mnemolog-Tree-Size": str(s["tree_size"]),
+                "X-Mnemolog-Root": s["root"],
+            },
+        )
+
+    async def openapi(self, request: Request) -> Response:
+        return JSON(openapi_document())
+
+    def handler(self, ep: Endpoint) -> Handler:
+        if ep.path == "/health":
+            inner: Handler = self.health
+        elif ep.path == "/openapi.json":
+            inner = self.openapi
+        elif ep.path == "/verify":
+            inner = functools.partial(self.verify, ep)
+        elif ep.path == "/bundles":
+            inner = functools.partial(self.bundles, ep)
+        else:
+            inner = functools.partial(self.operation, ep)
+
+        async def guarded(request: Request) -> Response:
+            try:
+                self.check_request(request)
+                return await inner(request)
+            except MnemologError as exc:
+                return error_response(exc)
+            except Exception:
+                log.exception("%s %s failed", request.method, request.url.path)
+                return internal_error()
+
+        return guarded
+
+    def check_request(self, request: Request) -> None:
+        token = self.settings.token
+        if token is not None:
+            got = request.headers.get("authorization", "")
+            scheme, _, value = got.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+                raise HttpError(
+                    "unauthorized", "a valid bearer token is required (Authorization: Bearer ...)"
+                )
+        if self.settings.loopback_only:
+            host = request.headers.get("host", "")
+            name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]", 1)[0] + "]"
+            if name not in ("127.0.0.1", "localhost", "[::1]") and not name.startswith("127."):
+                raise HttpError(
+                    "forbidden_host",
+                    f"Host {host[:80]!r} is not a loopback name; this server answers only on this machine",
+                )
+
+
+def app(sub: Substrate, settings: HttpSettings) -> Starlette:
+    api = Api(sub, settings)
+    routes = [Route(ep.path, api.handler(ep), methods=[ep.method]) for ep in served()]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        code = exc.status_code if isinstance(exc, HTTPException) else 500
+        if code == 405:
+            return error_response(HttpError("method_not_allowed", f"{request.method} is not allowed here"))
+        if code == 404:
+            return error_response(
+                HttpError("no_route", f"no route {request.url.path[:200]!r} (see /openapi.json)")
+            )
+        return error_response(HttpError("bad_request", str(getattr(exc, "detail", "bad request"))))
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+
+
+# -- OpenAPI -----------------------------------------------------------------------------------
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "ok": {"const": False},
+        "error": {"type": "string"},
+        "message": {"type": "string"},
+        "exit_code": {"type": "integer"},
+        "details": {"type": "object"},
+    },
+    "required": ["ok", "error", "message", "exit_code", "details"],
+}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+@functools.cache
+def openapi_document() -> dict[str, Any]:
+    """OpenAPI 3.1 for ROUTES, from the operations' own argument and result schemas."""
+    from mnemolog.cli.mcp_server import server_version
+
+    paths: dict[str, dict[str, Any]] = {}
+    errors = {
+        str(code): {"description": desc, "content": _json({"$ref": "#/components/schemas/Error"})}
+        for code, desc in [
+            (400, "usage error (exit 64)"),
+            (401, "bearer token missing or wrong"),
+            (404, "not found (exit 2)"),
+            (413, "body too large"),
+            (422, "bad input data (exit 65) or verification failed (exit 8)"),
+            (500, "storage error (exit 6)"),
+        ]
+    }
+    for ep in served():
+        op = operations.OPERATIONS.get(ep.operation) if ep.operation else None
+        item: dict[str, Any] = {"summary": ep.summary, "responses": dict(errors)}
+        path_params = re.findall(r"\{(\w+)\}", ep.path)
+        if op is not None:
+            item["operationId"] = op.name
+            item["description"] = op.description
+            schema = op.input_schema
+            props = {k: v for k, v in schema.get("properties", {}).items() if k not in path_params}
+            required = [r for r in schema.get("required", []) if r not in path_params]
+            if ep.body:
+                body = {**schema, "properties": props, "required": required}
+                item["requestBody"] = {"required": bool(required), "content": _json(body)}
+            elif props:
+                item["parameters"] = [
+                    {"name": k, "in": "query", "required": k in required, "schema": v}
+                    for k, v in props.items()
+                ]
+            item["responses"][str(ep.status)] = {"description": op.title, "content": _json(op.output)}
+        elif ep.path == "/bundles":
+            schema = operations.BundleArgs.model_json_schema()
+            schema["properties"].pop("output", None)
+            item["operationId"] = "bundle_export"
+            item["requestBody"] = {"required": True, "content": _json(schema)}
+            item["responses"]["200"] = {
+                "description": "the bundle",
+                "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        else:
+            item["responses"]["200"] = {"description": ep.summary, "content": _json({"type": "object"})}
+        for name in reversed(path_params):
+            item.setdefault("parameters", []).insert(
+                0, {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            )
+        if ep.path == "/verify":
+            item["requestBody"]["content"]["application/x-tar"] = {
+                "schema": {"type": "string", "format": "binary"}
+            }
+            item["parameters"] = [{"name": "trusted_key", "in": "query", "schema": {"type": "string"}}]
+        paths.setdefault(ep.path, {})[ep.method.lower()] = item
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "mnemolog", "version": server_version(), "description": __doc__.split("\n\n")[0]},
+        "paths": paths,
+        "components": {
+            "schemas": {"Error": ERROR_SCHEMA, "Memory": operations.MEMORY_SCHEMA},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{}, {"bearer": []}],
+    }
+
+
+# -- serving -----------------------------------------------------------------------------------
+
+
+def slow_client_protocol(header_timeout: float) -> type:
+    """uvicorn's h11 protocol, disconnecting a client that takes too long to send its headers.
+
+    uvicorn times out idle keep-alive connections but not a request whose
+    headers trickle in (or never come); this arms a deadline whenever a
+    connection waits for a request and disarms it once the request has begun.
+    The body is bounded separately (read_body's time limit).
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class SlowClientH11(H11Protocol):
+        _deadline: Any = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(header_timeout, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _too_slow(self) -> None:
+            self._deadline = None
+            if self.cycle is None or self.cycle.response_complete:
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return SlowClientH11
+
+
+def serve(home: Any, host: str, port: int, settings: HttpSettings) -> None:
+    """Serve until SIGINT or SIGTERM; the home is closed on the way out."""
+    from mnemolog.cli.mcp_server import serve_uvicorn
+
+    with Substrate.open(home, long_lived=True) as sub:
+        for t in sub.recovered:
+            log.warning("recovery: %s", t.describe())
+        serve_uvicorn(
+            app(sub, settings),
+            host,
+            port,
+            http=slow_client_protocol(settings.header_timeout_s),
+            lifespan="off",
+            timeout_keep_alive=5,
+            h11_max_incomplete_event_size=64 * 1024,
+            limit_concurrency=256,
+        )
+
+
+def describe(settings: HttpSettings, host: str, port: int) -> str:
+    url_host = f"[{host}]" if ":" in host else host
+    auth = "bearer token required" if settings.token else "no token: loopback only"
+    return f"mnemolog serve: http://{url_host}:{port} ({auth}; OpenAPI at /openapi.json)"
+
+
+__all__ = ["ROUTES", "HttpSettings", "app", "describe", "openapi_document", "serve", "status_for"]

@@ -1,0 +1,298 @@
+"""mnemolog's MCP server, on the official SDK: tools, resources and a prompt over one open Substrate.
+
+The tools are cli.operations (argument schemas, result schemas, behaviour
+hints); this module adapts them to MCP: `tools/list` publishes each with
+its title, annotations, input and output schema; `tools/call` validates the
+arguments against the schema, runs the operation on a worker thread (the
+Substrate is thread-safe, the event loop keeps serving), and returns the
+result both as structured content and as JSON text. A failure is a tool
+result with `isError: true` carrying the same error object `--json` prints,
+so an agent can read it and correct itself; an unknown tool is a protocol
+error.
+
+Resources: `memory://{id}` (one memory, every field, as JSON) and
+`mnemolog://vault/INDEX.md` (the Markdown index of the store as `vault render`
+would write it). Prompt: `use-memory`, how an agent should use its memory.
+
+The protocol versions, the two eras (the initialize handshake, and the
+2026-07-28 per-request envelope) and the transports are the SDK's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import anyio.to_thread
+import mcp_types as types
+from mcp.server.lowlevel.server import Server
+from mcp.shared.exceptions import MCPError
+
+from mnemolog.cli import operations, views
+from mnemolog.eventlog.errors import MnemologError, NotFound
+from mnemolog.substrate.api import Substrate
+
+log = logging.getLogger("mnemolog.mcp")
+
+INSTRUCTIONS = (
+    "An auditable memory. Recall before you answer (memory_recall); store decisions, corrections "
+    "and lasting facts as you learn them (memory_store); link related memories. Every write is a "
+    "signed, hash-chained log entry: memory_history shows a memory's signed events, log_verify and "
+    "the bundle tools let an auditor check them. The prompt `use-memory` says more."
+)
+
+MEMORY_TEMPLATE = "memory://{id}"
+INDEX_URI = "mnemolog://vault/INDEX.md"
+
+PROMPT_NAME = "use-memory"
+PROMPT_TEXT = """\
+You have a long-term memory served by mnemolog. Use it like this:
+
+1. Before you answer, recall: call memory_recall with the question in plain words{scope}. \
+Treat what comes back as notes you wrote earlier: use what applies, say when a memory is \
+old or uncertain (see its created_at and confidence), and never invent memories.
+2. When the user makes a decision, states a preference, corrects you, or you learn a fact \
+that will matter later, store it with memory_store: one self-contained statement per memory, \
+a short title, the right kind (decision, feedback, user, project, reference, observation), \
+tags, and the source (a file, a URL, this conversation).
+3. When something you stored turns out wrong, do not store a contradiction beside it: \
+memory_update it, or store the correction and memory_link it to the old one with \
+relation "supersedes"; memory_archive what no longer holds.
+4. Capture interactions: at the end of a task, store what was decided and why, so the next \
+session starts from it.
+5. Everything you write is a signed, permanent log entry: store nothing secret (keys, \
+passwords, personal data the user did not ask you to keep).
+"""
+
+
+def server_version() -> str:
+    try:
+        return version("mnemolog")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0"
+
+
+def _text(data: Any) -> list[types.ContentBlock]:
+    return [types.TextContent(type="text", text=json.dumps(data, ensure_ascii=False, default=str))]
+
+
+def _tool(op: operations.Operation) -> types.Tool:
+    return types.Tool(
+        name=op.name,
+        title=op.title,
+        description=op.description,
+        input_schema=op.input_schema,
+        output_schema=op.output,
+        annotations=types.ToolAnnotations(
+            title=op.title,
+            read_only_hint=op.read_only,
+            destructive_hint=op.destructive if not op.read_only else False,
+            idempotent_hint=op.idempotent,
+            open_world_hint=False,
+        ),
+    )
+
+
+TOOLS = [_tool(op) for op in operations.OPERATIONS.values()]
+
+
+def call(sub: Substrate, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+    """Run one tool; every failure becomes an error result, never an exception."""
+    try:
+        out = operations.invoke(sub, name, arguments)
+    except MnemologError as exc:
+        err = exc.to_json()
+        return types.CallToolResult(content=_text(err), structured_content=err, is_error=True)
+    except Exception as exc:
+        # A bug must not take the agent's memory server down with it: report it, carry on.
+        log.exception("tool %s failed", name)
+        err = {
+            "ok": False,
+            "error": "internal_error",
+            "message": f"mnemolog: internal error (please report): {type(exc).__name__}",
+            "exit_code": 70,
+            "details": {},
+        }
+        return types.CallToolResult(content=_text(err), structured_content=err, is_error=True)
+    out = json.loads(json.dumps(out, default=str))  # bytes, paths and the like as the CLI shows them
+    return types.CallToolResult(content=_text(out), structured_content=out)
+
+
+def read_resource(sub: Substrate, uri: str) -> types.ReadResourceResult:
+    if uri == INDEX_URI:
+        from mnemolog.projections.vault.render import plan_vault
+        from mnemolog.substrate.vault import DEFAULT_AGENT, records
+
+        with sub.session() as s:
+            recs = records(s)
+        text = plan_vault(DEFAULT_AGENT, recs)["memory/INDEX.md"].decode("utf-8")
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, text=text, mime_type="text/markdown")]
+        )
+    prefix = MEMORY_TEMPLATE.split("{", 1)[0]
+    if uri.startswith(prefix) and len(uri) > len(prefix):
+        memory_id = uri[len(prefix) :]
+        try:
+            m = sub.get(memory_id)
+        except NotFound as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data={"uri": uri}) from exc
+        text = json.dumps(views.memory_view(m, verbose=True), ensure_ascii=False, default=str)
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, text=text, mime_type="application/json")]
+        )
+    raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {uri!r}", data={"uri": uri})
+
+
+def build_server(sub: Substrate) -> Server[Any]:
+    """An SDK server whose handlers run against `sub`."""
+    tools = {t.name: t for t in TOOLS}
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list(tools.values()))
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name not in tools:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {params.name!r}")
+        fn = functools.partial(call, sub, params.name, params.arguments)
+        return await anyio.to_thread.run_sync(fn)
+
+    async def list_resources(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    uri=INDEX_URI,
+                    name="INDEX.md",
+                    title="Memory index",
+                    description="The index of every memory, by section, as `vault render` writes it.",
+                    mime_type="text/markdown",
+                )
+            ]
+        )
+
+    async def list_templates(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    uri_template=MEMORY_TEMPLATE,
+                    name="memory",
+                    title="A memory",
+                    description="One memory with every field and its links, as JSON.",
+                    mime_type="application/json",
+                )
+            ]
+        )
+
+    async def read(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        return await anyio.to_thread.run_sync(functools.partial(read_resource, sub, str(params.uri)))
+
+    async def list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        return types.ListPromptsResult(
+            prompts=[
+                types.Prompt(
+                    name=PROMPT_NAME,
+                    title="Use your memory",
+                    description="How to use this memory: recall first, store what matters, correct, capture.",
+                    arguments=[
+                        types.PromptArgument(
+                            name="namespace",
+                            description="Recall and store under this namespace.",
+                            required=False,
+                        )
+                    ],
+                )
+            ]
+        )
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        if params.name != PROMPT_NAME:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"unknown prompt {params.name!r}")
+        ns = (params.arguments or {}).get("namespace")
+        scope = f' and namespace "{ns}"' if ns else ""
+        text = PROMPT_TEXT.format(scope=scope)
+        return types.GetPromptResult(
+            description="How to use your memory",
+            messages=[types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))],
+        )
+
+    return Server(
+        "mnemolog",
+        version=server_version(),
+        title="mnemolog",
+        description="An auditable memory for agents: a signed, hash-chained event log.",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )
+
+
+def _report_recovery(sub: Substrate) -> None:
+    for t in sub.recovered:
+        print(f"mnemolog mcp: recovery: {t.describe()}", file=sys.stderr)
+
+
+async def serve_stdio(sub: Substrate) -> None:
+    from mnemolog.cli.mcp_stdio import bounded_stdio
+
+    server = build_server(sub)
+    async with bounded_stdio() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def http_app(sub: Substrate, host: str) -> Any:
+    """The streamable HTTP app (Starlette), at /mcp."""
+    server = build_server(sub)
+    return server.streamable_http_app(streamable_http_path="/mcp", host=host)
+
+
+class _Stop(Exception):
+    """SIGTERM, after uvicorn's graceful shutdown: leave through the Substrate's close."""
+
+
+def serve_uvicorn(app: Any, host: str, port: int, **options: Any) -> None:
+    """Run an ASGI app until SIGINT or SIGTERM, then return (the caller closes what it holds).
+
+    uvicorn shuts down gracefully on those signals and then raises the signal
+    again so the process dies of it; this turns that into a return, so the
+    open home is closed (and its checkpoint written) like after any command.
+    """
+    import signal
+
+    import uvicorn
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Stop
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", **options)
+        uvicorn.Server(config).run()
+    except (_Stop, KeyboardInterrupt):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def run(home: Any, http: tuple[str, int] | None = None) -> None:
+    """Serve until stdin closes (stdio) or the process is told to stop (HTTP)."""
+    with Substrate.open(home, long_lived=True) as sub:
+        _report_recovery(sub)
+        if http is None:
+            with contextlib.suppress(KeyboardInterrupt):
+                anyio.run(serve_stdio, sub)
+            return
+        host, port = http
+        serve_uvicorn(http_app(sub, host), host, port, lifespan="on", timeout_keep_alive=5)

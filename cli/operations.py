@@ -1,0 +1,635 @@
+"""The operations agents call, once for every surface: MCP tools and the HTTP API.
+
+Each operation is an argument model (pydantic, strict, unknown fields
+refused; its JSON Schema is the MCP tool's input schema and the HTTP
+request body's), the JSON Schema of its result, its behaviour hints
+(read-only, destructive, idempotent) and a function of an open Substrate.
+`invoke` validates and runs one: a result is `{"ok": true, ...}`, a failure
+is the MnemologError the CLI would print with --json (a malformed argument
+is a usage error, exit 64, naming the field).
+
+Results are compact by default (see cli.views); `verbose: true` returns
+every field.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mnemolog.cli import views
+from mnemolog.eventlog.errors import UsageError
+from mnemolog.substrate.events import Kind, Relation
+
+if TYPE_CHECKING:
+    from mnemolog.substrate.api import Substrate
+
+# -- arguments -------------------------------------------------------------------------
+
+
+class Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Verbose(Args):
+    verbose: bool = Field(False, description="Every field of each memory instead of the compact view.")
+
+
+class Filters(Verbose):
+    limit: int = Field(10, ge=1, le=1000, description="At most this many results.")
+    namespace: str | None = Field(None, description="Only this namespace (and, by default, those below it).")
+    descendants: bool = Field(True, description="Include the namespaces below `namespace`.")
+    kinds: list[Kind] = Field(default_factory=list, description="Only memories of these kinds.")
+    tags: list[str] = Field(default_factory=list, description="Only memories carrying all these tags.")
+    include_archived: bool = Field(False, description="Also archived (hidden) memories.")
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "descendants": self.descendants,
+            "kinds": list(self.kinds),
+            "tags": list(self.tags),
+            "include_archived": self.include_archived,
+        }
+
+
+class StoreArgs(Verbose):
+    content: str = Field(description="The memory's text (at most 256 KiB).")
+    namespace: str = Field("default", description="Where it lives, e.g. team/project.")
+    kind: Kind = Field("observation", description="What sort of memory it is.")
+    title: str | None = Field(None, description="A short title.")
+    tags: list[str] = Field(default_factory=list)
+    confidence: float | None = Field(None, ge=0, le=1, description="How sure, in [0, 1].")
+    source: str | None = Field(None, description="Where it came from (a URL, a file, a conversation id).")
+    metadata: dict[str, Any] | None = Field(None, description="Any JSON object (at most 64 KiB).")
+
+
+class QueryArgs(Filters):
+    query: str = Field(description="What to look for.")
+
+
+class IdArgs(Verbose):
+    id: str = Field(description="The memory's id.")
+
+
+class ListArgs(Filters):
+    limit: int = Field(50, ge=1, le=1000, description="At most this many memories.")
+    offset: int = Field(0, ge=0, le=10**9, description="Skip this many (newest first).")
+
+
+class LinkArgs(Args):
+    src: str = Field(description="The memory the edge starts at.")
+    dst: str = Field(description="The memory it points to.")
+    relation: Relation = "related_to"
+    metadata: dict[str, Any] | None = None
+
+
+class UpdateArgs(Verbose):
+    id: str
+    title: str | None = None
+    content: str | None = None
+    kind: Kind | None = None
+    namespace: str | None = None
+    tags: list[str] | None = Field(None, description="Replaces the tags.")
+    confidence: float | None = Field(None, ge=0, le=1)
+    source: str | None = None
+    metadata: dict[str, Any] | None = Field(None, description="Keys to set; a null value removes a key.")
+
+
+class ArchiveArgs(Verbose):
+    id: str
+    reason: str | None = None
+
+
+class AtomiseArgs(Args):
+    id: str
+    force_re_atomise: bool = Field(False, description="Atomise again (old atoms are kept, archived).")
+    max_atom_tokens: int | None = Field(None, ge=50, le=1000)
+    curator: Literal["ollama", "rules"] | None = Field(None, description="Default: the namespace policy.")
+
+
+class NoArgs(Args):
+    pass
+
+
+class HistoryArgs(Args):
+    id: str = Field(description="The memory's id.")
+
+
+class VerifyArgs(Args):
+    hashes_only: bool = Field(False, description="Chain and tree only, without every entry's signature.")
+    trusted_key: str | None = Field(None, description="A pinned public key (name+hash+base64).")
+
+
+class BundleArgs(Args):
+    memory_id: str
+    include_atomisation_chain: bool = Field(True, description="Also its parent, atoms and siblings.")
+    output: str | None = Field(None, description="Where to write the tar (default: <home>/bundles/).")
+
+
+class BundleVerifyArgs(Args):
+    path: str = Field(description="The bundle (a tar file).")
+    trusted_key: str | None = Field(None, description="A pinned public key (name+hash+base64).")
+
+
+# -- result schemas ----------------------------------------------------------------------
+
+
+def _opt(t: str) -> dict[str, Any]:
+    return {"type": [t, "null"]}
+
+
+MEMORY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "namespace": {"type": "string"},
+        "kind": {"type": "string"},
+        "title": _opt("string"),
+        "content": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "confidence": _opt("number"),
+        "source": _opt("string"),
+        "created_at": {"type": ["string", "null"], "description": "ISO 8601, UTC"},
+        "updated_at": {"type": ["string", "null"], "description": "ISO 8601, UTC"},
+        "archived": {"type": "boolean"},
+        "score": {"type": "number"},
+    },
+    "required": ["id", "namespace", "kind", "content"],
+}
+MEMORIES_SCHEMA: dict[str, Any] = {"type": "array", "items": MEMORY_SCHEMA}
+EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "seq": {"type": "integer"},
+        "ts": {"type": "string", "description": "ISO 8601, UTC"},
+        "type": {"type": "string"},
+        "data": {"type": "object"},
+        "leaf_hash": {"type": "string"},
+        "signed_by": {"type": "string"},
+        "signature": {"const": "verified"},
+    },
+    "required": ["seq", "ts", "type", "data", "leaf_hash", "signature"],
+}
+
+
+def ok_schema(props: Mapping[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"ok": {"const": True}, **props},
+        "required": ["ok", *required],
+    }
+
+
+# -- the operations ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One agent operation. Its arguments are either a strict model (`args`) or, for tools
+    other modules describe as JSON Schema (`schema`), validated against that schema."""
+
+    name: str
+    title: str
+    description: str
+    args: type[Args] | None
+    output: dict[str, Any]
+    run: Callable[[Substrate, Any], dict[str, Any]]
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+    schema: dict[str, Any] | None = None
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        if self.args is not None:
+            return self.args.model_json_schema()
+        assert self.schema is not None
+        return self.schema
+
+
+def _store(s: Substrate, a: StoreArgs) -> dict[str, Any]:
+    m = s.store(
+        a.content,
+        namespace=a.namespace,
+        kind=a.kind,
+        title=a.title,
+        tags=list(a.tags),
+        confidence=a.confidence,
+        source=a.source,
+        metadata=a.metadata,
+    )
+    return {"memory": views.memory_view(m, a.verbose)}
+
+
+def _ranked(kind: str) -> Callable[[Substrate, QueryArgs], dict[str, Any]]:
+    def run(s: Substrate, a: QueryArgs) -> dict[str, Any]:
+        fn = s.recall if kind == "recall" else s.search
+        hits = fn(a.query, limit=a.limit, **a.filters())
+        return {"query": a.query, "results": views.memories_view(hits, a.verbose)}
+
+    return run
+
+
+def _get(s: Substrate, a: IdArgs) -> dict[str, Any]:
+    return {"memory": views.memory_view(s.get(a.id), a.verbose)}
+
+
+def _list(s: Substrate, a: ListArgs) -> dict[str, Any]:
+    rows = s.list(limit=a.limit, offset=a.offset, **a.filters())
+    return {"memories": views.memories_view(rows, a.verbose)}
+
+
+def _link(s: Substrate, a: LinkArgs) -> dict[str, Any]:
+    e = s.link(a.src, a.dst, a.relation, a.metadata)
+    return {"link": {**e, "created_at": views.iso(e.get("created_at"))}}
+
+
+def _update(s: Substrate, a: UpdateArgs) -> dict[str, Any]:
+    # Attribute by attribute: a model dump would also drop the nulls inside metadata,
+    # which are how a key is removed.
+    names = set(UpdateArgs.model_fields) - {"id", "verbose"}
+    fields = {k: getattr(a, k) for k in sorted(names) if getattr(a, k) is not None}
+    return {"memory": views.memory_view(s.update(a.id, **fields), a.verbose)}
+
+
+def _archive(s: Substrate, a: ArchiveArgs) -> dict[str, Any]:
+    return {"memory": views.memory_view(s.archive(a.id, a.reason), a.verbose)}
+
+
+def _restore(s: Substrate, a: ArchiveArgs) -> dict[str, Any]:
+    return {"memory": views.memory_view(s.restore(a.id, a.reason), a.verbose)}
+
+
+def _atomise(s: Substrate, a: AtomiseArgs) -> dict[str, Any]:
+    res = s.atomise(a.id, force=a.force_re_atomise, max_atom_tokens=a.max_atom_tokens, curator=a.curator)
+    return res.envelope()
+
+
+def _stats(s: Substrate, a: NoArgs) -> dict[str, Any]:
+    return {"stats": s.stats()}
+
+
+def _history(s: Substrate, a: HistoryArgs) -> dict[str, Any]:
+    from mnemolog.substrate.history import memory_history
+
+    h = memory_history(s, a.id)
+    return {**h, "events": [views.event_view(e) for e in h["events"]]}
+
+
+def _verify(s: Substrate, a: VerifyArgs) -> dict[str, Any]:
+    from mnemolog.eventlog.bundle import parse_trusted_key
+    from mnemolog.eventlog.verify import verify_log
+
+    anchor = parse_trusted_key(a.trusted_key) if a.trusted_key else None
+    # One process: a server's threads must not fork a pool under them.
+    return verify_log(s.home.log_dir, hashes_only=a.hashes_only, processes=1, anchor=anchor).to_json()
+
+
+def export_bundle(s: Substrate, memory_id: str, include_chain: bool) -> Any:
+    """The forensic bundle of a memory (bytes and summary), for every surface."""
+    from mnemolog.substrate import forensics
+
+    return forensics.export_bundle(s, memory_id, include_chain)
+
+
+def _bundle_export(s: Substrate, a: BundleArgs) -> dict[str, Any]:
+    from mnemolog.substrate import forensics
+
+    ex = export_bundle(s, a.memory_id, a.include_atomisation_chain)
+    if a.output:
+        out = Path(a.output).expanduser()
+    else:
+        out = s.home.root / "bundles" / f"bundle-{a.memory_id}-{ex.tree_size}.tar"
+        out.parent.mkdir(mode=0o700, exist_ok=True)
+    forensics.write_output(out, ex.data)
+    return {"path": str(out), **ex.summary()}
+
+
+def _bundle_verify(s: Substrate, a: BundleVerifyArgs) -> dict[str, Any]:
+    from mnemolog.eventlog import bundle
+
+    return bundle.verify_bundle(Path(a.path), bundle.parse_trusted_key(a.trusted_key)).to_json()
+
+
+_MEM = {"memory": MEMORY_SCHEMA}
+OPERATIONS: dict[str, Operation] = {
+    op.name: op
+    for op in [
+        Operation(
+            "memory_store",
+            "Store a memory",
+            "Store a memory (a signed log entry) and return it. Store decisions, corrections, "
+            "preferences and facts worth keeping; recall before storing to avoid duplicates.",
+            StoreArgs,
+            ok_schema(_MEM, ["memory"]),
+            _store,
+        ),
+        Operation(
+            "memory_recall",
+            "Recall memories",
+            "Natural-language recall: memories ranked by BM25 over title and content (any term may "
+            "match). Archived memories are hidden unless include_archived.",
+            QueryArgs,
+            ok_schema({"query": {"type": "string"}, "results": MEMORIES_SCHEMA}, ["query", "results"]),
+            _ranked("recall"),
+            read_only=True,
+            idempotent=True,
+        ),
+        Operation(
+            "memory_search",
+            "Search memories by keyword",
+            "Keyword search: memories containing every keyword as a whole word, ranked by BM25.",
+            QueryArgs,
+            ok_schema({"query": {"type": "string"}, "results": MEMORIES_SCHEMA}, ["query", "results"]),
+            _ranked("search"),
+            read_only=True,
+            idempotent=True,
+        ),
+        Operation(
+            "memory_get",
+            "Get a memory",
+            "One memory with its links in and out.",
+            IdArgs,
+            ok_schema(_MEM, ["memory"]),
+            _get,
+            read_only=True,
+            idempotent=True,
+        ),
+        Operation(
+            "memory_list",
+            "List memories",
+            "Memories, newest first, with the same filters as recall.",
+            ListArgs,
+            ok_schema({"memories": MEMORIES_SCHEMA}, ["memories"]),
+            _list,
+            read_only=True,
+            idempotent=True,
+        ),
+        Operation(
+            "memory_link",
+            "Link two memories",
+            "Draw a signed edge between two existing memories (related_to, supersedes, contradicts, "
+            "derived_from, derives_from, reflects_on).",
+            LinkArgs,
+            ok_schema({"link": {"type": "object"}}, ["link"]),
+            _link,
+        ),
+        Operation(
+            "memory_update",
+            "Update a memory",
+            "Change fields of a memory (a signed memory.updated entry; the old values stay in the log). "
+            "Metadata keys merge; a null value removes a key.",
+            UpdateArgs,
+            ok_schema(_MEM, ["memory"]),
+            _update,
+            destructive=True,
+        ),
+        Operation(
+            "memory_archive",
+            "Archive a memory",
+            "Hide a memory from recall (it stays in the log; memory_restore brings it back).",
+            ArchiveArgs,
+            ok_schema(_MEM, ["memory"]),
+            _archive,
+            destructive=True,
+            idempotent=True,
+        ),
+        Operation(
+            "memory_restore",
+            "Restore a memory",
+            "Undo an archive (an operator's or an atomisation's).",
+            ArchiveArgs,
+            ok_schema(_MEM, ["memory"]),
+            _restore,
+            idempotent=True,
+        ),
+        Operation(
+            "memory_atomise",
+            "Atomise a long memory",
+            "Split a long memory into 2-10 self-contained atoms; the parent is archived and the atoms "
+            "recall in its place. A repeat returns the existing atoms (already_atomised) unless "
+            "force_re_atomise.",
+            AtomiseArgs,
+            ok_schema(
+                {
+                    "source_id": {"type": "string"},
+                    "atom_ids": {"type": "array", "items": {"type": "string"}},
+                    "atom_count": {"type": "integer"},
+                    "archived_at": _opt("string"),
+                },
+                ["source_id", "atom_ids", "atom_count"],
+            ),
+            _atomise,
+            destructive=True,
+            idempotent=True,
+        ),
+        Operation(
+            "memory_stats",
+            "Memory statistics",
+            "Counts of memories, links, atomisation requests and log events.",
+            NoArgs,
+            ok_schema({"stats": {"type": "object"}}, ["stats"]),
+            _stats,
+            read_only=True,
+            idempotent=True,
+        ),
+        Operation(
+            "memory_history",
+            "A memory's signed history",
+            "Every signed log entry about a memory (its store, updates, archives, links, atomisation), "
+            "oldest first, each signature checked against the log's key history.",
+            HistoryArgs,
+            ok_schema(
+                {
+                    "memory_id": {"type": "string"},
+                    "events": {"type": "array", "items": EVENT_SCHEMA},
+                    "truncated": {"type": "boolean"},
+                    "anchor": {"type": "string"},
+                },
+                ["memory_id", "events"],
+            ),
+            _history,
+            read_only=True,
+            idempotent=True,
+        ),
+        Operation(
+            "log_verify",
+            "Verify the log",
+            "Check the whole log: canonical bytes, the hash chain, every signature against the key "
+            "history, every checkpoint. A failure is an error naming the first bad seq and check.",
+            VerifyArgs,
+            ok_schema(
+                {"entries": {"type": "integer"}, "root": {"type": "string"}, "checks": {"type": "array"}},
+                ["entries", "root", "checks"],
+            ),
+            _verify,
+            read_only=True,
+            idempotent=True,
+        ),
+        Operation(
+            "bundle_export",
+            "Export a forensic bundle",
+            "Write a signed, offline-verifiable bundle (a tar) of every entry about a memory, with "
+            "Merkle proofs against a fresh checkpoint. Returns where it was written.",
+            BundleArgs,
+            ok_schema(
+                {"path": {"type": "string"}, "entries": {"type": "integer"}, "bytes": {"type": "integer"}},
+                ["path", "entries"],
+            ),
+            _bundle_export,
+        ),
+        Operation(
+            "bundle_verify",
+            "Verify a forensic bundle",
+            "Verify a bundle offline: every file, the manifest and checkpoint signatures, every entry "
+            "and proof. Pin the signer's public key with trusted_key.",
+            BundleVerifyArgs,
+            ok_schema({"checks": {"type": "array"}, "trust": {"type": "object"}}, ["checks", "trust"]),
+            _bundle_verify,
+            read_only=True,
+            idempotent=True,
+        ),
+    ]
+}
+
+
+def _usage(op: Operation, where: str, msg: str, found: Any, missing: bool, count: int) -> UsageError:
+    shown = repr(found)
+    detail = "" if missing else f" (found {shown[:60]}{'...' if len(shown) > 60 else ''})"
+    return UsageError(f"{op.name}: {where}: {msg}{detail}", field=where, errors=count)
+
+
+def parse_args(op: Operation, arguments: Mapping[str, Any] | None) -> Any:
+    """The validated arguments (a model, or the checked map), or a UsageError naming the first bad field."""
+    given = dict(arguments or {})
+    if op.args is None:
+        return _check_schema(op, given)
+    try:
+        return op.args.model_validate(given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
+        raise _usage(
+            op, where, first.get("msg", ""), first.get("input"), first["type"] == "missing", len(exc.errors())
+        ) from exc
+
+
+def _check_schema(op: Operation, given: dict[str, Any]) -> dict[str, Any]:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    errors = list(Draft202012Validator(op.input_schema).iter_errors(given))
+    if not errors:
+        return given
+    first = best_match(errors)
+    path = ".".join(str(p) for p in first.absolute_path)
+    missing = first.validator == "required"
+    if first.validator in ("required", "additionalProperties"):
+        # The field the message is about is in the message, not in the path.
+        names = re.findall(r"'([^']+)'", first.message)
+        path = ".".join(filter(None, [path, names[0] if names else ""]))
+    raise _usage(op, path or "arguments", first.message, first.instance, missing, len(errors))
+
+
+def tool_operations(
+    tools: Sequence[Mapping[str, Any]],
+    handlers: Callable[[Substrate], Mapping[str, Callable[[dict[str, Any]], Any]]],
+    hints: Mapping[str, tuple[str, bool, bool, bool]],
+) -> list[Operation]:
+    """Operations for tools another module describes as JSON Schema with a handler each.
+
+    `hints`: name -> (title, read_only, destructive, idempotent). A handler's
+    result that is not an object is returned as {"result": value}.
+    """
+    out = []
+    for spec in tools:
+        name = str(spec["name"])
+        title, read_only, destructive, idempotent = hints[name]
+
+        def run(sub: Substrate, a: dict[str, Any], name: str = name) -> dict[str, Any]:
+            value = handlers(sub)[name](a)
+            return dict(value) if isinstance(value, Mapping) else {"result": value}
+
+        out.append(
+            Operation(
+                name,
+                title,
+                str(spec.get("description", "")),
+                None,
+                ok_schema({}, []),
+                run,
+                read_only=read_only,
+                destructive=destructive,
+                idempotent=idempotent,
+                schema=dict(spec["inputSchema"]),
+            )
+        )
+    return out
+
+
+def contributed_operations(
+    module: str, tools_attr: str, handlers_attr: str, hints: Mapping[str, tuple[str, bool, bool, bool]]
+) -> list[Operation]:
+    """The operations a tool module contributes (its JSON Schema tools and their handlers);
+    none when that module is not part of this installation."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            return []
+        raise
+    tools = getattr(mod, tools_attr)
+    full = {
+        str(t["name"]): hints.get(
+            str(t["name"]), (str(t["name"]).replace("_", " ").capitalize(), False, False, False)
+        )
+        for t in tools
+    }
+    return tool_operations(tools, getattr(mod, handlers_attr), full)
+
+
+# The knowledge loop's and the context packs' tools are described where they are
+# implemented; they are served here (MCP and HTTP) with these titles and hints:
+# (title, read_only, destructive, idempotent).
+CONTRIBUTED: list[tuple[str, str, str, dict[str, tuple[str, bool, bool, bool]]]] = [
+    (
+        "mnemolog.cli.mcp_knowledge",
+        "KNOWLEDGE_TOOLS",
+        "knowledge_handlers",
+        {
+            "capture_interaction": ("Capture an interaction", False, False, False),
+            "project_state_get": ("A project's trusted state", True, False, True),
+            "project_state_set": ("Set a project state entry", False, True, True),
+            "candidates_list": ("Candidate memories", True, False, True),
+            "candidate_promote": ("Promote a candidate", False, False, False),
+            "candidate_reject": ("Reject a candidate", False, True, False),
+        },
+    ),
+    (
+        "mnemolog.cli.mcp_context",
+        "TOOLS",
+        "handlers",
+        {
+            "context_build": ("Build a context pack", False, False, False),
+            "context_show": ("Show a recorded context pack", True, False, True),
+        },
+    ),
+]
+for _spec in CONTRIBUTED:
+    for _op in contributed_operations(*_spec):
+        OPERATIONS.setdefault(_op.name, _op)
+
+
+def invoke(sub: Substrate, name: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Validate and run one operation; {"ok": true, ...} or a MnemologError."""
+    op = OPERATIONS.get(name)
+    if op is None:
+        raise UsageError(f"unknown operation {name!r}", field="name")
+    return {"ok": True, **op.run(sub, parse_args(op, arguments))}
