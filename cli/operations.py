@@ -284,12 +284,21 @@ def _history(s: Substrate, a: HistoryArgs) -> dict[str, Any]:
 
 
 def _verify(s: Substrate, a: VerifyArgs) -> dict[str, Any]:
-    from mnemolog.eventlog.bundle import parse_trusted_key
+    from mnemolog.eventlog.trust import PinnedKey, TrustPolicy, parse_key_arg
     from mnemolog.eventlog.verify import verify_log
 
-    anchor = parse_trusted_key(a.trusted_key) if a.trusted_key else None
+    # The same anchors as `log verify`: a pinned key, else the home's own log id and keys.
+    policy: TrustPolicy = (
+        PinnedKey(parse_key_arg(a.trusted_key, "trusted_key")) if a.trusted_key else s.home.trust_anchor()
+    )
     # One process: a server's threads must not fork a pool under them.
-    return verify_log(s.home.log_dir, hashes_only=a.hashes_only, processes=1, anchor=anchor).to_json()
+    return verify_log(
+        s.home.log_dir,
+        policy=policy,
+        high_water=s.home.high_water_marks(),
+        hashes_only=a.hashes_only,
+        processes=1,
+    ).to_json()
 
 
 def export_bundle(s: Substrate, memory_id: str, include_chain: bool) -> Any:
@@ -315,7 +324,7 @@ def _bundle_export(s: Substrate, a: BundleArgs) -> dict[str, Any]:
 def _bundle_verify(s: Substrate, a: BundleVerifyArgs) -> dict[str, Any]:
     from mnemolog.eventlog import bundle
 
-    return bundle.verify_bundle(Path(a.path), bundle.parse_trusted_key(a.trusted_key)).to_json()
+    return bundle.verify_bundle(Path(a.path), policy=bundle.trust_policy(a.trusted_key)).to_json()
 
 
 _MEM = {"memory": MEMORY_SCHEMA}
