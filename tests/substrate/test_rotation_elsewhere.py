@@ -56,3 +56,21 @@ def test_a_server_without_the_new_key_says_what_to_do(tmp_path: Path) -> None:
         with pytest.raises(SignerError) as info:
             server.store("after")
         assert "rotated by another process" in info.value.message and "restart" in info.value.message
+    # Closing released the lock without signing: a fresh writer with the new key carries on.
+    shutil.move(tmp_path / "elsewhere.key", home.signing_key_path)
+    with open_sub(home, worker=False) as after:
+        after.store("after, by a process holding the current key")
+    verify_log(home.log_dir, policy=home.trust_anchor(), high_water=home.high_water_marks())
+
+
+def test_close_without_the_key_does_not_raise_and_signs_nothing(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "home")
+    server = open_sub(home, long_lived=True, worker=False).__enter__()
+    server.store("before")
+    rotate(home.root)
+    shutil.move(home.signing_key_path, tmp_path / "elsewhere.key")
+    server.writer._appended = True  # as if the periodic checkpointer had not caught up
+    server.writer._covered = 0
+    checkpoints_before = sorted(p.name for p in (home.log_dir / "checkpoints").iterdir())
+    server.close()
+    assert sorted(p.name for p in (home.log_dir / "checkpoints").iterdir()) == checkpoints_before
