@@ -87,9 +87,7 @@ def _overlap(a: str, b: str) -> float:
     return min(shared / len(ta), shared / len(tb))
 
 
-def score(
-    labelled: Iterable[Labelled], extract: Callable[[InteractionText], Iterable[Candidate]]
-) -> Score:
+def score(labelled: Iterable[Labelled], extract: Callable[[InteractionText], Iterable[Candidate]]) -> Score:
     """Score ``extract`` over the labelled interactions."""
     total = Score()
     for item in labelled:
