@@ -229,22 +229,33 @@ _FIRST_PERSON: Final = re.compile(r"\b(?:I|I'm|I've|I'd|me|my|mine)\b")
 _MARKUP: Final = re.compile(r"(?:\*\*|__|`)")
 _WORDS: Final = re.compile(r"\w+")
 
-_COMPILED: Final[dict[str, tuple[re.Pattern[str], ...]]] = {
-    rule: tuple(re.compile(p, re.IGNORECASE) for p in patterns)
+_COMPILED: Final[dict[str, re.Pattern[str]]] = {
+    rule: re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
     for rule, patterns in SENTENCE_PATTERNS.items()
 }
 
 
-def _lexicon_pattern(term: str) -> re.Pattern[str]:
+def _lexicon_alternative(term: str) -> str:
     # Terms of three letters or fewer ("cte", "api", "eur") are whole words, so
     # "feature" is not "fea"; longer ones are prefixes ("polish" finds "polishing").
     whole = len(term) <= 3 and term[-1].isalnum()
-    return re.compile(r"(?<!\w)" + re.escape(term) + (r"(?!\w)" if whole else ""), re.IGNORECASE)
+    return re.escape(term) + (r"(?!\w)" if whole else "")
 
 
-_LEXICON_RE: Final[dict[str, tuple[re.Pattern[str], ...]]] = {
-    domain: tuple(_lexicon_pattern(term) for term in terms) for domain, terms in LEXICON.items()
+#: Which domains each lexicon term belongs to.
+_TERM_DOMAINS: Final[dict[str, tuple[str, ...]]] = {
+    term: tuple(d for d, terms in LEXICON.items() if term in terms)
+    for terms in LEXICON.values()
+    for term in terms
 }
+# One zero-width match at every word start where a term begins (longest term
+# first), so overlapping terms are all seen in one pass over the text.
+_LEXICON_SCAN: Final = re.compile(
+    r"(?<!\w)(?=("
+    + "|".join(_lexicon_alternative(t) for t in sorted(_TERM_DOMAINS, key=lambda t: (-len(t), t)))
+    + "))",
+    re.IGNORECASE,
+)
 
 
 def _fingerprint() -> str:
@@ -276,11 +287,18 @@ def guess_domain(text: str) -> str | None:
     the domain named first (a sentence's subject usually comes first); ties go
     to the earlier mention, then to the list order.
     """
-    scored: list[tuple[int, int, int, str]] = []
-    for order, domain in enumerate(DOMAINS):
-        positions = [m.start() for p in _LEXICON_RE.get(domain, ()) if (m := p.search(text))]
-        if positions:
-            scored.append((len(positions), min(positions), order, domain))
+    first_seen: dict[str, int] = {}
+    terms_seen: dict[str, set[str]] = {}
+    for match in _LEXICON_SCAN.finditer(text):
+        term = match.group(1).lower()
+        for domain in _TERM_DOMAINS.get(term, ()):
+            first_seen.setdefault(domain, match.start())
+            terms_seen.setdefault(domain, set()).add(term)
+    scored = [
+        (len(terms_seen[domain]), first_seen[domain], order, domain)
+        for order, domain in enumerate(DOMAINS)
+        if domain in first_seen
+    ]
     if not scored:
         return None
     first = min(scored, key=lambda s: (s[1], s[2]))
@@ -296,8 +314,8 @@ def label_rule(text: str) -> str | None:
 
 def sentence_rule(sentence: str) -> str | None:
     """The first rule (in RULES order) whose sentence patterns match, or None."""
-    for rule, patterns in _COMPILED.items():
-        if any(p.search(sentence) for p in patterns):
+    for rule, pattern in _COMPILED.items():
+        if pattern.search(sentence):
             return rule
     return None
 
@@ -436,9 +454,7 @@ def _talks_about_project(text: str, project: str) -> bool:
 
 def _without_markers(text: str) -> str:
     # "we found that" marks an insight; it does not make the insight the project's.
-    for pattern in _COMPILED["insight"]:
-        text = pattern.sub(" ", text)
-    return text
+    return _COMPILED["insight"].sub(" ", text)
 
 
 def _domain_part(text: str, project: str) -> tuple[str, str] | None:
