@@ -15,6 +15,22 @@ from typing import Final, Literal
 
 from .errors import BadInput, UsageError
 
+# -- event types of the knowledge loop (past-tense facts; stable once written) -----------
+
+PROJECT_REGISTERED: Final = "project.registered"
+PROJECT_ALIASED: Final = "project.aliased"
+STATE_SET: Final = "state.set"
+STATE_INVALIDATED: Final = "state.invalidated"
+INTERACTION_CAPTURED: Final = "interaction.captured"
+CANDIDATE_EXTRACTED: Final = "candidate.extracted"
+EXTRACTION_FAILED: Final = "extraction.failed"
+CANDIDATE_TRIAGED: Final = "candidate.triaged"
+TRIAGE_FAILED: Final = "triage.failed"
+MEMORY_PROMOTED: Final = "memory.promoted"
+MEMORY_REJECTED: Final = "memory.rejected"
+MEMORY_REINFORCED: Final = "memory.reinforced"
+MEMORY_SUPERSEDED: Final = "memory.superseded"
+
 # -- memory lifecycle -------------------------------------------------------------------
 
 Status = Literal["candidate", "active", "superseded", "invalid"]
@@ -22,6 +38,23 @@ Status = Literal["candidate", "active", "superseded", "invalid"]
 #: candidate -> invalid (rejected). Memories written before statuses existed are active.
 STATUSES: Final[tuple[str, ...]] = ("candidate", "active", "superseded", "invalid")
 DEFAULT_STATUS: Final = "active"
+
+#: The status changes the loop's events make: (statuses it applies to, status after).
+#: A change from any other status is refused by the command and skipped by a fold.
+TRANSITIONS: Final[dict[str, tuple[frozenset[str], str]]] = {
+    MEMORY_PROMOTED: (frozenset({"candidate"}), "active"),
+    MEMORY_REJECTED: (frozenset({"candidate"}), "invalid"),
+    MEMORY_SUPERSEDED: (frozenset({"active"}), "superseded"),
+}
+
+
+def status_after(event_type: str, current: str | None) -> str | None:
+    """The status a memory has after ``event_type``, or None when the event does not apply to it."""
+    rule = TRANSITIONS.get(event_type)
+    if rule is None or current not in rule[0]:
+        return None
+    return rule[1]
+
 
 #: Kinds whose global (project-less) memories describe the person rather than a
 #: project: identity and preferences. Reinforcement always considers them, and

@@ -17,6 +17,7 @@ from mnemolog.eventlog.vocabulary_knowledge import (
     check_project_name,
     check_statuses,
     domain_vocabulary,
+    status_after,
 )
 
 
@@ -106,3 +107,22 @@ def test_project_name_check_accepts_or_refuses_never_crashes(text: str) -> None:
         return
     assert out == text.strip()
     assert out.isascii()
+
+
+@pytest.mark.parametrize(
+    ("event", "before", "after"),
+    [
+        ("memory.promoted", "candidate", "active"),
+        ("memory.rejected", "candidate", "invalid"),
+        ("memory.superseded", "active", "superseded"),
+        ("memory.promoted", "active", None),
+        ("memory.promoted", "invalid", None),
+        ("memory.rejected", "active", None),
+        ("memory.superseded", "candidate", None),
+        ("memory.superseded", "superseded", None),
+        ("memory.promoted", None, None),
+        ("memory.stored", "candidate", None),
+    ],
+)
+def test_status_transitions(event: str, before: str | None, after: str | None) -> None:
+    assert status_after(event, before) == after
