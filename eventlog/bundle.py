@@ -557,8 +557,11 @@ class _Check:
         if target not in ids:
             raise _f(f"{MANIFEST}: the memory {target!r} has no view", "selection.target", file=MANIFEST)
         wanted = set(ids)
+        closure = memview.chain_closure(target, entries) if man["include_chain"] else {target}
+        # A member of the chain without a view (a candidate's interaction) selects entries too.
+        members = wanted | closure
         for e in entries:
-            if not wanted.intersection(memview.touched_ids(e.type, e.data)):
+            if not members.intersection(memview.entry_touched_ids(e)):
                 raise _f(
                     f"{ENTRIES}: entry {e.seq} ({e.type}) touches none of the bundle's memories",
                     "selection.extra_entry",
@@ -566,7 +569,6 @@ class _Check:
                     file=ENTRIES,
                 )
         stored = memview.stored_ids(entries)
-        closure = memview.chain_closure(target, entries) if man["include_chain"] else {target}
         unstored = set(man["unstored"])
         if man["unstored"] != sorted(unstored) or unstored & wanted:
             raise _f(

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mnemolog.eventlog import vocabulary_knowledge as vk
+
 __all__ = [
     "ARCHIVE_BY",
     "ATOMISATION_COMPLETED",
@@ -115,6 +117,8 @@ MUTABLE_FIELDS: Final[tuple[str, ...]] = (
     "source",
     "metadata",
     "last_seen",
+    "project",
+    "domains",
 )
 # What a migration's update replaced and its rollback puts back.
 UNDO_FIELDS: Final[tuple[str, ...]] = (*MUTABLE_FIELDS, "updated_at", "last_event_seq")
@@ -209,6 +213,23 @@ TOUCHES: dict[str, Touches] = {
 # model's type in exactly one of TOUCHES and NO_TOUCHES).
 NO_TOUCHES: set[str] = {POLICY_SET, MIGRATION_STARTED, MIGRATION_COMPLETED, MIGRATION_REFUSED}
 
+# The knowledge loop (names in vocabulary_knowledge). An interaction's id is touched like a
+# memory's, so a candidate's bundle can carry the interaction it came from.
+TOUCHES.update(
+    {
+        vk.INTERACTION_CAPTURED: Touches(ids=("id",)),
+        vk.CANDIDATE_EXTRACTED: Touches(ids=("interaction_id",), lists=("candidate_ids",)),
+        vk.EXTRACTION_FAILED: Touches(ids=("interaction_id",)),
+        vk.CANDIDATE_TRIAGED: Touches(ids=("id", "conflicts_with", "duplicate_of")),
+        vk.TRIAGE_FAILED: Touches(ids=("id",)),
+        vk.MEMORY_PROMOTED: Touches(ids=("id",)),
+        vk.MEMORY_REJECTED: Touches(ids=("id",)),
+        vk.MEMORY_REINFORCED: Touches(ids=("id",)),
+        vk.MEMORY_SUPERSEDED: Touches(ids=("id", "superseded_by")),
+    }
+)
+NO_TOUCHES |= {vk.PROJECT_REGISTERED, vk.PROJECT_ALIASED, vk.STATE_SET, vk.STATE_INVALIDATED}
+
 
 def touched_ids(type_: str, data: dict[str, Any]) -> list[str]:
     """The memory ids an entry touches (payload at its current tv), in a fixed order, once each."""
@@ -273,3 +294,16 @@ def _policy_set_v1(d: dict[str, Any]) -> dict[str, Any]:
         "unset": [],
         "clear": True,
     }
+
+
+@upcaster(MEMORY_STORED, 1)
+def _memory_stored_v1(d: dict[str, Any]) -> dict[str, Any]:
+    # tv 2 added the knowledge fields; everything stored before them is an active,
+    # project-less, untagged memory (whatever a forged tv 1 payload claims).
+    return {**d, "project": "", "domains": [], "status": vk.DEFAULT_STATUS}
+
+
+@upcaster(MEMORY_UPDATED, 1)
+def _memory_updated_v1(d: dict[str, Any]) -> dict[str, Any]:
+    # tv 2 may also change project and domains; a tv 1 update never did.
+    return {k: x for k, x in d.items() if k not in ("project", "domains")}

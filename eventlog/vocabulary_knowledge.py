@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Final, Literal
 
-from .errors import BadInput, UsageError
+from mnemolog.eventlog.errors import BadInput, UsageError
 
 # -- event types of the knowledge loop (past-tense facts; stable once written) -----------
 

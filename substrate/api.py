@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from pydantic import ValidationError
 
 from mnemolog.eventlog.errors import BadInput, NotFound, UsageError
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
+from mnemolog.eventlog.vocabulary_knowledge import DEFAULT_STATUS, check_statuses
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
+from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.projections.memories import Edge, Memory
@@ -48,6 +51,7 @@ from mnemolog.substrate.events.limits import (
 from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
+from mnemolog.substrate.knowledge import Knowledge
 from mnemolog.substrate.session import Session
 
 __all__ = ["MAX_CONTENT_BYTES", "Edge", "Memory", "Substrate"]
@@ -93,8 +97,12 @@ class Substrate:
         self._lock = threading.RLock()
         self._closed = False
         self.atomiser = Atomiser(self.home, self, curator_options)
+        self.knowledge = Knowledge(
+            self.home, self, clock=clock, checkpoint=self._checkpoint_now, options=curator_options
+        )
         if long_lived and worker:
             self.atomiser.start_worker()
+            self.knowledge.start_daily()
 
     @classmethod
     def open(
@@ -127,6 +135,7 @@ class Substrate:
             return
         self._closed = True
         self.atomiser.stop_worker()
+        self.knowledge.stop_daily()
         self.projections.close()
         self.writer.close()
         self.log.close()
@@ -136,6 +145,10 @@ class Substrate:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _checkpoint_now(self) -> tuple[int, bytes]:
+        cp, _raw = self.writer.checkpoint()
+        return cp.size, cp.root
 
     # -- sessions ------------------------------------------------------------
 
@@ -163,8 +176,14 @@ class Substrate:
         atom_of: str | None = None,
         source_span: Sequence[int] | None = None,
         memory_id: str | None = None,
+        project: str = "",
+        domains: Sequence[str] = (),
     ) -> Memory:
         """Store a memory; returns it as recall would show it.
+
+        ``project`` is canonicalised (a registered name or alias becomes the
+        registered name; "" means every project); ``domains`` must be domains
+        of the home's vocabulary.
 
         Under an auto-atomise policy the response also carries `atomise_mode` and
         `atomise_outcome`: "requested" (deferred: a worker will atomise it),
@@ -185,6 +204,8 @@ class Substrate:
             atom_of=atom_of,
             source_span=source_span,
             memory_id=memory_id,
+            project=project,
+            domains=self.knowledge.domains(domains),
         )
         planned: list[tuple[str, str | None]] = []
 
@@ -194,6 +215,10 @@ class Substrate:
             return extra
 
         with self.session() as s:
+            if payload.project:
+                payload = payload.model_copy(
+                    update={"project": self.knowledge.canonical_project(s, payload.project)}
+                )
             mem = s.with_warnings(s.write_memory(payload, follow=follow))
         mode, action = planned[0]
         if action == "requested":
@@ -245,6 +270,8 @@ class Substrate:
         source: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         last_seen: int | None = None,
+        project: str | None = None,
+        domains: Sequence[str] | None = None,
     ) -> Memory:
         """Change fields of a memory (a `memory.updated`): given fields replace, metadata keys merge.
 
@@ -254,7 +281,19 @@ class Substrate:
         given = dict(
             zip(
                 MUTABLE_FIELDS,
-                (title, content, kind, namespace, tags, confidence, source, metadata, last_seen),
+                (
+                    title,
+                    content,
+                    kind,
+                    namespace,
+                    tags,
+                    confidence,
+                    source,
+                    metadata,
+                    last_seen,
+                    project,
+                    self.knowledge.domains(domains) if domains is not None else None,
+                ),
                 strict=True,
             )
         )
@@ -263,6 +302,10 @@ class Substrate:
             raise UsageError("nothing to update: give at least one field")
         payload = MemoryUpdated.model_validate({"id": memory_id, **fields})
         with self.session() as s:
+            if payload.project:
+                payload = payload.model_copy(
+                    update={"project": self.knowledge.canonical_project(s, payload.project)}
+                )
             before = s.require(memory_id)
             policy = s.policy(payload.namespace or before["namespace"])
             s.check_write(policy, before["namespace"])
@@ -376,12 +419,30 @@ class Substrate:
         kinds: Sequence[str],
         tags: Sequence[str],
         include_archived: bool,
+        statuses: Sequence[str] = (DEFAULT_STATUS,),
+        project: str | None = None,
+        domains: Sequence[str] = (),
     ) -> Filters:
         if namespace is not None:
             check_namespace(namespace)
         for k in kinds:
             check_kind(k)
-        return Filters(namespace, descendants, tuple(kinds), tuple(check_tags(tags)), include_archived)
+        return Filters(
+            namespace,
+            descendants,
+            tuple(kinds),
+            tuple(check_tags(tags)),
+            include_archived,
+            statuses=check_statuses(statuses),
+            project=project,
+            domains=tuple(self.knowledge.domains(domains)),
+        )
+
+    def _scoped(self, s: Session, f: Filters) -> Filters:
+        """The filters with their project canonicalised (the registry is read in the session)."""
+        if f.project is None:
+            return f
+        return replace(f, project=self.knowledge.canonical_project(s, f.project))
 
     def recall(
         self,
@@ -393,9 +454,16 @@ class Substrate:
         kinds: Sequence[str] = (),
         tags: Sequence[str] = (),
         include_archived: bool = False,
+        statuses: Sequence[str] = (DEFAULT_STATUS,),
+        project: str | None = None,
+        domains: Sequence[str] = (),
     ) -> list[Memory]:
-        """BM25 over title and content; any matching term ranks. No side effects."""
-        f = self._filters(namespace, descendants, kinds, tags, include_archived)
+        """BM25 over title and content; any matching term ranks. No side effects.
+
+        Only active memories unless ``statuses`` says otherwise; ``project``
+        ("" = memories of no project) and ``domains`` (all of them) narrow it.
+        """
+        f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
         return self._ranked(q.recall, query, f, limit)
 
     def search(
@@ -408,9 +476,16 @@ class Substrate:
         kinds: Sequence[str] = (),
         tags: Sequence[str] = (),
         include_archived: bool = False,
+        statuses: Sequence[str] = (DEFAULT_STATUS,),
+        project: str | None = None,
+        domains: Sequence[str] = (),
     ) -> list[Memory]:
-        """Exact keywords, all required, ranked by BM25."""
-        f = self._filters(namespace, descendants, kinds, tags, include_archived)
+        """Exact keywords, all required, ranked by BM25.
+
+        Only active memories unless ``statuses`` says otherwise; ``project``
+        ("" = memories of no project) and ``domains`` (all of them) narrow it.
+        """
+        f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
         return self._ranked(q.search, query, f, limit)
 
     def _ranked(self, ranker: Ranker, query: str, f: Filters, limit: int) -> list[Memory]:
@@ -418,7 +493,7 @@ class Substrate:
             raise BadInput("the query is empty", field="query")
         with self.session() as s:
             out = []
-            for m, score in ranker(s.conn, query, f, check_limit(limit)):
+            for m, score in ranker(s.conn, query, self._scoped(s, f), check_limit(limit)):
                 m["score"] = score
                 out.append(m)
             return out
@@ -433,19 +508,23 @@ class Substrate:
         kinds: Sequence[str] = (),
         tags: Sequence[str] = (),
         include_archived: bool = False,
+        statuses: Sequence[str] = (DEFAULT_STATUS,),
+        project: str | None = None,
+        domains: Sequence[str] = (),
     ) -> list[Memory]:
-        """Memories newest first (by when they were stored)."""
-        f = self._filters(namespace, descendants, kinds, tags, include_archived)
+        """Memories newest first (by when stored); active ones unless ``statuses`` says otherwise."""
+        f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise UsageError("offset must not be negative")
         with self.session() as s:
-            return q.list_memories(s.conn, f, check_limit(limit), offset)
+            return q.list_memories(s.conn, self._scoped(s, f), check_limit(limit), offset)
 
     def stats(self) -> dict[str, Any]:
         """Counts of memories, links, policies, events, the index and atomisations."""
         with self.session() as s:
             out = q.stats(s.conn)
             out["atomisation"] = self.atomiser.counts(s)
+            out["knowledge"] = kq.knowledge_counts(s.conn)
             out["log"] = {"size": self.log.size, "log_id": self.log.log_id.hex()}
             return out
 
