@@ -403,6 +403,150 @@ class Substrate:
             out["own"] = s.own_policy(namespace)
             return out
 
+    # -- the knowledge loop (see substrate.knowledge) ------------------------------------------
+
+    def register_project(
+        self, name: str, *, aliases: Sequence[str] = (), description: str = ""
+    ) -> dict[str, Any]:
+        """Register a project name (with aliases); rows holding any of them resolve to it."""
+        return self.knowledge.register_project(name, aliases=aliases, description=description)
+
+    def alias_project(self, name: str, alias: str) -> dict[str, Any]:
+        """Make ``alias`` another name of project ``name`` (old rows resolve too)."""
+        return self.knowledge.alias_project(name, alias)
+
+    def projects(self) -> list[dict[str, Any]]:
+        """Registered projects with their aliases and counts."""
+        return self.knowledge.projects()
+
+    def set_state(
+        self, project: str, category: str, key: str, value: str, *, source: str | None = None
+    ) -> dict[str, Any]:
+        """Trusted project state: upsert (project, category, key) = value."""
+        return self.knowledge.set_state(project, category, key, value, source=source)
+
+    def get_state(
+        self, project: str, *, category: str | None = None, history: bool = False
+    ) -> list[dict[str, Any]]:
+        """A project's current state entries (every version with ``history``)."""
+        return self.knowledge.get_state(project, category=category, history=history)
+
+    def invalidate_state(
+        self, project: str, category: str, key: str, *, reason: str | None = None
+    ) -> dict[str, Any]:
+        """The entry no longer holds; its history stays."""
+        return self.knowledge.invalidate_state(project, category, key, reason=reason)
+
+    def capture(
+        self,
+        prompt: str,
+        response: str = "",
+        *,
+        project: str = "",
+        client: str | None = None,
+        session: str | None = None,
+        context_id: str | None = None,
+        namespace: str = "default",
+        reinforce: bool = False,
+    ) -> dict[str, Any]:
+        """Record an interaction (and, with ``reinforce``, reinforce the memories it echoes)."""
+        return self.knowledge.capture(
+            prompt,
+            response,
+            project=project,
+            client=client,
+            session=session,
+            context_id=context_id,
+            namespace=namespace,
+            reinforce=reinforce,
+        )
+
+    def interactions(
+        self,
+        *,
+        project: str | None = None,
+        session: str | None = None,
+        since: int | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        """Captured interactions, newest first."""
+        return self.knowledge.interactions(project=project, session=session, since=since, limit=limit)
+
+    def interaction(self, interaction_id: str) -> dict[str, Any]:
+        """One captured interaction with the candidates extracted from it."""
+        return self.knowledge.interaction(interaction_id)
+
+    def extract(
+        self,
+        *,
+        interaction_ids: Sequence[str] = (),
+        pending: bool = False,
+        extractor: str | None = None,
+        limit: int = 100,
+        max_retries: int | None = None,
+    ) -> dict[str, Any]:
+        """Turn interactions into candidate memories (rules or ollama extractor)."""
+        return self.knowledge.extract(
+            interaction_ids=interaction_ids,
+            pending=pending,
+            extractor=extractor,
+            limit=limit,
+            max_retries=max_retries,
+        )
+
+    def triage(
+        self,
+        *,
+        candidate_ids: Sequence[str] = (),
+        pending: bool = False,
+        triager: str | None = None,
+        dry_run: bool = False,
+        limit: int = 100,
+        max_retries: int | None = None,
+    ) -> dict[str, Any]:
+        """Give candidates verdicts; auto-promote, auto-reject, or leave them for a person."""
+        return self.knowledge.triage(
+            candidate_ids=candidate_ids,
+            pending=pending,
+            triager=triager,
+            dry_run=dry_run,
+            limit=limit,
+            max_retries=max_retries,
+        )
+
+    def candidates(
+        self,
+        *,
+        queues: Sequence[str] = ("pending", "needs_human"),
+        project: str | None = None,
+        limit: int = 50,
+    ) -> list[Memory]:
+        """Candidates by queue (pending, needs_human, promoted, rejected), oldest first."""
+        return self.knowledge.candidates(queues=queues, project=project, limit=limit)
+
+    def promote(
+        self,
+        memory_id: str,
+        *,
+        project: str | None = None,
+        domains: Sequence[str] | None = None,
+        reason: str | None = None,
+    ) -> Memory:
+        """A person promotes a candidate to an active memory."""
+        return self.knowledge.promote(memory_id, project=project, domains=domains, reason=reason)
+
+    def reject(self, memory_id: str, *, reason: str) -> Memory:
+        """A person rejects a candidate (it becomes invalid)."""
+        return self.knowledge.reject(memory_id, reason=reason)
+
+    def decay(self, *, now: int | None = None, dry_run: bool = False) -> dict[str, Any]:
+        """Supersede the memories decay has taken below the floor at ``now`` (µs; default: the clock)."""
+        return self.knowledge.decay(now=now, dry_run=dry_run)
+
+    def migrate_domain_prefixes(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """Move "[domain]" prefixes of old content into the domains field (a recorded migration)."""
+        return self.knowledge.migrate_domain_prefixes(dry_run=dry_run)
+
     # -- reads -----------------------------------------------------------------
 
     def get(self, memory_id: str) -> Memory:
