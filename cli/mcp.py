@@ -16,7 +16,9 @@ import traceback
 from collections.abc import Callable
 from typing import IO, Any
 
+from mnemolog.cli.mcp_knowledge import KNOWLEDGE_TOOLS, knowledge_handlers
 from mnemolog.eventlog.errors import MnemologError, UsageError
+from mnemolog.eventlog.vocabulary_knowledge import STATUSES
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import KINDS, RELATIONS
 from mnemolog.substrate.home import Home
@@ -36,6 +38,9 @@ _FILTERS: dict[str, Any] = {
     "kinds": {"type": "array", "items": {"type": "string", "enum": list(KINDS)}},
     "tags": {"type": "array", "items": {"type": "string"}},
     "include_archived": {"type": "boolean", "default": False},
+    "project": {"type": "string", "description": "Only this project ('' for memories of no project)."},
+    "domains": {"type": "array", "items": {"type": "string"}, "description": "Only with all these domains."},
+    "statuses": {"type": "array", "items": {"type": "string", "enum": list(STATUSES)}},
 }
 
 
@@ -57,6 +62,8 @@ TOOLS: list[dict[str, Any]] = [
                 "confidence": {"type": "number", "minimum": 0, "maximum": 1},
                 "source": {"type": "string"},
                 "metadata": {"type": "object"},
+                "project": {"type": "string"},
+                "domains": {"type": "array", "items": {"type": "string"}},
             },
             ["content"],
         ),
@@ -107,6 +114,8 @@ TOOLS: list[dict[str, Any]] = [
                 "confidence": {"type": "number", "minimum": 0, "maximum": 1},
                 "source": {"type": "string"},
                 "metadata": {"type": "object"},
+                "project": {"type": "string"},
+                "domains": {"type": "array", "items": {"type": "string"}},
             },
             ["id"],
         ),
@@ -142,6 +151,7 @@ TOOLS: list[dict[str, Any]] = [
         "description": "Counts of memories, links, atomisation requests and events.",
         "inputSchema": _schema({}, []),
     },
+    *KNOWLEDGE_TOOLS,
 ]
 _TOOL_NAMES = {t["name"] for t in TOOLS}
 
@@ -161,6 +171,9 @@ def _filters(a: dict[str, Any]) -> dict[str, Any]:
         "kinds": a.get("kinds", []),
         "tags": a.get("tags", []),
         "include_archived": a.get("include_archived", False),
+        "project": a.get("project"),
+        "domains": a.get("domains", []),
+        "statuses": a.get("statuses") or ("active",),
     }
 
 
@@ -171,7 +184,20 @@ class Server:
         self.tools: dict[str, Callable[[dict[str, Any]], Any]] = {
             "memory_store": lambda a: self.sub.store(
                 a["content"],
-                **{k: a[k] for k in ("namespace", "kind", "title", "tags", "confidence", "source") if k in a},
+                **{
+                    k: a[k]
+                    for k in (
+                        "namespace",
+                        "kind",
+                        "title",
+                        "tags",
+                        "confidence",
+                        "source",
+                        "project",
+                        "domains",
+                    )
+                    if k in a
+                },
                 metadata=a.get("metadata"),
             ),
             "memory_recall": lambda a: {"results": self.sub.recall(a["query"], **_filters(a))},
@@ -193,6 +219,7 @@ class Server:
                 curator=a.get("curator"),
             ).envelope(),
             "memory_stats": lambda a: self.sub.stats(),
+            **knowledge_handlers(sub),
         }
 
     def handle(self, msg: Any) -> dict[str, Any] | None:

@@ -38,6 +38,7 @@ from mnemolog.eventlog.vocabulary import (
 
 __all__ = [
     "ENVELOPES_FORMAT",
+    "KNOWLEDGE_DEFAULTS",
     "VIEWS_FORMAT",
     "chain_closure",
     "entry_touched_ids",
@@ -103,16 +104,25 @@ def _project(value: Any) -> str:
     return value.strip() if isinstance(value, str) and value else ""
 
 
-def _knowledge(e: Entry, d: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+#: A view without a knowledge block has these values (its projected row shows them).
+KNOWLEDGE_DEFAULTS: dict[str, Any] = {
+    "project": "",
+    "domains": [],
+    "status": "active",
+    "promoted_at": None,
+    "reference_count": 0,
+    "last_referenced_at": None,
+}
+
+
+def _knowledge(d: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     domains = d.get("domains")
     candidate = d.get("status") == "candidate"
     block = {
+        **KNOWLEDGE_DEFAULTS,
         "status": "candidate" if candidate else "active",
         "project": _project(d.get("project")),
         "domains": read_tags(domains) if domains else [],
-        "activated_at": None if candidate else e.ts,
-        "reference_count": 0,
-        "last_referenced_at": None,
     }
     shown = candidate or bool(block["project"]) or bool(block["domains"])
     return block, shown
@@ -136,7 +146,7 @@ def _knowledge_event(view: dict[str, Any], block: dict[str, Any], e: Entry, d: d
     view["last_event_seq"] = e.seq
     if e.type == vk.MEMORY_PROMOTED:
         domains = d.get("domains")
-        block["activated_at"] = e.ts
+        block["promoted_at"] = e.ts
         block["project"] = _project(d.get("project"))
         block["domains"] = read_tags(domains) if isinstance(domains, list) else []
     elif e.type == vk.MEMORY_SUPERSEDED and d.get("by") == "decay":
@@ -198,7 +208,7 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
             mid = _id(d.get("id"))
             if mid in wanted and mid not in views:
                 views[mid] = _new_view(e, d, mid)
-                blocks[mid], is_shown = _knowledge(e, d)
+                blocks[mid], is_shown = _knowledge(d)
                 if is_shown:
                     shown.add(mid)
         target = views.get(_id(d.get("id")))

@@ -82,7 +82,7 @@ MEMORY_COLUMNS = [
     ("project", pa.string()),
     ("domains", pa.list_(pa.string())),
     ("status", pa.string()),
-    ("activated_at", pa.int64()),
+    ("promoted_at", pa.int64()),
     ("stored_seq", pa.int64()),
 ]
 MEMORY_SCHEMA = pa.schema(MEMORY_COLUMNS)
@@ -384,13 +384,12 @@ class Fold:
         project, domains, status = get("project"), get("domains"), get("status")
         m["project"].append(self.canonical_project(project) if project and isinstance(project, str) else "")
         m["domains"].append(read_tags(domains) if domains else [])
+        m["promoted_at"].append(None)
         if status == "candidate":
             m["status"].append("candidate")
-            m["activated_at"].append(None)
             self.buf.inactive.append(e.seq)
         else:
             m["status"].append("active")
-            m["activated_at"].append(e.ts)
         m["stored_seq"].append(e.seq)
         self.buf.ids.add(mid)
 

@@ -296,7 +296,7 @@ def promoted(f: Fold, e: Entry, d: dict[str, Any]) -> None:
     project = d.get("project")
     domains = d.get("domains")
     f.conn.execute(
-        "UPDATE memories SET activated_at = ?, project = ?, domains = ?::VARCHAR[] WHERE id = ?",
+        "UPDATE memories SET promoted_at = ?, project = ?, domains = ?::VARCHAR[] WHERE id = ?",
         [
             e.ts,
             f.canonical_project(project) if isinstance(project, str) and project else "",

@@ -341,9 +341,9 @@ def decay_rows(conn: duckdb.DuckDBPyConnection, idle_before: int) -> pa.Table:
     Columns: id, confidence, anchor (the later of activation and last change).
     """
     return conn.execute(
-        "SELECT id, confidence, greatest(coalesce(activated_at, updated_at), updated_at) AS anchor "
+        "SELECT id, confidence, greatest(coalesce(promoted_at, updated_at), updated_at) AS anchor "
         "FROM memories WHERE status = 'active' AND reference_count = 0 "
-        "AND greatest(coalesce(activated_at, updated_at), updated_at) < ? ORDER BY stored_seq",
+        "AND greatest(coalesce(promoted_at, updated_at), updated_at) < ? ORDER BY stored_seq",
         [idle_before],
     ).fetch_arrow_table()
 

@@ -38,7 +38,7 @@ MEMORY_FIELDS = [
     "project",
     "domains",
     "status",
-    "activated_at",
+    "promoted_at",
     "reference_count",
     "last_referenced_at",
 ]
@@ -67,7 +67,7 @@ class Memory(TypedDict):
     """One memory: its fields, both archive signals, and where the log holds it (seqs).
 
     The knowledge loop's fields: `project` ("" = every project), `domains`,
-    `status` (candidate, active, superseded, invalid), `activated_at` (when
+    `status` (candidate, active, superseded, invalid), `promoted_at` (when
     it became active), `reference_count` and `last_referenced_at` (its
     reinforcements).
     """
@@ -95,7 +95,7 @@ class Memory(TypedDict):
     project: str
     domains: list[str]
     status: str
-    activated_at: int | None
+    promoted_at: int | None
     reference_count: int
     last_referenced_at: int | None
     links: NotRequired[Links]

@@ -71,7 +71,7 @@ DDL = [
         project VARCHAR NOT NULL DEFAULT '',
         domains VARCHAR[] NOT NULL DEFAULT [],
         status VARCHAR NOT NULL DEFAULT 'active',
-        activated_at BIGINT,
+        promoted_at BIGINT,
         reference_count INTEGER NOT NULL DEFAULT 0,
         last_referenced_at BIGINT)""",
     """CREATE TABLE IF NOT EXISTS links(

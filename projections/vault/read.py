@@ -159,6 +159,8 @@ def _record(
             atom_of=_opt_str(meta, "mnemolog_atom_of"),
             namespace=_opt_str(meta, "mnemolog_namespace") or "default",
             extra_frontmatter=extra,
+            project=_opt_str(meta, "mnemolog_project") or "",
+            domains=_strs(meta, "mnemolog_domains", problems),
         )
     except BadInput as exc:
         return None, [*problems, exc.message]

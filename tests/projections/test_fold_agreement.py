@@ -26,15 +26,10 @@ from mnemolog.projections import queries
 from mnemolog.projections import recall as q
 from mnemolog.substrate.home import Home
 from tests.projections.kit import check_invariants, new_home, open_sub
+from tests.support.views import as_row
 
 PROJECTION_ONLY = {"links", "seqs", "atom_ids", "knowledge"}
-KNOWLEDGE_DEFAULTS = {
-    "project": "",
-    "domains": [],
-    "status": "active",
-    "reference_count": 0,
-    "last_referenced_at": None,
-}
+
 IDS = st.sampled_from(["A", "B", "C", "D"])
 text = st.text(max_size=12)
 hostile = st.recursive(
@@ -209,15 +204,9 @@ def test_bundle_fold_and_projection_fold_agree(
         every = q.Filters(include_archived=True, statuses=STATUSES)
         rows = {m["id"]: m for m in q.list_memories(conn, every, limit=100)}
         assert set(rows) == set(views) == memview.stored_ids(entries) & ids
-        stored_at = {}
-        for e in entries:
-            if e.type == v.MEMORY_STORED and isinstance(e.data.get("id"), str):
-                stored_at.setdefault(e.data["id"], e.ts)
         for mid, view in views.items():
             # The knowledge block is shown only once a memory has any of it; absent, it is the default.
-            block = view.get("knowledge") or {**KNOWLEDGE_DEFAULTS, "activated_at": stored_at[mid]}
-            flat = {k: x for k, x in view.items() if k not in PROJECTION_ONLY}
-            assert {**flat, **block} == rows[mid], mid
+            assert as_row(view) == rows[mid], mid
             assert view["links"] == q.links_of(conn, mid), mid
             assert queries.is_hidden(conn, mid) == guard_hides(view), mid
         # Every memory's touched entries, stored or not, by the one rule.
