@@ -151,7 +151,9 @@ class Knowledge:
 
     def domains(self, values: Iterable[str]) -> list[str]:
         """Domain tags checked against the home's vocabulary (BadInput, exit 65, for an unknown one)."""
-        return list(check_domains(values, self.settings.domains))
+        given = list(values)
+        # No tags, no configuration read: a bad [knowledge] table must not stop plain stores.
+        return list(check_domains(given, self.settings.domains)) if given else []
 
     # -- projects ---------------------------------------------------------------------------
 
