@@ -345,7 +345,7 @@ def decay_rows(conn: duckdb.DuckDBPyConnection, idle_before: int) -> pa.Table:
         "FROM memories WHERE status = 'active' AND reference_count = 0 "
         "AND greatest(coalesce(promoted_at, updated_at), updated_at) < ? ORDER BY stored_seq",
         [idle_before],
-    ).fetch_arrow_table()
+    ).to_arrow_table()
 
 
 # -- counts -----------------------------------------------------------------------------
