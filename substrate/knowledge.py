@@ -78,6 +78,8 @@ from mnemolog.substrate.session import Session, Sessions
 
 __all__ = ["ExtractionFailedError", "Knowledge", "TriageFailedError"]
 
+#: Interactions or candidates handled per read / model / write round.
+CHUNK: Final = 32
 #: Neighbours shown to a triager, and how many similar memories are checked for a duplicate.
 NEIGHBOURS: Final = 5
 DUPLICATE_POOL: Final = 20
@@ -350,15 +352,30 @@ class Knowledge:
         )
         with self.sessions.session() as s:
             ids = kq.pending_interactions(s.conn, check_limit(limit)) if pending else list(interaction_ids)
-            rows = []
             for iid in ids:
-                row = kq.interaction(s.conn, iid) if isinstance(iid, str) else None
-                if row is None:
+                if not isinstance(iid, str) or kq.interaction(s.conn, iid) is None:
                     raise NotFound(f"no interaction with id {iid!r}", id=iid)
-                rows.append(row)
-        if not rows:
+        if not ids:
             raise Informational("no interaction is waiting for extraction")
-        results = [self._extract_one(ex, row, retries) for row in rows]
+        results: list[dict[str, Any]] = []
+        # In chunks: one read and one write (one sync) per chunk, the model called between them
+        # with no lock held, and a crash loses at most one chunk's answers.
+        for start in range(0, len(ids), CHUNK):
+            with self.sessions.session() as s:
+                rows = [kq.interaction(s.conn, iid) for iid in ids[start : start + CHUNK]]
+            answers = [
+                (
+                    row,
+                    ex.extract(
+                        InteractionText(row["prompt"], row["response"], row["project"]), max_retries=retries
+                    ),
+                )
+                if row is not None and row["extraction"] == "pending"
+                else (row, None)
+                for row in rows
+            ]
+            with self.sessions.session() as s:
+                results += self._write_extractions(s, answers)
         summary = {
             "extractor": ex.name,
             "model": ex.model,
@@ -375,19 +392,25 @@ class Knowledge:
             )
         return summary
 
-    def _extract_one(self, ex: Any, row: dict[str, Any], retries: int) -> dict[str, Any]:
-        iid = row["id"]
-        if row["extraction"] != "pending":
-            return {"interaction": iid, "outcome": "already_extracted"}
-        outcome = ex.extract(
-            InteractionText(row["prompt"], row["response"], row["project"]), max_retries=retries
-        )
-        with self.sessions.session() as s:
+    def _write_extractions(
+        self, s: Session, answers: Sequence[tuple[dict[str, Any] | None, Any]]
+    ) -> list[dict[str, Any]]:
+        """The events of a chunk's extractions, in one batch; the result of each."""
+        registry = self.registry(s)
+        vocabulary = set(self.settings.domains)
+        stores: list[MemoryStored] = []
+        events: list[Payload] = []
+        results: list[dict[str, Any]] = []
+        described: dict[str, dict[str, Any]] = {}
+        for row, outcome in answers:
+            assert row is not None
+            iid = row["id"]
             current = kq.interaction(s.conn, iid)
-            if current is None or current["extraction"] != "pending":
-                return {"interaction": iid, "outcome": "already_extracted"}
+            if outcome is None or current is None or current["extraction"] != "pending":
+                results.append({"interaction": iid, "outcome": "already_extracted"})
+                continue
             if isinstance(outcome, ExtractionFailure):
-                s.append(
+                events.append(
                     ExtractionFailed(
                         interaction_id=iid,
                         extractor=outcome.extractor,
@@ -400,18 +423,18 @@ class Knowledge:
                         responses=list(outcome.responses),
                     )
                 )
-                return {
-                    "interaction": iid,
-                    "outcome": "failed",
-                    "reason": outcome.reason,
-                    "message": outcome.message,
-                    "attempts": outcome.attempts,
-                }
+                results.append(
+                    {
+                        "interaction": iid,
+                        "outcome": "failed",
+                        "reason": outcome.reason,
+                        "message": outcome.message,
+                        "attempts": outcome.attempts,
+                    }
+                )
+                continue
             assert isinstance(outcome, Extraction)
-            registry = self.registry(s)
-            vocabulary = set(self.settings.domains)
-            stores: list[MemoryStored] = []
-            described: list[dict[str, Any]] = []
+            mine: list[MemoryStored] = []
             for c in outcome.candidates:
                 store = MemoryStored.new(
                     c.content,
@@ -423,48 +446,56 @@ class Knowledge:
                     domains=[d for d in c.domains if d in vocabulary],
                     status="candidate",
                 )
-                stores.append(store)
-                described.append(
-                    {
-                        "id": store.id,
-                        "layer": c.layer,
-                        "kind": c.kind,
-                        "confidence": c.confidence,
-                        **({"rule": c.rule} if c.rule else {}),
-                        **({"source": c.source} if c.source else {}),
-                    }
-                )
-            extracted = CandidateExtracted(
-                interaction_id=iid,
-                candidate_ids=[p.id for p in stores],
-                candidates=described,
-                extractor=outcome.extractor,
-                version=outcome.version,
-                model=outcome.model,
-                prompt_sha256=outcome.prompt_sha256,
-                domains=list(self.settings.domains),
-                responses=list(outcome.responses),
-                attempts=outcome.attempts,
-                input_tokens=outcome.input_tokens,
-                output_tokens=outcome.output_tokens,
-                warnings=list(outcome.warnings),
-            )
-            memories = s.write_memories(stores, extra=[extracted])
-        return {
-            "interaction": iid,
-            "outcome": "extracted",
-            "candidates": [
-                {
-                    "id": m["id"],
-                    "layer": d["layer"],
-                    "project": m["project"],
-                    "domains": m["domains"],
-                    "content": m["content"],
+                mine.append(store)
+                described[store.id] = {
+                    "id": store.id,
+                    "layer": c.layer,
+                    "kind": c.kind,
+                    "confidence": c.confidence,
+                    **({"rule": c.rule} if c.rule else {}),
+                    **({"source": c.source} if c.source else {}),
                 }
-                for m, d in zip(memories, described, strict=True)
-            ],
-            "warnings": list(outcome.warnings),
-        }
+            stores += mine
+            events.append(
+                CandidateExtracted(
+                    interaction_id=iid,
+                    candidate_ids=[p.id for p in mine],
+                    candidates=[described[p.id] for p in mine],
+                    extractor=outcome.extractor,
+                    version=outcome.version,
+                    model=outcome.model,
+                    prompt_sha256=outcome.prompt_sha256,
+                    domains=list(self.settings.domains),
+                    responses=list(outcome.responses),
+                    attempts=outcome.attempts,
+                    input_tokens=outcome.input_tokens,
+                    output_tokens=outcome.output_tokens,
+                    warnings=list(outcome.warnings),
+                )
+            )
+            results.append(
+                {
+                    "interaction": iid,
+                    "outcome": "extracted",
+                    "candidates": [p.id for p in mine],
+                    "warnings": list(outcome.warnings),
+                }
+            )
+        if stores or events:
+            memories = {m["id"]: m for m in s.write_memories(stores, extra=events)}
+        for r in results:
+            if r["outcome"] == "extracted":
+                r["candidates"] = [
+                    {
+                        "id": cid,
+                        "layer": described[cid]["layer"],
+                        "project": memories[cid]["project"],
+                        "domains": memories[cid]["domains"],
+                        "content": memories[cid]["content"],
+                    }
+                    for cid in r["candidates"]
+                ]
+        return results
 
     # -- triage ------------------------------------------------------------------------------------
 
@@ -488,15 +519,20 @@ class Knowledge:
         )
         with self.sessions.session() as s:
             ids = kq.pending_candidates(s.conn, check_limit(limit)) if pending else list(candidate_ids)
-            work = []
             for cid in ids:
-                m = kq.candidate(s.conn, cid) if isinstance(cid, str) else None
-                if m is None:
+                if not isinstance(cid, str) or kq.candidate(s.conn, cid) is None:
                     raise NotFound(f"no candidate with id {cid!r}", id=cid)
-                work.append(m)
-        if not work:
+        if not ids:
             raise Informational("no candidate is waiting for triage")
-        results = [self._triage_one(tr, m, retries, dry_run) for m in work]
+        results: list[dict[str, Any]] = []
+        for start in range(0, len(ids), CHUNK):
+            with self.sessions.session() as s:
+                work = [self._triage_input(s, cid) for cid in ids[start : start + CHUNK]]
+            verdicts = [
+                tr.triage(item, max_retries=retries) if item is not None else None for _m, item, _d in work
+            ]
+            with self.sessions.session() as s:
+                results += self._write_verdicts(s, work, verdicts, dry_run)
         summary = {
             "triager": tr.name,
             "model": tr.model,
@@ -528,12 +564,13 @@ class Knowledge:
             out.append(Neighbour(n["id"], n["content"], n["project"], shared / len(mine) if mine else 0.0))
         return out, duplicate
 
-    def _triage_one(self, tr: Any, m: Memory, retries: int, dry_run: bool) -> dict[str, Any]:
-        cid = m["id"]
+    def _triage_input(self, s: Session, cid: str) -> tuple[Memory, TriageItem | None, str | None]:
+        """(the candidate, what the triager reads or None when it is decided, a duplicate's id)."""
+        m = kq.candidate(s.conn, cid)
+        assert m is not None
         if m["status"] != "candidate":
-            return {"id": cid, "outcome": "already_decided", "status": m["status"]}
-        with self.sessions.session() as s:
-            neighbours, duplicate = self._neighbours(s, m)
+            return m, None, None
+        neighbours, duplicate = self._neighbours(s, m)
         info = m.get("candidate", {})
         item = TriageItem(
             candidate_id=cid,
@@ -547,86 +584,107 @@ class Knowledge:
             rule=info.get("rule"),
             neighbours=tuple(neighbours),
         )
-        verdict = tr.triage(item, max_retries=retries)
-        with self.sessions.session() as s:
+        return m, item, duplicate
+
+    def _write_verdicts(
+        self,
+        s: Session,
+        work: Sequence[tuple[Memory, TriageItem | None, str | None]],
+        verdicts: Sequence[Any],
+        dry_run: bool,
+    ) -> list[dict[str, Any]]:
+        """The events of a chunk's verdicts, in one batch (none on a dry run); the result of each."""
+        policy = self.settings.triage
+        registry = self.registry(s)
+        events: list[Payload] = []
+        results: list[dict[str, Any]] = []
+        # Promotions earlier in this chunk count as active memories for the duplicate rule.
+        promoted_here: dict[str, str] = {}
+        for (m, item, seen_duplicate), verdict in zip(work, verdicts, strict=True):
+            cid = m["id"]
             current = s.get(cid)
-            if current is None or current["status"] != "candidate":
-                return {
-                    "id": cid,
-                    "outcome": "already_decided",
-                    "status": current["status"] if current else None,
-                }
+            if item is None or current is None or current["status"] != "candidate":
+                status = current["status"] if current else None
+                results.append({"id": cid, "outcome": "already_decided", "status": status})
+                continue
             if isinstance(verdict, TriageFailure):
-                if not dry_run:
-                    s.append(
-                        TriageFailed(
-                            id=cid,
-                            triager=verdict.triager,
-                            version=verdict.version,
-                            model=verdict.model,
-                            prompt_sha256=verdict.prompt_sha256,
-                            reason=verdict.reason,
-                            message=verdict.message[:8192],
-                            attempts=verdict.attempts,
-                            responses=list(verdict.responses),
-                        )
+                events.append(
+                    TriageFailed(
+                        id=cid,
+                        triager=verdict.triager,
+                        version=verdict.version,
+                        model=verdict.model,
+                        prompt_sha256=verdict.prompt_sha256,
+                        reason=verdict.reason,
+                        message=verdict.message[:8192],
+                        attempts=verdict.attempts,
+                        responses=list(verdict.responses),
                     )
-                return {"id": cid, "outcome": "failed", "reason": verdict.reason, "message": verdict.message}
+                )
+                results.append(
+                    {"id": cid, "outcome": "failed", "reason": verdict.reason, "message": verdict.message}
+                )
+                continue
             assert isinstance(verdict, TriageVerdict)
-            policy = self.settings.triage
+            text = normalised(m["content"])
+            duplicate = seen_duplicate or promoted_here.get(text)
             decision = decide(verdict, policy=policy, duplicate_of=duplicate)
-            registry = self.registry(s)
             project = registry.canonical(verdict.project)
             domains = [d for d in verdict.domains if d in self.settings.domains] or list(m["domains"])
-            triaged = CandidateTriaged(
-                id=cid,
-                triager=verdict.triager,
-                version=verdict.version,
-                model=verdict.model,
-                prompt_sha256=verdict.prompt_sha256,
-                verdict=verdict.verdict,
-                confidence=verdict.confidence,
-                reason=verdict.reason or "(no reason)",
-                project=project,
-                domains=domains,
-                conflicts_with=verdict.conflicts_with,
-                duplicate_of=duplicate,
-                thresholds=policy.to_data(),
-                action=decision.action,
-                why=decision.why[:2048],
-                responses=list(verdict.responses),
-                attempts=verdict.attempts,
-                input_tokens=verdict.input_tokens,
-                output_tokens=verdict.output_tokens,
-                warnings=list(verdict.warnings),
+            events.append(
+                CandidateTriaged(
+                    id=cid,
+                    triager=verdict.triager,
+                    version=verdict.version,
+                    model=verdict.model,
+                    prompt_sha256=verdict.prompt_sha256,
+                    verdict=verdict.verdict,
+                    confidence=verdict.confidence,
+                    reason=verdict.reason or "(no reason)",
+                    project=project,
+                    domains=domains,
+                    conflicts_with=verdict.conflicts_with,
+                    duplicate_of=duplicate,
+                    thresholds=policy.to_data(),
+                    action=decision.action,
+                    why=decision.why[:2048],
+                    responses=list(verdict.responses),
+                    attempts=verdict.attempts,
+                    input_tokens=verdict.input_tokens,
+                    output_tokens=verdict.output_tokens,
+                    warnings=list(verdict.warnings),
+                )
             )
-            follow: list[Payload] = []
             if decision.action == "promote":
-                follow.append(
+                promoted_here.setdefault(text, cid)
+                events.append(
                     MemoryPromoted(
                         id=cid, by="triage", project=project, domains=domains, reason=verdict.reason
                     )
                 )
             elif decision.action == "reject":
-                follow.append(
+                events.append(
                     MemoryRejected(id=cid, by="triage", reason=verdict.reason or "rejected by triage")
                 )
-            if not dry_run:
-                s.append_many([triaged, *follow])
-        return {
-            "id": cid,
-            "outcome": "triaged",
-            "verdict": verdict.verdict,
-            "confidence": verdict.confidence,
-            "reason": verdict.reason,
-            "project": project,
-            "domains": domains,
-            "conflicts_with": verdict.conflicts_with,
-            "duplicate_of": duplicate,
-            "action": decision.action,
-            "why": decision.why,
-            "warnings": list(verdict.warnings),
-        }
+            results.append(
+                {
+                    "id": cid,
+                    "outcome": "triaged",
+                    "verdict": verdict.verdict,
+                    "confidence": verdict.confidence,
+                    "reason": verdict.reason,
+                    "project": project,
+                    "domains": domains,
+                    "conflicts_with": verdict.conflicts_with,
+                    "duplicate_of": duplicate,
+                    "action": decision.action,
+                    "why": decision.why,
+                    "warnings": list(verdict.warnings),
+                }
+            )
+        if events and not dry_run:
+            s.append_many(events)
+        return results
 
     # -- people's decisions ---------------------------------------------------------------------------
 

@@ -334,3 +334,18 @@ def test_rebuild_gives_identical_statuses_and_confidences(
         assert statuses(sub) == before
         assert sub.stats()["knowledge"] == stats_before
         assert json.dumps(before, sort_keys=True)  # plain values only
+
+
+def test_duplicates_within_one_triage_run_are_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with knowledge_home(tmp_path, monkeypatch) as (sub, server):
+        text = "Invar mounts drift 2 um per year unless annealed first"
+        for _ in range(2):
+            iid = sub.capture("q", f"r {len(sub.interactions())}")["id"]
+            server.push(candidates_json([domain(text, "materials")]))
+            sub.extract(interaction_ids=[iid], extractor="ollama")
+        server.push(verdict_json("promote", 0.95, "Earned."), verdict_json("promote", 0.95, "Earned."))
+        out = sub.triage(pending=True, triager="ollama")
+        first, second = out["results"]
+        assert (first["action"], second["action"]) == ("promote", "wait")
+        assert second["duplicate_of"] == first["id"]
+        assert [m["content"] for m in sub.list()] == [text]
