@@ -489,6 +489,20 @@ def reject(ctx: Ctx, memory_id: str, reason: str) -> None:
     ctx.emit({"memory": m}, f"rejected {memory_id}")
 
 
+@click.command("supersede")
+@click.argument("memory_id")
+@click.option("--by", "by_memory", help="The memory that replaces it.")
+@click.option("--reason", required=True, help="Why it no longer holds.")
+@json_option
+@click.pass_obj
+def supersede(ctx: Ctx, memory_id: str, by_memory: str | None, reason: str) -> None:
+    """Retire active memory MEMORY_ID (it stays in the log; --status superseded shows it)."""
+    with opened(ctx) as s:
+        m = s.supersede(memory_id, reason=reason, by_memory=by_memory)
+    warn(ctx, m)
+    ctx.emit({"memory": m}, f"superseded {memory_id}")
+
+
 # -- decay and domains ---------------------------------------------------------------------------------------
 
 
@@ -561,6 +575,7 @@ COMMANDS: Sequence[click.Command] = [
     candidates_group,
     promote,
     reject,
+    supersede,
     decay_group,
     domains_group,
 ]

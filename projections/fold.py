@@ -126,6 +126,8 @@ class _Buffer:
     migrations: list[tuple[int, str, str, str, int]] = field(default_factory=list)
     interactions: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     inactive: list[int] = field(default_factory=list)  # stored_seq of memories stored not active
+    # memory.superseded events not applied yet (id -> seq, confidence); knowledge_fold applies them
+    superseded: dict[str, tuple[int, float | None]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -135,6 +137,7 @@ class _Buffer:
             + len(self.touches)
             + len(self.atomisations)
             + len(self.interactions)
+            + len(self.superseded)
         )
 
 
@@ -188,6 +191,8 @@ class Fold:
         b = self.buf
         if b.memories["id"]:
             self._flush_memories()
+        if b.superseded:
+            knowledge_fold.flush_superseded(self)
         if b.links:
             self._insert_rows("links", ["seq", "src", "dst", "relation", "metadata", "created_at"], b.links)
             b.links = []
@@ -363,6 +368,8 @@ class Fold:
         mid = get("id")
         if not isinstance(mid, str) or not mid or mid in self.buf.ids:
             return  # a repeated id never replaces the first memory (first write wins)
+        if mid in self.buf.superseded:
+            self.flush()  # a supersession logged before the store must find no memory
         m = self.buf.memories
         title, source, tags, meta = get("title"), get("source"), get("tags"), get("metadata")
         m["id"].append(mid)

@@ -340,12 +340,46 @@ def reinforced(f: Fold, e: Entry, d: dict[str, Any]) -> None:
 
 
 def superseded(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    mid = _transition(f, e, d)
-    if mid is None:
+    # Buffered: a decay run supersedes thousands of memories at once, and one statement
+    # applies them all. The first supersession of an id in a batch is the one that counts,
+    # as it would be applied one by one (the next finds the memory superseded already).
+    mid = read_id(d.get("id"))
+    if not mid or mid in f.buf.superseded:
         return
     confidence = read_float(d.get("confidence"))
-    if d.get("by") == "decay" and confidence is not None and 0.0 <= confidence <= 1.0:
-        f.conn.execute("UPDATE memories SET confidence = ? WHERE id = ?", [confidence, mid])
+    decayed = d.get("by") == "decay" and confidence is not None and 0.0 <= confidence <= 1.0
+    f.buf.superseded[mid] = (e.seq, confidence if decayed else None)
+
+
+def flush_superseded(f: Fold) -> None:
+    """Apply the buffered supersessions to the active memories they name (status_after's rule)."""
+    pending = f.buf.superseded
+    f.buf.superseded = {}
+    assert status_after(vk.MEMORY_SUPERSEDED, "active") == "superseded"
+    batch = pa.table(
+        {
+            "id": list(pending),
+            "seq": [seq for seq, _ in pending.values()],
+            "confidence": pa.array([c for _, c in pending.values()], pa.float64()),
+        }
+    )
+    f.conn.register("ml_superseded", batch)
+    try:
+        done = f.conn.execute(
+            "UPDATE memories SET status = 'superseded', last_event_seq = b.seq, "
+            "confidence = coalesce(b.confidence, memories.confidence) "
+            "FROM ml_superseded b WHERE memories.id = b.id AND memories.status = 'active' "
+            "RETURNING memories.id, memories.stored_seq"
+        ).fetchall()
+    finally:
+        f.conn.unregister("ml_superseded")
+    if done:
+        rows = pa.table({"id": [r[0] for r in done], "doc": [r[1] for r in done]})
+        f.conn.register("ml_inactive", rows)
+        try:
+            f.conn.execute("INSERT INTO inactive SELECT id, doc FROM ml_inactive")
+        finally:
+            f.conn.unregister("ml_inactive")
 
 
 HANDLERS: Final[dict[str, Callable[[Fold, Entry, dict[str, Any]], None]]] = {

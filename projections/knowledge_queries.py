@@ -25,9 +25,12 @@ __all__ = [
     "candidate_ids",
     "candidates",
     "decay_rows",
+    "extraction_states",
     "interaction",
     "interactions",
     "knowledge_counts",
+    "known_candidates",
+    "known_interactions",
     "memories_with_prefix",
     "pending_candidates",
     "pending_interactions",
@@ -36,6 +39,7 @@ __all__ = [
     "reinforcement_pool",
     "similar_active",
     "state_entries",
+    "statuses_of",
 ]
 
 #: The queues `candidates list --status` shows: untriaged (or every triage failed),
@@ -281,6 +285,33 @@ def pending_candidates(conn: duckdb.DuckDBPyConnection, limit: int) -> list[str]
         [limit],
     ).fetchall()
     return [str(r[0]) for r in rows]
+
+
+def known_candidates(conn: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> set[str]:
+    """Which of ``ids`` are candidates (memories that began as one), in one query."""
+    rows = conn.execute("SELECT id FROM candidates WHERE id IN (SELECT unnest(?::VARCHAR[]))", [list(ids)])
+    return {str(r[0]) for r in rows.fetchall()}
+
+
+def known_interactions(conn: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> set[str]:
+    rows = conn.execute("SELECT id FROM interactions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [list(ids)])
+    return {str(r[0]) for r in rows.fetchall()}
+
+
+def extraction_states(conn: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[str, str]:
+    """Where the extraction of each of ``ids`` stands (pending, extracted), in one query."""
+    rows = conn.execute(
+        "SELECT id, extraction FROM interactions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [list(ids)]
+    )
+    return {str(r[0]): str(r[1]) for r in rows.fetchall()}
+
+
+def statuses_of(conn: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[str, str]:
+    """The status of each of ``ids`` that is a memory, in one query."""
+    rows = conn.execute(
+        "SELECT id, status FROM memories WHERE id IN (SELECT unnest(?::VARCHAR[]))", [list(ids)]
+    )
+    return {str(r[0]): str(r[1]) for r in rows.fetchall()}
 
 
 def candidate_ids(conn: duckdb.DuckDBPyConnection, interaction_id: str) -> list[str]:

@@ -539,6 +539,10 @@ class Substrate:
         """A person rejects a candidate (it becomes invalid)."""
         return self.knowledge.reject(memory_id, reason=reason)
 
+    def supersede(self, memory_id: str, *, reason: str, by_memory: str | None = None) -> Memory:
+        """Retire an active memory (``by_memory``: the memory that replaces it)."""
+        return self.knowledge.supersede(memory_id, reason=reason, by_memory=by_memory)
+
     def decay(self, *, now: int | None = None, dry_run: bool = False) -> dict[str, Any]:
         """Supersede the memories decay has taken below the floor at ``now`` (µs; default: the clock)."""
         return self.knowledge.decay(now=now, dry_run=dry_run)

@@ -352,8 +352,9 @@ class Knowledge:
         )
         with self.sessions.session() as s:
             ids = kq.pending_interactions(s.conn, check_limit(limit)) if pending else list(interaction_ids)
+            known = kq.known_interactions(s.conn, [i for i in ids if isinstance(i, str)])
             for iid in ids:
-                if not isinstance(iid, str) or kq.interaction(s.conn, iid) is None:
+                if iid not in known:
                     raise NotFound(f"no interaction with id {iid!r}", id=iid)
         if not ids:
             raise Informational("no interaction is waiting for extraction")
@@ -402,11 +403,11 @@ class Knowledge:
         events: list[Payload] = []
         results: list[dict[str, Any]] = []
         described: dict[str, dict[str, Any]] = {}
+        states = kq.extraction_states(s.conn, [row["id"] for row, _ in answers if row is not None])
         for row, outcome in answers:
             assert row is not None
             iid = row["id"]
-            current = kq.interaction(s.conn, iid)
-            if outcome is None or current is None or current["extraction"] != "pending":
+            if outcome is None or states.get(iid) != "pending":
                 results.append({"interaction": iid, "outcome": "already_extracted"})
                 continue
             if isinstance(outcome, ExtractionFailure):
@@ -519,8 +520,9 @@ class Knowledge:
         )
         with self.sessions.session() as s:
             ids = kq.pending_candidates(s.conn, check_limit(limit)) if pending else list(candidate_ids)
+            known = kq.known_candidates(s.conn, [i for i in ids if isinstance(i, str)])
             for cid in ids:
-                if not isinstance(cid, str) or kq.candidate(s.conn, cid) is None:
+                if cid not in known:
                     raise NotFound(f"no candidate with id {cid!r}", id=cid)
         if not ids:
             raise Informational("no candidate is waiting for triage")
@@ -600,12 +602,11 @@ class Knowledge:
         results: list[dict[str, Any]] = []
         # Promotions earlier in this chunk count as active memories for the duplicate rule.
         promoted_here: dict[str, str] = {}
+        now = kq.statuses_of(s.conn, [m["id"] for m, _i, _d in work])
         for (m, item, seen_duplicate), verdict in zip(work, verdicts, strict=True):
             cid = m["id"]
-            current = s.get(cid)
-            if item is None or current is None or current["status"] != "candidate":
-                status = current["status"] if current else None
-                results.append({"id": cid, "outcome": "already_decided", "status": status})
+            if item is None or now.get(cid) != "candidate":
+                results.append({"id": cid, "outcome": "already_decided", "status": now.get(cid)})
                 continue
             if isinstance(verdict, TriageFailure):
                 events.append(
@@ -736,6 +737,28 @@ class Knowledge:
             s.append(payload)
             return s.with_warnings(s.require(memory_id))
 
+    def supersede(self, memory_id: str, *, reason: str, by_memory: str | None = None) -> Memory:
+        """A person retires an active memory (optionally naming the memory that replaces it)."""
+        payload = MemorySuperseded(
+            id=memory_id, by="memory" if by_memory else "person", reason=reason, superseded_by=by_memory
+        )
+        with self.sessions.session() as s:
+            m = s.require(memory_id)
+            if by_memory is not None:
+                if by_memory == memory_id:
+                    raise UsageError("a memory cannot supersede itself", id=memory_id)
+                s.require(by_memory)
+            if status_after("memory.superseded", m["status"]) is None:
+                if m["status"] == "superseded":
+                    raise Informational(f"memory {memory_id} is superseded already", id=memory_id)
+                raise UsageError(
+                    f"only active memories can be superseded; memory {memory_id} is {m['status']}",
+                    id=memory_id,
+                    status=m["status"],
+                )
+            s.append(payload)
+            return s.with_warnings(s.require(memory_id))
+
     @staticmethod
     def _decidable(s: Session, memory_id: str, event_type: str, verb: str) -> Memory:
         m = s.require(memory_id)
@@ -758,7 +781,7 @@ class Knowledge:
         if isinstance(at, bool) or not isinstance(at, int) or at < 0:
             raise UsageError(f"now must be a non-negative time in microseconds; got {now!r}", field="now")
         policy = self.settings.decay
-        out: list[MemorySuperseded] = []
+        gone: list[tuple[str, float, int]] = []
         decaying = 0
         with self.sessions.session() as s:
             rows = kq.decay_rows(s.conn, at - (policy.idle_days + 1) * DAY_US)
@@ -773,28 +796,32 @@ class Knowledge:
                     value = decayed_confidence(
                         conf, anchor_us=anchor, reference_count=0, now_us=at, policy=policy
                     )
-                    out.append(
-                        MemorySuperseded(
-                            id=mid,
-                            by="decay",
-                            confidence=value,
-                            now=at,
-                            policy=policy.to_data(),
-                            reason=f"unreferenced and idle since {_iso(anchor).date().isoformat()}: "
-                            f"confidence {value:.3f} is below the floor {policy.floor:g}",
-                        )
-                    )
+                    gone.append((mid, value, anchor))
             if not dry_run:
-                for start in range(0, len(out), DECAY_BATCH):
-                    s.append_many(out[start : start + DECAY_BATCH])
+                recorded = policy.to_data()
+                for start in range(0, len(gone), DECAY_BATCH):
+                    s.append_many(
+                        [
+                            MemorySuperseded(
+                                id=mid,
+                                by="decay",
+                                confidence=value,
+                                now=at,
+                                policy=recorded,
+                                reason=f"unreferenced and idle since {_iso(anchor).date().isoformat()}: "
+                                f"confidence {value:.3f} is below the floor {policy.floor:g}",
+                            )
+                            for mid, value, anchor in gone[start : start + DECAY_BATCH]
+                        ]
+                    )
         return {
             "now": at,
             "dry_run": dry_run,
             "policy": policy.to_data(),
             "checked": len(ids),
             "decaying": decaying,
-            "superseded_count": len(out),
-            "superseded": [{"id": p.id, "confidence": p.confidence} for p in out[:_MAX_LISTED]],
+            "superseded_count": len(gone),
+            "superseded": [{"id": mid, "confidence": value} for mid, value, _ in gone[:_MAX_LISTED]],
         }
 
     def start_daily(self, *, first: float = DAILY_FIRST_S, every: float = DAILY_S) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 from pydantic import Field, field_validator, model_validator
 
 from mnemolog.eventlog import vocabulary_knowledge as vk
+from mnemolog.eventlog.errors import BadInput
 from mnemolog.eventlog.vocabulary_knowledge import check_category, check_project_name
 from mnemolog.substrate.events.base import Payload
 from mnemolog.substrate.events.limits import (
@@ -291,7 +292,9 @@ class CandidateExtracted(_ModelOutput):
     @model_validator(mode="after")
     def _ids_match(self) -> CandidateExtracted:
         if [c.get("id") for c in self.candidates] != self.candidate_ids:
-            raise ValueError("candidates must list the candidate_ids, in order")
+            raise BadInput(
+                "candidate.extracted: candidates must list the candidate_ids, in order", field="candidates"
+            )
         return self
 
 
@@ -496,8 +499,11 @@ class MemorySuperseded(Payload):
 
     @model_validator(mode="after")
     def _coherent(self) -> MemorySuperseded:
+        # An after-validator runs outside the base class's error mapping: raise the user's error.
         if self.by == "memory" and not self.superseded_by:
-            raise ValueError("a supersession by a memory names it (superseded_by)")
+            raise BadInput("a supersession by a memory names it (superseded_by)", field="superseded_by")
         if self.by == "decay" and (self.confidence is None or self.now is None):
-            raise ValueError("a supersession by decay records the decayed confidence and the clock")
+            raise BadInput("a supersession by decay records the decayed confidence and the clock", field="by")
+        if self.by != "decay" and not (self.reason and self.reason.strip()):
+            raise BadInput("a supersession by a person or a memory says why (reason)", field="reason")
         return self

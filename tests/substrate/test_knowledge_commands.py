@@ -286,3 +286,19 @@ def test_the_domain_prefix_migration_is_recorded_not_rewritten(sub: Substrate) -
     assert {e.data["migration_run"] for e in updates} == {out["run_id"]}
     # Nothing left to migrate.
     assert sub.migrate_domain_prefixes()["changed"] == 0
+
+
+def test_people_supersede_active_memories(sub: Substrate) -> None:
+    old = sub.store("The quilting limit of the 16-inch tool is 200 N")
+    new = sub.store("The quilting limit of the 16-inch tool is 234 N")
+    gone = sub.supersede(old["id"], by_memory=new["id"], reason="measured again")
+    assert gone["status"] == "superseded"
+    (e,) = [e for e in sub.log.iter_entries(0) if e.type == "memory.superseded"]
+    assert e.data == {"id": old["id"], "by": "memory", "reason": "measured again", "superseded_by": new["id"],
+                      "policy": {}}  # fmt: skip
+    assert [m["id"] for m in sub.recall("quilting limit")] == [new["id"]]
+    refused(sub, lambda: sub.supersede(old["id"], reason="again"), Informational, 1)
+    refused(sub, lambda: sub.supersede(new["id"], reason="x", by_memory=new["id"]), UsageError, 64)
+    refused(sub, lambda: sub.supersede(new["id"], reason="x", by_memory="01NOPE"), NotFound, 2)
+    refused(sub, lambda: sub.supersede(new["id"], reason=""), BadInput, 65)
+    assert sub.supersede(new["id"], reason="obsolete")["status"] == "superseded"
