@@ -29,6 +29,7 @@ from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.projections.memories import Edge, Memory
 from mnemolog.projections.recall import Filters
+from mnemolog.substrate import witnessing
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.events import (
     LinkCreated,
@@ -103,6 +104,12 @@ class Substrate:
         if long_lived and worker:
             self.atomiser.start_worker()
             self.knowledge.start_daily()
+        # A long-lived process sends its checkpoints to the home's witnesses from a thread.
+        self._witnesses = (
+            witnessing.start_watcher(self.home.root, self.home.log_dir, self.home.keys_dir)
+            if long_lived
+            else None
+        )
 
     @classmethod
     def open(
@@ -131,6 +138,7 @@ class Substrate:
         )
 
     def close(self) -> None:
+        """Stop the worker and release the projection, the writer and the log (idempotent)."""
         if self._closed:
             return
         self._closed = True
@@ -139,6 +147,8 @@ class Substrate:
         self.projections.close()
         self.writer.close()
         self.log.close()
+        if self._witnesses is not None:
+            self._witnesses.close()  # after the closing checkpoint, so it is sent too
 
     def __enter__(self) -> Substrate:
         return self

@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from mnemolog.eventlog import vocabulary_knowledge as vk
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.eventlog.vocabulary_knowledge import check_category, check_project_name
-from mnemolog.substrate.events.base import Payload
+from mnemolog.substrate.events.base import Chained, Payload
 from mnemolog.substrate.events.limits import (
     MAX_CONTENT_BYTES,
     MAX_SOURCE_CHARS,
@@ -73,7 +73,7 @@ def clip_response(text: str) -> str:
     return f"{head}\n[... {len(data)} bytes in all; cut ...]"
 
 
-class _ModelOutput(Payload):
+class _ModelOutput(Chained):
     """What a curator call leaves behind: who answered, with which instructions, and what it said."""
 
     responses: list[str] = Field(default_factory=list)
@@ -217,7 +217,7 @@ class StateInvalidated(_StateKey):
 # -- capture ----------------------------------------------------------------------------
 
 
-class InteractionCaptured(Payload):
+class InteractionCaptured(Chained):
     """`interaction.captured` tv 1: one prompt and response, as the agent saw them.
 
     Capture changes no memory, state or chunk by itself; ``reinforce`` says
@@ -399,7 +399,7 @@ class TriageFailed(_ModelOutput):
         return check_text(value, "message", 8192)
 
 
-class MemoryPromoted(Payload):
+class MemoryPromoted(Chained):
     """`memory.promoted` tv 1: a candidate becomes active, by triage or by a person.
 
     ``project`` and ``domains`` are the memory's from now on (a triager may
@@ -431,7 +431,7 @@ class MemoryPromoted(Payload):
         return check_text(value, "reason")
 
 
-class MemoryRejected(Payload):
+class MemoryRejected(Chained):
     """`memory.rejected` tv 1: a candidate becomes invalid, by triage or by a person."""
 
     TYPE = vk.MEMORY_REJECTED
@@ -453,7 +453,7 @@ class MemoryRejected(Payload):
 # -- reinforcement and supersession ------------------------------------------------------
 
 
-class MemoryReinforced(Payload):
+class MemoryReinforced(Chained):
     """`memory.reinforced` tv 1: a captured response echoed the memory.
 
     The match (terms shared, the memory's term count, short or long mode),
@@ -473,7 +473,7 @@ class MemoryReinforced(Payload):
     policy: dict[str, Any] = Field(default_factory=dict)
 
 
-class MemorySuperseded(Payload):
+class MemorySuperseded(Chained):
     """`memory.superseded` tv 1: an active memory no longer holds.
 
     ``by`` is "decay" (with the decayed ``confidence``, the clock ``now`` it

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 
 from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.vocabulary_knowledge import check_project_name
-from mnemolog.substrate.events.base import Payload
+from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.events.limits import (
     check_confidence,
     check_content,
@@ -43,7 +43,7 @@ Kind = Literal["observation", "user", "feedback", "project", "decision", "refere
 Relation = Literal["related_to", "supersedes", "contradicts", "derived_from", "derives_from", "reflects_on"]
 
 
-class _MemoryFields(Payload):
+class _MemoryFields(Chained):
     """The checks shared by a store and an update (in an update, None means "not given")."""
 
     PARTIAL: ClassVar[bool] = False
@@ -100,16 +100,16 @@ class _MemoryFields(Payload):
 
 
 class MemoryStored(_MemoryFields):
-    """`memory.stored` tv 2: a new memory (also every atom, which carries atom_of).
+    """`memory.stored` tv 3: a new memory (also every atom, which carries atom_of).
 
-    tv 2 added the knowledge fields: the canonical `project` ("" = every
-    project), the `domains` it is tagged with, and `status` ("candidate" for
-    a candidate an extraction proposed, else "active"). tv 1 payloads read as
-    active, project-less and untagged.
+    tv 2 added the back-chain (`touch_prev`); tv 3 the knowledge fields: the
+    canonical `project` ("" = every project), the `domains` it is tagged
+    with, and `status` ("candidate" for a candidate an extraction proposed,
+    else "active"). Older payloads read as active, project-less and untagged.
     """
 
     TYPE = v.MEMORY_STORED
-    TV = 2
+    TV = 3
 
     id: str
     namespace: str
@@ -173,16 +173,16 @@ class MemoryStored(_MemoryFields):
 
 
 class MemoryUpdated(_MemoryFields):
-    """`memory.updated` tv 2: fields given replace; metadata keys merge (null removes).
+    """`memory.updated` tv 3: fields given replace; metadata keys merge (null removes).
 
-    tv 2 may also change `project` and `domains` (tv 1 could not).
+    tv 3 may also change `project` and `domains` (older updates could not).
 
     Its fields besides `id` and `migration_run` are exactly the vocabulary's
     MUTABLE_FIELDS: what `Substrate.update` accepts comes from here.
     """
 
     TYPE = v.MEMORY_UPDATED
-    TV = 2
+    TV = 3
     PARTIAL = True
 
     id: str
@@ -200,43 +200,40 @@ class MemoryUpdated(_MemoryFields):
     migration_run: str | None = None  # set by a log-backed migration; rollbacks undo these
 
 
-class MemoryArchived(Payload):
-    """`memory.archived` tv 1; `by` says whose signal it is (vocabulary.ARCHIVE_BY)."""
+class _WithReason(Chained):
+    """An event about one memory with an optional reason (short text)."""
+
+    id: str
+    reason: str | None = None
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _reason(cls, reason: Any) -> Any:
+        return check_text(reason, "reason")
+
+
+class MemoryArchived(_WithReason):
+    """`memory.archived` tv 2; `by` says whose signal it is (vocabulary.ARCHIVE_BY)."""
 
     TYPE = v.MEMORY_ARCHIVED
-    TV = 1
+    TV = 2
 
-    id: str
     by: Literal["operator", "atomisation", "reatomisation"] = "operator"
-    reason: str | None = None
     atomised_into: int | None = None
 
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _reason(cls, reason: Any) -> Any:
-        return check_text(reason, "reason")
 
-
-class MemoryRestored(Payload):
-    """`memory.restored` tv 1: both archive signals cleared."""
+class MemoryRestored(_WithReason):
+    """`memory.restored` tv 2: both archive signals cleared."""
 
     TYPE = v.MEMORY_RESTORED
-    TV = 1
-
-    id: str
-    reason: str | None = None
-
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _reason(cls, reason: Any) -> Any:
-        return check_text(reason, "reason")
+    TV = 2
 
 
-class LinkCreated(Payload):
-    """`link.created` tv 1: an edge; derives_from from an atom to its parent is the signed edge."""
+class LinkCreated(Chained):
+    """`link.created` tv 2: an edge; derives_from from an atom to its parent is the signed edge."""
 
     TYPE = v.LINK_CREATED
-    TV = 1
+    TV = 2
 
     src: str
     dst: str
