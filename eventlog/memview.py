@@ -21,7 +21,7 @@ import json
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from mnemolog.eventlog import vocabulary_knowledge as vk
+from mnemolog.eventlog import vocabulary as vk
 from mnemolog.eventlog.entry import Entry, to_jsonable
 from mnemolog.eventlog.vocabulary import (
     UNDO_FIELDS,

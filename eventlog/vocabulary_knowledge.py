@@ -1,10 +1,10 @@
-"""The knowledge loop's words: memory statuses, knowledge domains, state categories, verdicts.
+"""The knowledge loop's words: knowledge domains, state categories, verdicts, project names.
 
 One home for the closed sets the loop writes into events (and the checks that
 keep anything else out), in the bottom layer so the curators (which tag
 domains), the projections (which fold statuses) and the substrate (which
-validates commands) all read the same tuples. Standard library only, like the
-rest of the vocabulary the offline verifier may need.
+validates commands) all read the same tuples. The event names, statuses and
+status transitions are the vocabulary's (re-exported here).
 """
 
 from __future__ import annotations
@@ -15,46 +15,28 @@ from typing import Final, Literal
 
 from mnemolog.eventlog.errors import BadInput, UsageError
 
-# -- event types of the knowledge loop (past-tense facts; stable once written) -----------
-
-PROJECT_REGISTERED: Final = "project.registered"
-PROJECT_ALIASED: Final = "project.aliased"
-STATE_SET: Final = "state.set"
-STATE_INVALIDATED: Final = "state.invalidated"
-INTERACTION_CAPTURED: Final = "interaction.captured"
-CANDIDATE_EXTRACTED: Final = "candidate.extracted"
-EXTRACTION_FAILED: Final = "extraction.failed"
-CANDIDATE_TRIAGED: Final = "candidate.triaged"
-TRIAGE_FAILED: Final = "triage.failed"
-MEMORY_PROMOTED: Final = "memory.promoted"
-MEMORY_REJECTED: Final = "memory.rejected"
-MEMORY_REINFORCED: Final = "memory.reinforced"
-MEMORY_SUPERSEDED: Final = "memory.superseded"
-
-# -- memory lifecycle -------------------------------------------------------------------
-
-Status = Literal["candidate", "active", "superseded", "invalid"]
-#: candidate -> active (promoted) -> superseded (decay, a person, a newer memory);
-#: candidate -> invalid (rejected). Memories written before statuses existed are active.
-STATUSES: Final[tuple[str, ...]] = ("candidate", "active", "superseded", "invalid")
-DEFAULT_STATUS: Final = "active"
-
-#: The status changes the loop's events make: (statuses it applies to, status after).
-#: A change from any other status is refused by the command and skipped by a fold.
-TRANSITIONS: Final[dict[str, tuple[frozenset[str], str]]] = {
-    MEMORY_PROMOTED: (frozenset({"candidate"}), "active"),
-    MEMORY_REJECTED: (frozenset({"candidate"}), "invalid"),
-    MEMORY_SUPERSEDED: (frozenset({"active"}), "superseded"),
-}
-
-
-def status_after(event_type: str, current: str | None) -> str | None:
-    """The status a memory has after ``event_type``, or None when the event does not apply to it."""
-    rule = TRANSITIONS.get(event_type)
-    if rule is None or current not in rule[0]:
-        return None
-    return rule[1]
-
+# The event names, statuses and status transitions live in the vocabulary (standard library
+# only, for the offline verifier); they are re-exported here beside the loop's other words.
+from mnemolog.eventlog.vocabulary import (
+    CANDIDATE_EXTRACTED,
+    CANDIDATE_TRIAGED,
+    DEFAULT_STATUS,
+    EXTRACTION_FAILED,
+    INTERACTION_CAPTURED,
+    MEMORY_PROMOTED,
+    MEMORY_REINFORCED,
+    MEMORY_REJECTED,
+    MEMORY_SUPERSEDED,
+    PROJECT_ALIASED,
+    PROJECT_REGISTERED,
+    STATE_INVALIDATED,
+    STATE_SET,
+    STATUSES,
+    TRANSITIONS,
+    TRIAGE_FAILED,
+    Status,
+    status_after,
+)
 
 #: Kinds whose global (project-less) memories describe the person rather than a
 #: project: identity and preferences. Reinforcement always considers them, and
@@ -190,3 +172,39 @@ def check_statuses(values: Iterable[str]) -> tuple[str, ...]:
         if value not in out:
             out.append(value)
     return tuple(out)
+
+
+__all__ = [
+    "CANDIDATE_EXTRACTED",
+    "CANDIDATE_TRIAGED",
+    "DEFAULT_STATUS",
+    "DOMAINS",
+    "DOMAIN_DESCRIPTIONS",
+    "DOMAIN_NAME",
+    "EXTRACTION_FAILED",
+    "INTERACTION_CAPTURED",
+    "MEMORY_PROMOTED",
+    "MEMORY_REINFORCED",
+    "MEMORY_REJECTED",
+    "MEMORY_SUPERSEDED",
+    "PERSONAL_KINDS",
+    "PROJECT_ALIASED",
+    "PROJECT_NAME",
+    "PROJECT_REGISTERED",
+    "STATE_CATEGORIES",
+    "STATE_INVALIDATED",
+    "STATE_SET",
+    "STATUSES",
+    "TRANSITIONS",
+    "TRIAGE_FAILED",
+    "VERDICTS",
+    "StateCategory",
+    "Status",
+    "Verdict",
+    "check_category",
+    "check_domains",
+    "check_project_name",
+    "check_statuses",
+    "domain_vocabulary",
+    "status_after",
+]
