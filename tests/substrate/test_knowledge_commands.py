@@ -303,3 +303,21 @@ def test_people_supersede_active_memories(sub: Substrate) -> None:
     refused(sub, lambda: sub.supersede(new["id"], reason="x", by_memory="01NOPE"), NotFound, 2)
     refused(sub, lambda: sub.supersede(new["id"], reason=""), BadInput, 65)
     assert sub.supersede(new["id"], reason="obsolete")["status"] == "superseded"
+
+
+def test_atoms_keep_their_parents_project_and_domains(sub: Substrate) -> None:
+    from tests.substrate.test_atomise import POST_MORTEM
+
+    parent = sub.store(POST_MORTEM, project="p04", domains=["software"])
+    result = sub.atomise(parent["id"], curator="rules", max_atom_tokens=80)
+    atoms = [sub.get(a) for a in result.atom_ids]
+    assert atoms and {(a["project"], tuple(a["domains"])) for a in atoms} == {("p04", ("software",))}
+
+
+def test_candidates_are_not_atomised(sub: Substrate) -> None:
+    from tests.substrate.test_atomise import POST_MORTEM
+
+    sub.capture("q", "Lesson learned: " + POST_MORTEM[:400])
+    sub.extract(pending=True, extractor="rules")
+    cand = sub.candidates()[0]
+    refused(sub, lambda: sub.atomise(cand["id"], curator="rules", max_atom_tokens=50), UsageError, 64)
