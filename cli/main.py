@@ -19,6 +19,36 @@ from mnemolog.cli.app import Ctx, MnemologGroup
 #: name -> ("module:attribute", one-line help). Sub-groups that gather commands
 #: from several modules list the extra ones in _EXTRA_SUBCOMMANDS.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "candidates": ("knowledge_commands:candidates_group", "Candidate memories and their queues."),
+    "capture": ("knowledge_commands:capture", "Record one interaction and print its id."),
+    "decay": ("knowledge_commands:decay_group", "Confidence decay of memories nobody references."),
+    "domains": (
+        "knowledge_commands:domains_group",
+        'Knowledge domains: the vocabulary and the old "[domain]" prefixes.',
+    ),
+    "extract": (
+        "knowledge_commands:extract",
+        "Turn interactions into candidate memories (never recalled until promoted).",
+    ),
+    "interactions": ("knowledge_commands:interactions_group", "Captured interactions."),
+    "project": ("knowledge_commands:project_group", "Projects: names, aliases, and what each holds."),
+    "promote": ("knowledge_commands:promote", "Promote candidate MEMORY_ID to an active memory."),
+    "reject": (
+        "knowledge_commands:reject",
+        "Reject candidate MEMORY_ID (it becomes invalid and stays in the log).",
+    ),
+    "state": (
+        "knowledge_commands:state_group",
+        "Trusted project state: curated (project, category, key) = value entries.",
+    ),
+    "supersede": (
+        "knowledge_commands:supersede",
+        "Retire active memory MEMORY_ID (it stays in the log; --status superseded shows it).",
+    ),
+    "triage": (
+        "knowledge_commands:triage",
+        "Give candidates verdicts: promote, reject, needs_human or contradicts.",
+    ),
     "archive": (
         "memory_commands:archive",
         "Hide a memory from recall (it stays in the log and with --include-archived).",

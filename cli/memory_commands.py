@@ -12,6 +12,7 @@ import click
 from mnemolog.cli import tables
 from mnemolog.cli.app import Ctx, json_option, parse_json_object
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.eventlog.vocabulary_knowledge import STATUSES
 from mnemolog.substrate.api import MAX_CONTENT_BYTES, Substrate
 from mnemolog.substrate.events import KINDS, RELATIONS
 
@@ -66,6 +67,16 @@ def memory_text(m: Mapping[str, Any]) -> str:
         lines.append(f"confidence {m['confidence']}")
     if m.get("source"):
         lines.append(f"source     {m['source']}")
+    if m.get("status", "active") != "active":
+        lines.append(f"status     {m['status']}")
+    if m.get("project"):
+        lines.append(f"project    {m['project']}")
+    if m.get("domains"):
+        lines.append(f"domains    {', '.join(m['domains'])}")
+    if m.get("reference_count"):
+        lines.append(
+            f"referenced {m['reference_count']} time(s), last {tables.date(m.get('last_referenced_at'))}"
+        )
     lines.append(f"created    {tables.date(m['created_at'])}   updated {tables.date(m['updated_at'])}")
     for k in ("atom_of", "atomised_into", "archived_at", "atomisation_archived_at"):
         if m.get(k) is not None:
@@ -89,6 +100,15 @@ def filter_options(f: Any) -> Any:
     f = click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds.")(f)
     f = click.option("--tag", "tags", multiple=True, help="Only memories with all these tags.")(f)
     f = click.option("--include-archived", is_flag=True, help="Show archived memories too.")(f)
+    f = click.option("--project", default=None, help="Only this project ('' for memories of no project).")(f)
+    f = click.option("--domain", "domains", multiple=True, help="Only memories with all these domains.")(f)
+    f = click.option(
+        "--status",
+        "statuses",
+        multiple=True,
+        type=click.Choice(STATUSES),
+        help="Only memories of these statuses (repeatable; default: active).",
+    )(f)
     return click.option("--limit", type=click.IntRange(1, 1000), default=10, help="At most N results.")(f)
 
 
@@ -101,6 +121,8 @@ def filter_options(f: Any) -> Any:
 @click.option("--meta", "meta_json", help="Metadata, a JSON object.")
 @click.option("--source", help="Where this came from (a URL, a file, a conversation id).")
 @click.option("--confidence", type=float, default=None, help="A number in [0, 1].")
+@click.option("--project", default="", help="The project it belongs to (default: none, every project).")
+@click.option("--domain", "domains", multiple=True, help="A knowledge domain (repeatable).")
 @json_option
 @click.pass_obj
 def store(
@@ -113,6 +135,8 @@ def store(
     meta_json: str | None,
     source: str | None,
     confidence: float | None,
+    project: str,
+    domains: tuple[str, ...],
 ) -> None:
     """Store TEXT (or standard input with '-') as a memory."""
     meta = parse_json_object(meta_json, "--meta") if meta_json is not None else None
@@ -127,6 +151,8 @@ def store(
             metadata=meta,
             source=source,
             confidence=confidence,
+            project=project,
+            domains=domains,
         )
     warn(ctx, m)
     extra = ""
@@ -157,6 +183,8 @@ def get(ctx: Ctx, memory_id: str) -> None:
 @click.option("--source")
 @click.option("--confidence", type=float, default=None, help="A number in [0, 1].")
 @click.option("--seen", is_flag=True, help="Mark as seen now (last_seen).")
+@click.option("--project", default=None, help="Move it to this project ('' for none).")
+@click.option("--domain", "domains", multiple=True, help="Replace the domains (repeatable).")
 @json_option
 @click.pass_obj
 def update(
@@ -171,6 +199,8 @@ def update(
     source: str | None,
     confidence: float | None,
     seen: bool,
+    project: str | None,
+    domains: tuple[str, ...],
 ) -> None:
     """Change fields of a memory (a memory.updated event)."""
     meta = parse_json_object(meta_json, "--meta") if meta_json is not None else None
@@ -186,6 +216,8 @@ def update(
             source=source,
             confidence=confidence,
             last_seen=s.clock() if seen else None,
+            project=project,
+            domains=list(domains) if domains else None,
         )
     warn(ctx, m)
     ctx.emit({"memory": m}, f"updated {m['id']}")
@@ -246,6 +278,9 @@ def _query_command(name: str, doc: str) -> Any:
         kinds: tuple[str, ...],
         exact_namespace: bool,
         namespace: str | None,
+        project: str | None,
+        domains: tuple[str, ...],
+        statuses: tuple[str, ...],
     ) -> None:
         with opened(ctx) as s:
             fn = s.recall if name == "recall" else s.search
@@ -257,6 +292,9 @@ def _query_command(name: str, doc: str) -> Any:
                 kinds=kinds,
                 tags=tags,
                 include_archived=include_archived,
+                statuses=statuses or ("active",),
+                project=project,
+                domains=domains,
             )
         ctx.emit(
             {"query": query, "results": results},
@@ -284,6 +322,9 @@ def list_cmd(
     exact_namespace: bool,
     namespace: str | None,
     offset: int,
+    project: str | None,
+    domains: tuple[str, ...],
+    statuses: tuple[str, ...],
 ) -> None:
     """List memories, newest first."""
     with opened(ctx) as s:
@@ -295,6 +336,9 @@ def list_cmd(
             kinds=kinds,
             tags=tags,
             include_archived=include_archived,
+            statuses=statuses or ("active",),
+            project=project,
+            domains=domains,
         )
     ctx.emit({"memories": rows}, lambda: tables.memories(rows, "(none)"))
 

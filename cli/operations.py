@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mnemolog.cli import views
 from mnemolog.eventlog.errors import UsageError
+from mnemolog.eventlog.vocabulary_knowledge import Status
 from mnemolog.substrate.events import Kind, Relation
 
 if TYPE_CHECKING:
@@ -41,6 +42,10 @@ class Verbose(Args):
     verbose: bool = Field(False, description="Every field of each memory instead of the compact view.")
 
 
+def _active() -> list[Status]:
+    return ["active"]
+
+
 class Filters(Verbose):
     limit: int = Field(10, ge=1, le=1000, description="At most this many results.")
     namespace: str | None = Field(None, description="Only this namespace (and, by default, those below it).")
@@ -48,6 +53,11 @@ class Filters(Verbose):
     kinds: list[Kind] = Field(default_factory=list, description="Only memories of these kinds.")
     tags: list[str] = Field(default_factory=list, description="Only memories carrying all these tags.")
     include_archived: bool = Field(False, description="Also archived (hidden) memories.")
+    project: str | None = Field(None, description="Only this project ('' for memories of no project).")
+    domains: list[str] = Field(default_factory=list, description="Only memories with all these domains.")
+    statuses: list[Status] = Field(
+        default_factory=_active, description="Only memories in these knowledge statuses."
+    )
 
     def filters(self) -> dict[str, Any]:
         return {
@@ -56,6 +66,9 @@ class Filters(Verbose):
             "kinds": list(self.kinds),
             "tags": list(self.tags),
             "include_archived": self.include_archived,
+            "project": self.project,
+            "domains": list(self.domains),
+            "statuses": tuple(self.statuses) or ("active",),
         }
 
 
@@ -68,6 +81,8 @@ class StoreArgs(Verbose):
     confidence: float | None = Field(None, ge=0, le=1, description="How sure, in [0, 1].")
     source: str | None = Field(None, description="Where it came from (a URL, a file, a conversation id).")
     metadata: dict[str, Any] | None = Field(None, description="Any JSON object (at most 64 KiB).")
+    project: str = Field("", description="The project it belongs to ('': every project).")
+    domains: list[str] = Field(default_factory=list, description="Knowledge domains it is filed under.")
 
 
 class QueryArgs(Filters):
@@ -100,6 +115,8 @@ class UpdateArgs(Verbose):
     confidence: float | None = Field(None, ge=0, le=1)
     source: str | None = None
     metadata: dict[str, Any] | None = Field(None, description="Keys to set; a null value removes a key.")
+    project: str | None = None
+    domains: list[str] | None = Field(None, description="Replaces the domains.")
 
 
 class ArchiveArgs(Verbose):
@@ -224,6 +241,8 @@ def _store(s: Substrate, a: StoreArgs) -> dict[str, Any]:
         confidence=a.confidence,
         source=a.source,
         metadata=a.metadata,
+        project=a.project,
+        domains=list(a.domains),
     )
     return {"memory": views.memory_view(m, a.verbose)}
 

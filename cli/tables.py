@@ -39,6 +39,11 @@ def flags(m: Mapping[str, Any]) -> list[str]:
         out.append("atomisation-archived")
     if m.get("atom_of"):
         out.append(f"atom-of:{m['atom_of']}")
+    if m.get("status", "active") != "active":
+        out.append(str(m["status"]))
+    if m.get("project"):
+        out.append(f"project:{m['project']}")
+    out.extend(f"domain:{d}" for d in m.get("domains") or ())
     return out
 
 
@@ -109,6 +114,7 @@ STAT_KEYS = (
     "atoms",
     "links",
     "namespaces",
+    "policies",
 )
 
 
@@ -124,6 +130,10 @@ def stats(st: Mapping[str, Any]) -> str:
                 f"pending {a['pending']}",
             )
         )
+    if "knowledge" in st:
+        k = st["knowledge"]
+        for name in ("statuses", "candidates", "interactions"):
+            rows.append((name, ", ".join(f"{n} {c}" for n, c in k[name].items())))
     events = st.get("events", {})
     if not to_terminal():
         lines = [f"{k:<12} {v}" for k, v in rows]

@@ -19,6 +19,7 @@ TIME_FIELDS = ("created_at", "updated_at", "last_seen", "archived_at", "atomisat
 #: The compact view's fields, in order, when present and not empty.
 COMPACT_FIELDS = (
     *("id", "namespace", "kind", "title", "content", "tags", "confidence", "source", "atom_of"),
+    *("project", "domains"),
     *("atomise_mode", "atomise_outcome", "warnings"),
 )
 
@@ -49,6 +50,8 @@ def memory_view(m: Mapping[str, Any], verbose: bool = False) -> dict[str, Any]:
         out["updated_at"] = iso(m["updated_at"])
     if hidden(m):
         out["archived"] = True
+    if m.get("status") not in (None, "active"):
+        out["status"] = m["status"]
     if m.get("atomised_into"):
         out["atomised_into"] = m["atomised_into"]
     if "score" in m:

@@ -162,8 +162,11 @@ def check_views(
     if target not in ids:
         raise fail(f"{MANIFEST}: the memory {target!r} has no view", "selection.target", file=MANIFEST)
     wanted = set(ids)
+    closure = memview.chain_closure(target, entries) if man["include_chain"] else {target}
+    # A member of the chain without a view (a candidate's interaction) selects entries too.
+    selecting = wanted | closure
     for e in entries:
-        if not wanted.intersection(memview.entry_touched_ids(e)):
+        if not selecting.intersection(memview.entry_touched_ids(e)):
             raise fail(
                 f"{ENTRIES}: entry {e.seq} ({e.type}) touches none of the bundle's memories",
                 "selection.extra_entry",
@@ -171,7 +174,6 @@ def check_views(
                 file=ENTRIES,
             )
     stored = memview.stored_ids(entries)
-    closure = memview.chain_closure(target, entries) if man["include_chain"] else {target}
     unstored = set(man["unstored"])
     if man["unstored"] != sorted(unstored) or unstored & wanted:
         raise fail(f"{MANIFEST}: unstored must be sorted ids without views", "manifest.decode", file=MANIFEST)

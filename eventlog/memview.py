@@ -21,6 +21,7 @@ import json
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+from mnemolog.eventlog import vocabulary as vk
 from mnemolog.eventlog.entry import Entry, to_jsonable
 from mnemolog.eventlog.vocabulary import (
     UNDO_FIELDS,
@@ -37,6 +38,7 @@ from mnemolog.eventlog.vocabulary import (
 
 __all__ = [
     "ENVELOPES_FORMAT",
+    "KNOWLEDGE_DEFAULTS",
     "VIEWS_FORMAT",
     "chain_closure",
     "entry_touched_ids",
@@ -91,6 +93,74 @@ def _new_view(e: Entry, d: dict[str, Any], mid: str) -> dict[str, Any]:
     }
 
 
+# -- the knowledge loop's part of a view ------------------------------------------------
+# Shown as a "knowledge" block, and only once the memory has any of it (a project, a
+# domain, a status other than active, a reinforcement): the views of memories that never
+# met the knowledge loop are byte for byte what they were before it existed, so bundles
+# exported then still verify.
+
+
+def _project(value: Any) -> str:
+    return value.strip() if isinstance(value, str) and value else ""
+
+
+#: A view without a knowledge block has these values (its projected row shows them).
+KNOWLEDGE_DEFAULTS: dict[str, Any] = {
+    "project": "",
+    "domains": [],
+    "status": "active",
+    "promoted_at": None,
+    "reference_count": 0,
+    "last_referenced_at": None,
+}
+
+
+def _knowledge(d: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    domains = d.get("domains")
+    candidate = d.get("status") == "candidate"
+    block = {
+        **KNOWLEDGE_DEFAULTS,
+        "status": "candidate" if candidate else "active",
+        "project": _project(d.get("project")),
+        "domains": read_tags(domains) if domains else [],
+    }
+    shown = candidate or bool(block["project"]) or bool(block["domains"])
+    return block, shown
+
+
+def _knowledge_event(view: dict[str, Any], block: dict[str, Any], e: Entry, d: dict[str, Any]) -> bool:
+    """Apply a knowledge event to a view; True when it changed the memory."""
+    if e.type == vk.MEMORY_REINFORCED:
+        conf = read_float(d.get("confidence"))
+        if conf is None or not 0.0 <= conf <= 1.0 or block["status"] != "active":
+            return False
+        view["confidence"] = conf
+        view["last_event_seq"] = e.seq
+        block["reference_count"] += 1
+        block["last_referenced_at"] = e.ts
+        return True
+    after = vk.status_after(e.type, block["status"])
+    if after is None:
+        return False
+    block["status"] = after
+    view["last_event_seq"] = e.seq
+    if e.type == vk.MEMORY_PROMOTED:
+        domains = d.get("domains")
+        block["promoted_at"] = e.ts
+        block["project"] = _project(d.get("project"))
+        block["domains"] = read_tags(domains) if isinstance(domains, list) else []
+    elif e.type == vk.MEMORY_SUPERSEDED and d.get("by") == "decay":
+        conf = read_float(d.get("confidence"))
+        if conf is not None and 0.0 <= conf <= 1.0:
+            view["confidence"] = conf
+    return True
+
+
+_KNOWLEDGE_EVENTS = frozenset(
+    (vk.MEMORY_PROMOTED, vk.MEMORY_REJECTED, vk.MEMORY_SUPERSEDED, vk.MEMORY_REINFORCED)
+)
+
+
 def _updated(v: dict[str, Any], e: Entry, d: dict[str, Any]) -> None:
     v["updated_at"] = e.ts
     v["last_event_seq"] = e.seq
@@ -127,6 +197,8 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
     # Edges likewise: the projection keeps a link whether or not its ends exist yet.
     links: dict[str, dict[str, list[dict[str, Any]]]] = {i: {"outgoing": [], "incoming": []} for i in wanted}
     undo: list[tuple[int, str, dict[str, Any]]] = []
+    blocks: dict[str, dict[str, Any]] = {}
+    shown: set[str] = set()
     for e in entries:
         d = upcast(e.type, e.tv, e.data)
         for i in touched_ids(e.type, d):
@@ -136,17 +208,34 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
             mid = _id(d.get("id"))
             if mid in wanted and mid not in views:
                 views[mid] = _new_view(e, d, mid)
+                blocks[mid], is_shown = _knowledge(d)
+                if is_shown:
+                    shown.add(mid)
         target = views.get(_id(d.get("id")))
-        if e.type == "memory.updated" and target is not None:
+        if e.type in _KNOWLEDGE_EVENTS and target is not None:
+            if _knowledge_event(target, blocks[target["id"]], e, d):
+                shown.add(target["id"])
+        elif e.type == "memory.updated" and target is not None:
+            block = blocks[target["id"]]
             if d.get("migration_run"):
-                undo.append((e.seq, target["id"], {k: copy.deepcopy(target[k]) for k in UNDO_FIELDS}))
+                before = {k: copy.deepcopy(target[k]) for k in UNDO_FIELDS if k in target}
+                before.update({k: copy.deepcopy(block[k]) for k in ("project", "domains")})
+                undo.append((e.seq, target["id"], before))
             _updated(target, e, d)
+            if isinstance(d.get("project"), str):
+                block["project"] = _project(d["project"])
+                shown.add(target["id"])
+            if isinstance(d.get("domains"), list):
+                block["domains"] = read_tags(d["domains"])
+                shown.add(target["id"])
         elif e.type == "migration.rolled_back" and read_int(d.get("snapshot_size")) is not None:
             # A log-backed migration rolled back: what its updates replaced comes back.
             size = d["snapshot_size"]
             for seq, mid, before in sorted(undo, key=lambda u: u[0], reverse=True):
                 if seq >= size and mid in views:
-                    views[mid].update(before)
+                    block = blocks[mid]
+                    block["project"], block["domains"] = before["project"], before["domains"]
+                    views[mid].update({k: x for k, x in before.items() if k not in ("project", "domains")})
             undo = [u for u in undo if u[0] < size]
         elif e.type == "memory.archived" and target is not None:
             if d.get("by") == "atomisation":
@@ -183,6 +272,8 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
     for mid, v in views.items():
         v["seqs"] = seqs[mid]
         v["links"] = links[mid]
+        if mid in shown:
+            v["knowledge"] = blocks[mid]
     return views
 
 
@@ -200,8 +291,11 @@ def envelope(view: dict[str, Any]) -> dict[str, Any]:
 def chain_closure(root: str, entries: Sequence[Entry]) -> set[str]:
     """Every memory connected to `root` by atomisation: parents, atoms, siblings, transitively.
 
-    Edges come from `memory.stored` with `atom_of` (atom to parent) and from
-    `atomisation.completed` (source to each atom id it names).
+    Edges come from `memory.stored` with `atom_of` (atom to parent), from
+    `atomisation.completed` (source to each atom id it names) and from
+    `candidate.extracted` (the interaction to each candidate it yielded, so a
+    promoted memory's bundle holds the interaction it came from; the
+    interaction's id is a closure member without a view).
     """
     adj: dict[str, set[str]] = {}
 
@@ -218,6 +312,11 @@ def chain_closure(root: str, entries: Sequence[Entry]) -> set[str]:
             atoms = d.get("atom_ids")
             for a in atoms if isinstance(atoms, list) else []:
                 edge(_id(d.get("source_id")), _id(a))
+        elif e.type == vk.CANDIDATE_EXTRACTED:
+            # A candidate's lineage: the interaction it was extracted from.
+            cands = d.get("candidate_ids")
+            for c in cands if isinstance(cands, list) else []:
+                edge(_id(d.get("interaction_id")), _id(c))
     seen = {root}
     todo = [root]
     while todo:

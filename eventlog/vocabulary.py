@@ -24,23 +24,32 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 __all__ = [
     "ARCHIVE_BY",
     "ATOMISATION_COMPLETED",
     "ATOMISATION_FAILED",
     "ATOMISATION_REQUESTED",
+    "CANDIDATE_EXTRACTED",
+    "CANDIDATE_TRIAGED",
     "CHAINED_SINCE",
+    "DEFAULT_STATUS",
+    "EXTRACTION_FAILED",
     "FIRST_TOUCH",
     "HEADS_COMMITTED",
     "INT32",
     "INT64",
+    "INTERACTION_CAPTURED",
     "KINDS",
     "LINK_CREATED",
     "MEMORY_ARCHIVED",
+    "MEMORY_PROMOTED",
+    "MEMORY_REINFORCED",
+    "MEMORY_REJECTED",
     "MEMORY_RESTORED",
     "MEMORY_STORED",
+    "MEMORY_SUPERSEDED",
     "MEMORY_UPDATED",
     "MIGRATION_COMPLETED",
     "MIGRATION_REFUSED",
@@ -49,11 +58,19 @@ __all__ = [
     "MUTABLE_FIELDS",
     "NO_TOUCHES",
     "POLICY_SET",
+    "PROJECT_ALIASED",
+    "PROJECT_REGISTERED",
     "RELATIONS",
+    "STATE_INVALIDATED",
+    "STATE_SET",
+    "STATUSES",
     "TOUCHES",
     "TOUCH_PREV",
+    "TRANSITIONS",
+    "TRIAGE_FAILED",
     "UNDO_FIELDS",
     "UPCASTERS",
+    "Status",
     "Touches",
     "Upcaster",
     "chained",
@@ -66,6 +83,7 @@ __all__ = [
     "read_str",
     "read_tags",
     "read_touch_prev",
+    "status_after",
     "touched_ids",
     "upcast",
     "upcast_chain_end",
@@ -88,6 +106,47 @@ MIGRATION_ROLLED_BACK: Final = "migration.rolled_back"
 MIGRATION_COMPLETED: Final = "migration.completed"
 MIGRATION_REFUSED: Final = "migration.refused"
 LOG_ROLLBACK_ACCEPTED: Final = "log.rollback_accepted"
+
+# -- the knowledge loop's event types -----------------------------------------------------
+
+PROJECT_REGISTERED: Final = "project.registered"
+PROJECT_ALIASED: Final = "project.aliased"
+STATE_SET: Final = "state.set"
+STATE_INVALIDATED: Final = "state.invalidated"
+INTERACTION_CAPTURED: Final = "interaction.captured"
+CANDIDATE_EXTRACTED: Final = "candidate.extracted"
+EXTRACTION_FAILED: Final = "extraction.failed"
+CANDIDATE_TRIAGED: Final = "candidate.triaged"
+TRIAGE_FAILED: Final = "triage.failed"
+MEMORY_PROMOTED: Final = "memory.promoted"
+MEMORY_REJECTED: Final = "memory.rejected"
+MEMORY_REINFORCED: Final = "memory.reinforced"
+MEMORY_SUPERSEDED: Final = "memory.superseded"
+
+# -- memory lifecycle -------------------------------------------------------------------
+
+Status = Literal["candidate", "active", "superseded", "invalid"]
+#: candidate -> active (promoted) -> superseded (decay, a person, a newer memory);
+#: candidate -> invalid (rejected). Memories written before statuses existed are active.
+STATUSES: Final[tuple[str, ...]] = ("candidate", "active", "superseded", "invalid")
+DEFAULT_STATUS: Final = "active"
+
+#: The status changes the loop's events make: (statuses it applies to, status after).
+#: A change from any other status is refused by the command and skipped by a fold.
+TRANSITIONS: Final[dict[str, tuple[frozenset[str], str]]] = {
+    MEMORY_PROMOTED: (frozenset({"candidate"}), "active"),
+    MEMORY_REJECTED: (frozenset({"candidate"}), "invalid"),
+    MEMORY_SUPERSEDED: (frozenset({"active"}), "superseded"),
+}
+
+
+def status_after(event_type: str, current: str | None) -> str | None:
+    """The status a memory has after ``event_type``, or None when the event does not apply to it."""
+    rule = TRANSITIONS.get(event_type)
+    if rule is None or current not in rule[0]:
+        return None
+    return rule[1]
+
 
 # -- the memory model ------------------------------------------------------------
 
@@ -123,6 +182,8 @@ MUTABLE_FIELDS: Final[tuple[str, ...]] = (
     "source",
     "metadata",
     "last_seen",
+    "project",
+    "domains",
 )
 # What a migration's update replaced and its rollback puts back.
 UNDO_FIELDS: Final[tuple[str, ...]] = (*MUTABLE_FIELDS, "updated_at", "last_event_seq")
@@ -227,6 +288,23 @@ NO_TOUCHES: set[str] = {
     MIGRATION_REFUSED,
     LOG_ROLLBACK_ACCEPTED,
 }
+
+# The knowledge loop. An interaction's id is touched like a
+# memory's, so a candidate's bundle can carry the interaction it came from.
+TOUCHES.update(
+    {
+        INTERACTION_CAPTURED: Touches(ids=("id",)),
+        CANDIDATE_EXTRACTED: Touches(ids=("interaction_id",), lists=("candidate_ids",)),
+        EXTRACTION_FAILED: Touches(ids=("interaction_id",)),
+        CANDIDATE_TRIAGED: Touches(ids=("id", "conflicts_with", "duplicate_of")),
+        TRIAGE_FAILED: Touches(ids=("id",)),
+        MEMORY_PROMOTED: Touches(ids=("id",)),
+        MEMORY_REJECTED: Touches(ids=("id",)),
+        MEMORY_REINFORCED: Touches(ids=("id",)),
+        MEMORY_SUPERSEDED: Touches(ids=("id", "superseded_by")),
+    }
+)
+NO_TOUCHES |= {PROJECT_REGISTERED, PROJECT_ALIASED, STATE_SET, STATE_INVALIDATED}
 
 
 def touched_ids(type_: str, data: dict[str, Any]) -> list[str]:
@@ -356,3 +434,19 @@ def read_touch_prev(data: dict[str, Any]) -> dict[str, int]:
         if isinstance(k, str) and seq is not None and seq >= FIRST_TOUCH:
             out[k] = seq
     return out
+
+
+# -- the knowledge loop's memory fields (after the back-chain versions) ------------------
+
+
+@upcaster(MEMORY_STORED, 2)
+def _memory_stored_v2(d: dict[str, Any]) -> dict[str, Any]:
+    # tv 3 added the knowledge fields; everything stored before them is an active,
+    # project-less, untagged memory (whatever a forged older payload claims).
+    return {**d, "project": "", "domains": [], "status": DEFAULT_STATUS}
+
+
+@upcaster(MEMORY_UPDATED, 2)
+def _memory_updated_v2(d: dict[str, Any]) -> dict[str, Any]:
+    # tv 3 may also change project and domains; an older update never did.
+    return {k: x for k, x in d.items() if k not in ("project", "domains")}

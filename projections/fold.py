@@ -51,6 +51,7 @@ from mnemolog.eventlog.vocabulary import (
     read_tags,
     touched_ids,
 )
+from mnemolog.projections import knowledge_fold
 from mnemolog.projections.schema import visible
 from mnemolog.projections.text import ONE_DOC_POSTINGS, TITLE_WEIGHT, drop_staged, stage_postings
 
@@ -83,6 +84,10 @@ MEMORY_COLUMNS = [
     ("last_seen", "int64"),
     ("atom_of", "string"),
     ("source_span", "list<int32>"),
+    ("project", "string"),
+    ("domains", "list<string>"),
+    ("status", "string"),
+    ("promoted_at", "int64"),
     ("stored_seq", "int64"),
 ]
 _MEMORY_NAMES = [c for c, _ in MEMORY_COLUMNS]
@@ -103,7 +108,7 @@ def memory_schema() -> pa.Schema:
 _INSERT_COLS = ", ".join([*_MEMORY_NAMES, "last_event_seq", "doc_len"])
 # The registered Arrow batch, shaped as stage_postings wants it.
 _STAGE = "(SELECT *, stored_seq AS doc FROM ml_rows)"
-_LIST_TYPES = {"tags": "VARCHAR[]", "source_span": "INTEGER[]"}
+_LIST_TYPES = {"tags": "VARCHAR[]", "source_span": "INTEGER[]", "domains": "VARCHAR[]"}
 # Typed so that an empty list or a NULL binds without guessing.
 _MEMORY_PARAMS = ", ".join(f"?::{_LIST_TYPES[c]}" if c in _LIST_TYPES else "?" for c in _MEMORY_NAMES)
 
@@ -138,10 +143,21 @@ class _Buffer:
     touches: list[tuple[str, int, str]] = field(default_factory=list)
     atomisations: list[tuple[int, str, str, int | None, str, int]] = field(default_factory=list)
     migrations: list[tuple[int, str, str, str, int]] = field(default_factory=list)
+    interactions: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    inactive: list[int] = field(default_factory=list)  # stored_seq of memories stored not active
+    # memory.superseded events not applied yet (id -> seq, confidence); knowledge_fold applies them
+    superseded: dict[str, tuple[int, float | None]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return len(self.memories["id"]) + len(self.links) + len(self.touches) + len(self.atomisations)
+        return (
+            len(self.memories["id"])
+            + len(self.links)
+            + len(self.touches)
+            + len(self.atomisations)
+            + len(self.interactions)
+            + len(self.superseded)
+        )
 
 
 class RepeatedId(Exception):
@@ -159,6 +175,8 @@ class Fold:
         self.stats = stats
         self.careful = careful
         self.buf = _Buffer()
+        # Project names by lowercase name or alias, loaded when first needed (knowledge_fold).
+        self.project_index: dict[str, str] | None = None
 
     # -- the fold ------------------------------------------------------------
 
@@ -192,6 +210,8 @@ class Fold:
         b = self.buf
         if b.memories["id"]:
             self._flush_memories()
+        if b.superseded:
+            knowledge_fold.flush_superseded(self)
         if b.links:
             self._insert_rows("links", ["seq", "src", "dst", "relation", "metadata", "created_at"], b.links)
             b.links = []
@@ -208,6 +228,8 @@ class Fold:
         if b.migrations:
             self._insert_rows("migrations", ["seq", "type", "run_id", "detail", "ts"], b.migrations)
             b.migrations = []
+        if b.interactions:
+            knowledge_fold.flush_interactions(self)
         if b.counts:
             # One statement for every type in the batch: a store is a few statements, each counts.
             items = list(b.counts.items())
@@ -251,8 +273,10 @@ class Fold:
     def _flush_memories(self) -> None:
         b = self.buf
         cols = b.memories
+        inactive = b.inactive
         b.memories = {c: [] for c in _MEMORY_NAMES}
         b.ids = set()
+        b.inactive = []
         if len(cols["id"]) <= SMALL_FLUSH:
             for i in range(len(cols["id"])):
                 self._insert_memory([cols[c][i] for c in _MEMORY_NAMES])
@@ -260,6 +284,13 @@ class Fold:
             import pyarrow as pa
 
             self._insert_memories(pa.table(cols, schema=memory_schema()))
+        if inactive:
+            # From the table, not the buffer: a repeated id's store did not count.
+            self.conn.execute(
+                "INSERT INTO inactive SELECT id, stored_seq FROM memories "
+                "WHERE stored_seq IN (SELECT unnest(?::BIGINT[])) AND status <> 'active'",
+                [inactive],
+            )
 
     def _insert_memory(self, row: list[Any]) -> None:
         """One memory and its postings: the store path, a few statements, no staging tables."""
@@ -362,6 +393,8 @@ class Fold:
         mid = get("id")
         if not isinstance(mid, str) or not mid or mid in self.buf.ids:
             return  # a repeated id never replaces the first memory (first write wins)
+        if mid in self.buf.superseded:
+            self.flush()  # a supersession logged before the store must find no memory
         m = self.buf.memories
         title, source, tags, meta = get("title"), get("source"), get("tags"), get("metadata")
         m["id"].append(mid)
@@ -380,8 +413,24 @@ class Fold:
         atom_of = get("atom_of")
         m["atom_of"].append(atom_of if isinstance(atom_of, str) and atom_of else None)
         m["source_span"].append(read_span(get("source_span")))
+        project, domains, status = get("project"), get("domains"), get("status")
+        m["project"].append(self.canonical_project(project) if project and isinstance(project, str) else "")
+        m["domains"].append(read_tags(domains) if domains else [])
+        m["promoted_at"].append(None)
+        if status == "candidate":
+            m["status"].append("candidate")
+            self.buf.inactive.append(e.seq)
+        else:
+            m["status"].append("active")
         m["stored_seq"].append(e.seq)
         self.buf.ids.add(mid)
+
+    def canonical_project(self, name: str) -> str:
+        """The registered project ``name`` stands for, as of this point of the log."""
+        if self.project_index is None:
+            self.project_index = knowledge_fold.load_project_index(self.conn)
+        stripped = name.strip()
+        return self.project_index.get(stripped.lower(), stripped)
 
     def updated(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()
@@ -410,6 +459,12 @@ class Fold:
         if isinstance(d.get("tags"), list):
             sets.append("tags = ?::VARCHAR[]")
             args.append(read_tags(d["tags"]))
+        if isinstance(d.get("project"), str):
+            sets.append("project = ?")
+            args.append(self.canonical_project(d["project"]) if d["project"] else "")
+        if isinstance(d.get("domains"), list):
+            sets.append("domains = ?::VARCHAR[]")
+            args.append(read_tags(d["domains"]))
         if isinstance(d.get("metadata"), dict):
             sets.append("metadata = ?")
             args.append(canonical_json(merge_metadata(json.loads(row[0]), d["metadata"])))
@@ -517,6 +572,7 @@ class Fold:
             return
         before = dict(zip(v.UNDO_FIELDS, row, strict=True))
         before["tags"] = list(before["tags"] or [])
+        before["domains"] = list(before["domains"] or [])
         self.conn.execute(
             "INSERT INTO migration_undo VALUES (?, ?, ?, ?)", [seq, run, mid, canonical_json(before)]
         )
@@ -542,11 +598,12 @@ class Fold:
             sets = [
                 "title = ?", "content = ?", "kind = ?", "namespace = ?", "tags = ?::VARCHAR[]",
                 "confidence = ?", "source = ?", "metadata = ?", "last_seen = ?", "updated_at = ?",
-                "last_event_seq = ?",
+                "last_event_seq = ?", "project = ?", "domains = ?::VARCHAR[]",
             ]  # fmt: skip
             args: list[Any] = [
                 b["title"], b["content"], b["kind"], b["namespace"], b["tags"], b["confidence"],
                 b["source"], b["metadata"], b["last_seen"], b["updated_at"], b["last_event_seq"],
+                b["project"], b["domains"],
             ]  # fmt: skip
             if b["title"] != cur[0] or b["content"] != cur[1]:
                 old = (cur[0], cur[1], int(cur[3]))
@@ -593,4 +650,5 @@ _HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {
     v.MIGRATION_COMPLETED: Fold.migration,
     v.MIGRATION_ROLLED_BACK: Fold.migration,
     v.MIGRATION_REFUSED: Fold.migration,
+    **knowledge_fold.HANDLERS,
 }

@@ -35,6 +35,12 @@ MEMORY_FIELDS = [
     "archive_reason",
     "stored_seq",
     "last_event_seq",
+    "project",
+    "domains",
+    "status",
+    "promoted_at",
+    "reference_count",
+    "last_referenced_at",
 ]
 # The columns of a Memory, selected from `memories m`, in MEMORY_FIELDS order.
 MEMORY_SELECT = ", ".join(f"m.{c}" for c in MEMORY_FIELDS)
@@ -60,7 +66,13 @@ class Links(TypedDict):
 
 
 class Memory(TypedDict):
-    """One memory: its fields, both archive signals, and where the log holds it (seqs)."""
+    """One memory: its fields, both archive signals, and where the log holds it (seqs).
+
+    The knowledge loop's fields: `project` ("" = every project), `domains`,
+    `status` (candidate, active, superseded, invalid), `promoted_at` (when
+    it became active), `reference_count` and `last_referenced_at` (its
+    reinforcements).
+    """
 
     id: str
     namespace: str
@@ -82,6 +94,12 @@ class Memory(TypedDict):
     archive_reason: str | None
     stored_seq: int
     last_event_seq: int
+    project: str
+    domains: list[str]
+    status: str
+    promoted_at: int | None
+    reference_count: int
+    last_referenced_at: int | None
     links: NotRequired[Links]
     score: NotRequired[float]
     warnings: NotRequired[list[str]]
@@ -89,6 +107,8 @@ class Memory(TypedDict):
     atomise_outcome: NotRequired[str]
     atomise_error: NotRequired[dict[str, Any]]
     atomisation: NotRequired[dict[str, Any]]
+    candidate: NotRequired[dict[str, Any]]  # what extraction and triage said (candidates list)
+    decayed_confidence: NotRequired[float]  # confidence at the clock of the read (decay run)
 
 
 def row_to_memory(row: tuple[Any, ...]) -> Memory:
@@ -96,6 +116,7 @@ def row_to_memory(row: tuple[Any, ...]) -> Memory:
     m = dict(zip(MEMORY_FIELDS, row, strict=False))
     m["metadata"] = json.loads(m["metadata"]) if m["metadata"] else {}
     m["tags"] = list(m["tags"] or [])
+    m["domains"] = list(m["domains"] or [])
     if m["source_span"] is not None:
         m["source_span"] = list(m["source_span"])
     return cast(Memory, m)

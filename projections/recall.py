@@ -70,11 +70,22 @@ class Filters:
     tags: tuple[str, ...] = ()
     include_archived: bool = False
     atom_of: str | None = None
+    statuses: tuple[str, ...] = ("active",)
+    project: str | None = None  # canonical; "" selects the memories of no project
+    domains: tuple[str, ...] = ()
 
     @property
     def only_guard(self) -> bool:
-        """True when nothing but the archive guard (if that) restricts the memories."""
-        return self.namespace is None and not self.kinds and not self.tags and self.atom_of is None
+        """True when nothing but the archive guard and the default status restrict the memories."""
+        return (
+            self.namespace is None
+            and not self.kinds
+            and not self.tags
+            and self.atom_of is None
+            and self.statuses == ("active",)
+            and self.project is None
+            and not self.domains
+        )
 
     def sql(self, alias: str = "m") -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -97,6 +108,15 @@ class Filters:
         if self.atom_of is not None:
             clauses.append(f"{alias}.atom_of = ?")
             args.append(self.atom_of)
+        if self.statuses:
+            clauses.append(f"{alias}.status IN ({', '.join('?' * len(self.statuses))})")
+            args += list(self.statuses)
+        if self.project is not None:
+            clauses.append(f"{alias}.project = ?")
+            args.append(self.project)
+        if self.domains:
+            clauses.append(f"list_has_all({alias}.domains, ?::VARCHAR[])")
+            args.append(list(self.domains))
         return (" AND ".join(clauses) or "TRUE"), args
 
 
@@ -122,9 +142,12 @@ def query_words(conn: duckdb.DuckDBPyConnection, text: str) -> list[str]:
 def _restriction(filters: Filters) -> tuple[str, list[Any]]:
     """A join (on postings `l`) that keeps only postings of memories the filters allow."""
     if filters.only_guard:
+        # Only active memories, as by default: candidates, superseded and invalid ones are
+        # left out by an anti-join with `inactive`, like the archived with `hidden`.
+        inactive = "ANTI JOIN inactive i ON i.doc = l.doc"
         if filters.include_archived:
-            return "", []
-        return "ANTI JOIN hidden r ON r.doc = l.doc", []
+            return inactive, []
+        return f"ANTI JOIN hidden r ON r.doc = l.doc {inactive}", []
     where, args = filters.sql("m")
     return f"SEMI JOIN (SELECT m.stored_seq AS doc FROM memories m WHERE {where}) r ON r.doc = l.doc", args
 
@@ -300,6 +323,9 @@ def stats(conn: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         "archived_by_operator": one("SELECT count(*) FROM memories WHERE archived_at IS NOT NULL"),
         "atomised_parents": one("SELECT count(*) FROM memories WHERE coalesce(atomised_into, 0) > 0"),
         "atoms": one("SELECT count(*) FROM memories WHERE atom_of IS NOT NULL"),
+        "statuses": dict(
+            conn.execute("SELECT status, count(*) FROM memories GROUP BY status ORDER BY status").fetchall()
+        ),
         "links": one("SELECT count(*) FROM links"),
         "namespaces": one("SELECT count(DISTINCT namespace) FROM memories"),
         "kinds": dict(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6  # 5 is the context branch's; 6 adds the knowledge loop
 
 # The one archive guard (DESIGN §4), shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -69,13 +69,42 @@ DDL = [
         archive_reason VARCHAR,
         stored_seq BIGINT NOT NULL,
         last_event_seq BIGINT NOT NULL,
-        doc_len INTEGER NOT NULL)""",
+        doc_len INTEGER NOT NULL,
+        project VARCHAR NOT NULL DEFAULT '',
+        domains VARCHAR[] NOT NULL DEFAULT [],
+        status VARCHAR NOT NULL DEFAULT 'active',
+        promoted_at BIGINT,
+        reference_count INTEGER NOT NULL DEFAULT 0,
+        last_referenced_at BIGINT)""",
     """CREATE TABLE IF NOT EXISTS links(
         seq BIGINT NOT NULL, src VARCHAR NOT NULL, dst VARCHAR NOT NULL,
         relation VARCHAR NOT NULL, metadata VARCHAR NOT NULL, created_at BIGINT NOT NULL)""",
     f"CREATE TABLE IF NOT EXISTS postings({POSTING_COLUMNS})",
     f"CREATE TABLE IF NOT EXISTS postings_delta({POSTING_COLUMNS})",
     "CREATE TABLE IF NOT EXISTS hidden(id VARCHAR NOT NULL, doc BIGINT NOT NULL)",
+    # Memories whose status is not active (candidates, superseded, invalid): left out by default.
+    "CREATE TABLE IF NOT EXISTS inactive(id VARCHAR NOT NULL, doc BIGINT NOT NULL)",
+    # The knowledge loop: projects and aliases (keys are lowercase), trusted project state
+    # (every value ever set; `state` is current, replaced or invalid), captured interactions
+    # and where their extraction stands, and what extraction and triage said of each candidate.
+    """CREATE TABLE IF NOT EXISTS projects(name VARCHAR PRIMARY KEY, description VARCHAR NOT NULL,
+        seq BIGINT NOT NULL, registered_at BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS project_aliases(alias_key VARCHAR PRIMARY KEY, alias VARCHAR NOT NULL,
+        name VARCHAR NOT NULL, seq BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS project_state(project VARCHAR NOT NULL, category VARCHAR NOT NULL,
+        key VARCHAR NOT NULL, value VARCHAR NOT NULL, source VARCHAR, state VARCHAR NOT NULL,
+        seq BIGINT NOT NULL, set_at BIGINT NOT NULL, ended_seq BIGINT, ended_at BIGINT, reason VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS interactions(id VARCHAR PRIMARY KEY, namespace VARCHAR NOT NULL,
+        project VARCHAR NOT NULL, client VARCHAR, session VARCHAR, context_id VARCHAR,
+        prompt VARCHAR NOT NULL, response VARCHAR NOT NULL, reinforce BOOLEAN NOT NULL,
+        captured_at BIGINT NOT NULL, seq BIGINT NOT NULL, extraction VARCHAR NOT NULL,
+        extracted_seq BIGINT, failures INTEGER NOT NULL, reinforced INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS candidates(id VARCHAR PRIMARY KEY, interaction_id VARCHAR NOT NULL,
+        layer VARCHAR, rule VARCHAR, side VARCHAR, extractor VARCHAR NOT NULL, model VARCHAR,
+        extracted_seq BIGINT NOT NULL, triage VARCHAR NOT NULL, verdict VARCHAR, verdict_confidence DOUBLE,
+        reason VARCHAR, conflicts_with VARCHAR, duplicate_of VARCHAR, action VARCHAR, why VARCHAR,
+        triager VARCHAR, triaged_seq BIGINT, triage_failures INTEGER NOT NULL, decided_by VARCHAR,
+        decided_seq BIGINT)""",
     """CREATE TABLE IF NOT EXISTS policies(namespace VARCHAR PRIMARY KEY, policy VARCHAR NOT NULL,
         seq BIGINT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS atomisations(
@@ -98,6 +127,12 @@ TABLES = [
     "postings",
     "postings_delta",
     "hidden",
+    "inactive",
+    "projects",
+    "project_aliases",
+    "project_state",
+    "interactions",
+    "candidates",
     "policies",
     "atomisations",
     "touches",

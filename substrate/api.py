@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,10 @@ from mnemolog.eventlog.errors import (
     VerificationError,
 )
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
+from mnemolog.eventlog.vocabulary_knowledge import DEFAULT_STATUS, check_statuses
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
 from mnemolog.projections import audit
+from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
 from mnemolog.projections.memories import Edge, Memory
@@ -58,6 +61,7 @@ from mnemolog.substrate.events.log import RollbackAccepted
 from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
+from mnemolog.substrate.knowledge import Knowledge
 from mnemolog.substrate.session import Session
 
 __all__ = ["MAX_CONTENT_BYTES", "Edge", "Memory", "Substrate"]
@@ -107,8 +111,12 @@ class Substrate:
         self._lock = threading.RLock()
         self._closed = False
         self.atomiser = Atomiser(self.home, self, curator_options)
+        self.knowledge = Knowledge(
+            self.home, self, clock=clock, checkpoint=self._checkpoint_now, options=curator_options
+        )
         if long_lived and worker:
             self.atomiser.start_worker()
+            self.knowledge.start_daily()
         # A long-lived process sends its checkpoints to the home's witnesses from a thread.
         self._witnesses = (
             witnessing.start_watcher(self.home.root, self.home.log_dir, self.home.keys_dir)
@@ -148,6 +156,7 @@ class Substrate:
             return
         self._closed = True
         self.atomiser.stop_worker()
+        self.knowledge.stop_daily()
         self.projections.close()
         with self._lock:
             if self._writer is not None:
@@ -161,6 +170,10 @@ class Substrate:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _checkpoint_now(self) -> tuple[int, bytes]:
+        cp, _raw = self.writer.checkpoint()
+        return cp.size, cp.root
 
     # -- sessions ------------------------------------------------------------
 
@@ -209,8 +222,14 @@ class Substrate:
         atom_of: str | None = None,
         source_span: Sequence[int] | None = None,
         memory_id: str | None = None,
+        project: str = "",
+        domains: Sequence[str] = (),
     ) -> Memory:
         """Store a memory; returns it as recall would show it.
+
+        ``project`` is canonicalised (a registered name or alias becomes the
+        registered name; "" means every project); ``domains`` must be domains
+        of the home's vocabulary.
 
         Under an auto-atomise policy the response also carries `atomise_mode` and
         `atomise_outcome`: "requested" (deferred: a worker will atomise it),
@@ -231,6 +250,8 @@ class Substrate:
             atom_of=atom_of,
             source_span=source_span,
             memory_id=memory_id,
+            project=project,
+            domains=self.knowledge.domains(domains),
         )
         self.require_writer()  # after the checks: bad input is refused before any file is touched
         planned: list[tuple[str, str | None]] = []
@@ -241,6 +262,10 @@ class Substrate:
             return extra
 
         with self.session() as s:
+            if payload.project:
+                payload = payload.model_copy(
+                    update={"project": self.knowledge.canonical_project(s, payload.project)}
+                )
             mem = s.with_warnings(s.write_memory(payload, follow=follow))
         mode, action = planned[0]
         if action == "requested":
@@ -293,6 +318,8 @@ class Substrate:
         source: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         last_seen: int | None = None,
+        project: str | None = None,
+        domains: Sequence[str] | None = None,
     ) -> Memory:
         """Change fields of a memory (a `memory.updated`): given fields replace, metadata keys merge.
 
@@ -302,7 +329,19 @@ class Substrate:
         given = dict(
             zip(
                 MUTABLE_FIELDS,
-                (title, content, kind, namespace, tags, confidence, source, metadata, last_seen),
+                (
+                    title,
+                    content,
+                    kind,
+                    namespace,
+                    tags,
+                    confidence,
+                    source,
+                    metadata,
+                    last_seen,
+                    project,
+                    self.knowledge.domains(domains) if domains is not None else None,
+                ),
                 strict=True,
             )
         )
@@ -312,6 +351,10 @@ class Substrate:
         payload = MemoryUpdated.model_validate({"id": memory_id, **fields})
         self.require_writer()
         with self.session() as s:
+            if payload.project:
+                payload = payload.model_copy(
+                    update={"project": self.knowledge.canonical_project(s, payload.project)}
+                )
             before = s.require(memory_id)
             policy = s.policy(payload.namespace or before["namespace"])
             s.check_write(policy, before["namespace"])
@@ -411,6 +454,154 @@ class Substrate:
             out["own"] = s.own_policy(namespace)
             return out
 
+    # -- the knowledge loop (see substrate.knowledge) ------------------------------------------
+
+    def register_project(
+        self, name: str, *, aliases: Sequence[str] = (), description: str = ""
+    ) -> dict[str, Any]:
+        """Register a project name (with aliases); rows holding any of them resolve to it."""
+        return self.knowledge.register_project(name, aliases=aliases, description=description)
+
+    def alias_project(self, name: str, alias: str) -> dict[str, Any]:
+        """Make ``alias`` another name of project ``name`` (old rows resolve too)."""
+        return self.knowledge.alias_project(name, alias)
+
+    def projects(self) -> list[dict[str, Any]]:
+        """Registered projects with their aliases and counts."""
+        return self.knowledge.projects()
+
+    def set_state(
+        self, project: str, category: str, key: str, value: str, *, source: str | None = None
+    ) -> dict[str, Any]:
+        """Trusted project state: upsert (project, category, key) = value."""
+        return self.knowledge.set_state(project, category, key, value, source=source)
+
+    def get_state(
+        self, project: str, *, category: str | None = None, history: bool = False
+    ) -> list[dict[str, Any]]:
+        """A project's current state entries (every version with ``history``)."""
+        return self.knowledge.get_state(project, category=category, history=history)
+
+    def invalidate_state(
+        self, project: str, category: str, key: str, *, reason: str | None = None
+    ) -> dict[str, Any]:
+        """The entry no longer holds; its history stays."""
+        return self.knowledge.invalidate_state(project, category, key, reason=reason)
+
+    def capture(
+        self,
+        prompt: str,
+        response: str = "",
+        *,
+        project: str = "",
+        client: str | None = None,
+        session: str | None = None,
+        context_id: str | None = None,
+        namespace: str = "default",
+        reinforce: bool = False,
+    ) -> dict[str, Any]:
+        """Record an interaction (and, with ``reinforce``, reinforce the memories it echoes)."""
+        return self.knowledge.capture(
+            prompt,
+            response,
+            project=project,
+            client=client,
+            session=session,
+            context_id=context_id,
+            namespace=namespace,
+            reinforce=reinforce,
+        )
+
+    def interactions(
+        self,
+        *,
+        project: str | None = None,
+        session: str | None = None,
+        since: int | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        """Captured interactions, newest first."""
+        return self.knowledge.interactions(project=project, session=session, since=since, limit=limit)
+
+    def interaction(self, interaction_id: str) -> dict[str, Any]:
+        """One captured interaction with the candidates extracted from it."""
+        return self.knowledge.interaction(interaction_id)
+
+    def extract(
+        self,
+        *,
+        interaction_ids: Sequence[str] = (),
+        pending: bool = False,
+        extractor: str | None = None,
+        limit: int = 100,
+        max_retries: int | None = None,
+    ) -> dict[str, Any]:
+        """Turn interactions into candidate memories (rules or ollama extractor)."""
+        return self.knowledge.extract(
+            interaction_ids=interaction_ids,
+            pending=pending,
+            extractor=extractor,
+            limit=limit,
+            max_retries=max_retries,
+        )
+
+    def triage(
+        self,
+        *,
+        candidate_ids: Sequence[str] = (),
+        pending: bool = False,
+        triager: str | None = None,
+        dry_run: bool = False,
+        limit: int = 100,
+        max_retries: int | None = None,
+    ) -> dict[str, Any]:
+        """Give candidates verdicts; auto-promote, auto-reject, or leave them for a person."""
+        return self.knowledge.triage(
+            candidate_ids=candidate_ids,
+            pending=pending,
+            triager=triager,
+            dry_run=dry_run,
+            limit=limit,
+            max_retries=max_retries,
+        )
+
+    def candidates(
+        self,
+        *,
+        queues: Sequence[str] = ("pending", "needs_human"),
+        project: str | None = None,
+        limit: int = 50,
+    ) -> list[Memory]:
+        """Candidates by queue (pending, needs_human, promoted, rejected), oldest first."""
+        return self.knowledge.candidates(queues=queues, project=project, limit=limit)
+
+    def promote(
+        self,
+        memory_id: str,
+        *,
+        project: str | None = None,
+        domains: Sequence[str] | None = None,
+        reason: str | None = None,
+    ) -> Memory:
+        """A person promotes a candidate to an active memory."""
+        return self.knowledge.promote(memory_id, project=project, domains=domains, reason=reason)
+
+    def reject(self, memory_id: str, *, reason: str) -> Memory:
+        """A person rejects a candidate (it becomes invalid)."""
+        return self.knowledge.reject(memory_id, reason=reason)
+
+    def supersede(self, memory_id: str, *, reason: str, by_memory: str | None = None) -> Memory:
+        """Retire an active memory (``by_memory``: the memory that replaces it)."""
+        return self.knowledge.supersede(memory_id, reason=reason, by_memory=by_memory)
+
+    def decay(self, *, now: int | None = None, dry_run: bool = False) -> dict[str, Any]:
+        """Supersede the memories decay has taken below the floor at ``now`` (µs; default: the clock)."""
+        return self.knowledge.decay(now=now, dry_run=dry_run)
+
+    def migrate_domain_prefixes(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """Move "[domain]" prefixes of old content into the domains field (a recorded migration)."""
+        return self.knowledge.migrate_domain_prefixes(dry_run=dry_run)
+
     # -- reads -----------------------------------------------------------------
 
     def get(self, memory_id: str) -> Memory:
@@ -427,12 +618,30 @@ class Substrate:
         kinds: Sequence[str],
         tags: Sequence[str],
         include_archived: bool,
+        statuses: Sequence[str] = (DEFAULT_STATUS,),
+        project: str | None = None,
+        domains: Sequence[str] = (),
     ) -> Filters:
         if namespace is not None:
             check_namespace(namespace)
         for k in kinds:
             check_kind(k)
-        return Filters(namespace, descendants, tuple(kinds), tuple(check_tags(tags)), include_archived)
+        return Filters(
+            namespace,
+            descendants,
+            tuple(kinds),
+            tuple(check_tags(tags)),
+            include_archived,
+            statuses=check_statuses(statuses),
+            project=project,
+            domains=tuple(self.knowledge.domains(domains)),
+        )
+
+    def _scoped(self, s: Session, f: Filters) -> Filters:
+        """The filters with their project canonicalised (the registry is read in the session)."""
+        if f.project is None:
+            return f
+        return replace(f, project=self.knowledge.canonical_project(s, f.project))
 
     def recall(
         self,
@@ -444,9 +653,16 @@ class Substrate:
         kinds: Sequence[str] = (),
         tags: Sequence[str] = (),
         include_archived: bool = False,
+        statuses: Sequence[str] = (DEFAULT_STATUS,),
+        project: str | None = None,
+        domains: Sequence[str] = (),
     ) -> list[Memory]:
-        """BM25 over title and content; any matching term ranks. No side effects."""
-        f = self._filters(namespace, descendants, kinds, tags, include_archived)
+        """BM25 over title and content; any matching term ranks. No side effects.
+
+        Only active memories unless ``statuses`` says otherwise; ``project``
+        ("" = memories of no project) and ``domains`` (all of them) narrow it.
+        """
+        f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
         return self._ranked(q.recall, query, f, limit)
 
     def search(
@@ -459,9 +675,16 @@ class Substrate:
         kinds: Sequence[str] = (),
         tags: Sequence[str] = (),
         include_archived: bool = False,
+        statuses: Sequence[str] = (DEFAULT_STATUS,),
+        project: str | None = None,
+        domains: Sequence[str] = (),
     ) -> list[Memory]:
-        """Exact keywords, all required, ranked by BM25."""
-        f = self._filters(namespace, descendants, kinds, tags, include_archived)
+        """Exact keywords, all required, ranked by BM25.
+
+        Only active memories unless ``statuses`` says otherwise; ``project``
+        ("" = memories of no project) and ``domains`` (all of them) narrow it.
+        """
+        f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
         return self._ranked(q.search, query, f, limit)
 
     def _ranked(self, ranker: Ranker, query: str, f: Filters, limit: int) -> list[Memory]:
@@ -469,7 +692,7 @@ class Substrate:
             raise BadInput("the query is empty", field="query")
         with self.session() as s:
             out = []
-            for m, score in ranker(s.conn, query, f, check_limit(limit)):
+            for m, score in ranker(s.conn, query, self._scoped(s, f), check_limit(limit)):
                 m["score"] = score
                 out.append(m)
             return out
@@ -484,19 +707,23 @@ class Substrate:
         kinds: Sequence[str] = (),
         tags: Sequence[str] = (),
         include_archived: bool = False,
+        statuses: Sequence[str] = (DEFAULT_STATUS,),
+        project: str | None = None,
+        domains: Sequence[str] = (),
     ) -> list[Memory]:
-        """Memories newest first (by when they were stored)."""
-        f = self._filters(namespace, descendants, kinds, tags, include_archived)
+        """Memories newest first (by when stored); active ones unless ``statuses`` says otherwise."""
+        f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise UsageError("offset must not be negative")
         with self.session() as s:
-            return q.list_memories(s.conn, f, check_limit(limit), offset)
+            return q.list_memories(s.conn, self._scoped(s, f), check_limit(limit), offset)
 
     def stats(self) -> dict[str, Any]:
         """Counts of memories, links, policies, events, the index and atomisations."""
         with self.session() as s:
             out = q.stats(s.conn)
             out["atomisation"] = self.atomiser.counts(s)
+            out["knowledge"] = kq.knowledge_counts(s.conn)
             out["log"] = {"size": self.log.size, "log_id": self.log.log_id.hex()}
             return out
 

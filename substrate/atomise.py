@@ -194,6 +194,13 @@ class Atomiser:
             parent = s.get(memory_id)
             if parent is None:
                 raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
+            if parent["status"] != "active":
+                # A candidate's atoms would be active before anyone accepted the candidate.
+                raise UsageError(
+                    f"only active memories are atomised; memory {memory_id} is {parent['status']}",
+                    id=memory_id,
+                    status=parent["status"],
+                )
             policy = s.policy(parent["namespace"])
             name = curator or str(policy["curator"])
             cur = self.curator(name)
@@ -270,6 +277,9 @@ class Atomiser:
                 kind="observation",
                 tags=parent["tags"],
                 atom_of=pid,
+                # An atom is knowledge of the same project and domains as its parent.
+                project=parent["project"],
+                domains=parent["domains"],
                 source_span=find_span(parent["content"], atom.text),
                 metadata={
                     "atom_index": i,

@@ -187,6 +187,23 @@ class Session:
         self.warnings += self._hooks.post(post)
         return mem
 
+    def write_memories(
+        self, payloads: Sequence[MemoryStored], *, extra: Sequence[Payload] = ()
+    ) -> list[Memory]:
+        """Several stores in one batch (one sync) with `extra` events after them.
+
+        Governance and pre_store hooks run for every memory before anything is
+        written, so a refusal writes nothing; post_store hooks run after.
+        """
+        for p in payloads:
+            self.check_write(self.policy(p.namespace), p.namespace)
+            self._hooks.pre(HookEvent("pre_store", p.namespace, p.to_data(), None))
+        self.append_many([*payloads, *extra])
+        out = [self.require(p.id) for p in payloads]
+        for mem in out:
+            self.warnings += self._hooks.post(HookEvent("post_store", mem["namespace"], dict(mem), None))
+        return out
+
     def write_link(self, payload: LinkCreated, *, atom_index: int | None = None) -> Edge:
         """Both ends must exist; pre_link hooks, the event, post_link hooks."""
         src = self.require(payload.src)

@@ -170,16 +170,23 @@ def memory_to_record(
         namespace=m["namespace"],
         extra_frontmatter=decode_value(v.get("extra") or {}),
         links=note_links(m, edges),
+        project=m.get("project") or "",
+        domains=tuple(m.get("domains") or ()),
     )
 
 
 def records(s: Session, namespace: str | None = None) -> list[NoteRecord]:
-    """Every memory (archived ones too: they go to the Archive section), oldest first."""
+    """Every active memory, and the archived and superseded ones (for the Archive), oldest first.
+
+    Candidates and rejected (invalid) memories are not knowledge yet, or any more: they stay
+    out of the vault.
+    """
     sup, by = supersession(s)
     edges = queries.links_by_source(s.conn)
     return [
-        memory_to_record(m, sup, by, hidden, edges.get(m["id"], ()))
+        memory_to_record(m, sup, by, hidden or m["status"] == "superseded", edges.get(m["id"], ()))
         for m, hidden in queries.memories_with_hidden(s.conn, namespace)
+        if m["status"] in ("active", "superseded")
     ]
 
 
@@ -253,6 +260,8 @@ def _fields(r: NoteRecord) -> dict[str, Any]:
         "metadata_vault": vault_metadata(r),
         "created_at": midnight(r.captured),
         "last_seen": midnight(r.last_seen),
+        "project": r.project,
+        "domains": list(r.domains),
     }
 
 
@@ -298,6 +307,8 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
                     last_seen=want["last_seen"],
                     atom_of=parent if parent and s.get(parent) else None,
                     memory_id=mid,
+                    project=r.project,
+                    domains=r.domains,
                 )
                 s.write_memory(payload)
                 report.stored.append(mid)
@@ -383,7 +394,17 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
 
 def _diff(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for k in ("title", "content", "kind", "namespace", "tags", "confidence", "last_seen"):
+    for k in (
+        "title",
+        "content",
+        "kind",
+        "namespace",
+        "tags",
+        "confidence",
+        "last_seen",
+        "project",
+        "domains",
+    ):
         if have[k] != want[k]:
             out[k] = want[k]
     if have["metadata_vault"] != want["metadata_vault"]:

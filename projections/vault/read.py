@@ -186,6 +186,8 @@ def _record(
             namespace=_opt_str(meta, "mnemolog_namespace") or "default",
             extra_frontmatter=extra,
             links=_links(meta, problems),
+            project=_opt_str(meta, "mnemolog_project") or "",
+            domains=_strs(meta, "mnemolog_domains", problems),
         )
     except BadInput as exc:
         return None, [*problems, exc.message]

@@ -137,6 +137,8 @@ class NoteRecord:
     # Every edge leaving this memory but the ones other fields already carry (the
     # supersession pointers' winners and an atom's derives_from its parent).
     links: Sequence[NoteLink] = ()
+    project: str = ""  # the knowledge loop's project ("" = every project)
+    domains: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         rid = self.memory_id if isinstance(self.memory_id, str) else repr(self.memory_id)
@@ -169,6 +171,9 @@ class NoteRecord:
                 raise _bad(rid, f"{name} must be a memory id or None, found {v!r}")
         if not isinstance(self.pinned, bool) or not isinstance(self.archived, bool):
             raise _bad(rid, "pinned and archived must be booleans")
+        if not isinstance(self.project, str) or not all(isinstance(d, str) for d in self.domains):
+            raise _bad(rid, "project must be a string and domains a list of strings")
+        object.__setattr__(self, "domains", tuple(self.domains))
         extra = dict(self.extra_frontmatter)
         for key in extra:
             if not isinstance(key, str):
@@ -322,6 +327,10 @@ def _frontmatter(p: _Placed, placed: Mapping[str, _Placed]) -> dict[str, Any]:
         meta["mnemolog_atom_of"] = r.atom_of
     if r.links:
         meta["mnemolog_links"] = [ln.frontmatter() for ln in r.links]
+    if r.project:
+        meta["mnemolog_project"] = r.project
+    if r.domains:
+        meta["mnemolog_domains"] = list(r.domains)
     return meta
 
 

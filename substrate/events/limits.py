@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.eventlog.vocabulary import KINDS, RELATIONS
+from mnemolog.eventlog.vocabulary_knowledge import DOMAIN_NAME
 
 __all__ = [
     "MAX_CONTENT_BYTES",
@@ -31,6 +32,7 @@ __all__ = [
     "ROOT_NAMESPACE",
     "check_confidence",
     "check_content",
+    "check_domain_names",
     "check_kind",
     "check_limit",
     "check_metadata",
@@ -163,6 +165,30 @@ def check_metadata(meta: Any, what: str = "metadata") -> dict[str, Any]:
     if size > MAX_METADATA_BYTES:
         raise BadInput(f"{what} is {size} bytes; the limit is {MAX_METADATA_BYTES}", field=what)
     return dict(meta)
+
+
+def check_domain_names(domains: Any) -> list[str]:
+    """Domain tags: a list of well-formed names, lowercased, without repeats.
+
+    Whether a name is one of the home's domains is the command's check (the
+    vocabulary is configuration); a payload holds only well-formed names.
+    """
+    if isinstance(domains, str):
+        domains = [domains]
+    if not isinstance(domains, list | tuple):
+        raise BadInput("domains must be a list of domain names", field="domains")
+    out: list[str] = []
+    for d in domains:
+        name = d.strip().lower() if isinstance(d, str) else d
+        if not isinstance(name, str) or DOMAIN_NAME.fullmatch(name) is None:
+            raise BadInput(
+                f"domain {d!r} must match {DOMAIN_NAME.pattern}", field="domains", found=repr(d)[:80]
+            )
+        if name not in out:
+            out.append(name)
+    if len(out) > MAX_TAGS:
+        raise BadInput(f"at most {MAX_TAGS} domains", field="domains", found=len(out))
+    return out
 
 
 def check_kind(kind: Any) -> str:

@@ -12,10 +12,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from mnemolog.eventlog import vocabulary as v
+from mnemolog.eventlog.vocabulary_knowledge import check_project_name
 from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.events.limits import (
     check_confidence,
     check_content,
+    check_domain_names,
     check_kind,
     check_metadata,
     check_namespace,
@@ -86,12 +88,28 @@ class _MemoryFields(Chained):
     def _metadata(cls, meta: Any) -> Any:
         return None if meta is None and cls.PARTIAL else check_metadata(meta)
 
+    @field_validator("project", mode="before", check_fields=False)
+    @classmethod
+    def _project(cls, project: Any) -> Any:
+        return None if project is None and cls.PARTIAL else check_project_name(project)
+
+    @field_validator("domains", mode="before", check_fields=False)
+    @classmethod
+    def _domains(cls, domains: Any) -> Any:
+        return None if domains is None and cls.PARTIAL else check_domain_names(domains)
+
 
 class MemoryStored(_MemoryFields):
-    """`memory.stored` tv 2: a new memory (also every atom, which carries atom_of)."""
+    """`memory.stored` tv 3: a new memory (also every atom, which carries atom_of).
+
+    tv 2 added the back-chain (`touch_prev`); tv 3 the knowledge fields: the
+    canonical `project` ("" = every project), the `domains` it is tagged
+    with, and `status` ("candidate" for a candidate an extraction proposed,
+    else "active"). Older payloads read as active, project-less and untagged.
+    """
 
     TYPE = v.MEMORY_STORED
-    TV = 2
+    TV = 3
 
     id: str
     namespace: str
@@ -106,6 +124,9 @@ class MemoryStored(_MemoryFields):
     last_seen: int | None = None
     atom_of: str | None = None
     source_span: list[int] | None = None  # [start, end) of the atom's text in the parent
+    project: str = ""
+    domains: list[str] = Field(default_factory=list)
+    status: Literal["candidate", "active"] = "active"
 
     @classmethod
     def new(
@@ -124,6 +145,9 @@ class MemoryStored(_MemoryFields):
         atom_of: str | None = None,
         source_span: Sequence[int] | None = None,
         memory_id: str | None = None,
+        project: str = "",
+        domains: Sequence[str] = (),
+        status: str = "active",
     ) -> MemoryStored:
         """A store's payload, with a new id unless one is given; raises what a limit refuses."""
         return cls.model_validate(
@@ -141,19 +165,24 @@ class MemoryStored(_MemoryFields):
                 "last_seen": last_seen,
                 "atom_of": atom_of,
                 "source_span": list(source_span) if source_span is not None else None,
+                "project": project,
+                "domains": list(domains),
+                "status": status,
             }
         )
 
 
 class MemoryUpdated(_MemoryFields):
-    """`memory.updated` tv 2: fields given replace; metadata keys merge (null removes).
+    """`memory.updated` tv 3: fields given replace; metadata keys merge (null removes).
+
+    tv 3 may also change `project` and `domains` (older updates could not).
 
     Its fields besides `id` and `migration_run` are exactly the vocabulary's
     MUTABLE_FIELDS: what `Substrate.update` accepts comes from here.
     """
 
     TYPE = v.MEMORY_UPDATED
-    TV = 2
+    TV = 3
     PARTIAL = True
 
     id: str
@@ -166,6 +195,8 @@ class MemoryUpdated(_MemoryFields):
     source: str | None = None
     metadata: dict[str, Any] | None = None
     last_seen: int | None = None
+    project: str | None = None
+    domains: list[str] | None = None
     migration_run: str | None = None  # set by a log-backed migration; rollbacks undo these
 
 

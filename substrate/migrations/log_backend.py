@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mnemolog.eventlog.errors import LockTimeout, MnemologError, StorageError
 from mnemolog.eventlog.lock import FileLock
+from mnemolog.eventlog.vocabulary_knowledge import STATUSES
 from mnemolog.projections import queries
 from mnemolog.projections import recall as q
 from mnemolog.projections.memories import Memory
@@ -192,7 +193,8 @@ class LogMigrationBackend:
 
     def _records(self) -> list[tuple[Memory, NoteRecord]]:
         with self.sub.session() as s:
-            rows = q.list_memories(s.conn, q.Filters(include_archived=True), limit=10**9)
+            every = q.Filters(include_archived=True, statuses=STATUSES)
+            rows = q.list_memories(s.conn, every, limit=10**9)
             sup, by = supersession(s)
         rows.sort(key=lambda m: m["stored_seq"])
         return [(m, memory_to_record(m, sup, by, False)) for m in rows]

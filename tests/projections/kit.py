@@ -90,6 +90,11 @@ def check_invariants(conn: duckdb.DuckDBPyConnection) -> None:
     assert set(hidden) == guard_hidden_ids(conn)
     for mid, doc in hidden.items():
         assert conn.execute("SELECT stored_seq FROM memories WHERE id = ?", [mid]).fetchone() == (doc,)
+    # `inactive` is exactly the memories whose status is not active, by their stored_seq.
+    inactive = sorted(conn.execute("SELECT id, doc FROM inactive").fetchall())
+    assert inactive == sorted(
+        conn.execute("SELECT id, stored_seq FROM memories WHERE status <> 'active'").fetchall()
+    )
     st = conn.execute("SELECT docs, total_len, main_rows, delta_rows FROM proj_state").fetchone()
     assert st is not None
     docs, total_len, main_rows, delta_rows = st

@@ -14,6 +14,7 @@ from mnemolog.substrate.forensics import export_bundle
 from mnemolog.substrate.home import init_home
 from mnemolog.substrate.migrations.log_backend import LogMigrationBackend
 from mnemolog.substrate.migrations.runner import run_migration
+from tests.support.views import as_row
 
 RENAME = """
 FROM_VERSION = 1
@@ -69,7 +70,7 @@ def test_rollback_restores_rows_search_and_bundle_views(tmp_path: Path) -> None:
             views = json.loads(f.read())["memories"]
         with sub.projections.session() as conn:
             row = q.get(conn, b["id"])
-        assert {k: v for k, v in views[b["id"]].items() if k not in PROJECTION_ONLY} == row
+        assert as_row(views[b["id"]]) == row
         rolled = [e for e in sub.log.iter_entries(0) if e.type == "migration.rolled_back"]
         assert rolled and sorted(rolled[-1].data["memory_ids"]) == sorted([a["id"], b["id"]])
         assert rolled[-1].seq in ex.seqs

@@ -35,6 +35,8 @@ memory_st = st.fixed_dictionaries(
         "namespace": st.sampled_from(["default", "ops", "ops/db", "team"]),
         "archived": st.booleans(),
         "source": st.one_of(st.none(), st.just("conversation_7")),
+        "project": st.sampled_from(["", "p04-gigabit"]),
+        "domains": st.lists(st.sampled_from(["materials", "optics"]), max_size=2, unique=True),
     }
 )
 
@@ -61,6 +63,8 @@ def populate(
             title=m["title"],
             tags=m["tags"],
             confidence=m["confidence"],
+            project=m.get("project", ""),
+            domains=m.get("domains", ()),
             namespace=m["namespace"],
             source=m["source"],
         )
@@ -309,3 +313,31 @@ def test_malformed_links_in_a_note_are_problems(tmp_path: Path) -> None:
     assert [p for p in parsed.problems if p.startswith("mnemolog_links[")] == [
         p for p in parsed.problems if "mnemolog_links" in p
     ] and len([p for p in parsed.problems if "mnemolog_links" in p]) == 2
+
+
+def test_promoted_knowledge_is_rendered_with_its_project_and_domains(sub: Substrate, tmp_path: Path) -> None:
+    sub.capture(
+        "What did we learn?",
+        "## Decisions\n- We keep the 18-point whiffletree for the M1 mirror.\n\n"
+        "Lesson learned: Zerodur CTE gradient dominates WFE at fast focal ratios (3 nm at F/1.2).",
+        project="p04-gigabit",
+    )
+    sub.extract(pending=True, extractor="rules")
+    tri = sub.triage(pending=True, triager="rules")
+    (waiting,) = [r for r in tri["results"] if r["action"] == "wait"]
+    old = sub.store("An old fact that no longer holds", confidence=0.2)
+    sub.decay(now=sub.clock() + 400 * 86_400_000_000)  # superseded by decay: the Archive
+    v.render(sub, tmp_path / "vault", "agent")
+    files = tree(tmp_path / "vault")
+    notes = {k: x.decode() for k, x in files.items() if "/memory/" in k and not k.endswith("INDEX.md")}
+    decision = next(x for x in notes.values() if "18-point whiffletree" in x)
+    assert "mnemolog_project: p04-gigabit" in decision
+    assert not any("Zerodur" in x for x in notes.values())  # still a candidate: not knowledge yet
+    sub.promote(waiting["id"])
+    v.render(sub, tmp_path / "vault", "agent")
+    notes = {k: x.read_text() for k, x in ((str(p), p) for p in (tmp_path / "vault").rglob("*.md"))}
+    knowledge = next(x for x in notes.values() if "Zerodur" in x and "mnemolog_id" in x)
+    assert "mnemolog_domains:" in knowledge and "materials" in knowledge
+    archived = next(x for x in notes.values() if "An old fact" in x and "mnemolog_id" in x)
+    assert old["id"] in archived and "archived: true" in archived
+    assert not [p for p in v.validate(tmp_path / "vault") if p.severity == "error"]

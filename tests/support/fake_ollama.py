@@ -22,7 +22,8 @@ Scripted replies
     counts), an ``HttpError`` (status and error message, sent as Ollama does:
     ``{"error": ...}``), a ``Delay`` (wait, then send another reply; a client
     timeout fires during the wait), ``Hangup`` (close the connection without
-    answering) or ``Raw`` (any status and body, sent verbatim). When a queue
+    answering), ``Raw`` (any status and body, sent verbatim) or ``Computed``
+    (a function of the request's JSON that returns one of these). When a queue
     is empty, /api/chat and /api/generate answer with ``default`` if one was
     given, else HTTP 500 naming the unscripted request, so a test never passes
     on a reply it did not script.
@@ -57,7 +58,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,6 +66,7 @@ from types import TracebackType
 from typing import Any, TypeAlias
 
 __all__ = [
+    "Computed",
     "Delay",
     "FakeOllama",
     "Hangup",
@@ -124,7 +126,14 @@ class Raw:
     content_type: str = "application/json"
 
 
-Script: TypeAlias = str | Reply | HttpError | Delay | Hangup | Raw
+@dataclass(frozen=True)
+class Computed:
+    """A reply computed from the request's parsed JSON body when it arrives (returns a Script)."""
+
+    reply: Callable[[dict[str, Any]], Script]
+
+
+Script: TypeAlias = str | Reply | HttpError | Delay | Hangup | Raw | Computed
 
 
 @dataclass(frozen=True)
@@ -395,7 +404,7 @@ def _handler_for(server: FakeOllama) -> type[BaseHTTPRequestHandler]:
                     {"error": f"fake_ollama: no scripted reply left for POST {path}"},
                 )
                 return
-            reply = self._settle(script)
+            reply = self._settle(script, request)
             if reply is None:
                 return
             if isinstance(reply, str):
@@ -463,9 +472,12 @@ def _handler_for(server: FakeOllama) -> type[BaseHTTPRequestHandler]:
                 },
             )
 
-        def _settle(self, script: Script) -> str | Reply | None:
+        def _settle(self, script: Script, request: dict[str, Any] | None = None) -> str | Reply | None:
             """Play delays, errors and hangups; return the content reply, or None if handled."""
-            while isinstance(script, Delay):
+            while isinstance(script, Delay | Computed):
+                if isinstance(script, Computed):
+                    script = script.reply(request or {})
+                    continue
                 server._wait(script.seconds)
                 script = script.then
             if isinstance(script, HttpError):

@@ -1,0 +1,929 @@
+"""The knowledge loop's commands: projects, trusted state, capture, extraction, triage,
+promotion and rejection, reinforcement, decay, and the domain-prefix migration.
+
+`Knowledge` turns each command into signed events through sessions (the
+projection lock, tables caught up). A model is never called while the lock
+is held: a command reads what it needs in one session, asks the extractor or
+triager outside it, and writes in a second session after checking that
+nobody decided in between. Every outcome is an event, failures included
+(`extraction.failed`, `triage.failed`), so nothing is dropped silently.
+
+Project names are canonicalised at every boundary by the registry
+(`ProjectRegistry.canonical`): what a command is given, what a model
+suggests, and (in the fold) what the log holds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, resolve_llm
+from mnemolog.curators.extract import Extraction, ExtractionFailure, InteractionText
+from mnemolog.curators.extract_config import make_extractor
+from mnemolog.curators.triage import Neighbour, TriageFailure, TriageItem, TriageVerdict, decide
+from mnemolog.curators.triage_config import make_triager
+from mnemolog.eventlog.errors import Informational, MnemologError, NotFound, UsageError
+from mnemolog.eventlog.vocabulary_knowledge import (
+    check_category,
+    check_domains,
+    check_project_name,
+    status_after,
+)
+from mnemolog.eventlog.writer import Clock
+from mnemolog.projections import knowledge_queries as kq
+from mnemolog.projections.knowledge import (
+    DAY_US,
+    ProjectRegistry,
+    base_confidence,
+    decay_days,
+    decayed_confidence,
+    decays_out,
+    reinforced,
+)
+from mnemolog.projections.knowledge_match import echo, normalised, terms
+from mnemolog.projections.memories import Memory
+from mnemolog.substrate.events import (
+    MemoryStored,
+    MemoryUpdated,
+    MigrationCompleted,
+    MigrationStarted,
+    Payload,
+)
+from mnemolog.substrate.events.knowledge import (
+    CandidateExtracted,
+    CandidateTriaged,
+    ExtractionFailed,
+    InteractionCaptured,
+    MemoryPromoted,
+    MemoryReinforced,
+    MemoryRejected,
+    MemorySuperseded,
+    ProjectAliased,
+    ProjectRegistered,
+    StateInvalidated,
+    StateSet,
+    TriageFailed,
+)
+from mnemolog.substrate.events.limits import check_limit, check_namespace
+from mnemolog.substrate.home import Home
+from mnemolog.substrate.ids import new_id
+from mnemolog.substrate.knowledge_config import KnowledgeSettings, parse_knowledge
+from mnemolog.substrate.session import Session, Sessions
+
+__all__ = ["ExtractionFailedError", "Knowledge", "TriageFailedError"]
+
+#: Interactions or candidates handled per read / model / write round.
+CHUNK: Final = 32
+#: Neighbours shown to a triager, and how many similar memories are checked for a duplicate.
+NEIGHBOURS: Final = 5
+DUPLICATE_POOL: Final = 20
+#: Supersessions written per batch by a decay run.
+DECAY_BATCH: Final = 1000
+#: Long-lived processes run decay this long after they start, then once a day.
+DAILY_FIRST_S: Final = 60.0
+DAILY_S: Final = 86_400.0
+_PREFIX: Final = re.compile(kq.PREFIX_PATTERN)
+_MAX_LISTED: Final = 1000
+
+
+class ExtractionFailedError(MnemologError):
+    """At least one extraction gave no usable answer (exit 4); each is an `extraction.failed` event."""
+
+    exit_code = 4
+    slug = "extraction_failed"
+
+
+class TriageFailedError(MnemologError):
+    """At least one triage gave no verdict (exit 4); each is a `triage.failed` event."""
+
+    exit_code = 4
+    slug = "triage_failed"
+
+
+def _iso(us: int) -> datetime:
+    return datetime.fromtimestamp(us / 1_000_000, UTC)
+
+
+class Knowledge:
+    """The knowledge loop over a home; ``sessions`` is the Substrate (anything with ``session()``)."""
+
+    def __init__(
+        self,
+        home: Home,
+        sessions: Sessions,
+        *,
+        clock: Clock,
+        checkpoint: Callable[[], tuple[int, bytes]] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.home = home
+        self.sessions = sessions
+        self.clock = clock
+        self._checkpoint = checkpoint
+        self.options = dict(options or {})
+        self._settings: KnowledgeSettings | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.daily_errors: list[str] = []
+
+    # -- configuration --------------------------------------------------------------------
+
+    @property
+    def settings(self) -> KnowledgeSettings:
+        """The home's [knowledge] settings (parsed on first use: a bad table fails the loop only)."""
+        if self._settings is None:
+            self._settings = parse_knowledge(self.home.config.raw, str(self.home.config_path))
+        return self._settings
+
+    def llm(self) -> LlmConfig | None:
+        cfg = self.home.config.llm
+        return resolve_llm(os.environ.get(HOST_ENV) or cfg.host, os.environ.get(MODEL_ENV) or cfg.model)
+
+    def _retries(self, max_retries: int | None) -> int:
+        n = self.settings.max_retries if max_retries is None else max_retries
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 10:
+            raise UsageError(f"max_retries must be an integer in 0..10; got {n!r}", field="max_retries")
+        return n
+
+    def domains(self, values: Iterable[str]) -> list[str]:
+        """Domain tags checked against the home's vocabulary (BadInput, exit 65, for an unknown one)."""
+        given = list(values)
+        # No tags, no configuration read: a bad [knowledge] table must not stop plain stores.
+        return list(check_domains(given, self.settings.domains)) if given else []
+
+    # -- projects ---------------------------------------------------------------------------
+
+    @staticmethod
+    def registry(s: Session) -> ProjectRegistry:
+        return kq.project_registry(s.conn)
+
+    def canonical_project(self, s: Session, project: str | None) -> str:
+        """The one canonicalisation of a project name given at a boundary ("" for none)."""
+        if project is None:
+            return ""
+        return self.registry(s).canonical(check_project_name(project))
+
+    def register_project(
+        self, name: str, *, aliases: Sequence[str] = (), description: str = ""
+    ) -> dict[str, Any]:
+        with self.sessions.session() as s:
+            registry = self.registry(s).with_project(name, aliases=aliases, description=description)
+            project = registry.resolve(name)
+            s.append(
+                ProjectRegistered(name=project.name, aliases=list(project.aliases), description=description)
+            )
+            return self._project(s, project.name)
+
+    def alias_project(self, name: str, alias: str) -> dict[str, Any]:
+        with self.sessions.session() as s:
+            registry = self.registry(s)
+            registry.with_alias(name, alias)  # the checks; the fold applies the event
+            canonical = registry.resolve(name).name
+            s.append(ProjectAliased(name=canonical, alias=check_project_name(alias, allow_empty=False)))
+            return self._project(s, canonical)
+
+    def projects(self) -> list[dict[str, Any]]:
+        with self.sessions.session() as s:
+            return kq.projects(s.conn)
+
+    @staticmethod
+    def _project(s: Session, name: str) -> dict[str, Any]:
+        return next(p for p in kq.projects(s.conn) if p["name"] == name)
+
+    # -- trusted state ------------------------------------------------------------------------
+
+    def set_state(
+        self, project: str, category: str, key: str, value: str, *, source: str | None = None
+    ) -> dict[str, Any]:
+        """Upsert (project, category, key) = value; the same value again writes nothing."""
+        check_category(category)
+        payload = StateSet(project=project, category=category, key=key, value=value, source=source)
+        with self.sessions.session() as s:
+            canonical = self.canonical_project(s, project)
+            current = kq.state_entries(s.conn, canonical, category=category, key=payload.key)
+            if current and current[0]["value"] == payload.value and current[0]["source"] == payload.source:
+                return {**current[0], "changed": False}
+            s.append(payload.model_copy(update={"project": canonical}))
+            (entry,) = kq.state_entries(s.conn, canonical, category=category, key=payload.key)
+            return {**entry, "changed": True}
+
+    def get_state(
+        self, project: str, *, category: str | None = None, history: bool = False
+    ) -> list[dict[str, Any]]:
+        if category is not None:
+            check_category(category)
+        with self.sessions.session() as s:
+            return kq.state_entries(
+                s.conn, self.canonical_project(s, project), category=category, history=history
+            )
+
+    def invalidate_state(
+        self, project: str, category: str, key: str, *, reason: str | None = None
+    ) -> dict[str, Any]:
+        check_category(category)
+        payload = StateInvalidated(project=project, category=category, key=key, reason=reason)
+        with self.sessions.session() as s:
+            canonical = self.canonical_project(s, project)
+            if not kq.state_entries(s.conn, canonical, category=category, key=payload.key):
+                raise NotFound(
+                    f"project {canonical!r} has no current state entry {category}/{payload.key}",
+                    project=canonical,
+                    category=category,
+                    key=payload.key,
+                )
+            s.append(payload.model_copy(update={"project": canonical}))
+            history = kq.state_entries(s.conn, canonical, category=category, key=payload.key, history=True)
+            return history[-1]
+
+    # -- capture ------------------------------------------------------------------------------
+
+    def capture(
+        self,
+        prompt: str,
+        response: str = "",
+        *,
+        project: str = "",
+        client: str | None = None,
+        session: str | None = None,
+        context_id: str | None = None,
+        namespace: str = "default",
+        reinforce: bool = False,
+    ) -> dict[str, Any]:
+        """Record an interaction; with ``reinforce``, reinforce the active memories its response echoes."""
+        check_namespace(namespace)
+        payload = InteractionCaptured(
+            id=new_id(),
+            namespace=namespace,
+            project=project,
+            prompt=prompt,
+            response=response,
+            client=client,
+            session=session,
+            context_id=context_id,
+            reinforce=bool(reinforce),
+        )
+        policy = self.settings.reinforce if reinforce else None
+        with self.sessions.session() as s:
+            s.check_write(s.policy(namespace), namespace)
+            canonical = self.canonical_project(s, payload.project) if payload.project else ""
+            payload = payload.model_copy(update={"project": canonical})
+            follow: list[Payload] = []
+            if policy is not None and payload.response:
+                said = terms(payload.response)
+                for mid, text, confidence in kq.reinforcement_pool(s.conn, canonical):
+                    match = echo(terms(text), said, policy)
+                    if match is None:
+                        continue
+                    follow.append(
+                        MemoryReinforced(
+                            id=mid,
+                            interaction_id=payload.id,
+                            overlap=match.overlap,
+                            size=match.size,
+                            mode=match.mode,
+                            confidence_before=base_confidence(confidence),
+                            confidence=reinforced(confidence, policy.step),
+                            policy=policy.to_data(),
+                        )
+                    )
+            receipt = s.append_many([payload, *follow])[0]
+        return {
+            "id": payload.id,
+            "seq": receipt.seq,
+            "project": canonical,
+            "namespace": namespace,
+            "reinforced": [
+                {"id": r.id, "mode": r.mode, "overlap": r.overlap, "size": r.size, "confidence": r.confidence}
+                for r in follow
+                if isinstance(r, MemoryReinforced)
+            ],
+        }
+
+    def interactions(
+        self,
+        *,
+        project: str | None = None,
+        session: str | None = None,
+        since: int | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        """Captured interactions, newest first."""
+        check_limit(limit)
+        with self.sessions.session() as s:
+            canonical = self.canonical_project(s, project) if project is not None else None
+            return kq.interactions(s.conn, project=canonical, session=session, since=since, limit=limit)
+
+    def interaction(self, interaction_id: str) -> dict[str, Any]:
+        with self.sessions.session() as s:
+            row = kq.interaction(s.conn, interaction_id) if isinstance(interaction_id, str) else None
+            if row is None:
+                raise NotFound(f"no interaction with id {interaction_id!r}", id=interaction_id)
+            row["candidates"] = kq.candidate_ids(s.conn, interaction_id)
+            return row
+
+    # -- extraction ------------------------------------------------------------------------------
+
+    def extract(
+        self,
+        *,
+        interaction_ids: Sequence[str] = (),
+        pending: bool = False,
+        extractor: str | None = None,
+        limit: int = 100,
+        max_retries: int | None = None,
+    ) -> dict[str, Any]:
+        """Extract candidates from interactions; every outcome is an event.
+
+        Informational (exit 1) when nothing is pending; ExtractionFailedError
+        (exit 4, the whole summary in its details) when any extraction failed.
+        """
+        if bool(interaction_ids) == bool(pending):
+            raise UsageError("give interaction ids or --pending (one of them)")
+        retries = self._retries(max_retries)
+        name = extractor or self.settings.extractor
+        ex = make_extractor(
+            name, self.llm() if name == "ollama" else None, domains=self.settings.domains, **self.options
+        )
+        with self.sessions.session() as s:
+            ids = kq.pending_interactions(s.conn, check_limit(limit)) if pending else list(interaction_ids)
+            known = kq.known_interactions(s.conn, [i for i in ids if isinstance(i, str)])
+            for iid in ids:
+                if iid not in known:
+                    raise NotFound(f"no interaction with id {iid!r}", id=iid)
+        if not ids:
+            raise Informational("no interaction is waiting for extraction")
+        results: list[dict[str, Any]] = []
+        # In chunks: one read and one write (one sync) per chunk, the model called between them
+        # with no lock held, and a crash loses at most one chunk's answers.
+        for start in range(0, len(ids), CHUNK):
+            with self.sessions.session() as s:
+                rows = [kq.interaction(s.conn, iid) for iid in ids[start : start + CHUNK]]
+            answers = [
+                (
+                    row,
+                    ex.extract(
+                        InteractionText(row["prompt"], row["response"], row["project"]), max_retries=retries
+                    ),
+                )
+                if row is not None and row["extraction"] == "pending"
+                else (row, None)
+                for row in rows
+            ]
+            with self.sessions.session() as s:
+                results += self._write_extractions(s, answers)
+        summary = {
+            "extractor": ex.name,
+            "model": ex.model,
+            "interactions": len(results),
+            "candidates": sum(len(r.get("candidates", [])) for r in results),
+            "failed": sum(r["outcome"] == "failed" for r in results),
+            "results": results,
+        }
+        if summary["failed"]:
+            raise ExtractionFailedError(
+                f"{summary['failed']} of {len(results)} extraction(s) failed; each is an extraction.failed "
+                "event and the interaction stays pending",
+                **summary,
+            )
+        return summary
+
+    def _write_extractions(
+        self, s: Session, answers: Sequence[tuple[dict[str, Any] | None, Any]]
+    ) -> list[dict[str, Any]]:
+        """The events of a chunk's extractions, in one batch; the result of each."""
+        registry = self.registry(s)
+        vocabulary = set(self.settings.domains)
+        stores: list[MemoryStored] = []
+        events: list[Payload] = []
+        results: list[dict[str, Any]] = []
+        described: dict[str, dict[str, Any]] = {}
+        states = kq.extraction_states(s.conn, [row["id"] for row, _ in answers if row is not None])
+        for row, outcome in answers:
+            assert row is not None
+            iid = row["id"]
+            if outcome is None or states.get(iid) != "pending":
+                results.append({"interaction": iid, "outcome": "already_extracted"})
+                continue
+            if isinstance(outcome, ExtractionFailure):
+                events.append(
+                    ExtractionFailed(
+                        interaction_id=iid,
+                        extractor=outcome.extractor,
+                        version=outcome.version,
+                        model=outcome.model,
+                        prompt_sha256=outcome.prompt_sha256,
+                        reason=outcome.reason,
+                        message=outcome.message[:8192],
+                        attempts=outcome.attempts,
+                        responses=list(outcome.responses),
+                    )
+                )
+                results.append(
+                    {
+                        "interaction": iid,
+                        "outcome": "failed",
+                        "reason": outcome.reason,
+                        "message": outcome.message,
+                        "attempts": outcome.attempts,
+                    }
+                )
+                continue
+            assert isinstance(outcome, Extraction)
+            mine: list[MemoryStored] = []
+            for c in outcome.candidates:
+                store = MemoryStored.new(
+                    c.content,
+                    namespace=row["namespace"],
+                    kind=c.kind,
+                    confidence=c.confidence,
+                    source=f"interaction:{iid}",
+                    project=registry.canonical(c.project) if c.layer == "project" else "",
+                    domains=[d for d in c.domains if d in vocabulary],
+                    status="candidate",
+                )
+                mine.append(store)
+                described[store.id] = {
+                    "id": store.id,
+                    "layer": c.layer,
+                    "kind": c.kind,
+                    "confidence": c.confidence,
+                    **({"rule": c.rule} if c.rule else {}),
+                    **({"source": c.source} if c.source else {}),
+                }
+            stores += mine
+            events.append(
+                CandidateExtracted(
+                    interaction_id=iid,
+                    candidate_ids=[p.id for p in mine],
+                    candidates=[described[p.id] for p in mine],
+                    extractor=outcome.extractor,
+                    version=outcome.version,
+                    model=outcome.model,
+                    prompt_sha256=outcome.prompt_sha256,
+                    domains=list(self.settings.domains),
+                    responses=list(outcome.responses),
+                    attempts=outcome.attempts,
+                    input_tokens=outcome.input_tokens,
+                    output_tokens=outcome.output_tokens,
+                    warnings=list(outcome.warnings),
+                )
+            )
+            results.append(
+                {
+                    "interaction": iid,
+                    "outcome": "extracted",
+                    "candidates": [p.id for p in mine],
+                    "warnings": list(outcome.warnings),
+                }
+            )
+        if stores or events:
+            memories = {m["id"]: m for m in s.write_memories(stores, extra=events)}
+        for r in results:
+            if r["outcome"] == "extracted":
+                r["candidates"] = [
+                    {
+                        "id": cid,
+                        "layer": described[cid]["layer"],
+                        "project": memories[cid]["project"],
+                        "domains": memories[cid]["domains"],
+                        "content": memories[cid]["content"],
+                    }
+                    for cid in r["candidates"]
+                ]
+        return results
+
+    # -- triage ------------------------------------------------------------------------------------
+
+    def triage(
+        self,
+        *,
+        candidate_ids: Sequence[str] = (),
+        pending: bool = False,
+        triager: str | None = None,
+        dry_run: bool = False,
+        limit: int = 100,
+        max_retries: int | None = None,
+    ) -> dict[str, Any]:
+        """Give candidates verdicts; promote, reject or leave them for a person (curators.triage.decide)."""
+        if bool(candidate_ids) == bool(pending):
+            raise UsageError("give candidate ids or --pending (one of them)")
+        retries = self._retries(max_retries)
+        name = triager or self.settings.triager
+        tr = make_triager(
+            name, self.llm() if name == "ollama" else None, domains=self.settings.domains, **self.options
+        )
+        with self.sessions.session() as s:
+            ids = kq.pending_candidates(s.conn, check_limit(limit)) if pending else list(candidate_ids)
+            known = kq.known_candidates(s.conn, [i for i in ids if isinstance(i, str)])
+            for cid in ids:
+                if cid not in known:
+                    raise NotFound(f"no candidate with id {cid!r}", id=cid)
+        if not ids:
+            raise Informational("no candidate is waiting for triage")
+        results: list[dict[str, Any]] = []
+        for start in range(0, len(ids), CHUNK):
+            with self.sessions.session() as s:
+                work = [self._triage_input(s, cid) for cid in ids[start : start + CHUNK]]
+            verdicts = [
+                tr.triage(item, max_retries=retries) if item is not None else None for _m, item, _d in work
+            ]
+            with self.sessions.session() as s:
+                results += self._write_verdicts(s, work, verdicts, dry_run)
+        summary = {
+            "triager": tr.name,
+            "model": tr.model,
+            "dry_run": dry_run,
+            "candidates": len(results),
+            "promoted": sum(r.get("action") == "promote" for r in results),
+            "rejected": sum(r.get("action") == "reject" for r in results),
+            "waiting": sum(r.get("action") == "wait" for r in results),
+            "failed": sum(r["outcome"] == "failed" for r in results),
+            "thresholds": self.settings.triage.to_data(),
+            "results": results,
+        }
+        if summary["failed"]:
+            raise TriageFailedError(
+                f"{summary['failed']} of {len(results)} triage(s) gave no verdict; each is a triage.failed "
+                "event and the candidate stays queued",
+                **summary,
+            )
+        return summary
+
+    def _neighbours(self, s: Session, m: Memory) -> tuple[list[Neighbour], str | None]:
+        mine = terms(m["content"])
+        similar = kq.similar_active(s.conn, m["content"], limit=DUPLICATE_POOL, exclude=m["id"])
+        same = normalised(m["content"])
+        duplicate = next((n["id"] for n in similar if normalised(n["content"]) == same), None)
+        out = []
+        for n in similar[:NEIGHBOURS]:
+            shared = len(mine & terms(n["content"]))
+            out.append(Neighbour(n["id"], n["content"], n["project"], shared / len(mine) if mine else 0.0))
+        return out, duplicate
+
+    def _triage_input(self, s: Session, cid: str) -> tuple[Memory, TriageItem | None, str | None]:
+        """(the candidate, what the triager reads or None when it is decided, a duplicate's id)."""
+        m = kq.candidate(s.conn, cid)
+        assert m is not None
+        if m["status"] != "candidate":
+            return m, None, None
+        neighbours, duplicate = self._neighbours(s, m)
+        info = m.get("candidate", {})
+        item = TriageItem(
+            candidate_id=cid,
+            content=m["content"],
+            layer=str(info.get("layer") or ("domain" if not m["project"] and m["domains"] else "project")),
+            kind=m["kind"],
+            project=m["project"],
+            domains=tuple(m["domains"]),
+            confidence=base_confidence(m["confidence"]),
+            extractor=str(info.get("extractor") or ""),
+            rule=info.get("rule"),
+            neighbours=tuple(neighbours),
+        )
+        return m, item, duplicate
+
+    def _write_verdicts(
+        self,
+        s: Session,
+        work: Sequence[tuple[Memory, TriageItem | None, str | None]],
+        verdicts: Sequence[Any],
+        dry_run: bool,
+    ) -> list[dict[str, Any]]:
+        """The events of a chunk's verdicts, in one batch (none on a dry run); the result of each."""
+        policy = self.settings.triage
+        registry = self.registry(s)
+        events: list[Payload] = []
+        results: list[dict[str, Any]] = []
+        # Promotions earlier in this chunk count as active memories for the duplicate rule.
+        promoted_here: dict[str, str] = {}
+        now = kq.statuses_of(s.conn, [m["id"] for m, _i, _d in work])
+        for (m, item, seen_duplicate), verdict in zip(work, verdicts, strict=True):
+            cid = m["id"]
+            if item is None or now.get(cid) != "candidate":
+                results.append({"id": cid, "outcome": "already_decided", "status": now.get(cid)})
+                continue
+            if isinstance(verdict, TriageFailure):
+                events.append(
+                    TriageFailed(
+                        id=cid,
+                        triager=verdict.triager,
+                        version=verdict.version,
+                        model=verdict.model,
+                        prompt_sha256=verdict.prompt_sha256,
+                        reason=verdict.reason,
+                        message=verdict.message[:8192],
+                        attempts=verdict.attempts,
+                        responses=list(verdict.responses),
+                    )
+                )
+                results.append(
+                    {"id": cid, "outcome": "failed", "reason": verdict.reason, "message": verdict.message}
+                )
+                continue
+            assert isinstance(verdict, TriageVerdict)
+            text = normalised(m["content"])
+            duplicate = seen_duplicate or promoted_here.get(text)
+            decision = decide(verdict, policy=policy, duplicate_of=duplicate)
+            project = registry.canonical(verdict.project)
+            domains = [d for d in verdict.domains if d in self.settings.domains] or list(m["domains"])
+            events.append(
+                CandidateTriaged(
+                    id=cid,
+                    triager=verdict.triager,
+                    version=verdict.version,
+                    model=verdict.model,
+                    prompt_sha256=verdict.prompt_sha256,
+                    verdict=verdict.verdict,
+                    confidence=verdict.confidence,
+                    reason=verdict.reason or "(no reason)",
+                    project=project,
+                    domains=domains,
+                    conflicts_with=verdict.conflicts_with,
+                    duplicate_of=duplicate,
+                    thresholds=policy.to_data(),
+                    action=decision.action,
+                    why=decision.why[:2048],
+                    responses=list(verdict.responses),
+                    attempts=verdict.attempts,
+                    input_tokens=verdict.input_tokens,
+                    output_tokens=verdict.output_tokens,
+                    warnings=list(verdict.warnings),
+                )
+            )
+            if decision.action == "promote":
+                promoted_here.setdefault(text, cid)
+                events.append(
+                    MemoryPromoted(
+                        id=cid, by="triage", project=project, domains=domains, reason=verdict.reason
+                    )
+                )
+            elif decision.action == "reject":
+                events.append(
+                    MemoryRejected(id=cid, by="triage", reason=verdict.reason or "rejected by triage")
+                )
+            results.append(
+                {
+                    "id": cid,
+                    "outcome": "triaged",
+                    "verdict": verdict.verdict,
+                    "confidence": verdict.confidence,
+                    "reason": verdict.reason,
+                    "project": project,
+                    "domains": domains,
+                    "conflicts_with": verdict.conflicts_with,
+                    "duplicate_of": duplicate,
+                    "action": decision.action,
+                    "why": decision.why,
+                    "warnings": list(verdict.warnings),
+                }
+            )
+        if events and not dry_run:
+            s.append_many(events)
+        return results
+
+    # -- people's decisions ---------------------------------------------------------------------------
+
+    def candidates(
+        self,
+        *,
+        queues: Sequence[str] = ("pending", "needs_human"),
+        project: str | None = None,
+        limit: int = 50,
+    ) -> list[Memory]:
+        unknown = [q for q in queues if q not in kq.CANDIDATE_QUEUES]
+        if unknown:
+            raise UsageError(
+                f"unknown candidate status {unknown[0]!r}; expected one of {', '.join(kq.CANDIDATE_QUEUES)}",
+                expected=list(kq.CANDIDATE_QUEUES),
+            )
+        check_limit(limit)
+        with self.sessions.session() as s:
+            canonical = self.canonical_project(s, project) if project is not None else None
+            return kq.candidates(s.conn, queues, project=canonical, limit=limit)
+
+    def promote(
+        self,
+        memory_id: str,
+        *,
+        project: str | None = None,
+        domains: Sequence[str] | None = None,
+        reason: str | None = None,
+    ) -> Memory:
+        """A person promotes a candidate (optionally to another project or with other domains)."""
+        checked = self.domains(domains) if domains is not None else None
+        with self.sessions.session() as s:
+            m = self._decidable(s, memory_id, "memory.promoted", "promote")
+            payload = MemoryPromoted(
+                id=memory_id,
+                by="person",
+                project=self.canonical_project(s, project) if project is not None else m["project"],
+                domains=checked if checked is not None else list(m["domains"]),
+                reason=reason,
+            )
+            s.append(payload)
+            return s.with_warnings(s.require(memory_id))
+
+    def reject(self, memory_id: str, *, reason: str) -> Memory:
+        """A person rejects a candidate; it becomes invalid (and stays in the log)."""
+        payload = MemoryRejected(id=memory_id, by="person", reason=reason)
+        with self.sessions.session() as s:
+            self._decidable(s, memory_id, "memory.rejected", "reject")
+            s.append(payload)
+            return s.with_warnings(s.require(memory_id))
+
+    def supersede(self, memory_id: str, *, reason: str, by_memory: str | None = None) -> Memory:
+        """A person retires an active memory (optionally naming the memory that replaces it)."""
+        payload = MemorySuperseded(
+            id=memory_id, by="memory" if by_memory else "person", reason=reason, superseded_by=by_memory
+        )
+        with self.sessions.session() as s:
+            m = s.require(memory_id)
+            if by_memory is not None:
+                if by_memory == memory_id:
+                    raise UsageError("a memory cannot supersede itself", id=memory_id)
+                s.require(by_memory)
+            if status_after("memory.superseded", m["status"]) is None:
+                if m["status"] == "superseded":
+                    raise Informational(f"memory {memory_id} is superseded already", id=memory_id)
+                raise UsageError(
+                    f"only active memories can be superseded; memory {memory_id} is {m['status']}",
+                    id=memory_id,
+                    status=m["status"],
+                )
+            s.append(payload)
+            return s.with_warnings(s.require(memory_id))
+
+    @staticmethod
+    def _decidable(s: Session, memory_id: str, event_type: str, verb: str) -> Memory:
+        m = s.require(memory_id)
+        if status_after(event_type, m["status"]) is not None:
+            return m
+        target = "active" if verb == "promote" else "invalid"
+        if m["status"] == target:
+            raise Informational(f"memory {memory_id} is {target} already", id=memory_id, status=m["status"])
+        raise UsageError(
+            f"only candidates can be {verb}d; memory {memory_id} is {m['status']}",
+            id=memory_id,
+            status=m["status"],
+        )
+
+    # -- decay ------------------------------------------------------------------------------------------
+
+    def decay(self, *, now: int | None = None, dry_run: bool = False) -> dict[str, Any]:
+        """Supersede the memories decay has taken below the floor at clock ``now`` (µs)."""
+        at = self.clock() if now is None else now
+        if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+            raise UsageError(f"now must be a non-negative time in microseconds; got {now!r}", field="now")
+        policy = self.settings.decay
+        gone: list[tuple[str, float, int]] = []
+        decaying = 0
+        with self.sessions.session() as s:
+            rows = kq.decay_rows(s.conn, at - (policy.idle_days + 1) * DAY_US)
+            ids = rows.column("id").to_pylist()
+            confs = rows.column("confidence").to_pylist()
+            anchors = rows.column("anchor").to_pylist()
+            for mid, conf, anchor in zip(ids, confs, anchors, strict=True):
+                if decay_days(anchor_us=anchor, reference_count=0, now_us=at, policy=policy) == 0:
+                    continue
+                decaying += 1
+                if decays_out(conf, anchor_us=anchor, reference_count=0, now_us=at, policy=policy):
+                    value = decayed_confidence(
+                        conf, anchor_us=anchor, reference_count=0, now_us=at, policy=policy
+                    )
+                    gone.append((mid, value, anchor))
+            if not dry_run:
+                recorded = policy.to_data()
+                for start in range(0, len(gone), DECAY_BATCH):
+                    s.append_many(
+                        [
+                            MemorySuperseded(
+                                id=mid,
+                                by="decay",
+                                confidence=value,
+                                now=at,
+                                policy=recorded,
+                                reason=f"unreferenced and idle since {_iso(anchor).date().isoformat()}: "
+                                f"confidence {value:.3f} is below the floor {policy.floor:g}",
+                            )
+                            for mid, value, anchor in gone[start : start + DECAY_BATCH]
+                        ]
+                    )
+        return {
+            "now": at,
+            "dry_run": dry_run,
+            "policy": policy.to_data(),
+            "checked": len(ids),
+            "decaying": decaying,
+            "superseded_count": len(gone),
+            "superseded": [{"id": mid, "confidence": value} for mid, value, _ in gone[:_MAX_LISTED]],
+        }
+
+    def start_daily(self, *, first: float = DAILY_FIRST_S, every: float = DAILY_S) -> None:
+        """Run decay in a background thread: after ``first`` seconds, then every ``every`` seconds."""
+        if self._thread is not None:
+            return
+
+        def loop() -> None:
+            wait = first
+            while not self._stop.wait(wait):
+                try:
+                    self.decay()
+                except MnemologError as exc:  # reported, never fatal: the next day tries again
+                    self.daily_errors.append(f"{exc.slug}: {exc.message}")
+                wait = every
+
+        self._thread = threading.Thread(target=loop, name="mnemolog-decay", daemon=True)
+        self._thread.start()
+
+    def stop_daily(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    # -- the [domain] prefix migration -------------------------------------------------------------------
+
+    def migrate_domain_prefixes(self, *, dry_run: bool = False, limit: int = 1_000_000) -> dict[str, Any]:
+        """Move a leading "[domain]" of old content into the memory's domains, as a recorded migration.
+
+        Each change is a `memory.updated` tagged with the run (content without
+        the prefix, the domain added), between `migration.started` (with the
+        checkpoint it can be rolled back to) and `migration.completed`. The log
+        keeps the content as it was written. Prefixes that name no domain of
+        the home are left alone.
+        """
+        started_at = self.clock()
+        run_id = f"domain-prefix-{uuid.uuid4().hex[:12]}"
+        vocabulary = self.settings.domains
+        with self.sessions.session() as s:
+            plan: list[tuple[Memory, str, str]] = []
+            skipped = 0
+            for m in kq.memories_with_prefix(s.conn, limit):
+                match = _PREFIX.match(m["content"])
+                name = match.group(1).lower() if match else ""
+                rest = m["content"][match.end() :] if match else ""
+                if name not in vocabulary or not rest.strip():
+                    skipped += 1
+                    continue
+                plan.append((m, name, rest))
+            changes: list[dict[str, Any]] = [
+                {"id": m["id"], "domain": name, "domains": list(dict.fromkeys([*m["domains"], name]))}
+                for m, name, _ in plan
+            ]
+            if dry_run or not plan:
+                return {
+                    "run_id": None,
+                    "dry_run": dry_run,
+                    "changed": len(plan),
+                    "skipped": skipped,
+                    "changes": changes,
+                }
+            if self._checkpoint is None:
+                raise UsageError("this process cannot sign a checkpoint for the migration's snapshot")
+            size, root = self._checkpoint()
+            events: list[Payload] = [
+                MigrationStarted(
+                    run_id=run_id,
+                    snapshot_size=size,
+                    snapshot_root=root.hex(),
+                    target_version=2,
+                    backend_id="knowledge/domain-prefix",
+                )
+            ]
+            events += [
+                MemoryUpdated(id=m["id"], content=rest, domains=list(change["domains"]), migration_run=run_id)
+                for (m, _, rest), change in zip(plan, changes, strict=True)
+            ]
+            events.append(
+                MigrationCompleted(
+                    run_id=run_id,
+                    action="migrate",
+                    from_version=1,
+                    to_version=2,
+                    dry_run=False,
+                    backend_id="knowledge/domain-prefix",
+                    snapshot_ref={"size": str(size), "root": root.hex()},
+                    units_touched=len(plan),
+                    units_skipped=skipped,
+                    rolled_back=False,
+                    error="",
+                    started_at=_iso(started_at).isoformat(),
+                    finished_at=_iso(self.clock()).isoformat(),
+                    scripts=["domain-prefix"],
+                    outcome="completed",
+                )
+            )
+            s.append_many(events)
+        return {
+            "run_id": run_id,
+            "dry_run": False,
+            "changed": len(plan),
+            "skipped": skipped,
+            "changes": changes,
+        }

@@ -1,0 +1,205 @@
+"""Triage decisions, the rules triager, and the factories."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from mnemolog.curators.base import TierLocked
+from mnemolog.curators.config import LlmConfig
+from mnemolog.curators.extract_config import make_extractor
+from mnemolog.curators.extract_ollama import OllamaExtractor
+from mnemolog.curators.extract_rules import RulesExtractor
+from mnemolog.curators.triage import (
+    MAX_REASON_CHARS,
+    Neighbour,
+    TriageItem,
+    TriagePolicy,
+    Triager,
+    TriageVerdict,
+    decide,
+    one_sentence,
+)
+from mnemolog.curators.triage_config import make_triager
+from mnemolog.curators.triage_ollama import OllamaTriager
+from mnemolog.curators.triage_rules import RULES_SHA256, RulesTriager
+from mnemolog.eventlog.errors import BadInput, UsageError
+
+POLICY = TriagePolicy()
+
+
+def verdict(kind: str = "promote", confidence: float = 0.9, **kw: Any) -> TriageVerdict:
+    base = TriageVerdict(
+        verdict=kind,  # type: ignore[arg-type]
+        confidence=confidence,
+        reason="A measured limit.",
+        project="",
+        domains=("materials",),
+        triager="ollama",
+        version="1",
+        model="m",
+        prompt_sha256="0" * 64,
+    )
+    return replace(base, **kw)
+
+
+# -- decide -----------------------------------------------------------------------------
+
+
+def test_promote_at_or_above_the_threshold() -> None:
+    assert decide(verdict(confidence=0.8), policy=POLICY).action == "promote"
+    assert decide(verdict(confidence=0.95), policy=POLICY).action == "promote"
+
+
+def test_promote_below_the_threshold_waits() -> None:
+    decision = decide(verdict(confidence=0.79), policy=POLICY)
+    assert decision.action == "wait"
+    assert "0.79" in decision.why and "0.80" in decision.why
+
+
+def test_the_threshold_is_configuration() -> None:
+    assert decide(verdict(confidence=0.7), policy=TriagePolicy(promote_confidence=0.7)).action == "promote"
+    assert decide(verdict(confidence=0.85), policy=TriagePolicy(promote_confidence=0.9)).action == "wait"
+
+
+def test_a_duplicate_waits_even_when_confident() -> None:
+    decision = decide(verdict(confidence=0.99), policy=POLICY, duplicate_of="01DUP")
+    assert decision.action == "wait" and "01DUP" in decision.why
+
+
+def test_reject_rejects_whatever_the_confidence() -> None:
+    assert decide(verdict("reject", 0.1), policy=POLICY).action == "reject"
+    assert decide(verdict("reject", 0.99), policy=POLICY, duplicate_of="x").action == "reject"
+
+
+@pytest.mark.parametrize("kind", ["needs_human", "contradicts"])
+def test_everything_else_waits_for_a_person(kind: str) -> None:
+    decision = decide(verdict(kind, 1.0, conflicts_with="01OLD"), policy=POLICY)
+    assert decision.action == "wait"
+    if kind == "contradicts":
+        assert "01OLD" in decision.why
+
+
+def test_policy_is_recorded_and_checked() -> None:
+    assert POLICY.to_data() == {"promote_confidence": 0.8, "duplicate_similarity": 0.92}
+    with pytest.raises(BadInput):
+        TriagePolicy(promote_confidence=1.2)
+    with pytest.raises(BadInput):
+        TriagePolicy(duplicate_similarity=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("A measured limit. And more text after it.", "A measured limit."),
+        ("  Spread\nover   lines  ", "Spread over lines"),
+        (
+            "e.g. short. Then the real sentence ends here. More.",
+            "e.g. short. Then the real sentence ends here.",
+        ),
+        ("", ""),
+    ],
+)
+def test_one_sentence(text: str, expected: str) -> None:
+    assert one_sentence(text) == expected
+
+
+def test_one_sentence_is_bounded() -> None:
+    out = one_sentence("word " * 500)
+    assert len(out) <= MAX_REASON_CHARS and out.endswith("…")
+
+
+# -- the rules triager ------------------------------------------------------------------
+
+RULES = RulesTriager()
+
+
+def item(content: str, **kw: Any) -> TriageItem:
+    base = TriageItem(
+        candidate_id="01CAND",
+        content=content,
+        layer="project",
+        kind="project",
+        project="p04-gigabit",
+        confidence=0.6,
+        extractor="rules",
+    )
+    return replace(base, **kw)
+
+
+def test_rules_triager_identity() -> None:
+    assert isinstance(RULES, Triager)
+    out = RULES.triage(item("Decision: we keep the 18-point whiffletree for M1."))
+    assert (out.triager, out.version, out.model, out.prompt_sha256) == ("rules", "1", None, RULES_SHA256)
+
+
+@pytest.mark.parametrize(
+    ("content", "kind", "why"),
+    [
+        ("Too short.", "reject", "short"),
+        ("Should we keep the whiffletree for the M1 mirror?", "reject", "question"),
+        ("The tool is currently on run 14 of 20 at 28 nm RMS.", "reject", "passing state"),
+        ("TODO finish the backfill script and the runbook.", "reject", "passing state"),
+    ],
+)
+def test_rules_reject(content: str, kind: str, why: str) -> None:
+    out = RULES.triage(item(content))
+    assert out.verdict == kind
+    assert why in out.reason.lower()
+
+
+def test_rules_promote_explicit_markers_at_the_extractors_confidence() -> None:
+    out = RULES.triage(item("we keep the 18-point whiffletree for M1.", rule="decision", confidence=0.85))
+    assert (out.verdict, out.confidence) == ("promote", 0.85)
+    assert decide(out, policy=POLICY).action == "promote"
+    sentence = RULES.triage(
+        item("We decided to keep the whiffletree for M1.", rule="decision", confidence=0.8)
+    )
+    assert decide(sentence, policy=POLICY).action == "promote"
+
+
+def test_rules_send_insights_to_a_person() -> None:
+    out = RULES.triage(
+        item("Zerodur CTE gradient dominates WFE at fast focal ratios.", layer="domain", rule="insight")
+    )
+    assert out.verdict == "needs_human"
+    assert out.domains == ("materials",)  # suggested from the text when the candidate had none
+
+
+def test_rules_see_contradictions_by_negation_and_by_numbers() -> None:
+    old = Neighbour("01OLD", "The quilting limit for the 16-inch tool is 234 N.", "p06", share=0.8)
+    out = RULES.triage(item("The quilting limit for the 16-inch tool is 180 N.", neighbours=(old,)))
+    assert (out.verdict, out.conflicts_with) == ("contradicts", "01OLD")
+    assert "180" in out.reason and "234" in out.reason
+    neg = Neighbour("01NEG", "Force modulation can correct coma on the M1 supports.", share=0.7)
+    out = RULES.triage(item("Force modulation cannot correct coma on the M1 supports.", neighbours=(neg,)))
+    assert (out.verdict, out.conflicts_with) == ("contradicts", "01NEG")
+
+
+def test_rules_ignore_unrelated_neighbours() -> None:
+    far = Neighbour("01FAR", "The quilting limit is 234 N.", share=0.3)
+    out = RULES.triage(item("The quilting limit is 180 N for the big tool.", rule="fact", neighbours=(far,)))
+    assert out.verdict == "needs_human"
+
+
+# -- factories --------------------------------------------------------------------------
+
+LLM = LlmConfig("http://127.0.0.1:9", "m")
+
+
+def test_factories() -> None:
+    assert isinstance(make_extractor("rules", None), RulesExtractor)
+    assert isinstance(make_extractor("ollama", LLM), OllamaExtractor)
+    assert isinstance(make_triager("rules", None), RulesTriager)
+    assert isinstance(make_triager("ollama", LLM), OllamaTriager)
+
+
+@pytest.mark.parametrize("factory", [make_extractor, make_triager])
+def test_factories_lock_the_llm_tier_and_refuse_unknown_names(factory: Any) -> None:
+    with pytest.raises(TierLocked) as info:
+        factory("ollama", None)
+    assert info.value.exit_code == 3
+    with pytest.raises(UsageError):
+        factory("magic", LLM)
