@@ -96,12 +96,18 @@ def _shape(message: str, seq: int | None) -> VerificationError:
 def recorded_entries(data: Mapping[str, Any], seq: int | None = None) -> dict[str, list[dict[str, Any]]]:
     """The included entries of a `context.built` payload by tier; a malformed record is refused."""
     tiers = data.get("tiers")
-    if not isinstance(tiers, list):
-        raise _shape("expected a list under 'tiers'", seq)
+    names = (
+        [t.get("name") if isinstance(t, Mapping) else None for t in tiers]
+        if isinstance(tiers, list)
+        else None
+    )
+    if names != list(TIERS):
+        raise _shape(
+            f"expected one record per tier in trust order ({', '.join(TIERS)}), found {names!r:.120}", seq
+        )
+    assert isinstance(tiers, list)
     out: dict[str, list[dict[str, Any]]] = {}
     for t in tiers:
-        if not isinstance(t, Mapping) or t.get("name") not in TIERS or t["name"] in out:
-            raise _shape(f"expected one record per tier of {', '.join(TIERS)}, found {t!r:.80}", seq)
         included = t.get("included")
         if not isinstance(included, list):
             raise _shape(f"tier {t['name']}: expected a list under 'included'", seq)

@@ -377,8 +377,8 @@ def _classify(
                 excluded.append(Excluded("memory", m.id, "not_relevant"))
                 continue
             label = ", ".join(sorted(set(m.domains))) if tier == "domain" and m.domains else m.kind
-            rank = (not m.pinned, -rel, m.id)
-            tiers[tier].append(_Cand(tier, "memory", m.id, label, m.content, rel, rank, required=m.pinned))
+            mrank = (not m.pinned, -rel, m.id)
+            tiers[tier].append(_Cand(tier, "memory", m.id, label, m.content, rel, mrank, required=m.pinned))
     crows = _dedupe_chunks(chunks)
     top = _top(c.score for c in crows)
     for c in crows:

@@ -155,7 +155,8 @@ class PackConfig:
         if not 1 <= self.candidates <= 1000:
             raise _bad(f"candidates must be in [1, 1000], found {self.candidates}", field="candidates")
         terms: dict[str, tuple[str, ...]] = {}
-        for domain, words in dict(self.domain_terms).items():
+        raw: dict[Any, Any] = dict(self.domain_terms)
+        for domain, words in raw.items():
             if not isinstance(domain, str) or not domain.strip():
                 raise _bad(f"a domain name must be text, found {domain!r}", field="domain_terms")
             if isinstance(words, str) or not all(isinstance(w, str) and w.strip() for w in words):
