@@ -115,7 +115,7 @@ def plan_journal(
         regs[region_name("What happened")] += (
             f"- {when}{where} · `{i.id}`: {_one_line(i.prompt)} → {_one_line(i.response)}\n"
         )
-    for c in sorted(captured, key=lambda c: (c.note or "", c.memory_id)):
+    for c in sorted(captured, key=lambda c: (c.note is None, c.note or "", c.memory_id)):
         cday = day_by_interaction.get(c.interaction_id)
         if cday is None:
             continue

@@ -94,7 +94,11 @@ FALLBACK_TARGET: Final = ("IDENTITY.md", "Operating doctrine")
 def region_name(file: str, section: str) -> str:
     """`user.role_and_context` for USER.md's "Role and context"."""
     stem = file.rsplit(".", 1)[0].lower()
-    slug = re.sub(r"[^a-z0-9]+", "_", section.lower()).strip("_")[:48].rstrip("_")
+    slug = ""
+    for word in re.sub(r"[^a-z0-9]+", " ", section.lower()).split():
+        if len(slug) + len(word) + 1 > 48:
+            break
+        slug = f"{slug}_{word}" if slug else word
     return f"{stem}.{slug}"
 
 

@@ -65,6 +65,9 @@ def digest(content: str) -> str:
 
 
 def _content(content: str) -> str:
+    # Text that would read as a marker (a memory quoting one) is defused, so that what
+    # mnemolog writes can always be parsed again.
+    content = content.replace("<!-- mnemolog:", "<!-- mnemolog :")
     return content if not content or content.endswith("\n") else content + "\n"
 
 
