@@ -1,0 +1,360 @@
+"""The context read model: documents, their chunks and a BM25 index over them, recorded packs.
+
+Tables (rebuilt from the log like every projection):
+
+- `documents`: the current version of every ingested file (a removed one
+  keeps its row with `removed_seq`), keyed by its document id;
+- `chunks`: the chunks of current versions only, numbered `doc` =
+  seq * 2^20 + index (unique, the same in a rebuild); an older version's
+  chunks and postings are deleted when a new version or a removal folds;
+- `chunk_postings`: the inverted index of chunk text (the memory index's
+  tokenizer: `projections.text`), title = document name and heading path;
+- `packs` and `pack_members`: every `context.built` event, and per pack each
+  state entry, memory and chunk it included or trimmed, for `context why`,
+  `context show` and `capture --context`.
+
+Fold functions are total: a malformed payload folds to nothing rather than
+raising. Queries are named for what they answer; `chunk_candidates` is the
+one place that ranks chunks (BM25 today), so a better ranking swaps in here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import duckdb
+
+from mnemolog.projections.context.assemble import ChunkRow
+from mnemolog.projections.text import drop_staged, stage_postings
+
+CHUNK_SHIFT: Final = 20
+MAX_CHUNKS_PER_DOCUMENT: Final = (1 << CHUNK_SHIFT) - 1
+K1: Final = 1.2
+B: Final = 0.75
+MAX_QUERY_TERMS: Final = 64
+# Each term's contribution is rounded to a multiple of 1/SCORE_SCALE, so sums are exact
+# integers in any order and a rebuild ranks exactly as the incremental fold did.
+SCORE_SCALE: Final = 10**11
+
+DDL: Final = [
+    """CREATE TABLE IF NOT EXISTS documents(
+        document_id VARCHAR PRIMARY KEY, path VARCHAR NOT NULL, name VARCHAR NOT NULL,
+        root VARCHAR NOT NULL, project VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, size BIGINT NOT NULL,
+        encoding VARCHAR NOT NULL, version INTEGER NOT NULL, chunks INTEGER NOT NULL,
+        seq BIGINT NOT NULL, ts BIGINT NOT NULL, removed_seq BIGINT)""",
+    """CREATE TABLE IF NOT EXISTS chunks(
+        doc BIGINT NOT NULL, chunk_id VARCHAR NOT NULL, document_id VARCHAR NOT NULL,
+        idx INTEGER NOT NULL, heading_path VARCHAR[] NOT NULL, text VARCHAR NOT NULL,
+        name VARCHAR NOT NULL, project VARCHAR NOT NULL, dl INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS chunk_postings(
+        term VARCHAR NOT NULL, doc BIGINT NOT NULL, tf INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS packs(
+        pack_id VARCHAR NOT NULL, seq BIGINT NOT NULL, ts BIGINT NOT NULL, query VARCHAR NOT NULL,
+        project VARCHAR, sha256 VARCHAR NOT NULL, budget BIGINT NOT NULL, unit VARCHAR NOT NULL,
+        chars BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS pack_members(
+        pack_id VARCHAR NOT NULL, seq BIGINT NOT NULL, source VARCHAR NOT NULL, id VARCHAR NOT NULL,
+        tier VARCHAR NOT NULL, included BOOLEAN NOT NULL, reason VARCHAR)""",
+]
+TABLES: Final = ["documents", "chunks", "chunk_postings", "packs", "pack_members"]
+
+
+def chunk_id(document_id: str, version: int, index: int) -> str:
+    """A chunk's id: its document, the document's version and its place in it."""
+    return f"{document_id}/{version}/{index}"
+
+
+def create(conn: duckdb.DuckDBPyConnection) -> None:
+    for stmt in DDL:
+        conn.execute(stmt)
+
+
+# -- reading hostile payloads --------------------------------------------------
+
+
+def _s(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _i(v: Any, default: int = 0) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(2**62) < v < 2**62 else default
+
+
+def _strs(v: Any) -> list[str]:
+    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+
+
+# -- folds -------------------------------------------------------------------
+
+
+def _drop_chunks(conn: duckdb.DuckDBPyConnection, document_id: str) -> None:
+    conn.execute(
+        "DELETE FROM chunk_postings WHERE doc IN (SELECT doc FROM chunks WHERE document_id = ?)",
+        [document_id],
+    )
+    conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
+
+
+def fold_ingested(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str, Any]) -> None:
+    """`document.ingested`: the document's new current version and its chunks, indexed."""
+    doc_id = _s(d.get("document_id"))
+    if not doc_id:
+        return
+    version = _i(d.get("version"), 1)
+    project = _s(d.get("project"))
+    name = _s(d.get("name")) or _s(d.get("path"))
+    raw_chunks = d.get("chunks")
+    chunks = [c for c in raw_chunks if isinstance(c, Mapping)] if isinstance(raw_chunks, list) else []
+    chunks = chunks[:MAX_CHUNKS_PER_DOCUMENT]
+    _drop_chunks(conn, doc_id)
+    conn.execute("DELETE FROM documents WHERE document_id = ?", [doc_id])
+    conn.execute(
+        "INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+        [
+            doc_id,
+            _s(d.get("path")),
+            name,
+            _s(d.get("root")),
+            project,
+            _s(d.get("sha256")),
+            _i(d.get("size")),
+            _s(d.get("encoding")),
+            version,
+            len(chunks),
+            seq,
+            ts,
+        ],
+    )
+    if not chunks:
+        return
+    base = seq << CHUNK_SHIFT
+    rows = []
+    for i, c in enumerate(chunks):
+        heading = _strs(c.get("heading_path"))
+        rows.append(
+            (base + i, chunk_id(doc_id, version, i), doc_id, i, heading, _s(c.get("text")), name, project)
+        )
+    conn.execute(
+        "CREATE OR REPLACE TEMP TABLE ml_chunk_stage(doc BIGINT, chunk_id VARCHAR, document_id VARCHAR, "
+        "idx INTEGER, heading_path VARCHAR[], text VARCHAR, name VARCHAR, project VARCHAR)"
+    )
+    try:
+        conn.executemany("INSERT INTO ml_chunk_stage VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        stage_postings(
+            conn,
+            "(SELECT doc, name || ' ' || array_to_string(heading_path, ' ') AS title, text AS content "
+            "FROM ml_chunk_stage)",
+        )
+        conn.execute(
+            "INSERT INTO chunks SELECT s.doc, s.chunk_id, s.document_id, s.idx, s.heading_path, s.text, "
+            "s.name, s.project, d.dl FROM ml_chunk_stage s JOIN ml_dl d USING (doc) ORDER BY s.doc"
+        )
+        conn.execute("INSERT INTO chunk_postings SELECT term, doc, tf FROM ml_post")
+        drop_staged(conn)
+    finally:
+        conn.execute("DROP TABLE IF EXISTS ml_chunk_stage")
+
+
+def fold_removed(conn: duckdb.DuckDBPyConnection, seq: int, d: Mapping[str, Any]) -> None:
+    """`document.removed`: its chunks leave the index; the document row remembers when."""
+    doc_id = _s(d.get("document_id"))
+    if not doc_id:
+        return
+    _drop_chunks(conn, doc_id)
+    conn.execute("UPDATE documents SET removed_seq = ?, chunks = 0 WHERE document_id = ?", [seq, doc_id])
+
+
+def fold_pack(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str, Any]) -> None:
+    """`context.built`: the pack and, per tier, what it included and trimmed."""
+    pack_id = _s(d.get("pack_id"))
+    if not pack_id:
+        return
+    project = d.get("project")
+    conn.execute(
+        "INSERT INTO packs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            pack_id,
+            seq,
+            ts,
+            _s(d.get("query")),
+            project if isinstance(project, str) else None,
+            _s(d.get("sha256")),
+            _i(d.get("budget")),
+            _s(d.get("unit")),
+            _i(d.get("chars")),
+        ],
+    )
+    rows: list[tuple[Any, ...]] = []
+    tiers = d.get("tiers")
+    for t in tiers if isinstance(tiers, list) else []:
+        if not isinstance(t, Mapping):
+            continue
+        tier = _s(t.get("name"))
+        for key, included in (("included", True), ("trimmed", False)):
+            items = t.get(key)
+            for e in items if isinstance(items, list) else []:
+                if isinstance(e, Mapping) and _s(e.get("id")):
+                    reason = None if included else _s(e.get("reason"))
+                    rows.append((pack_id, seq, _s(e.get("source")), _s(e.get("id")), tier, included, reason))
+    if rows:
+        conn.executemany("INSERT INTO pack_members VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+# -- queries -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    document_id: str
+    path: str
+    name: str
+    root: str
+    project: str
+    sha256: str
+    size: int
+    version: int
+    chunks: int
+    seq: int
+    removed: bool
+
+
+_DOC_COLS = (
+    "document_id, path, name, root, project, sha256, size, version, chunks, seq, removed_seq IS NOT NULL"
+)
+
+
+def _doc(row: Sequence[Any]) -> DocumentRow:
+    return DocumentRow(*row)
+
+
+def document_by_path(conn: duckdb.DuckDBPyConnection, path: str) -> DocumentRow | None:
+    """The document last ingested from this absolute path (removed ones included)."""
+    row = conn.execute(
+        f"SELECT {_DOC_COLS} FROM documents WHERE path = ? ORDER BY seq DESC LIMIT 1", [path]
+    ).fetchone()
+    return _doc(row) if row else None
+
+
+def documents_under(conn: duckdb.DuckDBPyConnection, root: str) -> list[DocumentRow]:
+    """Current (not removed) documents whose path lies under the directory `root`."""
+    prefix = root.rstrip("/") + "/"
+    rows = conn.execute(
+        f"SELECT {_DOC_COLS} FROM documents WHERE removed_seq IS NULL AND starts_with(path, ?) ORDER BY path",
+        [prefix],
+    ).fetchall()
+    return [_doc(r) for r in rows]
+
+
+def list_documents(conn: duckdb.DuckDBPyConnection, project: str | None = None) -> list[DocumentRow]:
+    where, args = ("removed_seq IS NULL", [])
+    if project is not None:
+        where, args = ("removed_seq IS NULL AND project = ?", [project])
+    rows = conn.execute(f"SELECT {_DOC_COLS} FROM documents WHERE {where} ORDER BY path", args).fetchall()
+    return [_doc(r) for r in rows]
+
+
+def chunk_count(conn: duckdb.DuckDBPyConnection) -> int:
+    row = conn.execute("SELECT count(*) FROM chunks").fetchone()
+    return int(row[0]) if row else 0
+
+
+def chunk_candidates(
+    conn: duckdb.DuckDBPyConnection, query: str, project: str | None, limit: int
+) -> list[ChunkRow]:
+    """The chunks best matching `query` by BM25 (the memories' tokenizer and formula), best first.
+
+    Any project's chunks compete; those of `project` are fetched in a second
+    pass too, so a boost in the pack can lift them even when other projects
+    fill the first `limit`. Ties break by the chunk's number (ingest order).
+    """
+    got = conn.execute("SELECT list_distinct(ml_terms(?))", [query]).fetchone()
+    terms = list(got[0] or [])[:MAX_QUERY_TERMS] if got else []
+    if not terms:
+        return []
+    ph = ", ".join("?" * len(terms))
+    out: dict[int, tuple[float, tuple[Any, ...]]] = {}
+    passes: list[tuple[str, list[Any]]] = [("", [])]
+    if project:
+        passes.append(("AND c.project = ?", [project]))
+    for extra, args in passes:
+        rows = conn.execute(
+            f"""
+            WITH st AS (SELECT count(*)::DOUBLE AS n, greatest(avg(dl), 1)::DOUBLE AS avgdl FROM chunks),
+            live AS (SELECT term, doc, tf FROM chunk_postings WHERE term IN ({ph})),
+            df AS (SELECT term, count(*)::DOUBLE AS df FROM live GROUP BY term),
+            scored AS (
+                SELECT l.doc, sum(round(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5)) * l.tf * {K1 + 1}
+                                        / (l.tf + {K1} * (1 - {B} + {B} * c.dl / st.avgdl))
+                                        * {SCORE_SCALE}::DOUBLE)) AS score
+                FROM live l JOIN df USING (term) JOIN chunks c ON c.doc = l.doc CROSS JOIN st
+                WHERE TRUE {extra}
+                GROUP BY l.doc)
+            SELECT s.score, c.doc, c.chunk_id, c.text, c.name, c.heading_path, c.project
+            FROM scored s JOIN chunks c ON c.doc = s.doc
+            ORDER BY s.score DESC, c.doc LIMIT ?""",
+            [*terms, *args, limit],
+        ).fetchall()
+        for r in rows:
+            out[int(r[1])] = (float(r[0]), r)
+    ranked = sorted(out.values(), key=lambda x: (-x[0], int(x[1][1])))
+    return [
+        ChunkRow(
+            id=r[2],
+            text=r[3],
+            document=r[4],
+            heading_path=tuple(r[5] or ()),
+            project=r[6],
+            score=score / SCORE_SCALE if math.isfinite(score) else 0.0,
+        )
+        for score, r in ranked
+    ]
+
+
+@dataclass(frozen=True)
+class PackRow:
+    pack_id: str
+    seq: int
+    ts: int
+    query: str
+    project: str | None
+    sha256: str
+    budget: int
+    unit: str
+    chars: int
+
+
+def pack(conn: duckdb.DuckDBPyConnection, pack_id: str) -> PackRow | None:
+    row = conn.execute(
+        "SELECT pack_id, seq, ts, query, project, sha256, budget, unit, chars FROM packs WHERE pack_id = ? "
+        "ORDER BY seq LIMIT 1",
+        [pack_id],
+    ).fetchone()
+    return PackRow(*row) if row else None
+
+
+def packs_with(conn: duckdb.DuckDBPyConnection, member_id: str, limit: int) -> list[dict[str, Any]]:
+    """Packs that included or trimmed this memory, state entry or chunk, newest first."""
+    rows = conn.execute(
+        """SELECT p.pack_id, p.seq, p.ts, p.query, p.project, p.sha256, m.tier, m.included, m.reason
+           FROM pack_members m JOIN packs p USING (pack_id)
+           WHERE m.id = ? ORDER BY p.seq DESC LIMIT ?""",
+        [member_id, limit],
+    ).fetchall()
+    keys = ("pack_id", "seq", "ts", "query", "project", "sha256", "tier", "included", "reason")
+    return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def pack_memory_ids(conn: duckdb.DuckDBPyConnection, pack_id: str) -> list[str]:
+    """The memories a pack included, sorted by id."""
+    return pack_member_ids(conn, pack_id, "memory")
+
+
+def pack_member_ids(conn: duckdb.DuckDBPyConnection, pack_id: str, source: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT DISTINCT id FROM pack_members WHERE pack_id = ? AND included AND source = ? ORDER BY id",
+        [pack_id, source],
+    ).fetchall()
+    return [r[0] for r in rows]
