@@ -31,6 +31,9 @@ __all__ = [
     "ATOMISATION_COMPLETED",
     "ATOMISATION_FAILED",
     "ATOMISATION_REQUESTED",
+    "CONTEXT_BUILT",
+    "DOCUMENT_INGESTED",
+    "DOCUMENT_REMOVED",
     "INT32",
     "INT64",
     "KINDS",
@@ -80,6 +83,9 @@ MIGRATION_STARTED: Final = "migration.started"
 MIGRATION_ROLLED_BACK: Final = "migration.rolled_back"
 MIGRATION_COMPLETED: Final = "migration.completed"
 MIGRATION_REFUSED: Final = "migration.refused"
+DOCUMENT_INGESTED: Final = "document.ingested"
+DOCUMENT_REMOVED: Final = "document.removed"
+CONTEXT_BUILT: Final = "context.built"
 
 # -- the memory model ------------------------------------------------------------
 
@@ -204,10 +210,19 @@ TOUCHES: dict[str, Touches] = {
     ATOMISATION_FAILED: Touches(ids=("source_id",)),
     # The memories whose migration updates it undoes (named in the signed payload).
     MIGRATION_ROLLED_BACK: Touches(lists=("memory_ids",)),
+    # The memories a context pack put in front of a model (so a memory's bundle holds its packs).
+    CONTEXT_BUILT: Touches(lists=("memory_ids",)),
 }
 # Event types that touch no memory (the test of the vocabulary requires every payload
 # model's type in exactly one of TOUCHES and NO_TOUCHES).
-NO_TOUCHES: set[str] = {POLICY_SET, MIGRATION_STARTED, MIGRATION_COMPLETED, MIGRATION_REFUSED}
+NO_TOUCHES: set[str] = {
+    POLICY_SET,
+    MIGRATION_STARTED,
+    MIGRATION_COMPLETED,
+    MIGRATION_REFUSED,
+    DOCUMENT_INGESTED,
+    DOCUMENT_REMOVED,
+}
 
 
 def touched_ids(type_: str, data: dict[str, Any]) -> list[str]:

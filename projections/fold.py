@@ -51,6 +51,7 @@ from mnemolog.eventlog.vocabulary import (
     read_tags,
     touched_ids,
 )
+from mnemolog.projections.context import store as context_store
 from mnemolog.projections.schema import visible
 from mnemolog.projections.text import ONE_DOC_POSTINGS, TITLE_WEIGHT, drop_staged, stage_postings
 
@@ -476,6 +477,18 @@ class Fold:
             (e.seq, src, status, read_int(d.get("request_seq")), canonical_json(d), e.ts)
         )
 
+    def document_ingested(self, e: Entry, d: dict[str, Any]) -> None:
+        self.flush()
+        context_store.fold_ingested(self.conn, e.seq, e.ts, d)
+
+    def document_removed(self, e: Entry, d: dict[str, Any]) -> None:
+        self.flush()
+        context_store.fold_removed(self.conn, e.seq, d)
+
+    def context_built(self, e: Entry, d: dict[str, Any]) -> None:
+        self.flush()
+        context_store.fold_pack(self.conn, e.seq, e.ts, d)
+
     def migration(self, e: Entry, d: dict[str, Any]) -> None:
         self.buf.migrations.append((e.seq, e.type, str(d.get("run_id", "")), canonical_json(d), e.ts))
         size = read_int(d.get("snapshot_size"))
@@ -568,4 +581,7 @@ _HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {
     v.MIGRATION_COMPLETED: Fold.migration,
     v.MIGRATION_ROLLED_BACK: Fold.migration,
     v.MIGRATION_REFUSED: Fold.migration,
+    v.DOCUMENT_INGESTED: Fold.document_ingested,
+    v.DOCUMENT_REMOVED: Fold.document_removed,
+    v.CONTEXT_BUILT: Fold.context_built,
 }

@@ -178,7 +178,7 @@ def _walk(root: Path, globs: Sequence[str], found: list[Found], skipped: list[Sk
 
 
 def discover(
-    paths: Iterable[str | Path], globs: Sequence[str] = DEFAULT_GLOBS
+    paths: Iterable[str | os.PathLike[str]], globs: Sequence[str] = DEFAULT_GLOBS
 ) -> tuple[list[Found], list[Skipped]]:
     """The files `ingest` reads for these paths, each once, in a stable order; and what it skipped.
 

@@ -1,15 +1,17 @@
 """The context read model: documents, their chunks and a BM25 index over them, recorded packs.
 
-Tables (rebuilt from the log like every projection):
+Tables (DDL in `projections.schema`; rebuilt from the log like every projection):
 
-- `documents`: the current version of every ingested file (a removed one
+- `ctx_documents`: the current version of every ingested file (a removed one
   keeps its row with `removed_seq`), keyed by its document id;
-- `chunks`: the chunks of current versions only, numbered `doc` =
+- `ctx_document_versions`: the seq of every version, so a chunk id
+  (document, version, index) leads to the entry that holds its text;
+- `ctx_chunks`: the chunks of current versions only, numbered `doc` =
   seq * 2^20 + index (unique, the same in a rebuild); an older version's
   chunks and postings are deleted when a new version or a removal folds;
-- `chunk_postings`: the inverted index of chunk text (the memory index's
+- `ctx_chunk_postings`: the inverted index of chunk text (the memory index's
   tokenizer: `projections.text`), title = document name and heading path;
-- `packs` and `pack_members`: every `context.built` event, and per pack each
+- `ctx_packs` and `ctx_pack_members`: every `context.built` event, and per pack each
   state entry, memory and chunk it included or trimmed, for `context why`,
   `context show` and `capture --context`.
 
@@ -39,37 +41,10 @@ MAX_QUERY_TERMS: Final = 64
 # integers in any order and a rebuild ranks exactly as the incremental fold did.
 SCORE_SCALE: Final = 10**11
 
-DDL: Final = [
-    """CREATE TABLE IF NOT EXISTS documents(
-        document_id VARCHAR PRIMARY KEY, path VARCHAR NOT NULL, name VARCHAR NOT NULL,
-        root VARCHAR NOT NULL, project VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, size BIGINT NOT NULL,
-        encoding VARCHAR NOT NULL, version INTEGER NOT NULL, chunks INTEGER NOT NULL,
-        seq BIGINT NOT NULL, ts BIGINT NOT NULL, removed_seq BIGINT)""",
-    """CREATE TABLE IF NOT EXISTS chunks(
-        doc BIGINT NOT NULL, chunk_id VARCHAR NOT NULL, document_id VARCHAR NOT NULL,
-        idx INTEGER NOT NULL, heading_path VARCHAR[] NOT NULL, text VARCHAR NOT NULL,
-        name VARCHAR NOT NULL, project VARCHAR NOT NULL, dl INTEGER NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS chunk_postings(
-        term VARCHAR NOT NULL, doc BIGINT NOT NULL, tf INTEGER NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS packs(
-        pack_id VARCHAR NOT NULL, seq BIGINT NOT NULL, ts BIGINT NOT NULL, query VARCHAR NOT NULL,
-        project VARCHAR, sha256 VARCHAR NOT NULL, budget BIGINT NOT NULL, unit VARCHAR NOT NULL,
-        chars BIGINT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS pack_members(
-        pack_id VARCHAR NOT NULL, seq BIGINT NOT NULL, source VARCHAR NOT NULL, id VARCHAR NOT NULL,
-        tier VARCHAR NOT NULL, included BOOLEAN NOT NULL, reason VARCHAR)""",
-]
-TABLES: Final = ["documents", "chunks", "chunk_postings", "packs", "pack_members"]
-
 
 def chunk_id(document_id: str, version: int, index: int) -> str:
     """A chunk's id: its document, the document's version and its place in it."""
     return f"{document_id}/{version}/{index}"
-
-
-def create(conn: duckdb.DuckDBPyConnection) -> None:
-    for stmt in DDL:
-        conn.execute(stmt)
 
 
 # -- reading hostile payloads --------------------------------------------------
@@ -92,10 +67,10 @@ def _strs(v: Any) -> list[str]:
 
 def _drop_chunks(conn: duckdb.DuckDBPyConnection, document_id: str) -> None:
     conn.execute(
-        "DELETE FROM chunk_postings WHERE doc IN (SELECT doc FROM chunks WHERE document_id = ?)",
+        "DELETE FROM ctx_chunk_postings WHERE doc IN (SELECT doc FROM ctx_chunks WHERE document_id = ?)",
         [document_id],
     )
-    conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
+    conn.execute("DELETE FROM ctx_chunks WHERE document_id = ?", [document_id])
 
 
 def fold_ingested(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str, Any]) -> None:
@@ -110,9 +85,9 @@ def fold_ingested(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping
     chunks = [c for c in raw_chunks if isinstance(c, Mapping)] if isinstance(raw_chunks, list) else []
     chunks = chunks[:MAX_CHUNKS_PER_DOCUMENT]
     _drop_chunks(conn, doc_id)
-    conn.execute("DELETE FROM documents WHERE document_id = ?", [doc_id])
+    conn.execute("DELETE FROM ctx_documents WHERE document_id = ?", [doc_id])
     conn.execute(
-        "INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+        "INSERT INTO ctx_documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
         [
             doc_id,
             _s(d.get("path")),
@@ -128,6 +103,7 @@ def fold_ingested(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping
             ts,
         ],
     )
+    conn.execute("INSERT INTO ctx_document_versions VALUES (?, ?, ?)", [doc_id, version, seq])
     if not chunks:
         return
     base = seq << CHUNK_SHIFT
@@ -149,10 +125,10 @@ def fold_ingested(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping
             "FROM ml_chunk_stage)",
         )
         conn.execute(
-            "INSERT INTO chunks SELECT s.doc, s.chunk_id, s.document_id, s.idx, s.heading_path, s.text, "
+            "INSERT INTO ctx_chunks SELECT s.doc, s.chunk_id, s.document_id, s.idx, s.heading_path, s.text, "
             "s.name, s.project, d.dl FROM ml_chunk_stage s JOIN ml_dl d USING (doc) ORDER BY s.doc"
         )
-        conn.execute("INSERT INTO chunk_postings SELECT term, doc, tf FROM ml_post")
+        conn.execute("INSERT INTO ctx_chunk_postings SELECT term, doc, tf FROM ml_post")
         drop_staged(conn)
     finally:
         conn.execute("DROP TABLE IF EXISTS ml_chunk_stage")
@@ -164,7 +140,7 @@ def fold_removed(conn: duckdb.DuckDBPyConnection, seq: int, d: Mapping[str, Any]
     if not doc_id:
         return
     _drop_chunks(conn, doc_id)
-    conn.execute("UPDATE documents SET removed_seq = ?, chunks = 0 WHERE document_id = ?", [seq, doc_id])
+    conn.execute("UPDATE ctx_documents SET removed_seq = ?, chunks = 0 WHERE document_id = ?", [seq, doc_id])
 
 
 def fold_pack(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str, Any]) -> None:
@@ -174,7 +150,7 @@ def fold_pack(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str
         return
     project = d.get("project")
     conn.execute(
-        "INSERT INTO packs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO ctx_packs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             pack_id,
             seq,
@@ -200,7 +176,7 @@ def fold_pack(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str
                     reason = None if included else _s(e.get("reason"))
                     rows.append((pack_id, seq, _s(e.get("source")), _s(e.get("id")), tier, included, reason))
     if rows:
-        conn.executemany("INSERT INTO pack_members VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany("INSERT INTO ctx_pack_members VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
 
 # -- queries -------------------------------------------------------------------
@@ -233,7 +209,7 @@ def _doc(row: Sequence[Any]) -> DocumentRow:
 def document_by_path(conn: duckdb.DuckDBPyConnection, path: str) -> DocumentRow | None:
     """The document last ingested from this absolute path (removed ones included)."""
     row = conn.execute(
-        f"SELECT {_DOC_COLS} FROM documents WHERE path = ? ORDER BY seq DESC LIMIT 1", [path]
+        f"SELECT {_DOC_COLS} FROM ctx_documents WHERE path = ? ORDER BY seq DESC LIMIT 1", [path]
     ).fetchone()
     return _doc(row) if row else None
 
@@ -242,7 +218,8 @@ def documents_under(conn: duckdb.DuckDBPyConnection, root: str) -> list[Document
     """Current (not removed) documents whose path lies under the directory `root`."""
     prefix = root.rstrip("/") + "/"
     rows = conn.execute(
-        f"SELECT {_DOC_COLS} FROM documents WHERE removed_seq IS NULL AND starts_with(path, ?) ORDER BY path",
+        f"SELECT {_DOC_COLS} FROM ctx_documents "
+        "WHERE removed_seq IS NULL AND starts_with(path, ?) ORDER BY path",
         [prefix],
     ).fetchall()
     return [_doc(r) for r in rows]
@@ -252,12 +229,29 @@ def list_documents(conn: duckdb.DuckDBPyConnection, project: str | None = None) 
     where, args = ("removed_seq IS NULL", [])
     if project is not None:
         where, args = ("removed_seq IS NULL AND project = ?", [project])
-    rows = conn.execute(f"SELECT {_DOC_COLS} FROM documents WHERE {where} ORDER BY path", args).fetchall()
+    rows = conn.execute(f"SELECT {_DOC_COLS} FROM ctx_documents WHERE {where} ORDER BY path", args).fetchall()
     return [_doc(r) for r in rows]
 
 
+def version_seq(conn: duckdb.DuckDBPyConnection, document_id: str, version: int) -> int | None:
+    """The seq of the `document.ingested` entry of this version of a document."""
+    row = conn.execute(
+        "SELECT seq FROM ctx_document_versions WHERE document_id = ? AND version = ? ORDER BY seq LIMIT 1",
+        [document_id, version],
+    ).fetchone()
+    return int(row[0]) if row else None
+
+
+def parse_chunk_id(cid: str) -> tuple[str, int, int] | None:
+    """(document id, version, index) of a chunk id, or None when it is not one."""
+    parts = cid.rsplit("/", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return parts[0], int(parts[1]), int(parts[2])
+
+
 def chunk_count(conn: duckdb.DuckDBPyConnection) -> int:
-    row = conn.execute("SELECT count(*) FROM chunks").fetchone()
+    row = conn.execute("SELECT count(*) FROM ctx_chunks").fetchone()
     return int(row[0]) if row else 0
 
 
@@ -282,18 +276,18 @@ def chunk_candidates(
     for extra, args in passes:
         rows = conn.execute(
             f"""
-            WITH st AS (SELECT count(*)::DOUBLE AS n, greatest(avg(dl), 1)::DOUBLE AS avgdl FROM chunks),
-            live AS (SELECT term, doc, tf FROM chunk_postings WHERE term IN ({ph})),
+            WITH st AS (SELECT count(*)::DOUBLE AS n, greatest(avg(dl), 1)::DOUBLE AS avgdl FROM ctx_chunks),
+            live AS (SELECT term, doc, tf FROM ctx_chunk_postings WHERE term IN ({ph})),
             df AS (SELECT term, count(*)::DOUBLE AS df FROM live GROUP BY term),
             scored AS (
                 SELECT l.doc, sum(round(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5)) * l.tf * {K1 + 1}
                                         / (l.tf + {K1} * (1 - {B} + {B} * c.dl / st.avgdl))
                                         * {SCORE_SCALE}::DOUBLE)) AS score
-                FROM live l JOIN df USING (term) JOIN chunks c ON c.doc = l.doc CROSS JOIN st
+                FROM live l JOIN df USING (term) JOIN ctx_chunks c ON c.doc = l.doc CROSS JOIN st
                 WHERE TRUE {extra}
                 GROUP BY l.doc)
             SELECT s.score, c.doc, c.chunk_id, c.text, c.name, c.heading_path, c.project
-            FROM scored s JOIN chunks c ON c.doc = s.doc
+            FROM scored s JOIN ctx_chunks c ON c.doc = s.doc
             ORDER BY s.score DESC, c.doc LIMIT ?""",
             [*terms, *args, limit],
         ).fetchall()
@@ -328,8 +322,8 @@ class PackRow:
 
 def pack(conn: duckdb.DuckDBPyConnection, pack_id: str) -> PackRow | None:
     row = conn.execute(
-        "SELECT pack_id, seq, ts, query, project, sha256, budget, unit, chars FROM packs WHERE pack_id = ? "
-        "ORDER BY seq LIMIT 1",
+        "SELECT pack_id, seq, ts, query, project, sha256, budget, unit, chars FROM ctx_packs "
+        "WHERE pack_id = ? ORDER BY seq LIMIT 1",
         [pack_id],
     ).fetchone()
     return PackRow(*row) if row else None
@@ -339,7 +333,7 @@ def packs_with(conn: duckdb.DuckDBPyConnection, member_id: str, limit: int) -> l
     """Packs that included or trimmed this memory, state entry or chunk, newest first."""
     rows = conn.execute(
         """SELECT p.pack_id, p.seq, p.ts, p.query, p.project, p.sha256, m.tier, m.included, m.reason
-           FROM pack_members m JOIN packs p USING (pack_id)
+           FROM ctx_pack_members m JOIN ctx_packs p USING (pack_id)
            WHERE m.id = ? ORDER BY p.seq DESC LIMIT ?""",
         [member_id, limit],
     ).fetchall()
@@ -354,7 +348,7 @@ def pack_memory_ids(conn: duckdb.DuckDBPyConnection, pack_id: str) -> list[str]:
 
 def pack_member_ids(conn: duckdb.DuckDBPyConnection, pack_id: str, source: str) -> list[str]:
     rows = conn.execute(
-        "SELECT DISTINCT id FROM pack_members WHERE pack_id = ? AND included AND source = ? ORDER BY id",
+        "SELECT DISTINCT id FROM ctx_pack_members WHERE pack_id = ? AND included AND source = ? ORDER BY id",
         [pack_id, source],
     ).fetchall()
     return [r[0] for r in rows]

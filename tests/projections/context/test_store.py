@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mnemolog.projections import schema
 from mnemolog.projections.context import store
 from mnemolog.projections.db import load_fts
 from mnemolog.projections.text import install_macros
@@ -20,7 +21,7 @@ def conn() -> Iterator[duckdb.DuckDBPyConnection]:
     c = duckdb.connect()
     load_fts(c)
     install_macros(c)
-    store.create(c)
+    schema.create(c)
     yield c
     c.close()
 
@@ -140,6 +141,6 @@ def _shared() -> duckdb.DuckDBPyConnection:
         c = duckdb.connect()
         load_fts(c)
         install_macros(c)
-        store.create(c)
+        schema.create(c)
         _CONN.append(c)
     return _CONN[0]
