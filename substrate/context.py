@@ -167,6 +167,11 @@ def _payload(
             file=f.path,
             reason="too_large",
         )
+    # A lower bound of the encoded event, so a hostile file (thousands of one-line sections)
+    # is refused before thousands of models are built for nothing.
+    floor = sum(len(c.text.encode()) + sum(len(h) for h in c.heading_path) + 24 for c in chunks)
+    if floor > MAX_PAYLOAD_BYTES:
+        raise _entry_too_large(f.path, floor)
     return DocumentIngested(
         document_id=known.document_id if known else new_id(),
         path=f.path,
@@ -185,6 +190,15 @@ def _payload(
             )
             for c in chunks
         ],
+    )
+
+
+def _entry_too_large(path: str, n: int) -> DocumentRefused:
+    return DocumentRefused(
+        f"{path}: its chunks make an event of at least {n} bytes, over the log's entry limit "
+        f"({MAX_PAYLOAD_BYTES} bytes); skipped",
+        file=path,
+        reason="too_large",
     )
 
 
@@ -264,12 +278,7 @@ def _write_batch(
                 payload = _payload(f, doc, project, known, settings)
                 n = _fits(payload)
                 if n > MAX_PAYLOAD_BYTES:
-                    raise DocumentRefused(
-                        f"{f.path}: its chunks make an event of {n} bytes, over the log's entry limit "
-                        f"({MAX_PAYLOAD_BYTES} bytes); skipped",
-                        file=f.path,
-                        reason="too_large",
-                    )
+                    raise _entry_too_large(f.path, n)
             except (DocumentRefused, BadInput) as exc:
                 report.refused.append(
                     {"path": f.path, "reason": exc.details.get("reason", exc.slug), "message": exc.message}

@@ -83,28 +83,12 @@ def _heading_title(raw: str) -> str:
     return title
 
 
-@dataclass(frozen=True)
-class _Line:
-    start: int
-    end: int  # excluding the newline
-    text: str
-
-
-def _lines(text: str) -> list[_Line]:
-    out = []
-    pos = 0
-    for part in text.split("\n"):
-        out.append(_Line(pos, pos + len(part), part))
-        pos += len(part) + 1
-    return out
-
-
-def _frontmatter_end(lines: list[_Line]) -> int:
+def _frontmatter_end(lines: list[str]) -> int:
     """Index of the line closing a leading YAML block, or -1 when there is none."""
-    if not lines or lines[0].text.rstrip() != "---":
+    if not lines or lines[0].rstrip() != "---":
         return -1
     for i in range(1, len(lines)):
-        if lines[i].text.rstrip() in ("---", "..."):
+        if lines[i].rstrip() in ("---", "..."):
             return i
     return -1
 
@@ -116,59 +100,76 @@ class Section:
     end: int
 
 
+# Lines starting with none of these can only be paragraph text (the common case, kept cheap).
+_SPECIAL = frozenset(" \t#`~=-")
+_NOT_PARAGRAPH_START = frozenset("*+>|0123456789")
+
+
 def sections(text: str, markdown: bool = True) -> list[Section]:
     """The heading sections of `text` (newline-normalised), in order; bodies may be blank."""
     if not markdown:
         return [Section((), 0, len(text))]
-    lines = _lines(text)
+    lines = text.split("\n")
+    starts = [0] * len(lines)
+    pos = 0
+    for i, line in enumerate(lines):
+        starts[i] = pos
+        pos += len(line) + 1
     # (level, title, first line, last line): a setext heading spans two lines.
     headings: list[tuple[int, str, int, int]] = []
     fence: tuple[str, int] | None = None
     opaque_until = _frontmatter_end(lines)
-    prev_paragraph: int | None = None  # index of a lone paragraph line that a setext line may underline
-    for i, line in enumerate(lines):
-        if i <= opaque_until:
-            prev_paragraph = None
+    prev_paragraph = -1  # a lone paragraph line that a setext underline may turn into a heading
+    prev_blank = True  # the line before is blank, the start, or the end of a heading
+    for i in range(opaque_until + 1, len(lines)):
+        s = lines[i]
+        c = s[:1]
+        if fence is None and c and c not in _SPECIAL:
+            # Plain text: a paragraph line, unless it starts a list, a quote or a table.
+            if prev_blank and not (c in _NOT_PARAGRAPH_START and _NOT_PARAGRAPH.match(s)):
+                prev_paragraph = i
+            else:
+                prev_paragraph = -1
+            prev_blank = False
             continue
-        s = line.text
         if fence is not None:
             m = _FENCE.match(s)
             if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= fence[1] and not s[m.end() :].strip():
                 fence = None
-            prev_paragraph = None
+            prev_paragraph, prev_blank = -1, False
             continue
         m = _FENCE.match(s)
         if m:
             fence = (m.group(1)[0], len(m.group(1)))
-            prev_paragraph = None
+            prev_paragraph, prev_blank = -1, False
             continue
         atx = _ATX.fullmatch(s)
         if atx:
             headings.append((len(atx.group(1)), _heading_title(atx.group(2) or ""), i, i))
-            prev_paragraph = None
+            prev_paragraph, prev_blank = -1, True
             continue
         setext = _SETEXT.fullmatch(s)
-        if setext and prev_paragraph is not None:
+        if setext and prev_paragraph >= 0:
             level = 1 if setext.group(1)[0] == "=" else 2
-            headings.append((level, _heading_title(lines[prev_paragraph].text), prev_paragraph, i))
-            prev_paragraph = None
+            headings.append((level, _heading_title(lines[prev_paragraph]), prev_paragraph, i))
+            prev_paragraph, prev_blank = -1, True
             continue
         if not s.strip():
-            prev_paragraph = None
+            prev_paragraph, prev_blank = -1, True
             continue
-        before_blank = i == 0 or not lines[i - 1].text.strip() or bool(headings and headings[-1][3] == i - 1)
-        prev_paragraph = i if before_blank and not _NOT_PARAGRAPH.match(s) else None
+        prev_paragraph = i if prev_blank and not _NOT_PARAGRAPH.match(s) else -1
+        prev_blank = False
     out: list[Section] = []
     stack: list[tuple[int, str]] = []
     body_start = 0
     path: tuple[str, ...] = ()
     for level, title, first, last in headings:
-        out.append(Section(path, body_start, lines[first].start))
+        out.append(Section(path, body_start, starts[first]))
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, title))
         path = tuple(t for _, t in stack)
-        body_start = lines[last].end + 1 if last + 1 < len(lines) else len(text)
+        body_start = starts[last] + len(lines[last]) + 1 if last + 1 < len(lines) else len(text)
     out.append(Section(path, min(body_start, len(text)), len(text)))
     return out
 
