@@ -19,17 +19,24 @@ sum of its lines', so the assembler can count a pack's size entry by entry.
 The `context.built` event records every included entry (source, id, label,
 text) in order; `render_recorded` rebuilds the pack from that record alone
 and `check_recorded` compares its SHA-256 with the one the event signed.
-This module imports only the standard library, so the standalone bundle
-verifier re-renders packs with nothing else installed.
+`verify_packs` is what a forensic bundle's verifier does with the packs a
+memory went into: re-render each, check its hash, and check the memory's
+text in it against the memory as the bundle's own entries fold it at that
+point. This module imports only the standard library and other
+`mnemolog.eventlog` modules that obey the same rule, so the standalone
+bundle verifier re-renders packs with nothing else installed.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
+from mnemolog.eventlog import memview
+from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import VerificationError
+from mnemolog.eventlog.vocabulary import CONTEXT_BUILT, upcast
 
 FORMAT: Final = "mnemolog/context-pack/v1"
 #: The tiers in trust order (1 to 5).
@@ -45,7 +52,7 @@ TITLES: Final = {
 PROJECT_HEADERS: Final = frozenset({"state", "project"})
 SOURCES: Final = ("state", "memory", "chunk")
 
-Entry = tuple[str, str, str]  # (source, label, text)
+Item = tuple[str, str, str]  # (source, label, text)
 
 
 def _one_line(text: str) -> str:
@@ -74,13 +81,13 @@ def block_overhead(tier: str, project: str | None) -> str:
     return header(tier, project) + "\n"
 
 
-def render_block(tier: str, project: str | None, entries: Sequence[Entry]) -> str:
+def render_block(tier: str, project: str | None, entries: Sequence[Item]) -> str:
     if not entries:
         return ""
     return header(tier, project) + "".join(entry_line(*e) for e in entries) + "\n"
 
 
-def render_pack(project: str | None, blocks: Mapping[str, Sequence[Entry]]) -> str:
+def render_pack(project: str | None, blocks: Mapping[str, Sequence[Item]]) -> str:
     """The pack: the non-empty blocks in trust order."""
     return "".join(render_block(t, project, blocks.get(t, ())) for t in TIERS)
 
@@ -164,4 +171,52 @@ def memory_ids(data: Mapping[str, Any]) -> list[str]:
                 mid = e.get("id")
                 if isinstance(mid, str) and mid and mid not in out:
                     out.append(mid)
+    return out
+
+
+def verify_packs(entries: Sequence[Entry], memory_ids: Collection[str]) -> list[dict[str, Any]]:
+    """Check every `context.built` among `entries` (in seq order); a report per pack, else raise.
+
+    Each pack is re-rendered from its payload and its SHA-256 compared with
+    the one it signed (`context.sha256`). Every memory of `memory_ids` the
+    pack quotes must have, as the entries before the pack fold it, exactly
+    the quoted text (`context.source`): the pack cannot have shown a model
+    something the memory never said.
+    """
+    wanted = set(memory_ids)
+    out: list[dict[str, Any]] = []
+    for e in entries:
+        if e.type != CONTEXT_BUILT:
+            continue
+        data = upcast(e.type, e.tv, e.data)
+        if not isinstance(data, dict):
+            raise _shape("the payload is not a map", e.seq)
+        check_recorded(data, e.seq)
+        quoted = {
+            x["id"]: x["text"]
+            for es in recorded_entries(data, e.seq).values()
+            for x in es
+            if x["source"] == "memory" and x["id"] in wanted
+        }
+        if quoted:
+            views = memview.fold_views((x for x in entries if x.seq < e.seq), quoted)
+            for mid, text in sorted(quoted.items()):
+                have = views.get(mid, {}).get("content")
+                if have != text:
+                    raise VerificationError(
+                        f"context pack at seq {e.seq} quotes memory {mid} as {text!r:.60}, but the "
+                        f"entries before it make it {have!r:.60}",
+                        check="context.source",
+                        seq=e.seq,
+                        expected=have,
+                        found=text,
+                    )
+        out.append(
+            {
+                "seq": e.seq,
+                "pack_id": data.get("pack_id"),
+                "sha256": data.get("sha256"),
+                "memories_checked": sorted(quoted),
+            }
+        )
     return out

@@ -289,3 +289,59 @@ def test_show_refuses_a_pack_that_misquotes_a_memory(sub: Substrate, tmp_path: P
     with pytest.raises(VerificationError) as exc:
         sub.show_context("01FORGEDTEXT00000000000000")
     assert exc.value.check == "context.source"
+
+
+# -- bundles ---------------------------------------------------------------------------
+
+
+def test_the_entries_about_a_memory_re_render_its_packs_and_expose_a_misquote(
+    sub: Substrate, tmp_path: Path
+) -> None:
+    from dataclasses import replace
+
+    from mnemolog.eventlog import packview
+    from mnemolog.eventlog.vocabulary import touched_ids
+
+    ids = seeded(sub, tmp_path)
+    pack = sub.build_context(QUERY, project="p06")
+    sub.update(ids["know"], content="Zerodur CTE gradient dominates thermal WFE (revised)")
+    later = sub.build_context(QUERY, project="p06")
+    # What a bundle of the memory holds: every entry that touches it (its packs included).
+    about = [e for e in sub.log.iter_entries() if ids["know"] in touched_ids(e.type, e.data)]
+    assert [e.type for e in about].count("context.built") == 2
+    report = packview.verify_packs(about, {ids["know"]})
+    assert [(r["pack_id"], r["memories_checked"]) for r in report] == [
+        (pack["pack_id"], [ids["know"]]),
+        (later["pack_id"], [ids["know"]]),
+    ]
+    # The same slice with the update removed: the second pack now misquotes the memory.
+    without_update = [e for e in about if e.type != "memory.updated"]
+    with pytest.raises(VerificationError) as exc:
+        packview.verify_packs(without_update, {ids["know"]})
+    assert exc.value.check == "context.source"
+    # A pack whose entries were altered no longer matches the hash it signed.
+    built = next(e for e in about if e.type == "context.built")
+    data = {**built.data, "query": built.data["query"], "tiers": list(built.data["tiers"])}
+    data["tiers"][4] = {**data["tiers"][4], "included": []}
+    forged = [replace(built, data=data) if e is built else e for e in about]
+    with pytest.raises(VerificationError) as exc:
+        packview.verify_packs(forged, {ids["know"]})
+    assert exc.value.check == "context.sha256"
+
+
+def test_a_forensic_bundle_of_a_memory_carries_its_packs_and_re_renders_them(
+    sub: Substrate, tmp_path: Path
+) -> None:
+    from mnemolog.eventlog import bundle, offline, packview
+    from mnemolog.substrate import forensics
+
+    ids = seeded(sub, tmp_path)
+    pack = sub.build_context(QUERY, project="p06")
+    exported = forensics.export_bundle(sub, ids["know"])
+    path = tmp_path / "b.tar"
+    path.write_bytes(exported.data)
+    bundle.verify_bundle(path)
+    members = bundle.read_members(path)
+    entries = offline.parse_entries(members[bundle.ENTRIES], bundle.ENTRIES)
+    report = packview.verify_packs(entries, {ids["know"]})
+    assert [(r["pack_id"], r["sha256"]) for r in report] == [(pack["pack_id"], pack["sha256"])]
