@@ -126,4 +126,22 @@ def context_why(ctx: Ctx, entry_id: str, limit: int) -> None:
     )
 
 
-COMMANDS = [ingest, context]
+@click.group()
+def persona() -> None:
+    """The agent's persona files (IDENTITY.md, SOUL.md, USER.md, tools.md, model.md)."""
+
+
+@persona.command("promote")
+@click.argument("memory_id")
+@click.option("--file", "file_", default=None, help="IDENTITY.md, SOUL.md, USER.md, tools.md or model.md.")
+@click.option("--section", default=None, help="A section of that file (its heading text).")
+@json_option
+@click.pass_obj
+def persona_promote(ctx: Ctx, memory_id: str, file_: str | None, section: str | None) -> None:
+    """Promote a memory to the persona: `vault render` lists it there and in INDEX.md."""
+    with opened(ctx) as s:
+        m = s.promote_to_persona(memory_id, file=file_, section=section)
+    ctx.emit({"memory": m}, f"{memory_id} promoted to persona")
+
+
+COMMANDS = [ingest, context, persona]

@@ -11,6 +11,7 @@ deadlock, and two writers of the same home see each other's effects.
 from __future__ import annotations
 
 import builtins
+import datetime
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.projections.memories import Edge, Memory
 from mnemolog.projections.recall import Filters
+from mnemolog.substrate import agentfolder
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.events import (
@@ -495,6 +497,19 @@ class Substrate:
     def context_why(self, member_id: str, *, limit: int = 50) -> builtins.list[dict[str, Any]]:
         """The packs a memory, state entry or chunk went into (or was trimmed from), newest first."""
         return ctx.context_why(self, member_id, check_limit(limit))
+
+    def render_agent_folder(
+        self, root: str | Path, agent: str = "mnemolog", namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Write (merge) persona files, journal days and run logs under root/agent; hand edits kept."""
+        return agentfolder.render_agent_folder(self, Path(root), agent, self.home.config, namespace).to_json()
+
+    def promote_to_persona(
+        self, memory_id: str, *, file: str | None = None, section: str | None = None
+    ) -> Memory:
+        """Record that a memory joins the agent's persona (today), optionally in one file's section."""
+        today = datetime.datetime.fromtimestamp(self.clock() / 1e6, datetime.UTC).date()
+        return agentfolder.promote_to_persona(self, memory_id, today=today, file=file, section=section)
 
     def rebuild(self) -> dict[str, Any]:
         """Drop every projection and replay the whole log."""
