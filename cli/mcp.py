@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import IO, Any
 
+from mnemolog.cli import mcp_context
 from mnemolog.eventlog.errors import MnemologError, UsageError
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import KINDS, RELATIONS
@@ -142,6 +143,7 @@ TOOLS: list[dict[str, Any]] = [
         "description": "Counts of memories, links, atomisation requests and events.",
         "inputSchema": _schema({}, []),
     },
+    *mcp_context.TOOLS,
 ]
 _TOOL_NAMES = {t["name"] for t in TOOLS}
 
@@ -193,6 +195,7 @@ class Server:
                 curator=a.get("curator"),
             ).envelope(),
             "memory_stats": lambda a: self.sub.stats(),
+            **mcp_context.handlers(sub),
         }
 
     def handle(self, msg: Any) -> dict[str, Any] | None:

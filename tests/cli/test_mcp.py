@@ -116,3 +116,25 @@ def test_server_and_cli_share_a_home(client: Client, tmp_path: Path) -> None:
     code, got = cli(home, "get", out["memory"]["id"])
     assert got["memory"]["links"]["incoming"][0]["src"] == stored["id"]
     assert client.close() == 0
+
+
+def test_context_tools_build_and_show_a_recorded_pack(client: Client, tmp_path: Path) -> None:
+    client.send(
+        "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}}
+    )
+    tools = {t["name"] for t in client.send("tools/list")["result"]["tools"]}
+    assert {"context_build", "context_show"} <= tools
+    err, _ = client.tool(
+        "memory_store", content="Zerodur CTE gradient dominates thermal WFE", kind="knowledge"
+    )
+    assert not err
+    err, pack = client.tool("context_build", query="thermal effects on polishing accuracy", budget=500)
+    assert not err and pack["pack_id"] and "Zerodur" in pack["text"]
+    err, shown = client.tool("context_show", pack_id=pack["pack_id"])
+    assert not err and shown["text"] == pack["text"] and shown["verified"] is True
+    err, out = client.tool("context_build", query="q", unit="words")
+    assert err and out["exit_code"] == 64
+    err, out = client.tool("context_show", pack_id="01NOSUCHPACK00000000000000")
+    assert err and out["exit_code"] == 2
+    err, out = client.tool("context_build", query="q", record=False)
+    assert not err and out["pack_id"] is None
