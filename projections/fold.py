@@ -60,6 +60,8 @@ Upcast = Callable[[str, int, dict[str, Any]], dict[str, Any]]
 COMPACT_MIN_ROWS = 50_000
 COMPACT_FRACTION = 16
 FLUSH_ROWS = 20_000  # buffered rows that force a flush
+CTX_FLUSH_DOCS = 256  # buffered document versions (each up to an entry's size) that force a flush
+CTX_FLUSH_CHUNKS = 20_000
 SMALL_FLUSH = 8  # at most this many memories: parameterised statements, no Arrow round trip
 ARROW_CHUNK = 4096
 MAX_DELETE_TERMS = 256  # a text update deletes old postings by term (zone maps) up to this many
@@ -141,6 +143,8 @@ class Fold:
         self.stats = stats
         self.careful = careful
         self.buf = _Buffer()
+        self.ctx_docs: list[tuple[int, int, dict[str, Any]]] = []
+        self.ctx_chunks = 0
 
     # -- the fold ------------------------------------------------------------
 
@@ -171,6 +175,9 @@ class Fold:
         return last
 
     def flush(self) -> None:
+        if self.ctx_docs:
+            docs, self.ctx_docs, self.ctx_chunks = self.ctx_docs, [], 0
+            context_store.fold_ingested_many(self.conn, docs)
         b = self.buf
         if b.memories["id"]:
             self._flush_memories()
@@ -478,8 +485,12 @@ class Fold:
         )
 
     def document_ingested(self, e: Entry, d: dict[str, Any]) -> None:
-        self.flush()
-        context_store.fold_ingested(self.conn, e.seq, e.ts, d)
+        # Buffered: a batch of documents is tokenised and inserted in one pass at the flush.
+        self.ctx_docs.append((e.seq, e.ts, d))
+        chunks = d.get("chunks")
+        self.ctx_chunks += len(chunks) if isinstance(chunks, list) else 0
+        if len(self.ctx_docs) >= CTX_FLUSH_DOCS or self.ctx_chunks >= CTX_FLUSH_CHUNKS:
+            self.flush()
 
     def document_removed(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()

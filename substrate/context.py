@@ -269,8 +269,9 @@ def _write_batch(
     with sessions.session() as s:
         out: list[DocumentIngested] = []
         claimed: set[str] = set()
+        known_by_path = store.documents_by_path(s.conn, [f.path for f, _ in batch])
         for f, doc in batch:
-            known = store.document_by_path(s.conn, f.path)
+            known = known_by_path.get(f.path)
             if known and not known.removed and known.sha256 == doc.sha256 and known.project == project:
                 report.unchanged.append(f.path)
                 continue

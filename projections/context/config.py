@@ -31,7 +31,7 @@ DEFAULT_TRIM_ORDER: Final = ("chunks", "domain", "project", "identity", "state")
 #: Memory kinds that describe the operator (identity) and how to work with them (preferences).
 DEFAULT_IDENTITY_KINDS: Final = ("user", "feedback")
 #: Recall candidates fetched per ranked tier; more than any tier's share can hold.
-DEFAULT_CANDIDATES: Final = 40
+DEFAULT_CANDIDATES: Final = 20
 
 #: Words that make a query evoke a domain. A domain's own name always counts;
 #: these are the subjects each domain covers (CTE being a thermal-expansion

@@ -74,7 +74,8 @@ def _always(conn: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], limit: int)
     """Pinned memories, and the newest identity/preference ones (wanted whatever the query)."""
     rows = conn.execute(
         f"""SELECT {MEMORY_SELECT} FROM memories m
-            WHERE {visible("m")} AND coalesce(json_extract(m.metadata, '$.vault.pinned')::BOOLEAN, false)
+            WHERE contains(m.metadata, '"pinned":true') AND {visible("m")}
+              AND coalesce(json_extract(m.metadata, '$.vault.pinned')::BOOLEAN, false)
             ORDER BY m.id LIMIT 1000"""
     ).fetchall()
     out = [row_to_memory(r) for r in rows]
@@ -113,7 +114,7 @@ def memory_candidates(
     conn: duckdb.DuckDBPyConnection, query: str, project: str | None, cfg: PackConfig
 ) -> list[MemoryRow]:
     scored: dict[str, tuple[Memory, float]] = {}
-    for m, s in recall(conn, query, Filters(), limit=cfg.candidates * 3):
+    for m, s in recall(conn, query, Filters(), limit=cfg.candidates * 2):
         scored[m["id"]] = (m, s)
     for m in _always(conn, cfg.identity_kinds, cfg.candidates):
         scored.setdefault(m["id"], (m, 0.0))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import duckdb
+import pyarrow as pa
 
 from mnemolog.projections.context.assemble import ChunkRow
 from mnemolog.projections.text import drop_staged, stage_postings
@@ -65,73 +66,170 @@ def _strs(v: Any) -> list[str]:
 # -- folds -------------------------------------------------------------------
 
 
-def _drop_chunks(conn: duckdb.DuckDBPyConnection, document_id: str) -> None:
+def _drop_chunks(conn: duckdb.DuckDBPyConnection, document_ids: Sequence[str]) -> None:
+    """Delete the chunks (and their postings) of these documents' current versions."""
+    if not document_ids:
+        return
+    ids = list(document_ids)
+    seqs = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT seq FROM ctx_documents WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [ids]
+        ).fetchall()
+    ]
+    if not seqs:
+        return
+    # A version's chunks are numbered seq * 2^20 + index: one scan finds them all.
     conn.execute(
-        "DELETE FROM ctx_chunk_postings WHERE doc IN (SELECT doc FROM ctx_chunks WHERE document_id = ?)",
-        [document_id],
+        f"DELETE FROM ctx_chunk_postings WHERE (doc >> {CHUNK_SHIFT}) IN (SELECT unnest(?::BIGINT[]))", [seqs]
     )
-    conn.execute("DELETE FROM ctx_chunks WHERE document_id = ?", [document_id])
+    conn.execute("DELETE FROM ctx_chunks WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
 
 
-def fold_ingested(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str, Any]) -> None:
-    """`document.ingested`: the document's new current version and its chunks, indexed."""
+@dataclass(frozen=True)
+class _Version:
+    seq: int
+    ts: int
+    document_id: str
+    version: int
+    path: str
+    name: str
+    root: str
+    project: str
+    sha256: str
+    size: int
+    encoding: str
+    chunks: list[Mapping[str, Any]]
+
+
+def _version(seq: int, ts: int, d: Mapping[str, Any]) -> _Version | None:
     doc_id = _s(d.get("document_id"))
     if not doc_id:
-        return
-    version = _i(d.get("version"), 1)
-    project = _s(d.get("project"))
-    name = _s(d.get("name")) or _s(d.get("path"))
-    raw_chunks = d.get("chunks")
-    chunks = [c for c in raw_chunks if isinstance(c, Mapping)] if isinstance(raw_chunks, list) else []
-    chunks = chunks[:MAX_CHUNKS_PER_DOCUMENT]
-    _drop_chunks(conn, doc_id)
-    conn.execute("DELETE FROM ctx_documents WHERE document_id = ?", [doc_id])
-    conn.execute(
-        "INSERT INTO ctx_documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-        [
-            doc_id,
-            _s(d.get("path")),
-            name,
-            _s(d.get("root")),
-            project,
-            _s(d.get("sha256")),
-            _i(d.get("size")),
-            _s(d.get("encoding")),
-            version,
-            len(chunks),
-            seq,
-            ts,
-        ],
+        return None
+    raw = d.get("chunks")
+    chunks = [c for c in raw if isinstance(c, Mapping)] if isinstance(raw, list) else []
+    return _Version(
+        seq=seq,
+        ts=ts,
+        document_id=doc_id,
+        version=_i(d.get("version"), 1),
+        path=_s(d.get("path")),
+        name=_s(d.get("name")) or _s(d.get("path")),
+        root=_s(d.get("root")),
+        project=_s(d.get("project")),
+        sha256=_s(d.get("sha256")),
+        size=_i(d.get("size")),
+        encoding=_s(d.get("encoding")),
+        chunks=chunks[:MAX_CHUNKS_PER_DOCUMENT],
     )
-    conn.execute("INSERT INTO ctx_document_versions VALUES (?, ?, ?)", [doc_id, version, seq])
-    if not chunks:
+
+
+def fold_ingested_many(
+    conn: duckdb.DuckDBPyConnection, items: Sequence[tuple[int, int, Mapping[str, Any]]]
+) -> None:
+    """`document.ingested` events (seq order): each document's newest version and its chunks, indexed.
+
+    One pass for the whole batch: the tokenizer runs once over every chunk,
+    the older versions' rows go in one scan.
+    """
+    versions = [v for v in (_version(seq, ts, d) for seq, ts, d in items) if v is not None]
+    if not versions:
         return
-    base = seq << CHUNK_SHIFT
-    rows = []
-    for i, c in enumerate(chunks):
-        heading = _strs(c.get("heading_path"))
-        rows.append(
-            (base + i, chunk_id(doc_id, version, i), doc_id, i, heading, _s(c.get("text")), name, project)
-        )
+    latest: dict[str, _Version] = {}
+    for v in versions:
+        latest[v.document_id] = v
+    _drop_chunks(conn, list(latest))
     conn.execute(
-        "CREATE OR REPLACE TEMP TABLE ml_chunk_stage(doc BIGINT, chunk_id VARCHAR, document_id VARCHAR, "
-        "idx INTEGER, heading_path VARCHAR[], text VARCHAR, name VARCHAR, project VARCHAR)"
+        "DELETE FROM ctx_documents WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [list(latest)]
+    )
+    docs = list(latest.values())
+    conn.register(
+        "ml_ctx_docs",
+        pa.table(
+            {
+                "document_id": [v.document_id for v in docs],
+                "path": [v.path for v in docs],
+                "name": [v.name for v in docs],
+                "root": [v.root for v in docs],
+                "project": [v.project for v in docs],
+                "sha256": [v.sha256 for v in docs],
+                "size": pa.array([v.size for v in docs], pa.int64()),
+                "encoding": [v.encoding for v in docs],
+                "version": pa.array([v.version for v in docs], pa.int32()),
+                "chunks": pa.array([len(v.chunks) for v in docs], pa.int32()),
+                "seq": pa.array([v.seq for v in docs], pa.int64()),
+                "ts": pa.array([v.ts for v in docs], pa.int64()),
+            }
+        ),
     )
     try:
-        conn.executemany("INSERT INTO ml_chunk_stage VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.execute("INSERT INTO ctx_documents SELECT *, NULL FROM ml_ctx_docs")
+    finally:
+        conn.unregister("ml_ctx_docs")
+    _insert_versions(conn, versions)
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("doc", "chunk_id", "document_id", "idx", "heading_path", "text", "name", "project")
+    }
+    for v in docs:
+        base = v.seq << CHUNK_SHIFT
+        for i, c in enumerate(v.chunks):
+            cols["doc"].append(base + i)
+            cols["chunk_id"].append(chunk_id(v.document_id, v.version, i))
+            cols["document_id"].append(v.document_id)
+            cols["idx"].append(i)
+            cols["heading_path"].append(_strs(c.get("heading_path")))
+            cols["text"].append(_s(c.get("text")))
+            cols["name"].append(v.name)
+            cols["project"].append(v.project)
+    if not cols["doc"]:
+        return
+    tbl = pa.table(
+        {
+            **cols,
+            "doc": pa.array(cols["doc"], pa.int64()),
+            "idx": pa.array(cols["idx"], pa.int32()),
+            "heading_path": pa.array(cols["heading_path"], pa.list_(pa.string())),
+        }
+    )
+    conn.register("ml_ctx_chunks", tbl)
+    try:
         stage_postings(
             conn,
             "(SELECT doc, name || ' ' || array_to_string(heading_path, ' ') AS title, text AS content "
-            "FROM ml_chunk_stage)",
+            "FROM ml_ctx_chunks)",
         )
         conn.execute(
             "INSERT INTO ctx_chunks SELECT s.doc, s.chunk_id, s.document_id, s.idx, s.heading_path, s.text, "
-            "s.name, s.project, d.dl FROM ml_chunk_stage s JOIN ml_dl d USING (doc) ORDER BY s.doc"
+            "s.name, s.project, d.dl FROM ml_ctx_chunks s JOIN ml_dl d USING (doc) ORDER BY s.doc"
         )
-        conn.execute("INSERT INTO ctx_chunk_postings SELECT term, doc, tf FROM ml_post")
+        conn.execute(
+            "INSERT INTO ctx_chunk_postings SELECT term, doc, tf, dl FROM ml_post ORDER BY doc, term"
+        )
         drop_staged(conn)
     finally:
-        conn.execute("DROP TABLE IF EXISTS ml_chunk_stage")
+        conn.unregister("ml_ctx_chunks")
+
+
+def _insert_versions(conn: duckdb.DuckDBPyConnection, versions: Sequence[_Version]) -> None:
+    conn.register(
+        "ml_ctx_versions",
+        pa.table(
+            {
+                "document_id": [v.document_id for v in versions],
+                "version": pa.array([v.version for v in versions], pa.int32()),
+                "seq": pa.array([v.seq for v in versions], pa.int64()),
+            }
+        ),
+    )
+    try:
+        conn.execute("INSERT INTO ctx_document_versions SELECT * FROM ml_ctx_versions")
+    finally:
+        conn.unregister("ml_ctx_versions")
+
+
+def fold_ingested(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str, Any]) -> None:
+    """One `document.ingested` (see `fold_ingested_many`)."""
+    fold_ingested_many(conn, [(seq, ts, d)])
 
 
 def fold_removed(conn: duckdb.DuckDBPyConnection, seq: int, d: Mapping[str, Any]) -> None:
@@ -139,7 +237,7 @@ def fold_removed(conn: duckdb.DuckDBPyConnection, seq: int, d: Mapping[str, Any]
     doc_id = _s(d.get("document_id"))
     if not doc_id:
         return
-    _drop_chunks(conn, doc_id)
+    _drop_chunks(conn, [doc_id])
     conn.execute("UPDATE ctx_documents SET removed_seq = ?, chunks = 0 WHERE document_id = ?", [seq, doc_id])
 
 
@@ -176,7 +274,11 @@ def fold_pack(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str
                     reason = None if included else _s(e.get("reason"))
                     rows.append((pack_id, seq, _s(e.get("source")), _s(e.get("id")), tier, included, reason))
     if rows:
-        conn.executemany("INSERT INTO ctx_pack_members VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        one = "(?, ?, ?, ?, ?, ?, ?)"
+        conn.execute(
+            f"INSERT INTO ctx_pack_members VALUES {', '.join([one] * len(rows))}",
+            [x for r in rows for x in r],
+        )
 
 
 # -- queries -------------------------------------------------------------------
@@ -212,6 +314,17 @@ def document_by_path(conn: duckdb.DuckDBPyConnection, path: str) -> DocumentRow 
         f"SELECT {_DOC_COLS} FROM ctx_documents WHERE path = ? ORDER BY seq DESC LIMIT 1", [path]
     ).fetchone()
     return _doc(row) if row else None
+
+
+def documents_by_path(conn: duckdb.DuckDBPyConnection, paths: Sequence[str]) -> dict[str, DocumentRow]:
+    """The document last ingested from each of these paths (removed ones included), by path."""
+    if not paths:
+        return {}
+    rows = conn.execute(
+        f"SELECT {_DOC_COLS} FROM ctx_documents WHERE path IN (SELECT unnest(?::VARCHAR[])) ORDER BY seq",
+        [list(paths)],
+    ).fetchall()
+    return {d.path: d for d in map(_doc, rows)}
 
 
 def documents_under(conn: duckdb.DuckDBPyConnection, root: str) -> list[DocumentRow]:
@@ -260,40 +373,41 @@ def chunk_candidates(
 ) -> list[ChunkRow]:
     """The chunks best matching `query` by BM25 (the memories' tokenizer and formula), best first.
 
-    Any project's chunks compete; those of `project` are fetched in a second
-    pass too, so a boost in the pack can lift them even when other projects
-    fill the first `limit`. Ties break by the chunk's number (ingest order).
+    Any project's chunks compete; the best `limit` of `project` are taken
+    too, so the pack's boost can lift them even when other projects fill
+    the first `limit`. Ties break by the chunk's number (ingest order).
     """
     got = conn.execute("SELECT list_distinct(ml_terms(?))", [query]).fetchone()
     terms = list(got[0] or [])[:MAX_QUERY_TERMS] if got else []
     if not terms:
         return []
     ph = ", ".join("?" * len(terms))
-    out: dict[int, tuple[float, tuple[Any, ...]]] = {}
-    passes: list[tuple[str, list[Any]]] = [("", [])]
+    project_top = ""
+    args: list[Any] = [*terms, limit]
     if project:
-        passes.append(("AND c.project = ?", [project]))
-    for extra, args in passes:
-        rows = conn.execute(
-            f"""
-            WITH st AS (SELECT count(*)::DOUBLE AS n, greatest(avg(dl), 1)::DOUBLE AS avgdl FROM ctx_chunks),
-            live AS (SELECT term, doc, tf FROM ctx_chunk_postings WHERE term IN ({ph})),
-            df AS (SELECT term, count(*)::DOUBLE AS df FROM live GROUP BY term),
-            scored AS (
-                SELECT l.doc, sum(round(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5)) * l.tf * {K1 + 1}
-                                        / (l.tf + {K1} * (1 - {B} + {B} * c.dl / st.avgdl))
-                                        * {SCORE_SCALE}::DOUBLE)) AS score
-                FROM live l JOIN df USING (term) JOIN ctx_chunks c ON c.doc = l.doc CROSS JOIN st
-                WHERE TRUE {extra}
-                GROUP BY l.doc)
-            SELECT s.score, c.doc, c.chunk_id, c.text, c.name, c.heading_path, c.project
-            FROM scored s JOIN ctx_chunks c ON c.doc = s.doc
-            ORDER BY s.score DESC, c.doc LIMIT ?""",
-            [*terms, *args, limit],
-        ).fetchall()
-        for r in rows:
-            out[int(r[1])] = (float(r[0]), r)
-    ranked = sorted(out.values(), key=lambda x: (-x[0], int(x[1][1])))
+        project_top = """UNION
+            (SELECT s.doc, s.score FROM scored s JOIN ctx_chunks c ON c.doc = s.doc WHERE c.project = ?
+             ORDER BY s.score DESC, s.doc LIMIT ?)"""
+        args += [project, limit]
+    rows = conn.execute(
+        f"""
+        WITH st AS (SELECT count(*)::DOUBLE AS n, greatest(avg(dl), 1)::DOUBLE AS avgdl FROM ctx_chunks),
+        live AS MATERIALIZED (SELECT term, doc, tf, dl FROM ctx_chunk_postings WHERE term IN ({ph})),
+        df AS (SELECT term, count(*)::DOUBLE AS df FROM live GROUP BY term),
+        scored AS MATERIALIZED (
+            SELECT l.doc, sum(round(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5)) * l.tf * {K1 + 1}
+                                    / (l.tf + {K1} * (1 - {B} + {B} * l.dl / st.avgdl))
+                                    * {SCORE_SCALE}::DOUBLE)) AS score
+            FROM live l JOIN df USING (term) CROSS JOIN st
+            GROUP BY l.doc),
+        best AS (
+            (SELECT doc, score FROM scored ORDER BY score DESC, doc LIMIT ?)
+            {project_top})
+        SELECT b.score, c.doc, c.chunk_id, c.text, c.name, c.heading_path, c.project
+        FROM best b JOIN ctx_chunks c ON c.doc = b.doc
+        ORDER BY b.score DESC, c.doc""",
+        args,
+    ).fetchall()
     return [
         ChunkRow(
             id=r[2],
@@ -301,9 +415,9 @@ def chunk_candidates(
             document=r[4],
             heading_path=tuple(r[5] or ()),
             project=r[6],
-            score=score / SCORE_SCALE if math.isfinite(score) else 0.0,
+            score=float(r[0]) / SCORE_SCALE if math.isfinite(float(r[0])) else 0.0,
         )
-        for score, r in ranked
+        for r in rows
     ]
 
 
