@@ -50,7 +50,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from mnemolog.eventlog import packview
 from mnemolog.eventlog.packview import TIERS
@@ -294,17 +294,12 @@ class _Cand:
     cost: int = 0
 
 
-def _dedupe_memories(rows: Iterable[MemoryRow]) -> list[MemoryRow]:
-    best: dict[str, MemoryRow] = {}
-    for r in rows:
-        have = best.get(r.id)
-        if have is None or (r.score, repr(r)) > (have.score, repr(have)):
-            best[r.id] = r
-    return [best[k] for k in sorted(best)]
+_Row = TypeVar("_Row", MemoryRow, ChunkRow)
 
 
-def _dedupe_chunks(rows: Iterable[ChunkRow]) -> list[ChunkRow]:
-    best: dict[str, ChunkRow] = {}
+def _dedupe(rows: Iterable[_Row]) -> list[_Row]:
+    """One row per id (the best scored; equal scores: a fixed choice), sorted by id."""
+    best: dict[str, _Row] = {}
     for r in rows:
         have = best.get(r.id)
         if have is None or (r.score, repr(r)) > (have.score, repr(have)):
@@ -350,7 +345,7 @@ def _classify(
                 _Cand("state", "state", sid, f"{s.category}/{s.key}", s.value, None, rank, required=True)
             )
     placed: list[tuple[str, MemoryRow]] = []
-    for m in _dedupe_memories(memories):
+    for m in _dedupe(memories):
         if m.status != "active":
             excluded.append(Excluded("memory", m.id, m.status or "inactive"))
         elif m.archived:
@@ -379,7 +374,7 @@ def _classify(
             label = ", ".join(sorted(set(m.domains))) if tier == "domain" and m.domains else m.kind
             mrank = (not m.pinned, -rel, m.id)
             tiers[tier].append(_Cand(tier, "memory", m.id, label, m.content, rel, mrank, required=m.pinned))
-    crows = _dedupe_chunks(chunks)
+    crows = _dedupe(chunks)
     top = _top(c.score for c in crows)
     for c in crows:
         rel = c.score / top if top > 0 and c.score > 0 else 0.0

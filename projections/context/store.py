@@ -143,8 +143,10 @@ def fold_ingested_many(
         "DELETE FROM ctx_documents WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [list(latest)]
     )
     docs = list(latest.values())
-    conn.register(
-        "ml_ctx_docs",
+    _insert_arrow(
+        conn,
+        "ctx_documents",
+        "SELECT *, NULL",
         pa.table(
             {
                 "document_id": [v.document_id for v in docs],
@@ -162,11 +164,18 @@ def fold_ingested_many(
             }
         ),
     )
-    try:
-        conn.execute("INSERT INTO ctx_documents SELECT *, NULL FROM ml_ctx_docs")
-    finally:
-        conn.unregister("ml_ctx_docs")
-    _insert_versions(conn, versions)
+    _insert_arrow(
+        conn,
+        "ctx_document_versions",
+        "SELECT *",
+        pa.table(
+            {
+                "document_id": [v.document_id for v in versions],
+                "version": pa.array([v.version for v in versions], pa.int32()),
+                "seq": pa.array([v.seq for v in versions], pa.int64()),
+            }
+        ),
+    )
     cols: dict[str, list[Any]] = {
         k: [] for k in ("doc", "chunk_id", "document_id", "idx", "heading_path", "text", "name", "project")
     }
@@ -210,21 +219,13 @@ def fold_ingested_many(
         conn.unregister("ml_ctx_chunks")
 
 
-def _insert_versions(conn: duckdb.DuckDBPyConnection, versions: Sequence[_Version]) -> None:
-    conn.register(
-        "ml_ctx_versions",
-        pa.table(
-            {
-                "document_id": [v.document_id for v in versions],
-                "version": pa.array([v.version for v in versions], pa.int32()),
-                "seq": pa.array([v.seq for v in versions], pa.int64()),
-            }
-        ),
-    )
+def _insert_arrow(conn: duckdb.DuckDBPyConnection, table: str, select: str, tbl: pa.Table) -> None:
+    """INSERT INTO `table` `select` FROM the Arrow table (registered as ml_ctx_rows while it runs)."""
+    conn.register("ml_ctx_rows", tbl)
     try:
-        conn.execute("INSERT INTO ctx_document_versions SELECT * FROM ml_ctx_versions")
+        conn.execute(f"INSERT INTO {table} {select} FROM ml_ctx_rows")
     finally:
-        conn.unregister("ml_ctx_versions")
+        conn.unregister("ml_ctx_rows")
 
 
 def fold_ingested(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str, Any]) -> None:

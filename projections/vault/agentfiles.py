@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -211,20 +211,19 @@ def check_agent_files(root: Path, agent: str, notes: set[str]) -> list[Finding]:
         text = _text(agent_dir / name, rel, out)
         if text is not None:
             out += [(rel, f, m, s) for f, m, s in persona.check_persona(name, text)]
-    for sub in _files_under(agent_dir, "journal"):
-        rel = f"{agent}/{sub}"
-        if not sub.endswith(".md"):
-            out.append((rel, "filename", "the journal holds only YYYY-MM/YYYY-MM-DD.md files", "warning"))
-            continue
-        text = _text(agent_dir / sub, rel, out)
-        if text is not None:
-            out += [(rel, f, m, s) for f, m, s in journal.check_journal(sub, text, notes)]
-    for sub in _files_under(agent_dir, "logs"):
-        rel = f"{agent}/{sub}"
-        if not sub.endswith(".jsonl"):
-            out.append((rel, "filename", "logs/ holds only YYYY-MM/YYYY-MM-DD.jsonl files", "warning"))
-            continue
-        text = _text(agent_dir / sub, rel, out)
-        if text is not None:
-            out += [(rel, f, m, s) for f, m, s in runlog.check_runlog(sub, text)]
+    checks: list[tuple[str, str, Callable[[str, str], list[tuple[str, str, str]]]]] = [
+        ("journal", ".md", lambda sub, text: journal.check_journal(sub, text, notes)),
+        ("logs", ".jsonl", runlog.check_runlog),
+    ]
+    for folder, suffix, check in checks:
+        for sub in _files_under(agent_dir, folder):
+            rel = f"{agent}/{sub}"
+            if not sub.endswith(suffix):
+                out.append(
+                    (rel, "filename", f"{folder}/ holds only YYYY-MM/YYYY-MM-DD{suffix} files", "warning")
+                )
+                continue
+            text = _text(agent_dir / sub, rel, out)
+            if text is not None:
+                out += [(rel, f, m, s) for f, m, s in check(sub, text)]
     return out

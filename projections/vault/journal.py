@@ -80,9 +80,8 @@ def path_of(day: date) -> str:
     return f"journal/{day:%Y-%m}/{day.isoformat()}.md"
 
 
-def _one_line(text: str, limit: int = _ONE_LINE) -> str:
-    s = " ".join(text.split())
-    return s if len(s) <= limit else s[: limit - 1].rstrip() + "…"
+def _one_line(text: str) -> str:
+    return regions.one_line(text, _ONE_LINE)
 
 
 def skeleton(day: date, agent: str) -> str:
@@ -153,13 +152,7 @@ def check_journal(rel: str, text: str, notes: set[str]) -> list[Finding]:
     first = text.split("\n", 1)[0]
     if not first.startswith(f"# {day.isoformat()}"):
         out.append(("title", f"expected a first line starting with '# {day.isoformat()}'", "error"))
-    try:
-        edited = regions.hand_edited(text)
-    except regions.RegionError as exc:
-        out.append(("regions", f"{exc}; render leaves this file alone until it is fixed", "error"))
-    else:
-        for name in edited:
-            out.append(("regions", f"region {name} was edited by hand; render keeps it as it is", "warning"))
+    out += regions.check_regions(text)
     section = None
     for line in text.splitlines():
         if line.startswith("## "):

@@ -141,9 +141,8 @@ class PersonaConfig:
     hard_nos: Sequence[str] = field(default_factory=tuple)
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    s = " ".join(text.split())
-    return s if len(s) <= limit else s[: limit - 1].rstrip() + "…"
+def _one_line(text: str) -> str:
+    return regions.one_line(text, 300)
 
 
 def _item_line(it: PersonaItem) -> str:
@@ -210,11 +209,5 @@ def check_persona(file: str, text: str) -> list[Finding]:
     for section in sections_of(file):
         if section not in present:
             out.append(("sections", f"missing the section '## {section}'", "warning"))
-    try:
-        edited = regions.hand_edited(text)
-    except regions.RegionError as exc:
-        out.append(("regions", f"{exc}; render leaves this file alone until it is fixed", "error"))
-    else:
-        for name in edited:
-            out.append(("regions", f"region {name} was edited by hand; render keeps it as it is", "warning"))
+    out += regions.check_regions(text)
     return out

@@ -153,6 +153,23 @@ def merge(existing: str, contents: Mapping[str, str]) -> MergeResult:
     return result
 
 
+def one_line(text: str, limit: int) -> str:
+    """Whitespace runs collapsed to one space, cut at `limit` characters with an ellipsis."""
+    s = " ".join(text.split())
+    return s if len(s) <= limit else s[: limit - 1].rstrip() + "…"
+
+
+def check_regions(text: str) -> list[tuple[str, str, str]]:
+    """Validation findings about a file's regions: unpaired markers (error), hand edits (warning)."""
+    try:
+        edited = hand_edited(text)
+    except RegionError as exc:
+        return [("regions", f"{exc}; render leaves this file alone until it is fixed", "error")]
+    return [
+        ("regions", f"region {n} was edited by hand; render keeps it as it is", "warning") for n in edited
+    ]
+
+
 def hand_edited(text: str) -> list[str]:
     """Names of regions whose content no longer matches their digest (for validation)."""
     return [r.name for r in parse(text) if r.digest is not None and digest(r.content(text)) != r.digest]

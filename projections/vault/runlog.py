@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Final
 
+from mnemolog.projections.vault import regions
 from mnemolog.projections.vault.journal import day_of
 
 TRIGGERS: Final = ("cron", "skill", "api", "manual")
@@ -66,8 +67,7 @@ def iso(ts_us: int) -> str:
 
 
 def _one_line(text: str, limit: int = MAX_SUMMARY) -> str:
-    s = " ".join(text.split())
-    return s if len(s) <= limit else s[: limit - 1].rstrip() + "…"
+    return regions.one_line(text, limit)
 
 
 def line(r: RunRecord) -> str:

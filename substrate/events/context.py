@@ -37,6 +37,12 @@ MAX_QUERY_CHARS = 8192
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+def _sha256(x: str) -> str:
+    if not _SHA256.fullmatch(x):
+        raise BadInput("sha256 must be 64 lowercase hex digits", field="sha256")
+    return x
+
+
 def _no_nul(value: str, what: str) -> str:
     if "\x00" in value:
         raise BadInput(f"{what} contains a NUL character", field=what)
@@ -87,9 +93,7 @@ class DocumentIngested(Payload):
     @field_validator("sha256")
     @classmethod
     def _sha(cls, x: str) -> str:
-        if not _SHA256.fullmatch(x):
-            raise BadInput("sha256 must be 64 lowercase hex digits", field="sha256")
-        return x
+        return _sha256(x)
 
     @field_validator("path", "name", "root")
     @classmethod
@@ -163,9 +167,7 @@ class ContextBuilt(Payload):
     @field_validator("sha256")
     @classmethod
     def _sha(cls, x: str) -> str:
-        if not _SHA256.fullmatch(x):
-            raise BadInput("sha256 must be 64 lowercase hex digits", field="sha256")
-        return x
+        return _sha256(x)
 
     @field_validator("tiers")
     @classmethod
