@@ -55,6 +55,7 @@ from mnemolog.substrate.events.context import (
     DocumentIngested,
     DocumentRemoved,
 )
+from mnemolog.substrate.events.limits import check_unicode
 from mnemolog.substrate.ids import new_id
 from mnemolog.substrate.session import Sessions
 
@@ -307,6 +308,7 @@ def check_query(query: str) -> str:
         raise BadInput(f"the query is longer than {MAX_QUERY_CHARS} characters", field="query")
     if "\x00" in query:
         raise BadInput("the query contains a NUL character", field="query")
+    check_unicode(query, "query")
     return query
 
 

@@ -224,7 +224,7 @@ def test_budgets_units_and_bad_requests(sub: Substrate, tmp_path: Path) -> None:
     for bad in ({"budget": 0}, {"unit": "words"}, {"budget": 10**9}):
         with pytest.raises(UsageError):
             sub.build_context(QUERY, **bad)  # type: ignore[arg-type]
-    for q in ("", "   ", "a\x00b", "x" * 9000):
+    for q in ("", "   ", "a\x00b", "x" * 9000, "lone \ud800 surrogate"):
         with pytest.raises(BadInput):
             sub.build_context(q)
     with pytest.raises(NotFound):
