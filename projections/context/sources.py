@@ -70,24 +70,66 @@ def _superseded(conn: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> set[str]
     return {str(r[0]) for r in rows}
 
 
+def _fetch(conn: duckdb.DuckDBPyConnection, ids: list[str]) -> list[Memory]:
+    if not ids:
+        return []
+    rows = conn.execute(
+        f"SELECT {MEMORY_SELECT} FROM memories m WHERE m.id IN ({', '.join('?' * len(ids))})", ids
+    ).fetchall()
+    return [row_to_memory(r) for r in rows]
+
+
+# The always-wanted memories depend on the memories only, not on the query: they are kept
+# per (log, number of events that can change a memory), so packs between writes skip the
+# scans. Counts only grow, so an equal key means no such event has been folded since.
+_ALWAYS_CACHE: dict[tuple[Any, ...], list[Memory]] = {}
+_NOT_MEMORY_EVENTS = ("context.built", "document.ingested", "document.removed")
+
+
+def _memory_state(conn: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
+    row = conn.execute(
+        "SELECT (SELECT log_id FROM proj_state), (SELECT coalesce(sum(n), 0) FROM event_counts "
+        "WHERE type NOT IN (SELECT unnest(?::VARCHAR[])))",
+        [list(_NOT_MEMORY_EVENTS)],
+    ).fetchone()
+    return (bytes(row[0]) if row and row[0] is not None else b"", int(row[1]) if row else 0)
+
+
 def _always(conn: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], limit: int) -> list[Memory]:
     """Pinned memories, and the newest identity/preference ones (wanted whatever the query)."""
-    rows = conn.execute(
-        f"""SELECT {MEMORY_SELECT} FROM memories m
-            WHERE contains(m.metadata, '"pinned":true') AND {visible("m")}
-              AND coalesce(json_extract(m.metadata, '$.vault.pinned')::BOOLEAN, false)
-            ORDER BY m.id LIMIT 1000"""
-    ).fetchall()
-    out = [row_to_memory(r) for r in rows]
-    if kinds:
-        rows = conn.execute(
-            f"""SELECT {MEMORY_SELECT} FROM memories m
-                WHERE {visible("m")} AND m.kind IN (SELECT unnest(?::VARCHAR[]))
-                ORDER BY m.stored_seq DESC LIMIT ?""",
-            [list(kinds), limit],
+    key = (*_memory_state(conn), kinds, limit)
+    hit = _ALWAYS_CACHE.get(key)
+    if hit is None:
+        hit = _always_now(conn, kinds, limit)
+        if len(_ALWAYS_CACHE) >= 16:
+            _ALWAYS_CACHE.clear()
+        _ALWAYS_CACHE[key] = hit
+    return [dict(m) for m in hit]  # type: ignore[misc]
+
+
+def _always_now(conn: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], limit: int) -> list[Memory]:
+    # Ids first (a narrow scan), rows second: a top-N over whole rows would carry every
+    # matching memory's text through the sort.
+    ids = [
+        str(r[0])
+        for r in conn.execute(
+            f"""SELECT m.id FROM memories m
+                WHERE contains(m.metadata, '"pinned":true') AND {visible("m")}
+                  AND coalesce(json_extract(m.metadata, '$.vault.pinned')::BOOLEAN, false)
+                ORDER BY m.id LIMIT 1000"""
         ).fetchall()
-        out += [row_to_memory(r) for r in rows]
-    return out
+    ]
+    if kinds:
+        ids += [
+            str(r[0])
+            for r in conn.execute(
+                f"""SELECT m.id FROM memories m
+                    WHERE m.kind IN (SELECT unnest(?::VARCHAR[])) AND {visible("m")}
+                    ORDER BY m.stored_seq DESC LIMIT ?""",
+                [list(kinds), limit],
+            ).fetchall()
+        ]
+    return _fetch(conn, list(dict.fromkeys(ids)))
 
 
 def to_row(m: Memory, score: float, superseded: set[str]) -> MemoryRow:
@@ -114,7 +156,7 @@ def memory_candidates(
     conn: duckdb.DuckDBPyConnection, query: str, project: str | None, cfg: PackConfig
 ) -> list[MemoryRow]:
     scored: dict[str, tuple[Memory, float]] = {}
-    for m, s in recall(conn, query, Filters(), limit=cfg.candidates * 2):
+    for m, s in recall(conn, query, Filters(), limit=cfg.candidates):
         scored[m["id"]] = (m, s)
     for m in _always(conn, cfg.identity_kinds, cfg.candidates):
         scored.setdefault(m["id"], (m, 0.0))

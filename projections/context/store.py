@@ -390,7 +390,9 @@ def chunk_candidates(
             (SELECT s.doc, s.score FROM scored s JOIN ctx_chunks c ON c.doc = s.doc WHERE c.project = ?
              ORDER BY s.score DESC, s.doc LIMIT ?)"""
         args += [project, limit]
-    rows = conn.execute(
+    # Two steps: the best docs from the index (narrow), then their rows by doc, which the
+    # table is in the order of (zone maps), rather than a join that reads every chunk's text.
+    best = conn.execute(
         f"""
         WITH st AS (SELECT count(*)::DOUBLE AS n, greatest(avg(dl), 1)::DOUBLE AS avgdl FROM ctx_chunks),
         live AS MATERIALIZED (SELECT term, doc, tf, dl FROM ctx_chunk_postings WHERE term IN ({ph})),
@@ -400,23 +402,27 @@ def chunk_candidates(
                                     / (l.tf + {K1} * (1 - {B} + {B} * l.dl / st.avgdl))
                                     * {SCORE_SCALE}::DOUBLE)) AS score
             FROM live l JOIN df USING (term) CROSS JOIN st
-            GROUP BY l.doc),
-        best AS (
-            (SELECT doc, score FROM scored ORDER BY score DESC, doc LIMIT ?)
-            {project_top})
-        SELECT b.score, c.doc, c.chunk_id, c.text, c.name, c.heading_path, c.project
-        FROM best b JOIN ctx_chunks c ON c.doc = b.doc
-        ORDER BY b.score DESC, c.doc""",
+            GROUP BY l.doc)
+        (SELECT doc, score FROM scored ORDER BY score DESC, doc LIMIT ?)
+        {project_top}""",
         args,
     ).fetchall()
+    if not best:
+        return []
+    scores = {int(d): float(sc) for d, sc in best}
+    ints = ", ".join(str(d) for d in sorted(scores))
+    rows = conn.execute(
+        f"SELECT doc, chunk_id, text, name, heading_path, project FROM ctx_chunks WHERE doc IN ({ints})"
+    ).fetchall()
+    rows.sort(key=lambda r: (-scores[int(r[0])], int(r[0])))
     return [
         ChunkRow(
-            id=r[2],
-            text=r[3],
-            document=r[4],
-            heading_path=tuple(r[5] or ()),
-            project=r[6],
-            score=float(r[0]) / SCORE_SCALE if math.isfinite(float(r[0])) else 0.0,
+            id=r[1],
+            text=r[2],
+            document=r[3],
+            heading_path=tuple(r[4] or ()),
+            project=r[5],
+            score=scores[int(r[0])] / SCORE_SCALE if math.isfinite(scores[int(r[0])]) else 0.0,
         )
         for r in rows
     ]

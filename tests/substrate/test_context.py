@@ -345,3 +345,20 @@ def test_a_forensic_bundle_of_a_memory_carries_its_packs_and_re_renders_them(
     entries = offline.parse_entries(members[bundle.ENTRIES], bundle.ENTRIES)
     report = packview.verify_packs(entries, {ids["know"]})
     assert [(r["pack_id"], r["sha256"]) for r in report] == [(pack["pack_id"], pack["sha256"])]
+
+
+def test_always_wanted_memories_follow_every_write(sub: Substrate, tmp_path: Path) -> None:
+    ids = seeded(sub, tmp_path)
+
+    def identity() -> list[str]:
+        p = sub.build_context(QUERY, record=False)
+        return [e["id"] for t in p["tiers"] if t["name"] == "identity" for e in t["entries"]]
+
+    assert identity() == [ids["pinned"], ids["user"]]
+    sub.build_context(QUERY)  # a recorded pack is not a memory change: the cache stays valid
+    new = sub.store("Second hard rule", kind="decision", metadata={"vault": {"pinned": True}})["id"]
+    assert set(identity()) == {ids["pinned"], new, ids["user"]}
+    sub.archive(ids["pinned"])
+    assert ids["pinned"] not in identity()
+    sub.update(new, metadata={"vault": {"pinned": False}})
+    assert identity() == [ids["user"]]
