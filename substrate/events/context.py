@@ -18,7 +18,7 @@ from mnemolog.eventlog import packview
 from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.projections.context.chunker import MAX_HEADING_CHARS, MAX_MAX_CHARS
-from mnemolog.substrate.events.base import Payload
+from mnemolog.substrate.events.base import Chained, Payload
 
 __all__ = [
     "MAX_PATH_CHARS",
@@ -143,7 +143,7 @@ class TierRecord(_Part):
     trimmed: list[TrimmedRecord]
 
 
-class ContextBuilt(Payload):
+class ContextBuilt(Chained):
     """`context.built` tv 1: what a prompt was given, entry by entry, and the SHA-256 of its bytes."""
 
     TYPE = v.CONTEXT_BUILT
