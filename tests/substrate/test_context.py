@@ -332,19 +332,51 @@ def test_the_entries_about_a_memory_re_render_its_packs_and_expose_a_misquote(
 def test_a_forensic_bundle_of_a_memory_carries_its_packs_and_re_renders_them(
     sub: Substrate, tmp_path: Path
 ) -> None:
-    from mnemolog.eventlog import bundle, offline, packview
+    from mnemolog.eventlog import bundle
     from mnemolog.substrate import forensics
 
     ids = seeded(sub, tmp_path)
     pack = sub.build_context(QUERY, project="p06")
-    exported = forensics.export_bundle(sub, ids["know"])
     path = tmp_path / "b.tar"
-    path.write_bytes(exported.data)
-    bundle.verify_bundle(path)
-    members = bundle.read_members(path)
-    entries = offline.parse_entries(members[bundle.ENTRIES], bundle.ENTRIES)
-    report = packview.verify_packs(entries, {ids["know"]})
-    assert [(r["pack_id"], r["sha256"]) for r in report] == [(pack["pack_id"], pack["sha256"])]
+    path.write_bytes(forensics.export_bundle(sub, ids["know"]).data)
+    report = bundle.verify_bundle(path)
+    assert "context_packs" in report.checks
+    assert [(p["pack_id"], p["sha256"], p["memories_checked"]) for p in report.packs] == [
+        (pack["pack_id"], pack["sha256"], [ids["know"]])
+    ]
+    assert f"pack        {pack['pack_id']}" in report.text()
+
+
+@pytest.mark.parametrize("attack", ["hash", "quote"])
+def test_the_bundle_verifier_refuses_a_signed_pack_that_lies(
+    sub: Substrate, tmp_path: Path, attack: str
+) -> None:
+    """A key holder signs a pack whose hash does not match its entries, or that misquotes the memory."""
+    from mnemolog.eventlog import bundle, packview
+    from mnemolog.eventlog.errors import VerificationError
+    from mnemolog.substrate import forensics
+
+    ids = seeded(sub, tmp_path)
+    sub.build_context(QUERY, project="p06")
+    (ev,) = events(sub, "context.built")
+    bad = {k: v for k, v in ev.items() if k != "touch_prev"}
+    bad["pack_id"] = "01FORGED000000000000000000"
+    bad["tiers"] = [dict(t) for t in ev["tiers"]]
+    entries = [dict(e) for e in bad["tiers"][3]["included"]]
+    know = next(i for i, e in enumerate(entries) if e["id"] == ids["know"])
+    entries[know]["text"] = "A claim the memory never made"
+    bad["tiers"][3] = {**bad["tiers"][3], "included": entries}
+    if attack == "quote":
+        bad["sha256"] = packview.pack_sha256(packview.render_recorded(bad))
+    with sub.session() as s:
+        from mnemolog.substrate.events.context import ContextBuilt
+
+        s.append(ContextBuilt(**bad))  # signed by the home's own key, back-chain and all
+    path = tmp_path / "b.tar"
+    path.write_bytes(forensics.export_bundle(sub, ids["know"]).data)
+    with pytest.raises(VerificationError) as exc:
+        bundle.verify_bundle(path)
+    assert exc.value.check == ("context.sha256" if attack == "hash" else "context.source")
 
 
 def test_always_wanted_memories_follow_every_write(sub: Substrate, tmp_path: Path) -> None:
