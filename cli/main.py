@@ -49,6 +49,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "knowledge_commands:triage",
         "Give candidates verdicts: promote, reject, needs_human or contradicts.",
     ),
+    "context": ("context_commands:context", "@@context"),
+    "ingest": ("context_commands:ingest", "@@ingest"),
+    "persona": ("context_commands:persona", "@@persona"),
     "archive": (
         "memory_commands:archive",
         "Hide a memory from recall (it stays in the log and with --include-archived).",

@@ -24,13 +24,35 @@ def vault() -> None:
 @json_option
 @click.pass_obj
 def vault_render(ctx: Ctx, directory: Path, agent: str, namespace: str | None) -> None:
-    """Write DIR/<agent>/memory/*.md, INDEX.md and wiki/ pages; only changed files are rewritten."""
+    """Write DIR/<agent>/: notes, INDEX.md, wiki/, persona files, journal/ and logs/.
+
+    Only changed files are rewritten; in persona files and journal days only
+    mnemolog's marked regions change, and a region a person edited is kept.
+    """
     with opened(ctx) as s:
         r = v.render(s, directory, agent, namespace)
+        folder = s.render_agent_folder(directory, agent, namespace)
+    written = r.written + folder["written"]
+
+    def text() -> str:
+        lines = [f"kept a hand edit: {k}" for k in folder["kept_edits"]]
+        lines += [f"left alone: {c}" for c in folder["conflicts"]]
+        lines.append(
+            f"{len(written)} file(s) written, {r.unchanged + folder['unchanged']} unchanged, "
+            f"{len(r.removed)} removed under {directory / agent}"
+        )
+        return "\n".join(lines)
+
     ctx.emit(
-        {"written": r.written, "unchanged": r.unchanged, "removed": r.removed},
-        f"{len(r.written)} file(s) written, {r.unchanged} unchanged, {len(r.removed)} removed under "
-        f"{directory / agent}",
+        {
+            "written": written,
+            "unchanged": r.unchanged + folder["unchanged"],
+            "removed": r.removed,
+            "kept_edits": folder["kept_edits"],
+            "missing_regions": folder["missing_regions"],
+            "conflicts": folder["conflicts"],
+        },
+        text,
     )
 
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog import offline, tarball
+from mnemolog.eventlog import offline, packview, tarball
 from mnemolog.eventlog.bundle_build import BundleInput, build_bundle, resign_manifest
 from mnemolog.eventlog.bundle_checks import check_files, check_heads, check_proofs, check_views
 from mnemolog.eventlog.bundle_format import (
@@ -188,6 +188,10 @@ class _Check:
         views = check_views(self.m, man, key_entries, entries)
         r.memories, r.envelopes = views.memories, views.envelopes
         r.checks += ["selection", "atomisation_chain", "memory_views", "envelopes", "parquet"]
+        # 8b. The context packs these memories went into: re-rendered, hashes and quotes checked.
+        r.packs = packview.verify_packs(entries, views.memories)
+        if r.packs:
+            r.checks.append("context_packs")
         # 9. (v2) Completeness: the committed heads of every memory are the bundle's newest entries.
         if man["format"] == FORMAT_V2:
             r.completeness = check_heads(self.m, man, cp, keys, entries).to_json()

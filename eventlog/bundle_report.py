@@ -26,6 +26,7 @@ class BundleReport:
     checks: list[str] = field(default_factory=list)
     witnesses: dict[str, Any] | None = None
     completeness: dict[str, Any] | None = None  # None: a v1 bundle, which proves no completeness
+    packs: list[dict[str, Any]] = field(default_factory=list)  # context packs re-rendered and checked
 
     def to_json(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"completeness": self.completeness}
@@ -49,6 +50,7 @@ class BundleReport:
             "envelopes": self.envelopes,
             "files": self.files,
             "checks": self.checks,
+            "packs": self.packs,
         }
 
     def text(self) -> str:
@@ -72,6 +74,12 @@ class BundleReport:
             f"files       {len(self.files) + 1} (manifest included), sizes and SHA-256 as signed",
             "checks      " + ", ".join(self.checks),
         ]
+        for p in self.packs:
+            quoted = ", ".join(p["memories_checked"]) or "none of these memories"
+            lines.append(
+                f"pack        {p['pack_id']} (seq {p['seq']}) re-rendered, SHA-256 {p['sha256']} as signed; "
+                f"quotes {quoted} as the entries before it say"
+            )
         c = self.completeness
         if c is not None and c["complete"]:
             lines.append(

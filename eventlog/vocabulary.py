@@ -34,7 +34,10 @@ __all__ = [
     "CANDIDATE_EXTRACTED",
     "CANDIDATE_TRIAGED",
     "CHAINED_SINCE",
+    "CONTEXT_BUILT",
     "DEFAULT_STATUS",
+    "DOCUMENT_INGESTED",
+    "DOCUMENT_REMOVED",
     "EXTRACTION_FAILED",
     "FIRST_TOUCH",
     "HEADS_COMMITTED",
@@ -147,6 +150,10 @@ def status_after(event_type: str, current: str | None) -> str | None:
         return None
     return rule[1]
 
+
+DOCUMENT_INGESTED: Final = "document.ingested"
+DOCUMENT_REMOVED: Final = "document.removed"
+CONTEXT_BUILT: Final = "context.built"
 
 # -- the memory model ------------------------------------------------------------
 
@@ -278,6 +285,8 @@ TOUCHES: dict[str, Touches] = {
     ATOMISATION_FAILED: Touches(ids=("source_id",)),
     # The memories whose migration updates it undoes (named in the signed payload).
     MIGRATION_ROLLED_BACK: Touches(lists=("memory_ids",)),
+    # The memories a context pack put in front of a model (so a memory's bundle holds its packs).
+    CONTEXT_BUILT: Touches(lists=("memory_ids",)),
 }
 # Event types that touch no memory (the test of the vocabulary requires every payload
 # model's type in exactly one of TOUCHES and NO_TOUCHES).
@@ -287,6 +296,8 @@ NO_TOUCHES: set[str] = {
     MIGRATION_COMPLETED,
     MIGRATION_REFUSED,
     LOG_ROLLBACK_ACCEPTED,
+    DOCUMENT_INGESTED,
+    DOCUMENT_REMOVED,
 }
 
 # The knowledge loop. An interaction's id is touched like a

@@ -52,6 +52,7 @@ from mnemolog.eventlog.vocabulary import (
     touched_ids,
 )
 from mnemolog.projections import knowledge_fold
+from mnemolog.projections.context import store as context_store
 from mnemolog.projections.schema import visible
 from mnemolog.projections.text import ONE_DOC_POSTINGS, TITLE_WEIGHT, drop_staged, stage_postings
 
@@ -63,6 +64,8 @@ Upcast = Callable[[str, int, dict[str, Any]], dict[str, Any]]
 COMPACT_MIN_ROWS = 50_000
 COMPACT_FRACTION = 16
 FLUSH_ROWS = 20_000  # buffered rows that force a flush
+CTX_FLUSH_DOCS = 256  # buffered document versions (each up to an entry's size) that force a flush
+CTX_FLUSH_CHUNKS = 20_000
 SMALL_FLUSH = 8  # at most this many memories: parameterised statements, no Arrow round trip
 ARROW_CHUNK = 4096
 MAX_DELETE_TERMS = 256  # a text update deletes old postings by term (zone maps) up to this many
@@ -177,6 +180,8 @@ class Fold:
         self.buf = _Buffer()
         # Project names by lowercase name or alias, loaded when first needed (knowledge_fold).
         self.project_index: dict[str, str] | None = None
+        self.ctx_docs: list[tuple[int, int, dict[str, Any]]] = []
+        self.ctx_chunks = 0
 
     # -- the fold ------------------------------------------------------------
 
@@ -207,6 +212,9 @@ class Fold:
         return last
 
     def flush(self) -> None:
+        if self.ctx_docs:
+            docs, self.ctx_docs, self.ctx_chunks = self.ctx_docs, [], 0
+            context_store.fold_ingested_many(self.conn, docs)
         b = self.buf
         if b.memories["id"]:
             self._flush_memories()
@@ -556,6 +564,22 @@ class Fold:
             (e.seq, src, status, read_int(d.get("request_seq")), canonical_json(d), e.ts)
         )
 
+    def document_ingested(self, e: Entry, d: dict[str, Any]) -> None:
+        # Buffered: a batch of documents is tokenised and inserted in one pass at the flush.
+        self.ctx_docs.append((e.seq, e.ts, d))
+        chunks = d.get("chunks")
+        self.ctx_chunks += len(chunks) if isinstance(chunks, list) else 0
+        if len(self.ctx_docs) >= CTX_FLUSH_DOCS or self.ctx_chunks >= CTX_FLUSH_CHUNKS:
+            self.flush()
+
+    def document_removed(self, e: Entry, d: dict[str, Any]) -> None:
+        self.flush()
+        context_store.fold_removed(self.conn, e.seq, d)
+
+    def context_built(self, e: Entry, d: dict[str, Any]) -> None:
+        self.flush()
+        context_store.fold_pack(self.conn, e.seq, e.ts, d)
+
     def migration(self, e: Entry, d: dict[str, Any]) -> None:
         self.buf.migrations.append((e.seq, e.type, str(d.get("run_id", "")), canonical_json(d), e.ts))
         size = read_int(d.get("snapshot_size"))
@@ -651,4 +675,7 @@ _HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {
     v.MIGRATION_ROLLED_BACK: Fold.migration,
     v.MIGRATION_REFUSED: Fold.migration,
     **knowledge_fold.HANDLERS,
+    v.DOCUMENT_INGESTED: Fold.document_ingested,
+    v.DOCUMENT_REMOVED: Fold.document_removed,
+    v.CONTEXT_BUILT: Fold.context_built,
 }

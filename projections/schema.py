@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 6  # 5 is the context branch's; 6 adds the knowledge loop
+SCHEMA_VERSION = 7  # 5 context packs, 6 the knowledge loop, 7 both
 
 # The one archive guard (DESIGN §4), shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -121,6 +121,32 @@ DDL = [
         memory_id VARCHAR NOT NULL, before VARCHAR NOT NULL)""",
 ]
 
+# Documents, their chunks and chunk index, and recorded context packs
+# (mnemolog.projections.context.store folds and queries them).
+CONTEXT_DDL = [
+    """CREATE TABLE IF NOT EXISTS ctx_documents(
+        document_id VARCHAR NOT NULL, path VARCHAR NOT NULL, name VARCHAR NOT NULL,
+        root VARCHAR NOT NULL, project VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, size BIGINT NOT NULL,
+        encoding VARCHAR NOT NULL, version INTEGER NOT NULL, chunks INTEGER NOT NULL,
+        seq BIGINT NOT NULL, ts BIGINT NOT NULL, removed_seq BIGINT)""",
+    """CREATE TABLE IF NOT EXISTS ctx_document_versions(
+        document_id VARCHAR NOT NULL, version INTEGER NOT NULL, seq BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ctx_chunks(
+        doc BIGINT NOT NULL, chunk_id VARCHAR NOT NULL, document_id VARCHAR NOT NULL,
+        idx INTEGER NOT NULL, heading_path VARCHAR[] NOT NULL, text VARCHAR NOT NULL,
+        name VARCHAR NOT NULL, project VARCHAR NOT NULL, dl INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ctx_chunk_postings(
+        term VARCHAR NOT NULL, doc BIGINT NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ctx_packs(
+        pack_id VARCHAR NOT NULL, seq BIGINT NOT NULL, ts BIGINT NOT NULL, query VARCHAR NOT NULL,
+        project VARCHAR, sha256 VARCHAR NOT NULL, budget BIGINT NOT NULL, unit VARCHAR NOT NULL,
+        chars BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ctx_pack_members(
+        pack_id VARCHAR NOT NULL, seq BIGINT NOT NULL, source VARCHAR NOT NULL, id VARCHAR NOT NULL,
+        tier VARCHAR NOT NULL, included BOOLEAN NOT NULL, reason VARCHAR)""",
+]
+DDL += CONTEXT_DDL
+
 TABLES = [
     "memories",
     "links",
@@ -139,6 +165,12 @@ TABLES = [
     "migrations",
     "event_counts",
     "migration_undo",
+    "ctx_documents",
+    "ctx_document_versions",
+    "ctx_chunks",
+    "ctx_chunk_postings",
+    "ctx_packs",
+    "ctx_pack_members",
     "proj_state",
 ]
 

@@ -10,6 +10,8 @@ deadlock, and two writers of the same home see each other's effects.
 
 from __future__ import annotations
 
+import builtins
+import datetime
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -37,7 +39,8 @@ from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
 from mnemolog.projections.memories import Edge, Memory
 from mnemolog.projections.recall import Filters
-from mnemolog.substrate import witnessing
+from mnemolog.substrate import agentfolder, witnessing
+from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.events import (
     LinkCreated,
@@ -726,6 +729,64 @@ class Substrate:
             out["knowledge"] = kq.knowledge_counts(s.conn)
             out["log"] = {"size": self.log.size, "log_id": self.log.log_id.hex()}
             return out
+
+    # -- documents and context packs -------------------------------------------------
+
+    def ingest(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        project: str | None = None,
+        globs: Sequence[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Ingest files and directories as documents and chunks (see substrate.context)."""
+        settings = ctx.IngestSettings.from_config(self.home.config.raw)
+        report = ctx.ingest(self, paths, project=project, globs=globs, settings=settings, progress=progress)
+        return report.to_json()
+
+    def build_context(
+        self,
+        query: str,
+        *,
+        project: str | None = None,
+        budget: int | None = None,
+        unit: str | None = None,
+        record: bool = True,
+    ) -> dict[str, Any]:
+        """The context pack for `query`: five tiers under a budget; recorded as `context.built`."""
+        cfg = ctx.pack_config(self.home.config.raw)
+        return ctx.build_context(
+            self,
+            query,
+            now=self.clock(),
+            config=cfg,
+            project=project,
+            budget=budget,
+            unit=unit,
+            record=record,
+        )
+
+    def show_context(self, pack_id: str) -> dict[str, Any]:
+        """A recorded pack re-rendered from the log alone, its hash and quoted texts verified."""
+        return ctx.show_context(self, self.log, pack_id)
+
+    def context_why(self, member_id: str, *, limit: int = 50) -> builtins.list[dict[str, Any]]:
+        """The packs a memory, state entry or chunk went into (or was trimmed from), newest first."""
+        return ctx.context_why(self, member_id, check_limit(limit))
+
+    def render_agent_folder(
+        self, root: str | Path, agent: str = "mnemolog", namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Write (merge) persona files, journal days and run logs under root/agent; hand edits kept."""
+        return agentfolder.render_agent_folder(self, Path(root), agent, self.home.config, namespace).to_json()
+
+    def promote_to_persona(
+        self, memory_id: str, *, file: str | None = None, section: str | None = None
+    ) -> Memory:
+        """Record that a memory joins the agent's persona (today), optionally in one file's section."""
+        today = datetime.datetime.fromtimestamp(self.clock() / 1e6, datetime.UTC).date()
+        return agentfolder.promote_to_persona(self, memory_id, today=today, file=file, section=section)
 
     def rebuild(self, *, accept_rollback: bool = False) -> dict[str, Any]:
         """Drop every projection and replay the whole log.

@@ -412,6 +412,11 @@ def check_agent_name(agent: str) -> None:
         )
 
 
+def note_paths(records: Sequence[NoteRecord]) -> dict[str, str]:
+    """Where each record renders, by memory id: `memory/<name>.md` or `wiki/<name>.md`."""
+    return {mid: f"{p.directory}/{p.filename}" for mid, p in _place(records).items()}
+
+
 def plan_vault(agent: str, records: Sequence[NoteRecord]) -> dict[str, bytes]:
     """Every file of one agent's vault, by path relative to `<root>/<agent>/`."""
     check_agent_name(agent)

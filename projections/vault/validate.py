@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mnemolog.eventlog.errors import BadInput, NotFound
+from mnemolog.projections.vault import agentfiles, naming, schema
 from mnemolog.projections.vault import index as index_format
-from mnemolog.projections.vault import naming, schema
 from mnemolog.projections.vault.frontmatter import (
     MAX_FILE_BYTES,
     FrontmatterError,
@@ -69,12 +69,13 @@ def errors(problems: Iterable[Problem]) -> list[Problem]:
 
 
 def agent_names(root: Path) -> list[str]:
-    """Agent directories under `root`: those holding memory/ or wiki/, sorted."""
+    """Agent directories under `root`, sorted: those with memory/, wiki/, persona files, journal/ or logs/."""
     out = []
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
         if entry.name.startswith(("_", ".")) or not entry.is_dir():
             continue
-        if (Path(entry.path) / "memory").is_dir() or (Path(entry.path) / "wiki").is_dir():
+        d = Path(entry.path)
+        if (d / "memory").is_dir() or (d / "wiki").is_dir() or agentfiles.has_agent_files(d):
             out.append(entry.name)
     return out
 
@@ -297,4 +298,6 @@ def validate_agent(root: Path, agent: str) -> list[Problem]:
             a.add(f.rel, schema.check_wiki(f.meta, f.name))
     _check_pointers(a, pages, "wiki")
     _check_related(a, pages, notes)
+    for rel, fld, message, severity in agentfiles.check_agent_files(root, agent, set(notes) | set(pages)):
+        a.problems.append(Problem(rel, fld, message, severity))  # type: ignore[arg-type]
     return sorted(a.problems)

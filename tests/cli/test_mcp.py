@@ -438,3 +438,33 @@ def test_an_oversized_line_is_read_with_a_bound(home: Path) -> None:
     # The line was never held: the peak grew by far less than its 200 MB.
     assert pipe.peak_rss_mib() - before < 64
     assert pipe.close() == 0
+
+
+def test_context_and_knowledge_tools_are_served(home: Path) -> None:
+    async def fn(c: Client) -> None:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        assert {"context_build", "context_show", "capture_interaction", "candidates_list"} <= set(tools)
+        assert tools["context_show"].annotations.read_only_hint is True  # type: ignore[union-attr]
+        err, _ = await tool(
+            c, "memory_store", content="Zerodur CTE gradient dominates thermal WFE", kind="knowledge"
+        )
+        assert not err
+        err, pack = await tool(c, "context_build", query="thermal effects on polishing accuracy", budget=500)
+        assert not err and pack["pack_id"] and "Zerodur" in pack["text"]
+        err, shown = await tool(c, "context_show", pack_id=pack["pack_id"])
+        assert not err and shown["text"] == pack["text"] and shown["verified"] is True
+        err, out = await tool(c, "context_build", query="q", unit="words")
+        assert err and out["exit_code"] == 64
+        err, out = await tool(c, "context_show", pack_id="01NOSUCHPACK00000000000000")
+        assert err and out["exit_code"] == 2
+        err, out = await tool(c, "context_build", query="q", record=False)
+        assert not err and out["pack_id"] is None
+        # The memory tools carry the knowledge loop's fields.
+        err, out = await tool(c, "memory_store", content="the p04 mirror cell", project="p04", verbose=True)
+        assert not err and out["memory"]["project"] == "p04" and out["memory"]["status"] == "active"
+        err, out = await tool(c, "memory_list", project="p04")
+        assert not err and [m["content"] for m in out["memories"]] == ["the p04 mirror cell"]
+        err, out = await tool(c, "memory_list", statuses=["bogus"])
+        assert err and out["exit_code"] == 64
+
+    with_client(stdio_params(home), fn)

@@ -147,3 +147,24 @@ def test_standalone_verifier_fails_with_exit_8(
     proc = run(verifier_python, only_eventlog, str(garbage))
     assert proc.returncode == 8 and "Traceback" not in proc.stderr
     assert "compress" in proc.stderr
+
+
+def test_standalone_verifier_re_renders_the_packs_of_a_memory(
+    verifier_python: Path, only_eventlog: Path, tmp_path: Path
+) -> None:
+    from mnemolog.substrate.home import init_home
+
+    init_home(tmp_path / "home")
+    with Substrate.open(tmp_path / "home", long_lived=False) as sub:
+        mid = sub.store("Zerodur CTE gradient dominates thermal WFE", kind="knowledge")["id"]
+        pack = sub.build_context("thermal effects on polishing accuracy")
+        ex = forensics.export_bundle(sub, mid)
+    path = tmp_path / "bundle.tar"
+    path.write_bytes(ex.data)
+    proc = run(verifier_python, only_eventlog, str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "context_packs" in out["checks"]
+    assert [(p["pack_id"], p["sha256"], p["memories_checked"]) for p in out["packs"]] == [
+        (pack["pack_id"], pack["sha256"], [mid])
+    ]

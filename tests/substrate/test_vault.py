@@ -216,9 +216,10 @@ def test_vault_cli(tmp_path: Path) -> None:
     assert run(home, "init")[0] == 0
     assert run(home, "store", "Prefer pg_repack over ALTER TABLE.", "--kind", "decision")[0] == 0
     code, out = run(home, "vault", "render", str(tmp_path / "v"), "--agent", "ops")
-    assert code == 0 and len(out["written"]) == 2  # the note and INDEX.md
+    # The note, INDEX.md and the five persona files.
+    assert code == 0 and len(out["written"]) == 7 and "ops/IDENTITY.md" in out["written"]
     code, out = run(home, "vault", "render", str(tmp_path / "v"), "--agent", "ops")
-    assert code == 0 and out["written"] == [] and out["unchanged"] == 2
+    assert code == 0 and out["written"] == [] and out["unchanged"] == 7
     code, out = run(home, "vault", "validate", str(tmp_path / "v"))
     assert code == 0
     bad = hand_vault(tmp_path / "bad")

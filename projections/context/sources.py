@@ -1,0 +1,179 @@
+"""Where a pack's rows come from: the named queries that turn the projection into assembly input.
+
+`candidates(conn, query, project, cfg)` gathers everything `assemble` may
+rank, as plain rows: the project's state entries, the memories recall
+ranks for the query plus the always-wanted ones (pinned notes, identity
+and preference memories), and the chunks the chunk index ranks. This is the
+one place that knows which tables hold them, so a richer source (another
+ranking, state from another table) swaps in here without touching the
+assembly.
+
+What a memory row says beyond its columns:
+
+- pinned: `metadata.vault.pinned` is true (a vault import or an update set it);
+- expires_at: `metadata.vault.expires_at` (YYYY-MM-DD): the memory is valid
+  through that day and expired from the next midnight UTC on;
+- status: `superseded` when a `supersedes` link points at it, else `active`;
+  memories the archive guard hides are not candidates at all.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from mnemolog.projections.context import store
+from mnemolog.projections.context.assemble import ChunkRow, MemoryRow, StateRow
+from mnemolog.projections.context.config import PackConfig
+from mnemolog.projections.memories import MEMORY_SELECT, Memory, row_to_memory
+from mnemolog.projections.recall import Filters, recall
+from mnemolog.projections.schema import visible
+
+
+@dataclass(frozen=True)
+class Candidates:
+    state: list[StateRow]
+    memories: list[MemoryRow]
+    chunks: list[ChunkRow]
+
+
+def _vault(m: Memory) -> dict[str, Any]:
+    v = (m.get("metadata") or {}).get("vault")
+    return v if isinstance(v, dict) else {}
+
+
+def expiry_us(value: Any) -> int | None:
+    """The first microsecond at which a memory valid through `value` (YYYY-MM-DD) has expired."""
+    if not isinstance(value, str):
+        return None
+    try:
+        day = dt.date.fromisoformat(value)
+    except ValueError:
+        return None
+    nxt = day + dt.timedelta(days=1)
+    return int(dt.datetime(nxt.year, nxt.month, nxt.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
+
+
+def _superseded(conn: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> set[str]:
+    wanted = sorted(set(ids))
+    if not wanted:
+        return set()
+    rows = conn.execute(
+        "SELECT DISTINCT dst FROM links "
+        "WHERE relation = 'supersedes' AND dst IN (SELECT unnest(?::VARCHAR[]))",
+        [wanted],
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def _fetch(conn: duckdb.DuckDBPyConnection, ids: list[str]) -> list[Memory]:
+    if not ids:
+        return []
+    rows = conn.execute(
+        f"SELECT {MEMORY_SELECT} FROM memories m WHERE m.id IN ({', '.join('?' * len(ids))})", ids
+    ).fetchall()
+    return [row_to_memory(r) for r in rows]
+
+
+# The always-wanted memories depend on the memories only, not on the query: they are kept
+# per (log, number of events that can change a memory), so packs between writes skip the
+# scans. Counts only grow, so an equal key means no such event has been folded since.
+_ALWAYS_CACHE: dict[tuple[Any, ...], list[Memory]] = {}
+_NOT_MEMORY_EVENTS = ("context.built", "document.ingested", "document.removed")
+
+
+def _memory_state(conn: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
+    row = conn.execute(
+        "SELECT (SELECT log_id FROM proj_state), (SELECT coalesce(sum(n), 0) FROM event_counts "
+        "WHERE type NOT IN (SELECT unnest(?::VARCHAR[])))",
+        [list(_NOT_MEMORY_EVENTS)],
+    ).fetchone()
+    return (bytes(row[0]) if row and row[0] is not None else b"", int(row[1]) if row else 0)
+
+
+def _always(conn: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], limit: int) -> list[Memory]:
+    """Pinned memories, and the newest identity/preference ones (wanted whatever the query)."""
+    key = (*_memory_state(conn), kinds, limit)
+    hit = _ALWAYS_CACHE.get(key)
+    if hit is None:
+        hit = _always_now(conn, kinds, limit)
+        if len(_ALWAYS_CACHE) >= 16:
+            _ALWAYS_CACHE.clear()
+        _ALWAYS_CACHE[key] = hit
+    return [dict(m) for m in hit]  # type: ignore[misc]
+
+
+def _always_now(conn: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], limit: int) -> list[Memory]:
+    # Ids first (a narrow scan), rows second: a top-N over whole rows would carry every
+    # matching memory's text through the sort.
+    ids = [
+        str(r[0])
+        for r in conn.execute(
+            f"""SELECT m.id FROM memories m
+                WHERE contains(m.metadata, '"pinned":true') AND {visible("m")}
+                  AND coalesce(json_extract(m.metadata, '$.vault.pinned')::BOOLEAN, false)
+                ORDER BY m.id LIMIT 1000"""
+        ).fetchall()
+    ]
+    if kinds:
+        ids += [
+            str(r[0])
+            for r in conn.execute(
+                f"""SELECT m.id FROM memories m
+                    WHERE m.kind IN (SELECT unnest(?::VARCHAR[])) AND {visible("m")}
+                    ORDER BY m.stored_seq DESC LIMIT ?""",
+                [list(kinds), limit],
+            ).fetchall()
+        ]
+    return _fetch(conn, list(dict.fromkeys(ids)))
+
+
+def to_row(m: Memory, score: float, superseded: set[str]) -> MemoryRow:
+    v = _vault(m)
+    extra: dict[str, Any] = dict(m)
+    project = extra.get("project")
+    domains = extra.get("domains")
+    status = extra.get("status")
+    return MemoryRow(
+        id=m["id"],
+        kind=m["kind"],
+        content=m["content"],
+        project=project if isinstance(project, str) else "",
+        domains=tuple(d for d in domains if isinstance(d, str)) if isinstance(domains, list) else (),
+        status="superseded" if m["id"] in superseded else (status if isinstance(status, str) else "active"),
+        archived=False,
+        pinned=v.get("pinned") is True,
+        expires_at=expiry_us(v.get("expires_at")),
+        score=score,
+    )
+
+
+def memory_candidates(
+    conn: duckdb.DuckDBPyConnection, query: str, project: str | None, cfg: PackConfig
+) -> list[MemoryRow]:
+    scored: dict[str, tuple[Memory, float]] = {}
+    for m, s in recall(conn, query, Filters(), limit=cfg.candidates):
+        scored[m["id"]] = (m, s)
+    for m in _always(conn, cfg.identity_kinds, cfg.candidates):
+        scored.setdefault(m["id"], (m, 0.0))
+    gone = _superseded(conn, scored)
+    return [to_row(m, s, gone) for m, s in scored.values()]
+
+
+def state_rows(conn: duckdb.DuckDBPyConnection, project: str | None) -> list[StateRow]:
+    """The project's current state entries (none until a project state table exists)."""
+    return []
+
+
+def candidates(
+    conn: duckdb.DuckDBPyConnection, query: str, project: str | None, cfg: PackConfig
+) -> Candidates:
+    return Candidates(
+        state=state_rows(conn, project),
+        memories=memory_candidates(conn, query, project, cfg),
+        chunks=store.chunk_candidates(conn, query, project, cfg.candidates),
+    )

@@ -1,0 +1,475 @@
+"""The context read model: documents, their chunks and a BM25 index over them, recorded packs.
+
+Tables (DDL in `projections.schema`; rebuilt from the log like every projection):
+
+- `ctx_documents`: the current version of every ingested file (a removed one
+  keeps its row with `removed_seq`), keyed by its document id;
+- `ctx_document_versions`: the seq of every version, so a chunk id
+  (document, version, index) leads to the entry that holds its text;
+- `ctx_chunks`: the chunks of current versions only, numbered `doc` =
+  seq * 2^20 + index (unique, the same in a rebuild); an older version's
+  chunks and postings are deleted when a new version or a removal folds;
+- `ctx_chunk_postings`: the inverted index of chunk text (the memory index's
+  tokenizer: `projections.text`), title = document name and heading path;
+- `ctx_packs` and `ctx_pack_members`: every `context.built` event, and per pack each
+  state entry, memory and chunk it included or trimmed, for `context why`,
+  `context show` and `capture --context`.
+
+Fold functions are total: a malformed payload folds to nothing rather than
+raising. Queries are named for what they answer; `chunk_candidates` is the
+one place that ranks chunks (BM25 today), so a better ranking swaps in here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import duckdb
+import pyarrow as pa
+
+from mnemolog.projections.context.assemble import ChunkRow
+from mnemolog.projections.text import drop_staged, stage_postings
+
+CHUNK_SHIFT: Final = 20
+MAX_CHUNKS_PER_DOCUMENT: Final = (1 << CHUNK_SHIFT) - 1
+K1: Final = 1.2
+B: Final = 0.75
+MAX_QUERY_TERMS: Final = 64
+# Each term's contribution is rounded to a multiple of 1/SCORE_SCALE, so sums are exact
+# integers in any order and a rebuild ranks exactly as the incremental fold did.
+SCORE_SCALE: Final = 10**11
+
+
+def chunk_id(document_id: str, version: int, index: int) -> str:
+    """A chunk's id: its document, the document's version and its place in it."""
+    return f"{document_id}/{version}/{index}"
+
+
+# -- reading hostile payloads --------------------------------------------------
+
+
+def _s(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _i(v: Any, default: int = 0) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(2**62) < v < 2**62 else default
+
+
+def _strs(v: Any) -> list[str]:
+    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+
+
+# -- folds -------------------------------------------------------------------
+
+
+def _drop_chunks(conn: duckdb.DuckDBPyConnection, document_ids: Sequence[str]) -> None:
+    """Delete the chunks (and their postings) of these documents' current versions."""
+    if not document_ids:
+        return
+    ids = list(document_ids)
+    seqs = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT seq FROM ctx_documents WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [ids]
+        ).fetchall()
+    ]
+    if not seqs:
+        return
+    # A version's chunks are numbered seq * 2^20 + index: one scan finds them all.
+    conn.execute(
+        f"DELETE FROM ctx_chunk_postings WHERE (doc >> {CHUNK_SHIFT}) IN (SELECT unnest(?::BIGINT[]))", [seqs]
+    )
+    conn.execute("DELETE FROM ctx_chunks WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
+
+
+@dataclass(frozen=True)
+class _Version:
+    seq: int
+    ts: int
+    document_id: str
+    version: int
+    path: str
+    name: str
+    root: str
+    project: str
+    sha256: str
+    size: int
+    encoding: str
+    chunks: list[Mapping[str, Any]]
+
+
+def _version(seq: int, ts: int, d: Mapping[str, Any]) -> _Version | None:
+    doc_id = _s(d.get("document_id"))
+    if not doc_id:
+        return None
+    raw = d.get("chunks")
+    chunks = [c for c in raw if isinstance(c, Mapping)] if isinstance(raw, list) else []
+    return _Version(
+        seq=seq,
+        ts=ts,
+        document_id=doc_id,
+        version=_i(d.get("version"), 1),
+        path=_s(d.get("path")),
+        name=_s(d.get("name")) or _s(d.get("path")),
+        root=_s(d.get("root")),
+        project=_s(d.get("project")),
+        sha256=_s(d.get("sha256")),
+        size=_i(d.get("size")),
+        encoding=_s(d.get("encoding")),
+        chunks=chunks[:MAX_CHUNKS_PER_DOCUMENT],
+    )
+
+
+def fold_ingested_many(
+    conn: duckdb.DuckDBPyConnection, items: Sequence[tuple[int, int, Mapping[str, Any]]]
+) -> None:
+    """`document.ingested` events (seq order): each document's newest version and its chunks, indexed.
+
+    One pass for the whole batch: the tokenizer runs once over every chunk,
+    the older versions' rows go in one scan.
+    """
+    versions = [v for v in (_version(seq, ts, d) for seq, ts, d in items) if v is not None]
+    if not versions:
+        return
+    latest: dict[str, _Version] = {}
+    for v in versions:
+        latest[v.document_id] = v
+    _drop_chunks(conn, list(latest))
+    conn.execute(
+        "DELETE FROM ctx_documents WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [list(latest)]
+    )
+    docs = list(latest.values())
+    _insert_arrow(
+        conn,
+        "ctx_documents",
+        "SELECT *, NULL",
+        pa.table(
+            {
+                "document_id": [v.document_id for v in docs],
+                "path": [v.path for v in docs],
+                "name": [v.name for v in docs],
+                "root": [v.root for v in docs],
+                "project": [v.project for v in docs],
+                "sha256": [v.sha256 for v in docs],
+                "size": pa.array([v.size for v in docs], pa.int64()),
+                "encoding": [v.encoding for v in docs],
+                "version": pa.array([v.version for v in docs], pa.int32()),
+                "chunks": pa.array([len(v.chunks) for v in docs], pa.int32()),
+                "seq": pa.array([v.seq for v in docs], pa.int64()),
+                "ts": pa.array([v.ts for v in docs], pa.int64()),
+            }
+        ),
+    )
+    _insert_arrow(
+        conn,
+        "ctx_document_versions",
+        "SELECT *",
+        pa.table(
+            {
+                "document_id": [v.document_id for v in versions],
+                "version": pa.array([v.version for v in versions], pa.int32()),
+                "seq": pa.array([v.seq for v in versions], pa.int64()),
+            }
+        ),
+    )
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("doc", "chunk_id", "document_id", "idx", "heading_path", "text", "name", "project")
+    }
+    for v in docs:
+        base = v.seq << CHUNK_SHIFT
+        for i, c in enumerate(v.chunks):
+            cols["doc"].append(base + i)
+            cols["chunk_id"].append(chunk_id(v.document_id, v.version, i))
+            cols["document_id"].append(v.document_id)
+            cols["idx"].append(i)
+            cols["heading_path"].append(_strs(c.get("heading_path")))
+            cols["text"].append(_s(c.get("text")))
+            cols["name"].append(v.name)
+            cols["project"].append(v.project)
+    if not cols["doc"]:
+        return
+    tbl = pa.table(
+        {
+            **cols,
+            "doc": pa.array(cols["doc"], pa.int64()),
+            "idx": pa.array(cols["idx"], pa.int32()),
+            "heading_path": pa.array(cols["heading_path"], pa.list_(pa.string())),
+        }
+    )
+    conn.register("ml_ctx_chunks", tbl)
+    try:
+        stage_postings(
+            conn,
+            "(SELECT doc, name || ' ' || array_to_string(heading_path, ' ') AS title, text AS content "
+            "FROM ml_ctx_chunks)",
+        )
+        conn.execute(
+            "INSERT INTO ctx_chunks SELECT s.doc, s.chunk_id, s.document_id, s.idx, s.heading_path, s.text, "
+            "s.name, s.project, d.dl FROM ml_ctx_chunks s JOIN ml_dl d USING (doc) ORDER BY s.doc"
+        )
+        conn.execute(
+            "INSERT INTO ctx_chunk_postings SELECT term, doc, tf, dl FROM ml_post ORDER BY doc, term"
+        )
+        drop_staged(conn)
+    finally:
+        conn.unregister("ml_ctx_chunks")
+
+
+def _insert_arrow(conn: duckdb.DuckDBPyConnection, table: str, select: str, tbl: pa.Table) -> None:
+    """INSERT INTO `table` `select` FROM the Arrow table (registered as ml_ctx_rows while it runs)."""
+    conn.register("ml_ctx_rows", tbl)
+    try:
+        conn.execute(f"INSERT INTO {table} {select} FROM ml_ctx_rows")
+    finally:
+        conn.unregister("ml_ctx_rows")
+
+
+def fold_ingested(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str, Any]) -> None:
+    """One `document.ingested` (see `fold_ingested_many`)."""
+    fold_ingested_many(conn, [(seq, ts, d)])
+
+
+def fold_removed(conn: duckdb.DuckDBPyConnection, seq: int, d: Mapping[str, Any]) -> None:
+    """`document.removed`: its chunks leave the index; the document row remembers when."""
+    doc_id = _s(d.get("document_id"))
+    if not doc_id:
+        return
+    _drop_chunks(conn, [doc_id])
+    conn.execute("UPDATE ctx_documents SET removed_seq = ?, chunks = 0 WHERE document_id = ?", [seq, doc_id])
+
+
+def fold_pack(conn: duckdb.DuckDBPyConnection, seq: int, ts: int, d: Mapping[str, Any]) -> None:
+    """`context.built`: the pack and, per tier, what it included and trimmed."""
+    pack_id = _s(d.get("pack_id"))
+    if not pack_id:
+        return
+    project = d.get("project")
+    conn.execute(
+        "INSERT INTO ctx_packs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            pack_id,
+            seq,
+            ts,
+            _s(d.get("query")),
+            project if isinstance(project, str) else None,
+            _s(d.get("sha256")),
+            _i(d.get("budget")),
+            _s(d.get("unit")),
+            _i(d.get("chars")),
+        ],
+    )
+    rows: list[tuple[Any, ...]] = []
+    tiers = d.get("tiers")
+    for t in tiers if isinstance(tiers, list) else []:
+        if not isinstance(t, Mapping):
+            continue
+        tier = _s(t.get("name"))
+        for key, included in (("included", True), ("trimmed", False)):
+            items = t.get(key)
+            for e in items if isinstance(items, list) else []:
+                if isinstance(e, Mapping) and _s(e.get("id")):
+                    reason = None if included else _s(e.get("reason"))
+                    rows.append((pack_id, seq, _s(e.get("source")), _s(e.get("id")), tier, included, reason))
+    if rows:
+        one = "(?, ?, ?, ?, ?, ?, ?)"
+        conn.execute(
+            f"INSERT INTO ctx_pack_members VALUES {', '.join([one] * len(rows))}",
+            [x for r in rows for x in r],
+        )
+
+
+# -- queries -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    document_id: str
+    path: str
+    name: str
+    root: str
+    project: str
+    sha256: str
+    size: int
+    version: int
+    chunks: int
+    seq: int
+    removed: bool
+
+
+_DOC_COLS = (
+    "document_id, path, name, root, project, sha256, size, version, chunks, seq, removed_seq IS NOT NULL"
+)
+
+
+def _doc(row: Sequence[Any]) -> DocumentRow:
+    return DocumentRow(*row)
+
+
+def document_by_path(conn: duckdb.DuckDBPyConnection, path: str) -> DocumentRow | None:
+    """The document last ingested from this absolute path (removed ones included)."""
+    row = conn.execute(
+        f"SELECT {_DOC_COLS} FROM ctx_documents WHERE path = ? ORDER BY seq DESC LIMIT 1", [path]
+    ).fetchone()
+    return _doc(row) if row else None
+
+
+def documents_by_path(conn: duckdb.DuckDBPyConnection, paths: Sequence[str]) -> dict[str, DocumentRow]:
+    """The document last ingested from each of these paths (removed ones included), by path."""
+    if not paths:
+        return {}
+    rows = conn.execute(
+        f"SELECT {_DOC_COLS} FROM ctx_documents WHERE path IN (SELECT unnest(?::VARCHAR[])) ORDER BY seq",
+        [list(paths)],
+    ).fetchall()
+    return {d.path: d for d in map(_doc, rows)}
+
+
+def documents_under(conn: duckdb.DuckDBPyConnection, root: str) -> list[DocumentRow]:
+    """Current (not removed) documents whose path lies under the directory `root`."""
+    prefix = root.rstrip("/") + "/"
+    rows = conn.execute(
+        f"SELECT {_DOC_COLS} FROM ctx_documents "
+        "WHERE removed_seq IS NULL AND starts_with(path, ?) ORDER BY path",
+        [prefix],
+    ).fetchall()
+    return [_doc(r) for r in rows]
+
+
+def list_documents(conn: duckdb.DuckDBPyConnection, project: str | None = None) -> list[DocumentRow]:
+    where, args = ("removed_seq IS NULL", [])
+    if project is not None:
+        where, args = ("removed_seq IS NULL AND project = ?", [project])
+    rows = conn.execute(f"SELECT {_DOC_COLS} FROM ctx_documents WHERE {where} ORDER BY path", args).fetchall()
+    return [_doc(r) for r in rows]
+
+
+def version_seq(conn: duckdb.DuckDBPyConnection, document_id: str, version: int) -> int | None:
+    """The seq of the `document.ingested` entry of this version of a document."""
+    row = conn.execute(
+        "SELECT seq FROM ctx_document_versions WHERE document_id = ? AND version = ? ORDER BY seq LIMIT 1",
+        [document_id, version],
+    ).fetchone()
+    return int(row[0]) if row else None
+
+
+def parse_chunk_id(cid: str) -> tuple[str, int, int] | None:
+    """(document id, version, index) of a chunk id, or None when it is not one."""
+    parts = cid.rsplit("/", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+def chunk_count(conn: duckdb.DuckDBPyConnection) -> int:
+    row = conn.execute("SELECT count(*) FROM ctx_chunks").fetchone()
+    return int(row[0]) if row else 0
+
+
+def chunk_candidates(
+    conn: duckdb.DuckDBPyConnection, query: str, project: str | None, limit: int
+) -> list[ChunkRow]:
+    """The chunks best matching `query` by BM25 (the memories' tokenizer and formula), best first.
+
+    Any project's chunks compete; the best `limit` of `project` are taken
+    too, so the pack's boost can lift them even when other projects fill
+    the first `limit`. Ties break by the chunk's number (ingest order).
+    """
+    got = conn.execute("SELECT list_distinct(ml_terms(?))", [query]).fetchone()
+    terms = list(got[0] or [])[:MAX_QUERY_TERMS] if got else []
+    if not terms:
+        return []
+    ph = ", ".join("?" * len(terms))
+    project_top = ""
+    args: list[Any] = [*terms, limit]
+    if project:
+        project_top = """UNION
+            (SELECT s.doc, s.score FROM scored s JOIN ctx_chunks c ON c.doc = s.doc WHERE c.project = ?
+             ORDER BY s.score DESC, s.doc LIMIT ?)"""
+        args += [project, limit]
+    # Two steps: the best docs from the index (narrow), then their rows by doc, which the
+    # table is in the order of (zone maps), rather than a join that reads every chunk's text.
+    best = conn.execute(
+        f"""
+        WITH st AS (SELECT count(*)::DOUBLE AS n, greatest(avg(dl), 1)::DOUBLE AS avgdl FROM ctx_chunks),
+        live AS MATERIALIZED (SELECT term, doc, tf, dl FROM ctx_chunk_postings WHERE term IN ({ph})),
+        df AS (SELECT term, count(*)::DOUBLE AS df FROM live GROUP BY term),
+        scored AS MATERIALIZED (
+            SELECT l.doc, sum(round(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5)) * l.tf * {K1 + 1}
+                                    / (l.tf + {K1} * (1 - {B} + {B} * l.dl / st.avgdl))
+                                    * {SCORE_SCALE}::DOUBLE)) AS score
+            FROM live l JOIN df USING (term) CROSS JOIN st
+            GROUP BY l.doc)
+        (SELECT doc, score FROM scored ORDER BY score DESC, doc LIMIT ?)
+        {project_top}""",
+        args,
+    ).fetchall()
+    if not best:
+        return []
+    scores = {int(d): float(sc) for d, sc in best}
+    ints = ", ".join(str(d) for d in sorted(scores))
+    rows = conn.execute(
+        f"SELECT doc, chunk_id, text, name, heading_path, project FROM ctx_chunks WHERE doc IN ({ints})"
+    ).fetchall()
+    rows.sort(key=lambda r: (-scores[int(r[0])], int(r[0])))
+    return [
+        ChunkRow(
+            id=r[1],
+            text=r[2],
+            document=r[3],
+            heading_path=tuple(r[4] or ()),
+            project=r[5],
+            score=scores[int(r[0])] / SCORE_SCALE if math.isfinite(scores[int(r[0])]) else 0.0,
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class PackRow:
+    pack_id: str
+    seq: int
+    ts: int
+    query: str
+    project: str | None
+    sha256: str
+    budget: int
+    unit: str
+    chars: int
+
+
+def pack(conn: duckdb.DuckDBPyConnection, pack_id: str) -> PackRow | None:
+    row = conn.execute(
+        "SELECT pack_id, seq, ts, query, project, sha256, budget, unit, chars FROM ctx_packs "
+        "WHERE pack_id = ? ORDER BY seq LIMIT 1",
+        [pack_id],
+    ).fetchone()
+    return PackRow(*row) if row else None
+
+
+def packs_with(conn: duckdb.DuckDBPyConnection, member_id: str, limit: int) -> list[dict[str, Any]]:
+    """Packs that included or trimmed this memory, state entry or chunk, newest first."""
+    rows = conn.execute(
+        """SELECT p.pack_id, p.seq, p.ts, p.query, p.project, p.sha256, m.tier, m.included, m.reason
+           FROM ctx_pack_members m JOIN ctx_packs p USING (pack_id)
+           WHERE m.id = ? ORDER BY p.seq DESC LIMIT ?""",
+        [member_id, limit],
+    ).fetchall()
+    keys = ("pack_id", "seq", "ts", "query", "project", "sha256", "tier", "included", "reason")
+    return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def pack_memory_ids(conn: duckdb.DuckDBPyConnection, pack_id: str) -> list[str]:
+    """The memories a pack included, sorted by id."""
+    return pack_member_ids(conn, pack_id, "memory")
+
+
+def pack_member_ids(conn: duckdb.DuckDBPyConnection, pack_id: str, source: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT DISTINCT id FROM ctx_pack_members WHERE pack_id = ? AND included AND source = ? ORDER BY id",
+        [pack_id, source],
+    ).fetchall()
+    return [r[0] for r in rows]

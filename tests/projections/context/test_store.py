@@ -1,0 +1,146 @@
+"""The context read model: document versions, chunk index and BM25, recorded packs, hostile payloads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import duckdb
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mnemolog.projections import schema
+from mnemolog.projections.context import store
+from mnemolog.projections.db import load_fts
+from mnemolog.projections.text import install_macros
+
+
+@pytest.fixture
+def conn() -> Iterator[duckdb.DuckDBPyConnection]:
+    c = duckdb.connect()
+    load_fts(c)
+    install_macros(c)
+    schema.create(c)
+    yield c
+    c.close()
+
+
+def ingested(
+    doc: str, version: int, texts: list[str], project: str = "", path: str | None = None
+) -> dict[str, Any]:
+    return {
+        "document_id": doc,
+        "path": path or f"/docs/{doc}.md",
+        "name": f"{doc}.md",
+        "root": "/docs",
+        "project": project,
+        "sha256": f"{version:064x}",
+        "size": sum(map(len, texts)),
+        "encoding": "utf-8",
+        "version": version,
+        "chunks": [{"index": i, "heading_path": ["H", f"S{i}"], "text": t} for i, t in enumerate(texts)],
+    }
+
+
+def test_versions_replace_chunks_and_removal_drops_them(conn: duckdb.DuckDBPyConnection) -> None:
+    store.fold_ingested(conn, 10, 1, ingested("A", 1, ["thermal drift of the polisher", "vendor notes"]))
+    store.fold_ingested(conn, 11, 1, ingested("B", 1, ["thermal expansion of Zerodur"], project="p06"))
+    hits = store.chunk_candidates(conn, "thermal drift", None, 10)
+    assert [h.id for h in hits] == ["A/1/0", "B/1/0"]
+    assert hits[0].heading_path == ("H", "S0") and hits[0].document == "A.md"
+    store.fold_ingested(conn, 12, 2, ingested("A", 2, ["nothing about heat now"]))
+    assert [h.id for h in store.chunk_candidates(conn, "thermal drift", None, 10)] == ["B/1/0"]
+    assert store.chunk_count(conn) == 2
+    doc = store.document_by_path(conn, "/docs/A.md")
+    assert doc is not None and (doc.version, doc.chunks, doc.seq, doc.removed) == (2, 1, 12, False)
+    store.fold_removed(conn, 13, {"document_id": "B", "path": "/docs/B.md"})
+    assert store.chunk_candidates(conn, "thermal", None, 10) == []
+    assert [d.document_id for d in store.documents_under(conn, "/docs")] == ["A"]
+    b = store.document_by_path(conn, "/docs/B.md")
+    assert b is not None and b.removed
+
+
+def test_the_project_pass_finds_project_chunks_beyond_the_limit(conn: duckdb.DuckDBPyConnection) -> None:
+    for i in range(5):
+        store.fold_ingested(conn, 20 + i, 1, ingested(f"O{i}", 1, ["thermal thermal thermal"]))
+    store.fold_ingested(
+        conn, 30, 1, ingested("P", 1, ["thermal and a lot of other words here"], project="p06")
+    )
+    assert "P/1/0" not in [h.id for h in store.chunk_candidates(conn, "thermal", None, 3)]
+    hits = store.chunk_candidates(conn, "thermal", "p06", 3)
+    assert "P/1/0" in [h.id for h in hits] and len(hits) == 4
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_headings_and_names_are_searchable(conn: duckdb.DuckDBPyConnection) -> None:
+    store.fold_ingested(conn, 1, 1, ingested("Calibration", 1, ["body text"]))
+    assert [h.id for h in store.chunk_candidates(conn, "calibration", None, 5)] == ["Calibration/1/0"]
+    assert store.chunk_candidates(conn, "the and of", None, 5) == []
+
+
+def test_packs_and_members(conn: duckdb.DuckDBPyConnection) -> None:
+    d = {
+        "pack_id": "01P",
+        "query": "q",
+        "project": "p06",
+        "sha256": "ab",
+        "budget": 3000,
+        "unit": "chars",
+        "chars": 10,
+        "tiers": [
+            {"name": "state", "included": [{"source": "state", "id": "p06/status/a"}], "trimmed": []},
+            {
+                "name": "project",
+                "included": [{"source": "memory", "id": "01M"}],
+                "trimmed": [{"source": "memory", "id": "01N", "reason": "tier_share"}],
+            },
+        ],
+    }
+    store.fold_pack(conn, 40, 5, d)
+    p = store.pack(conn, "01P")
+    assert p is not None and (p.seq, p.project, p.budget) == (40, "p06", 3000)
+    assert store.pack_memory_ids(conn, "01P") == ["01M"]
+    why = store.packs_with(conn, "01N", 10)
+    assert [(w["pack_id"], w["included"], w["reason"]) for w in why] == [("01P", False, "tier_share")]
+
+
+_junk = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.floats(),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["document_id", "path", "name", "version", "chunks", "project", "pack_id", "tiers", "size"]
+        ),
+        _junk,
+    )
+)
+def test_folds_are_total_over_hostile_payloads(d: dict[str, Any]) -> None:
+    c = _shared()
+    seq = _SEQ.pop() + 1
+    _SEQ.append(seq)
+    store.fold_ingested(c, seq, 1, d)
+    store.fold_removed(c, seq, d)
+    store.fold_pack(c, seq, 1, d)
+    store.chunk_candidates(c, "x", "p", 3)
+
+
+_CONN: list[duckdb.DuckDBPyConnection] = []
+_SEQ = [0]
+
+
+def _shared() -> duckdb.DuckDBPyConnection:
+    # One database for every example: loading fts per example would dominate the run.
+    if not _CONN:
+        c = duckdb.connect()
+        load_fts(c)
+        install_macros(c)
+        schema.create(c)
+        _CONN.append(c)
+    return _CONN[0]
