@@ -49,9 +49,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "knowledge_commands:triage",
         "Give candidates verdicts: promote, reject, needs_human or contradicts.",
     ),
-    "context": ("context_commands:context", "@@context"),
-    "ingest": ("context_commands:ingest", "@@ingest"),
-    "persona": ("context_commands:persona", "@@persona"),
+    "context": (
+        "context_commands:context",
+        "Context packs: five trust-ordered tiers under a budget, recorded in the log.",
+    ),
+    "ingest": (
+        "context_commands:ingest",
+        "Read Markdown and text files into heading-aware chunks, as signed document events.",
+    ),
+    "persona": (
+        "context_commands:persona",
+        "The agent's persona files (IDENTITY.md, SOUL.md, USER.md, tools.md, model.md).",
+    ),
     "archive": (
         "memory_commands:archive",
         "Hide a memory from recall (it stays in the log and with --include-archived).",
