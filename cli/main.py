@@ -88,7 +88,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "atomise_commands:policy",
         "Governance policies per namespace (inherited leaf-first: a/b/c, a/b, a, root).",
     ),
-    "rebuild": ("memory_commands:rebuild", "Drop every projection and replay the whole log."),
+    "rebuild": (
+        "memory_commands:rebuild",
+        "Drop every projection and replay the whole log (refused over a rolled-back log).",
+    ),
     "recall": ("memory_commands:recall", "Rank memories by BM25 over title and content; any term may match."),
     "replay": (
         "bundle_commands:replay",
@@ -103,7 +106,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "vault": ("vault_commands:vault", "Render the store as a vault, validate a vault, import one."),
     "verify": (
         "log_commands:verify",
-        "Audit a home: the log (signatures, anchors, high-water mark) and/or the projections row for row.",
+        "Verify the home: the log, and the projections against the log (default: both); exit 8 on failure.",
     ),
     "verify-bundle": (
         "bundle_commands:verify_bundle",

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Final
-
-import ollama
+from typing import TYPE_CHECKING, Final
 
 from mnemolog.eventlog.errors import UsageError
 from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
@@ -14,9 +12,10 @@ from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
 from .base import TierLocked
 from .config import DEFAULT_OLLAMA_HOST, HOST_ENV, MODEL_ENV, LlmConfig
 from .extract import Extractor
-from .extract_ollama import OllamaExtractor
 from .extract_rules import RulesExtractor
-from .ollama_ask import DEFAULT_TIMEOUT
+
+if TYPE_CHECKING:  # ollama is imported only when a model is asked
+    import ollama
 
 EXTRACTOR_NAMES: Final = ("rules", "ollama")
 
@@ -27,7 +26,7 @@ def make_extractor(
     *,
     domains: Sequence[str] = DOMAINS,
     sleep: Callable[[float], object] = time.sleep,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
     client: ollama.Client | None = None,
 ) -> Extractor:
     """Extractor ``name``; TierLocked (exit 3) for ``ollama`` without a model, UsageError for others."""
@@ -41,6 +40,11 @@ def make_extractor(
                 extractor=name,
                 env=[MODEL_ENV, HOST_ENV],
             )
+        from .extract_ollama import OllamaExtractor
+        from .ollama_ask import DEFAULT_TIMEOUT
+
+        if timeout is None:
+            timeout = DEFAULT_TIMEOUT
         return OllamaExtractor(
             llm.host, llm.model, domains=domains, sleep=sleep, timeout=timeout, client=client
         )

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Final
-
-import ollama
+from typing import TYPE_CHECKING, Final
 
 from mnemolog.eventlog.errors import UsageError
 from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
 
 from .base import TierLocked
 from .config import DEFAULT_OLLAMA_HOST, HOST_ENV, MODEL_ENV, LlmConfig
-from .ollama_ask import DEFAULT_TIMEOUT
 from .triage import Triager
-from .triage_ollama import OllamaTriager
 from .triage_rules import RulesTriager
+
+if TYPE_CHECKING:  # ollama is imported only when a model is asked
+    import ollama
 
 TRIAGER_NAMES: Final = ("ollama", "rules")
 
@@ -27,7 +26,7 @@ def make_triager(
     *,
     domains: Sequence[str] = DOMAINS,
     sleep: Callable[[float], object] = time.sleep,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
     client: ollama.Client | None = None,
 ) -> Triager:
     """Triager ``name``; TierLocked (exit 3) for ``ollama`` without a model, UsageError for others."""
@@ -41,6 +40,11 @@ def make_triager(
                 triager=name,
                 env=[MODEL_ENV, HOST_ENV],
             )
+        from .ollama_ask import DEFAULT_TIMEOUT
+        from .triage_ollama import OllamaTriager
+
+        if timeout is None:
+            timeout = DEFAULT_TIMEOUT
         return OllamaTriager(
             llm.host, llm.model, domains=domains, sleep=sleep, timeout=timeout, client=client
         )

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
-import pyarrow as pa
 
 from mnemolog.eventlog import vocabulary_knowledge as vk
 from mnemolog.eventlog.entry import Entry
@@ -187,6 +186,8 @@ def flush_interactions(f: Fold) -> None:
             [x for r in rows for x in r],
         )
         return
+    import pyarrow as pa  # only a fold big enough to need it pays for the import
+
     table = pa.table(
         {c: list(col) for c, col in zip(INTERACTION_COLUMNS, zip(*rows, strict=True), strict=True)}
     )
@@ -356,6 +357,8 @@ def flush_superseded(f: Fold) -> None:
     pending = f.buf.superseded
     f.buf.superseded = {}
     assert status_after(vk.MEMORY_SUPERSEDED, "active") == "superseded"
+    import pyarrow as pa
+
     batch = pa.table(
         {
             "id": list(pending),

@@ -8,16 +8,18 @@ and returns plain values; the tables are those `knowledge_fold` keeps.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
-import pyarrow as pa
 
 from mnemolog.eventlog.vocabulary_knowledge import PERSONAL_KINDS
 from mnemolog.projections import recall as q
 from mnemolog.projections.knowledge import ProjectRegistry
 from mnemolog.projections.memories import MEMORY_SELECT, Memory, row_to_memory
 from mnemolog.projections.schema import visible
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "CANDIDATE_QUEUES",

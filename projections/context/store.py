@@ -25,13 +25,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
-import pyarrow as pa
 
 from mnemolog.projections.context.assemble import ChunkRow
 from mnemolog.projections.text import drop_staged, stage_postings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 CHUNK_SHIFT: Final = 20
 MAX_CHUNKS_PER_DOCUMENT: Final = (1 << CHUNK_SHIFT) - 1
@@ -135,6 +137,8 @@ def fold_ingested_many(
     versions = [v for v in (_version(seq, ts, d) for seq, ts, d in items) if v is not None]
     if not versions:
         return
+    import pyarrow as pa  # a fold with documents to insert pays for the import, recall never does
+
     latest: dict[str, _Version] = {}
     for v in versions:
         latest[v.document_id] = v
@@ -192,6 +196,8 @@ def fold_ingested_many(
             cols["project"].append(v.project)
     if not cols["doc"]:
         return
+    import pyarrow as pa
+
     tbl = pa.table(
         {
             **cols,
