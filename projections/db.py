@@ -55,8 +55,15 @@ def _fail_fast_missing_pandas() -> None:
     which cost 0.35 ms per statement, a third of a store. A None entry in
     sys.modules is Python's own way to say "not importable": the import
     fails at once, exactly as it would have failed anyway.
+
+    pyarrow asks once, lazily, whether pandas is there, and reads the module's
+    `__version__` when the import "succeeds" with None; so it is made to ask
+    first, while the import still fails the ordinary way.
     """
     if "pandas" not in sys.modules and importlib.util.find_spec("pandas") is None:
+        import pyarrow
+
+        pyarrow.array([0])
         sys.modules["pandas"] = None  # type: ignore[assignment]
 
 
@@ -94,6 +101,25 @@ def load_fts(conn: duckdb.DuckDBPyConnection) -> None:
     except duckdb.Error as exc:
         raise StorageError(
             "cannot load DuckDB's fts extension; install duckdb-extension-fts "
+            f"matching duckdb {duckdb.__version__}: {exc}"
+        ) from exc
+
+
+def load_vss(conn: duckdb.DuckDBPyConnection) -> None:
+    """Load the vss extension (HNSW indexes, array distances) from the duckdb-extension-vss wheel.
+
+    Loaded before any file is attached: a database holding an HNSW index can
+    only be opened by an instance that knows the index type.
+    """
+    path = _extension_path("duckdb_extension_vss", "vss")
+    try:
+        conn.execute(f"LOAD '{path}'" if path is not None else "LOAD vss")
+        # HNSW indexes live in the projection file; mnemolog never trusts one across a crash
+        # (projections/vectors.py checks and rebuilds it from the stored vectors).
+        conn.execute("SET hnsw_enable_experimental_persistence = true")
+    except duckdb.Error as exc:
+        raise StorageError(
+            "cannot load DuckDB's vss extension; install duckdb-extension-vss "
             f"matching duckdb {duckdb.__version__}: {exc}"
         ) from exc
 
@@ -157,7 +183,9 @@ class ProjectionStore:
     extension and the tokenizer macros are loaded into it once: loading fts
     alone costs about 25 ms) and attaches the database file to it for a
     session, detaching it to let go. `on_connect` runs once per instance,
-    `on_attach` after each attach.
+    `on_attach` after each attach. `extra` names more database files of the
+    directory (catalog alias -> file name) attached and detached with the
+    main one, under the same lock; a fresh session deletes only the main file.
     """
 
     def __init__(
@@ -171,8 +199,10 @@ class ProjectionStore:
         lock_timeout: float = 60.0,
         threads: int | None = None,
         memory_limit: str | None = None,
+        extra: dict[str, str] | None = None,
     ) -> None:
         self.dir = directory
+        self.extra = dict(extra or {})
         self.path = directory / DB_NAME
         self.on_attach = on_attach
         self.on_connect = on_connect
@@ -281,6 +311,7 @@ class ProjectionStore:
             base = duckdb.connect(":memory:", config=config)
             try:
                 load_fts(base)
+                load_vss(base)
                 if self.on_connect is not None:
                     self.on_connect(base)
             except BaseException:
@@ -299,7 +330,10 @@ class ProjectionStore:
         # file lock is still held for a moment: retry briefly.
         for attempt in range(50):
             try:
-                base.execute(f"ATTACH '{path}' AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
+                base.execute(f"ATTACH IF NOT EXISTS '{path}' AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
+                for alias, name in self.extra.items():
+                    extra = str(self.dir / name).replace("'", "''")
+                    base.execute(f"ATTACH IF NOT EXISTS '{extra}' AS {alias}")
                 base.execute(f"USE {CATALOG}")
                 return
             except duckdb.IOException as exc:
@@ -320,6 +354,8 @@ class ProjectionStore:
         try:
             base.execute("USE memory")
             base.execute(f"DETACH DATABASE IF EXISTS {CATALOG}")
+            for alias in self.extra:
+                base.execute(f"DETACH DATABASE IF EXISTS {alias}")
         except duckdb.Error:
             # A detach that fails leaves the instance unusable: drop it, which
             # closes the file too; the next session starts a new one.

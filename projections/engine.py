@@ -28,7 +28,7 @@ from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import StorageError
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import schema
+from mnemolog.projections import schema, vectors
 from mnemolog.projections.db import ProjectionStore
 from mnemolog.projections.fold import Fold, IndexStats, RepeatedId, Upcast
 from mnemolog.projections.text import install_macros
@@ -94,9 +94,11 @@ class Projections:
             hold=hold,
             idle_release_ms=idle_release_ms,
             memory_limit=memory_limit,
+            extra={vectors.CACHE_CATALOG: vectors.CACHE_FILE},
         )
 
     def _on_attach(self, conn: duckdb.DuckDBPyConnection) -> None:
+        vectors.attached(conn)
         # A new file, or one of another schema version: start it over (catch-up fills it).
         st = read_state(conn)
         if st is None or st.version != schema.SCHEMA_VERSION:

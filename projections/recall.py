@@ -134,7 +134,7 @@ def query_words(conn: duckdb.DuckDBPyConnection, text: str) -> list[str]:
     return _distinct(row[0] if row else None)
 
 
-def _restriction(filters: Filters) -> tuple[str, list[Any]]:
+def restriction(filters: Filters) -> tuple[str, list[Any]]:
     """A join (on postings `l`) that keeps only postings of memories the filters allow."""
     if filters.only_guard:
         if filters.include_archived:
@@ -154,7 +154,7 @@ def _scored(
 ) -> list[tuple[int, int]]:
     """(doc, score as an integer multiple of 1/SCORE_SCALE), best first."""
     ph = ", ".join("?" * len(terms))
-    restrict, rargs = _restriction(filters)
+    restrict, rargs = restriction(filters)
     having = f"HAVING count(*) = {len(terms)}" if require_all else ""
     cut = "LIMIT ?" if limit is not None else ""
     sql = f"""

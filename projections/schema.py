@@ -107,6 +107,8 @@ TABLES = [
 
 # Tables of earlier schema versions, dropped when a database is reset.
 RETIRED_TABLES = ["counters", "postings_new", "dead"]
+# Tables created on demand by another module (projections/vectors.py), dropped with the rest.
+OWNED_ELSEWHERE = ["vectors", "vector_meta"]
 
 
 def create(conn: duckdb.DuckDBPyConnection) -> None:
@@ -115,5 +117,5 @@ def create(conn: duckdb.DuckDBPyConnection) -> None:
 
 
 def drop_all(conn: duckdb.DuckDBPyConnection) -> None:
-    for t in TABLES + RETIRED_TABLES:
+    for t in TABLES + RETIRED_TABLES + OWNED_ELSEWHERE:
         conn.execute(f"DROP TABLE IF EXISTS {t}")
