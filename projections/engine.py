@@ -28,7 +28,7 @@ from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import StorageError
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import schema, vectors
+from mnemolog.projections import bm25, schema, vectors
 from mnemolog.projections.db import ProjectionStore
 from mnemolog.projections.fold import Fold, IndexStats, RepeatedId, Upcast
 from mnemolog.projections.text import install_macros
@@ -173,6 +173,7 @@ class Projections:
         self._check(st, size)
         start = st.last_seq + 1
         if start >= size:
+            bm25.note_position(conn, (st.last_seq, st.log_id, st.stats.docs, st.stats.total_len))
             return 0
         prog = Progress(
             "replaying log", size - start, enabled=self.progress if size - start > 10_000 else False
@@ -194,9 +195,14 @@ class Projections:
                 prog.advance(hi - lo)
         except BaseException:
             self._known = None
+            bm25.note_position(conn, None)
             raise
         finally:
             prog.close()
+        known = self._known[1] if self._known else None
+        if known is not None:
+            # Recall reads the position from here instead of asking proj_state again.
+            bm25.note_position(conn, (known.last_seq, known.log_id, known.stats.docs, known.stats.total_len))
         return applied
 
     def _apply_batch(
