@@ -49,7 +49,7 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "
 CATEGORIES = (1, 2, 3, 4)
 DEPTH = 50
 GRID_K = (5, 10, 20, 40, 60, 100)
-GRID_VECTOR_WEIGHT = (0.5, 0.75, 1.0, 1.5, 2.0)
+GRID_VECTOR_WEIGHT = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 
 def log(msg: str) -> None:

@@ -253,6 +253,41 @@ def recall_vs_fts5(home: Home, fts_path: Path, queries: list[str]) -> dict[str, 
     }
 
 
+def recall_vs_bm25s(home: Home, queries: list[str]) -> dict[str, Any]:
+    """Our recall beside bm25s (in-memory sparse BM25) over the same texts, interleaved."""
+    import bm25s
+
+    with Log(home.log_dir) as lg:
+        docs = [
+            " ".join([e.data.get("title") or ""] * 2 + [e.data.get("content") or ""])
+            for e in lg.iter_entries(1)
+            if e.type == "memory.stored"
+        ]
+    retriever = bm25s.BM25(k1=1.2, b=0.75)
+    retriever.index(bm25s.tokenize(docs, stopwords="en", show_progress=False), show_progress=False)
+    ours: list[float] = []
+    theirs: list[float] = []
+    with Substrate.open(home, long_lived=True, worker=False) as s:
+        for q in queries[:5]:
+            s.recall(q)
+        for q in queries:
+            t0 = time.perf_counter()
+            s.recall(q, limit=10)
+            ours.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            toks = bm25s.tokenize([q], stopwords="en", show_progress=False)
+            if toks.vocab:
+                retriever.retrieve(toks, k=min(10, len(docs)), show_progress=False)
+            theirs.append(time.perf_counter() - t0)
+    o, t = ms(ours), ms(theirs)
+    return {
+        "ours": o,
+        "bm25s": t,
+        "p50_ratio": round(o["p50_ms"] / t["p50_ms"], 3),
+        "bm25s_query": "bm25s.tokenize (English stop words, no stemmer) + retrieve(k=10), index in memory",
+    }
+
+
 # -- rebuild beside a raw Arrow insert ------------------------------------------------------------
 
 
@@ -330,6 +365,30 @@ def rebuild_vs_bound(root: Path, corpus: Corpus, n: int) -> dict[str, Any]:
     }
 
 
+def recall_sizes(work: Path, corpus: Corpus, sizes: tuple[int, ...], nq: int) -> dict[str, Any]:
+    """Recall beside FTS5 at each size, and beside bm25s at the largest."""
+    out: dict[str, Any] = {}
+    for n in sizes:
+        log(f"recall at {n} memories beside FTS5")
+        home, prep = make_home(work / f"r{n}", corpus, n)
+        fts_s = fts5_build(work / f"r{n}.sqlite", home)
+        r = recall_vs_fts5(home, work / f"r{n}.sqlite", corpus.queries(nq))
+        r["fts5_build_s"] = round(fts_s, 2)
+        r["prepare"] = prep
+        if n == max(sizes):
+            log(f"recall at {n} memories beside bm25s")
+            r["vs_bm25s"] = recall_vs_bm25s(home, corpus.queries(nq))
+        out[f"at_{n}"] = r
+        shutil.rmtree(work / f"r{n}", ignore_errors=True)
+    big, small = out[f"at_{max(sizes)}"], out[f"at_{min(sizes)}"]
+    out["met"] = {
+        f"p50 <= 1.5 x FTS5 at {min(sizes)}": small["p50_ratio"] <= 1.5,
+        f"p50 <= 1.0 x FTS5 at {max(sizes)}": big["p50_ratio"] <= 1.0,
+        f"p50 <= 2 x bm25s at {max(sizes)}": big["vs_bm25s"]["p50_ratio"] <= 2.0,
+    }
+    return out
+
+
 # -- main ------------------------------------------------------------------------------------------
 
 
@@ -338,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     ap.add_argument("--dir", help="work directory (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument(
+        "--recall-only", action="store_true", help="only recall at 10k and 100k (no store, rebuild)"
+    )
     ap.add_argument("--child-rebuild", help=argparse.SUPPRESS)
     ap.add_argument("--child-bound", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -365,6 +427,14 @@ def main(argv: list[str] | None = None) -> int:
         },
         "targets": TARGETS,
     }
+    if args.recall_only:
+        try:
+            out["recall_sizes"] = recall_sizes(work, corpus, (10_000, large), nq)
+        finally:
+            if not args.keep and not args.dir:
+                shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps(out))
+        return 0
     try:
         log(f"homes of {small} and {large} memories")
         h_small, prep_small = make_home(work / "small", corpus, small)

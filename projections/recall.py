@@ -1,29 +1,19 @@
 """Read queries over the projection: recall (BM25, any term), search (all keywords), list, get.
 
-BM25 (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5))) is
-computed in SQL over the inverted index. N, the average document length and
-df are over every stored memory (archived ones too) with its current text,
-so scores depend on the memories, never on the physical state of the index
-(what is in the delta, whether compaction has run).
+BM25 itself (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5)))
+is `bm25.score`, a pure function over posting arrays; this module parses
+queries, reads postings (from the tables or the connection's copy of the
+index, see projections/bm25.py), applies filters and fetches rows. N, the
+average document length and df are over every stored memory (archived ones
+too) with its current text, so scores depend on the memories, never on the
+physical state of the index (what is in the delta, whether compaction has
+run, whether a copy served the query). Scores are exact integers multiples
+of 1/SCORE_SCALE; ties break by the newest memory first (stored_seq).
 
-Scores are exact: each term's contribution is rounded to a multiple of
-1/SCORE_SCALE, i.e. an integer once scaled, and sums of integers below 2^53
-are exact in floating point in any order. So a score does not depend on the
-order a parallel aggregate happens to add in (float addition is otherwise
-not associative): an incremental catch-up and a rebuild give bit-identical
-scores. (A contribution is at most (k1 + 1) * ln(1 + 2N) < 50 for any N a
-home can hold, and a query has at most MAX_QUERY_TERMS terms: 64 * 50 *
-SCORE_SCALE is far below 2^53.) Ties break by the newest memory first (its
-stored_seq, which is unique), as `list` orders.
-
-A query runs in two steps: its terms (the tokenizer macro), then the scoring
-with those terms as constants, which lets DuckDB skip to the row groups of
-the sorted postings that hold them; the rows of the top k are fetched last
-(by stored_seq, which the memories table is in the order of, then by id).
-The archive guard is applied before the top k is cut, as an anti-join with
-`hidden` (the memories the guard hides, usually few) when it is the only
-filter, so an unfiltered recall never reads the memories table beyond its k
-rows; other filters select the allowed memories with the guard itself.
+The archive guard is applied before the top k is cut: with nothing but the
+guard, the hidden docs (usually few) are left out of the scores; other
+filters are checked on the ranked candidates, a growing chunk at a time, so
+a recall never reads the memories table beyond what it returns.
 
 Reads have no side effects: no access counters, no "last recalled" stamps.
 """
