@@ -24,6 +24,7 @@ import duckdb
 import numpy as np
 
 from mnemolog.projections import bm25, vectors
+from mnemolog.projections.memories import Memory
 from mnemolog.projections.recall import SCORE_SCALE, Filters, parse, rank_bm25, with_rows
 
 Mode = Literal["bm25", "vector", "hybrid"]
@@ -138,7 +139,7 @@ def rank(
 
 def with_memories(
     conn: duckdb.DuckDBPyConnection, ranked: list[Ranked]
-) -> list[tuple[dict[str, Any], Ranked]]:
+) -> list[tuple[Memory, Ranked]]:
     """The memory rows of a ranking, in its order."""
     rows = {m["stored_seq"]: m for m, _ in with_rows(conn, [(r.doc, 0) for r in ranked])}
     return [(rows[r.doc], r) for r in ranked if r.doc in rows]

@@ -3,22 +3,21 @@
 A namespace `a/b/c` inherits, field by field, from `a/b`, then `a`, then the
 root policy (namespace ""), then the built-in defaults: the first level that
 sets a field decides it. Policies are `policy.set` events, so their whole
-history is in the log.
+history is in the log. Resolution is a pure function of the policies the
+namespaces set themselves (the session reads those from the projection).
 """
 
 from __future__ import annotations
 
-import json
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
+from mnemolog.substrate.events.limits import ROOT_NAMESPACE, check_namespace
 
-from mnemolog.eventlog.errors import BadInput
+__all__ = ["DEFAULTS", "MODE_RETRIES", "ROOT", "ResolvedPolicy", "ancestors", "check_namespace", "resolve"]
 
-NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}){0,15}$")
-ROOT = ""
+ROOT = ROOT_NAMESPACE
 
 DEFAULTS: dict[str, Any] = {
     "write": "any",
@@ -31,19 +30,6 @@ DEFAULTS: dict[str, Any] = {
 MODE_RETRIES = {"deferred": 3, "synchronous": 1, "manual": 1}
 
 
-def check_namespace(ns: str, *, allow_root: bool = False) -> str:
-    if allow_root and ns == ROOT:
-        return ns
-    if not isinstance(ns, str) or not NAMESPACE_RE.match(ns):
-        raise BadInput(
-            f"namespace {ns!r} must be path segments of letters, digits, '_', '.', '-' "
-            "separated by '/' (e.g. team/project), at most 16 levels",
-            field="namespace",
-            found=ns,
-        )
-    return ns
-
-
 def ancestors(ns: str) -> list[str]:
     """Leaf first: a/b/c, a/b, a, and the root ""."""
     parts = ns.split("/") if ns else []
@@ -54,6 +40,8 @@ def ancestors(ns: str) -> list[str]:
 
 @dataclass(frozen=True)
 class ResolvedPolicy:
+    """A namespace's effective policy, and for each field the namespace that decided it."""
+
     namespace: str
     values: dict[str, Any]
     sources: dict[str, str]  # field -> namespace that set it ("(default)" if none)
@@ -73,20 +61,12 @@ class ResolvedPolicy:
         return {"namespace": self.namespace, "policy": self.values, "sources": self.sources}
 
 
-def resolve(conn: duckdb.DuckDBPyConnection, ns: str) -> ResolvedPolicy:
-    chain = ancestors(ns)
-    rows = dict(
-        conn.execute(
-            f"SELECT namespace, policy FROM policies WHERE namespace IN ({', '.join('?' * len(chain))})",
-            chain,
-        ).fetchall()
-    )
+def resolve(own: Mapping[str, Mapping[str, Any]], ns: str) -> ResolvedPolicy:
+    """The policy of `ns` from the policies its ancestors set themselves (`own`, by namespace)."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for level in chain:
-        if level not in rows:
-            continue
-        for k, v in json.loads(rows[level]).items():
+    for level in ancestors(ns):
+        for k, v in (own.get(level) or {}).items():
             if v is not None and k not in values:
                 values[k] = v
                 sources[k] = level
@@ -95,8 +75,3 @@ def resolve(conn: duckdb.DuckDBPyConnection, ns: str) -> ResolvedPolicy:
             values[k] = v
             sources[k] = "(default)"
     return ResolvedPolicy(ns, values, sources)
-
-
-def get_policy(conn: duckdb.DuckDBPyConnection, ns: str) -> dict[str, Any] | None:
-    row = conn.execute("SELECT policy FROM policies WHERE namespace = ?", [ns]).fetchone()
-    return json.loads(row[0]) if row else None
