@@ -31,6 +31,7 @@ __all__ = [
     "ATOMISATION_COMPLETED",
     "ATOMISATION_FAILED",
     "ATOMISATION_REQUESTED",
+    "EMBEDDER_CONFIGURED",
     "INT32",
     "INT64",
     "KINDS",
@@ -80,6 +81,7 @@ MIGRATION_STARTED: Final = "migration.started"
 MIGRATION_ROLLED_BACK: Final = "migration.rolled_back"
 MIGRATION_COMPLETED: Final = "migration.completed"
 MIGRATION_REFUSED: Final = "migration.refused"
+EMBEDDER_CONFIGURED: Final = "embedder.configured"
 
 # -- the memory model ------------------------------------------------------------
 
@@ -207,7 +209,13 @@ TOUCHES: dict[str, Touches] = {
 }
 # Event types that touch no memory (the test of the vocabulary requires every payload
 # model's type in exactly one of TOUCHES and NO_TOUCHES).
-NO_TOUCHES: set[str] = {POLICY_SET, MIGRATION_STARTED, MIGRATION_COMPLETED, MIGRATION_REFUSED}
+NO_TOUCHES: set[str] = {
+    POLICY_SET,
+    MIGRATION_STARTED,
+    MIGRATION_COMPLETED,
+    MIGRATION_REFUSED,
+    EMBEDDER_CONFIGURED,
+}
 
 
 def touched_ids(type_: str, data: dict[str, Any]) -> list[str]:

@@ -281,9 +281,9 @@ def _retokenise(
 ) -> tuple[dict[int, list[tuple[str, int, int]]], dict[int, str]]:
     """Postings (and ids) of every memory touched after seq `since`, from its current text."""
     conn.execute(
-        "CREATE OR REPLACE TEMP TABLE ml_redo AS SELECT m.stored_seq AS doc, m.id, m.title, m.content "
-        "FROM memories m SEMI JOIN (SELECT DISTINCT memory_id FROM touches WHERE seq > ?) t "
-        "ON t.memory_id = m.id",
+        "CREATE OR REPLACE TEMP TABLE ml_redo AS "
+        "SELECT m.stored_seq AS doc, m.id, m.title, m.tags, m.content FROM memories m "
+        "SEMI JOIN (SELECT DISTINCT memory_id FROM touches WHERE seq > ?) t ON t.memory_id = m.id",
         [since],
     )
     try:

@@ -183,9 +183,7 @@ class ProjectionStore:
     extension and the tokenizer macros are loaded into it once: loading fts
     alone costs about 25 ms) and attaches the database file to it for a
     session, detaching it to let go. `on_connect` runs once per instance,
-    `on_attach` after each attach. `extra` names more database files of the
-    directory (catalog alias -> file name) attached and detached with the
-    main one, under the same lock; a fresh session deletes only the main file.
+    `on_attach` after each attach.
     """
 
     def __init__(
@@ -199,10 +197,8 @@ class ProjectionStore:
         lock_timeout: float = 60.0,
         threads: int | None = None,
         memory_limit: str | None = None,
-        extra: dict[str, str] | None = None,
     ) -> None:
         self.dir = directory
-        self.extra = dict(extra or {})
         self.path = directory / DB_NAME
         self.on_attach = on_attach
         self.on_connect = on_connect
@@ -330,10 +326,7 @@ class ProjectionStore:
         # file lock is still held for a moment: retry briefly.
         for attempt in range(50):
             try:
-                base.execute(f"ATTACH IF NOT EXISTS '{path}' AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
-                for alias, name in self.extra.items():
-                    extra = str(self.dir / name).replace("'", "''")
-                    base.execute(f"ATTACH IF NOT EXISTS '{extra}' AS {alias}")
+                base.execute(f"ATTACH '{path}' AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
                 base.execute(f"USE {CATALOG}")
                 return
             except duckdb.IOException as exc:
@@ -354,8 +347,6 @@ class ProjectionStore:
         try:
             base.execute("USE memory")
             base.execute(f"DETACH DATABASE IF EXISTS {CATALOG}")
-            for alias in self.extra:
-                base.execute(f"DETACH DATABASE IF EXISTS {alias}")
         except duckdb.Error:
             # A detach that fails leaves the instance unusable: drop it, which
             # closes the file too; the next session starts a new one.

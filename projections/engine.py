@@ -30,6 +30,7 @@ from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import bm25, schema, vectors
 from mnemolog.projections.db import ProjectionStore
+from mnemolog.projections.embed_cache import EmbedCache
 from mnemolog.projections.fold import Fold, IndexStats, RepeatedId, Upcast
 from mnemolog.projections.text import install_macros
 
@@ -87,6 +88,9 @@ class Projections:
         self.upcast = upcast
         self.progress = progress
         self._known: tuple[int, State] | None = None
+        # (attachment, seq) up to which the vector tables were last made to follow the memories.
+        self._followed: tuple[int, int] | None = None
+        self.cache = EmbedCache(directory)
         self.store = ProjectionStore(
             directory,
             on_connect=install_macros,
@@ -94,7 +98,6 @@ class Projections:
             hold=hold,
             idle_release_ms=idle_release_ms,
             memory_limit=memory_limit,
-            extra={vectors.CACHE_CATALOG: vectors.CACHE_FILE},
         )
 
     def _on_attach(self, conn: duckdb.DuckDBPyConnection) -> None:
@@ -118,6 +121,16 @@ class Projections:
 
     def close(self) -> None:
         self.store.close()
+        self.cache.close()
+
+    def follow_vectors(self, conn: duckdb.DuckDBPyConnection, seq: int) -> vectors.SyncResult:
+        """Bring the vector tables up to the memories at `seq` (once per attachment and seq)."""
+        key = (self.store.attachments, seq)
+        if self._followed == key:
+            return vectors.SyncResult()
+        result = vectors.follow(conn, self.cache)
+        self._followed = key
+        return result
 
     @contextmanager
     def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -174,6 +187,7 @@ class Projections:
         start = st.last_seq + 1
         if start >= size:
             bm25.note_position(conn, (st.last_seq, st.log_id, st.stats.docs, st.stats.total_len))
+            self.follow_vectors(conn, st.last_seq)
             return 0
         prog = Progress(
             "replaying log", size - start, enabled=self.progress if size - start > 10_000 else False
@@ -203,6 +217,7 @@ class Projections:
         if known is not None:
             # Recall reads the position from here instead of asking proj_state again.
             bm25.note_position(conn, (known.last_seq, known.log_id, known.stats.docs, known.stats.total_len))
+            self.follow_vectors(conn, known.last_seq)
         return applied
 
     def _apply_batch(

@@ -137,9 +137,7 @@ def rank(
     ]
 
 
-def with_memories(
-    conn: duckdb.DuckDBPyConnection, ranked: list[Ranked]
-) -> list[tuple[Memory, Ranked]]:
+def with_memories(conn: duckdb.DuckDBPyConnection, ranked: list[Ranked]) -> list[tuple[Memory, Ranked]]:
     """The memory rows of a ranking, in its order."""
     rows = {m["stored_seq"]: m for m, _ in with_rows(conn, [(r.doc, 0) for r in ranked])}
     return [(rows[r.doc], r) for r in ranked if r.doc in rows]

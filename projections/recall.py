@@ -32,7 +32,7 @@ import numpy as np
 from mnemolog.projections import bm25
 from mnemolog.projections.memories import MEMORY_FIELDS, MEMORY_SELECT, Edge, Links, Memory, row_to_memory
 from mnemolog.projections.schema import visible
-from mnemolog.projections.text import MAX_TERM_LEN, STOP_WORDS
+from mnemolog.projections.text import MAX_TERM_LEN, STOP_WORDS, doc_text
 
 __all__ = [
     "MEMORY_FIELDS",
@@ -311,7 +311,7 @@ def recall(
 def search(
     conn: duckdb.DuckDBPyConnection, query: str, filters: Filters, limit: int = 10
 ) -> list[tuple[Memory, float]]:
-    """Keyword search: every keyword must appear as a whole word; ranked by BM25.
+    """Keyword search: every keyword must appear as a whole word (of the title, tags or content).
 
     The index finds the memories holding every keyword's term (stems match
     more than the words), then the words are checked on the candidates in
@@ -321,7 +321,7 @@ def search(
     words = parsed.words
     if not words:
         return []
-    check = "list_has_all(ml_words(coalesce(m.title, '') || ' ' || m.content), ?::VARCHAR[])"
+    check = f"list_has_all(ml_words({doc_text('m.title', 'm.tags', 'm.content')}), ?::VARCHAR[])"
     if not parsed.terms:
         # Only stop words ("to be"): no index to narrow with, so scan.
         where, args = filters.sql("m")

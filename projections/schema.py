@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The one archive guard (DESIGN §4), shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -85,6 +85,9 @@ DDL = [
         seq BIGINT NOT NULL, type VARCHAR NOT NULL, run_id VARCHAR NOT NULL, detail VARCHAR NOT NULL,
         ts BIGINT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS event_counts(type VARCHAR PRIMARY KEY, n BIGINT NOT NULL)""",
+    # Every embedder.configured, in log order: the last row is the home's embedder.
+    """CREATE TABLE IF NOT EXISTS embedders(seq BIGINT NOT NULL, kind VARCHAR NOT NULL, model VARCHAR,
+        version VARCHAR, dim INTEGER, model_id VARCHAR, ts BIGINT NOT NULL)""",
     # What each migration update replaced, so a migration.rolled_back can put it back.
     """CREATE TABLE IF NOT EXISTS migration_undo(seq BIGINT NOT NULL, run VARCHAR NOT NULL,
         memory_id VARCHAR NOT NULL, before VARCHAR NOT NULL)""",
@@ -102,13 +105,14 @@ TABLES = [
     "migrations",
     "event_counts",
     "migration_undo",
+    "embedders",
     "proj_state",
 ]
 
 # Tables of earlier schema versions, dropped when a database is reset.
 RETIRED_TABLES = ["counters", "postings_new", "dead"]
 # Tables created on demand by another module (projections/vectors.py), dropped with the rest.
-OWNED_ELSEWHERE = ["vectors", "vector_meta"]
+OWNED_ELSEWHERE = ["vectors", "vector_meta", "vector_pending"]
 
 
 def create(conn: duckdb.DuckDBPyConnection) -> None:

@@ -1,26 +1,31 @@
-"""Memory vectors: stored beside the memories, cached by content, searched by cosine distance.
+"""Memory vectors: stored beside the memories, filled from the embedding cache, searched by cosine.
 
 Tables (the vector part of the projection; derived data like the rest):
 
     vector_meta(version, model_id, dim, synced_seq, rows)   one row: whose vectors these are
     vectors(doc, sha, vec FLOAT[dim])                       one per embedded memory (doc = stored_seq)
-    ecache.embed_cache(model, sha, vec FLOAT[])             the content-addressed cache, in its own
-                                                            file (CACHE_FILE) that a rebuild keeps
+    vector_pending(doc, sha)                                memories whose vector is not in the cache yet
 
-A memory's vector is its embedder's vector of `embed_text(title, content)`.
-The cache is keyed by (model id, SHA-256 of that text): a rebuild, a model
-switched back, or two memories with one text never ask the embedder twice,
-so a rebuild needs no embedding server. Every memory has a vector except a
-source fully atomised (both atomisation signals): its atoms carry its
-meaning, as they carry its recall.
+A memory's vector is its embedder's vector of `embed_text(title, content,
+tags)`, cached by (model id, SHA-256 of that text) in the embedding cache
+(projections/embed_cache.py). Which model: the last `embedder.configured`
+in the log (the `embedders` table); a change of model id drops the vectors
+and they are filled again, from the cache where it has them.
 
-`sync` brings `vectors` up to the memories: what changed since `synced_seq`
-(from `touches`, which records every event that touches a memory, a
-migration rollback included) is re-checked by text hash; cache hits are
-copied, misses embedded. Vectors depend only on the memories' texts, the
-model and the cache, so an incremental sync and a rebuild hold the same
-rows. A model change (`configure` with another model id) drops the vectors;
-the next sync re-embeds, from the cache where it can.
+`follow` runs after every catch-up that applied entries (and after a
+rebuild): the memories touched since `synced_seq` (the `touches` table,
+which records every event that touches a memory, a migration rollback
+included) are checked by text hash in SQL; a vector whose text changed, or
+of a memory that no longer carries one, is removed; a memory that needs a
+vector gets it from the cache or, when the cache lacks it, waits in
+`vector_pending`. Filling never calls a model: the substrate embeds texts
+before it writes them (embed-on-insert) and embeds what is pending in the
+background, putting the vectors in the cache and calling `fill`. Vectors
+therefore depend only on the memories' texts, the recorded model and the
+cache: an incremental catch-up and a rebuild hold the same rows.
+
+Every memory has a vector except a source fully atomised (both atomisation
+signals): its atoms carry its meaning, as they carry its recall.
 
 Search is exact (a scan with `array_cosine_distance`) until the table holds
 HNSW_MIN_ROWS vectors; from there an HNSW index (DuckDB vss) finds
@@ -35,9 +40,9 @@ approximate (HNSW), below it exact.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import duckdb
 import numpy as np
@@ -45,16 +50,12 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.projections.embed_cache import EmbedCache
 from mnemolog.projections.recall import Filters, restriction
 
 Vectors = npt.NDArray[np.float32]
-#: Embeds texts (the substrate's embedder): an (n, dim) array of unit vectors, or None when
-#: the embedder cannot be reached now (those texts stay pending and are retried).
-EmbedFn = Callable[[list[str]], Vectors | None]
 
-VECTOR_VERSION: Final = 1
-CACHE_CATALOG: Final = "ecache"
-CACHE_FILE: Final = "embed-cache.duckdb"
+VECTOR_VERSION: Final = 2
 #: Below this many vectors an exact scan is used (see docs/recall.md for the measurement).
 HNSW_MIN_ROWS: Final = 20_000
 #: HNSW candidates fetched per wanted result before filters; doubled until enough pass.
@@ -63,30 +64,36 @@ HNSW_MAX_CANDIDATES: Final = 4096
 HNSW_EF_SEARCH: Final = 64
 #: The most recently added vectors the index must find after an attach.
 HNSW_CHECK_LAST: Final = 8
-EMBED_BATCH: Final = 256
+#: Pending memories looked up in the cache per step of a fill.
+FILL_CHUNK: Final = 50_000
 INDEX_NAME: Final = "vectors_hnsw"
 
 # The memories that carry a vector: all but a fully atomised source.
 ELIGIBLE = "NOT (coalesce({m}.atomised_into, 0) > 0 AND {m}.atomisation_archived_at IS NOT NULL)"
+# The text a memory is embedded from, in SQL (`embed_text` is the same in Python; a test holds them equal).
+EMBED_TEXT = (
+    "concat_ws(chr(10), nullif({m}.title, ''), nullif({m}.content, ''), "
+    "nullif(array_to_string({m}.tags, ' '), ''))"
+)
+TEXT_SHA = "unhex(sha256(" + EMBED_TEXT + "))"
 
 META_DDL = """CREATE TABLE IF NOT EXISTS vector_meta(
     version INTEGER NOT NULL, model_id VARCHAR NOT NULL, dim INTEGER NOT NULL,
     synced_seq BIGINT NOT NULL, rows BIGINT NOT NULL)"""
-CACHE_DDL = f"""CREATE TABLE IF NOT EXISTS {CACHE_CATALOG}.embed_cache(
-    model VARCHAR NOT NULL, sha BLOB NOT NULL, vec FLOAT[] NOT NULL)"""
-TABLES: Final = ("vectors", "vector_meta")
+PENDING_DDL = "CREATE TABLE IF NOT EXISTS vector_pending(doc BIGINT NOT NULL, sha BLOB NOT NULL)"
+TABLES: Final = ("vectors", "vector_meta", "vector_pending")
 
 # Connections whose file was attached since their index was last checked (by id()).
 _unchecked: set[int] = set()
 
 
-def embed_text(title: str | None, content: str) -> str:
-    """The text a memory is embedded from: its title, then its content."""
-    return f"{title}\n{content}" if title else content
+def embed_text(title: str | None, content: str | None, tags: list[str] | tuple[str, ...] = ()) -> str:
+    """The text a memory is embedded from: its title, its content and its tags, one per line."""
+    return "\n".join(p for p in (title or "", content or "", " ".join(tags)) if p)
 
 
 def text_sha(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+    return hashlib.sha256(text.encode("utf-8")).digest()
 
 
 def vector_literal(v: np.ndarray) -> str:
@@ -115,6 +122,45 @@ def _arrow_vectors(vecs: Vectors) -> pa.Array:
     return pa.FixedSizeListArray.from_arrays(flat, dim)
 
 
+class Recorded(NamedTuple):
+    """The home's embedder as the log last recorded it (`embedder.configured`)."""
+
+    seq: int
+    kind: str
+    model: str | None
+    version: str | None
+    dim: int | None
+    model_id: str | None
+
+    @property
+    def embeds(self) -> bool:
+        """Whether this choice makes vectors (a kind with a model id and a dimension)."""
+        return self.kind != "off" and bool(self.model_id) and bool(self.dim)
+
+    def to_json(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+def recorded(conn: duckdb.DuckDBPyConnection) -> Recorded | None:
+    """The last `embedder.configured`, or None when the log has none."""
+    row = conn.execute(
+        "SELECT seq, kind, model, version, dim, model_id FROM embedders ORDER BY seq DESC LIMIT 1"
+    ).fetchone()
+    if row is None:
+        return None
+    return Recorded(int(row[0]), str(row[1]), row[2], row[3], None if row[4] is None else int(row[4]), row[5])
+
+
+def history(conn: duckdb.DuckDBPyConnection) -> list[Recorded]:
+    """Every `embedder.configured`, oldest first."""
+    rows = conn.execute(
+        "SELECT seq, kind, model, version, dim, model_id FROM embedders ORDER BY seq"
+    ).fetchall()
+    return [
+        Recorded(int(r[0]), str(r[1]), r[2], r[3], None if r[4] is None else int(r[4]), r[5]) for r in rows
+    ]
+
+
 @dataclass(frozen=True)
 class Meta:
     model_id: str
@@ -125,28 +171,21 @@ class Meta:
 
 @dataclass(frozen=True)
 class SyncResult:
-    """What a sync did: vectors embedded by the model, copied from the cache, removed, left to do."""
+    """What a sync did: vectors filled (from the cache or vectors in hand), removed, left pending."""
 
-    embedded: int = 0
-    cached: int = 0
+    filled: int = 0
     removed: int = 0
     pending: int = 0
 
     def to_json(self) -> dict[str, int]:
-        return {
-            "embedded": self.embedded,
-            "cached": self.cached,
-            "removed": self.removed,
-            "pending": self.pending,
-        }
+        return {"filled": self.filled, "removed": self.removed, "pending": self.pending}
 
 
 # -- tables ------------------------------------------------------------------------------------
 
 
 def attached(conn: duckdb.DuckDBPyConnection) -> None:
-    """Called after the projection file is attached: create the cache table, distrust the index."""
-    conn.execute(CACHE_DDL)
+    """Called after the projection file is attached: distrust the index."""
     distrust_index(conn)
 
 
@@ -177,6 +216,7 @@ def configure(conn: duckdb.DuckDBPyConnection, model_id: str, dim: int) -> Meta:
         return meta
     drop(conn)
     conn.execute(META_DDL)
+    conn.execute(PENDING_DDL)
     conn.execute(
         f"CREATE TABLE vectors(doc BIGINT NOT NULL, sha BLOB NOT NULL, vec FLOAT[{int(dim)}] NOT NULL)"
     )
@@ -189,159 +229,147 @@ def _last_seq(conn: duckdb.DuckDBPyConnection) -> int:
     return int(row[0]) if row else -1
 
 
-# -- the cache ---------------------------------------------------------------------------------
+# -- following the memories ------------------------------------------------------------------
 
 
-def cached(conn: duckdb.DuckDBPyConnection, model_id: str, shas: Sequence[bytes]) -> dict[bytes, Vectors]:
-    """The cached vectors of these text hashes under this model."""
-    if not shas:
-        return {}
-    rows = conn.execute(
-        f"SELECT sha, any_value(vec) FROM {CACHE_CATALOG}.embed_cache "
-        "WHERE model = ? AND sha IN (SELECT unnest(?::BLOB[])) GROUP BY sha",
-        [model_id, list(shas)],
-    ).fetchall()
-    return {bytes(s): np.asarray(v, dtype=np.float32) for s, v in rows}
+def follow(conn: duckdb.DuckDBPyConnection, cache: EmbedCache) -> SyncResult:
+    """After a catch-up: the vector tables of the recorded embedder, synced from the cache.
 
-
-def remember(conn: duckdb.DuckDBPyConnection, model_id: str, shas: Sequence[bytes], vecs: Vectors) -> None:
-    """Add vectors to the cache (those it lacks)."""
-    if not len(shas):
-        return
-    n, dim = vecs.shape
-    offsets = _arrow_numbers(np.arange(0, (n + 1) * dim, dim, dtype=np.int32), pa.int32())
-    tbl = pa.table(
-        {
-            "sha": pa.array(list(shas), pa.binary()),
-            "vec": pa.ListArray.from_arrays(offsets, _arrow_vectors(vecs).flatten()),
-        }
-    )
-    conn.register("ml_cache_new", tbl)
-    try:
-        conn.execute(
-            f"INSERT INTO {CACHE_CATALOG}.embed_cache SELECT ?, n.sha, n.vec FROM ml_cache_new n "
-            f"WHERE n.sha NOT IN (SELECT sha FROM {CACHE_CATALOG}.embed_cache WHERE model = ?)",
-            [model_id, model_id],
-        )
-    finally:
-        conn.unregister("ml_cache_new")
-
-
-# -- sync ----------------------------------------------------------------------------------------
-
-
-def _changed(conn: duckdb.DuckDBPyConnection, since: int) -> list[tuple[int, str | None, str, bool]]:
-    """(doc, title, content, eligible) of the memories touched after seq `since` (all if -1)."""
-    eligible = ELIGIBLE.format(m="m")
-    if since < 0:
-        sql = f"SELECT m.stored_seq, m.title, m.content, {eligible} FROM memories m"
-        args: list[Any] = []
-    else:
-        sql = (
-            f"SELECT m.stored_seq, m.title, m.content, {eligible} FROM memories m "
-            "SEMI JOIN (SELECT DISTINCT memory_id FROM touches WHERE seq > ?) t ON t.memory_id = m.id"
-        )
-        args = [since]
-    return [(int(r[0]), r[1], r[2], bool(r[3])) for r in conn.execute(sql, args).fetchall()]
+    With no embedder recorded, or `off`, there are no vector tables.
+    """
+    rec = recorded(conn)
+    if rec is None or not rec.embeds:
+        if read_meta(conn) is not None:
+            drop(conn)
+        return SyncResult()
+    assert rec.model_id is not None and rec.dim is not None
+    return sync(conn, configure(conn, rec.model_id, rec.dim), cache)
 
 
 def sync(
     conn: duckdb.DuckDBPyConnection,
-    embed: EmbedFn | None,
     meta: Meta,
+    cache: EmbedCache,
     *,
-    batch: int = EMBED_BATCH,
-    progress: Callable[[int], None] | None = None,
+    fresh: Mapping[bytes, Vectors] | None = None,
 ) -> SyncResult:
-    """Bring `vectors` up to the memories. Call it outside a transaction: it runs its own.
+    """Bring `vectors` up to the memories touched since `meta.synced_seq`. Runs its own transaction.
 
-    `embed` None means cache only: what the cache lacks stays pending, as it
-    does when `embed` returns None (the embedder cannot be reached now).
-    Whatever `embed` raises propagates before `vectors` is touched. New
-    vectors go into the cache first, each batch as it is embedded (DuckDB
-    writes one attached file per transaction; the cache only ever grows,
-    so a batch cached by a sync that later fails is simply found next time),
-    then the vectors table changes in one transaction with its position.
-    A store that embeds its text before it is logged puts the vector in the
-    cache first (`remember`), and the sync finds it there.
+    `fresh` holds vectors in hand by text hash (they are looked up before the cache).
     """
     target = _last_seq(conn)
-    changed = _changed(conn, meta.synced_seq)
-    if not changed:
-        if target != meta.synced_seq:
-            _save(conn, meta, target)
+    if meta.synced_seq == target:
         return SyncResult()
-    docs = [c[0] for c in changed]
-    have = {
-        int(d): bytes(s)
-        for d, s in conn.execute(
-            "SELECT doc, sha FROM vectors WHERE doc IN (SELECT unnest(?::BIGINT[]))", [docs]
-        ).fetchall()
-    }
-    stale: list[int] = []
-    want: dict[int, tuple[bytes, str]] = {}
-    for doc, title, content, eligible in changed:
-        if not eligible:
-            if doc in have:
-                stale.append(doc)
-            continue
-        text = embed_text(title, content)
-        sha = text_sha(text)
-        if have.get(doc) == sha:
-            continue
-        if doc in have:
-            stale.append(doc)
-        want[doc] = (sha, text)
-    found = cached(conn, meta.model_id, [s for s, _ in want.values()])
-    from_cache = sum(1 for s, _ in want.values() if s in found)
-    embedded = 0
-    pending = 0
-    todo: dict[bytes, str] = {}
-    for sha, text in want.values():
-        if sha not in found:
-            todo.setdefault(sha, text)
-    items = list(todo.items())
-    for lo in range(0, len(items), batch):
-        part = items[lo : lo + batch]
-        vecs = embed([t for _, t in part]) if embed is not None else None
-        if vecs is None:
-            pending += len(items) - lo
-            break
-        _check_shape(vecs, len(part), meta)
-        remember(conn, meta.model_id, [s for s, _ in part], vecs)
-        for (s, _), v in zip(part, vecs, strict=True):
-            found[s] = v
-        embedded += len(part)
-        if progress is not None:
-            progress(len(part))
-    rows = [(doc, sha) for doc, (sha, _) in want.items() if sha in found]
+    eligible = ELIGIBLE.format(m="m")
+    sha = TEXT_SHA.format(m="m")
+    touched = (
+        ""
+        if meta.synced_seq < 0
+        else "SEMI JOIN (SELECT DISTINCT memory_id FROM touches WHERE seq > ?) t ON t.memory_id = m.id"
+    )
+    args = [] if meta.synced_seq < 0 else [meta.synced_seq]
+    conn.execute(
+        f"CREATE OR REPLACE TEMP TABLE ml_vwant AS SELECT m.stored_seq AS doc, {eligible} AS ok, "
+        f"{sha} AS sha FROM memories m {touched}",
+        args,
+    )
     conn.execute("BEGIN TRANSACTION")
     try:
-        if stale:
-            conn.execute("DELETE FROM vectors WHERE doc IN (SELECT unnest(?::BIGINT[]))", [stale])
-        if rows:
-            _insert(conn, rows, found, meta.dim)
-        # The position only moves past changes fully applied; pending ones are looked at again.
-        _save(conn, meta, target if pending == 0 else meta.synced_seq)
+        stale = conn.execute(
+            "DELETE FROM vectors WHERE doc IN (SELECT w.doc FROM ml_vwant w JOIN vectors v USING (doc) "
+            "WHERE NOT w.ok OR v.sha <> w.sha)"
+        ).fetchone()
+        conn.execute("DELETE FROM vector_pending WHERE doc IN (SELECT doc FROM ml_vwant)")
+        conn.execute(
+            "INSERT INTO vector_pending SELECT w.doc, w.sha FROM ml_vwant w "
+            "WHERE w.ok AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.doc = w.doc)"
+        )
+        filled = _fill(conn, meta, cache, fresh, "SELECT doc FROM ml_vwant WHERE ok", [])
+        _save(conn, target)
+        left = conn.execute("SELECT count(*) FROM vector_pending").fetchone()
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    return SyncResult(embedded=embedded, cached=from_cache, removed=len(stale), pending=pending)
+    finally:
+        conn.execute("DROP TABLE IF EXISTS ml_vwant")
+    return SyncResult(
+        filled=filled, removed=int(stale[0]) if stale else 0, pending=int(left[0]) if left else 0
+    )
 
 
-def _check_shape(vecs: Vectors, n: int, meta: Meta) -> None:
-    if vecs.shape != (n, meta.dim) or not np.isfinite(vecs).all():
+def fill(
+    conn: duckdb.DuckDBPyConnection,
+    meta: Meta,
+    cache: EmbedCache,
+    fresh: Mapping[bytes, Vectors] | None = None,
+) -> SyncResult:
+    """Give pending memories their vectors: those of `fresh` (just embedded), or, without it, the cache's."""
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        if fresh is None:
+            filled = _fill(conn, meta, cache, None, "SELECT doc FROM vector_pending", [])
+        else:
+            filled = _fill(
+                conn, meta, cache, fresh,
+                "SELECT doc FROM vector_pending WHERE sha IN (SELECT unnest(?::BLOB[]))", [list(fresh)],
+            )  # fmt: skip
+        conn.execute("UPDATE vector_meta SET rows = (SELECT count(*) FROM vectors)")
+        left = conn.execute("SELECT count(*) FROM vector_pending").fetchone()
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return SyncResult(filled=filled, pending=int(left[0]) if left else 0)
+
+
+def _fill(
+    conn: duckdb.DuckDBPyConnection,
+    meta: Meta,
+    cache: EmbedCache,
+    fresh: Mapping[bytes, Vectors] | None,
+    candidates: str,
+    args: list[Any],
+) -> int:
+    """Vectors for the pending memories among `candidates` (a query of docs), a chunk at a time."""
+    cur = conn.execute(
+        f"SELECT p.doc, p.sha FROM vector_pending p SEMI JOIN ({candidates}) c ON c.doc = p.doc "
+        "ORDER BY p.doc",
+        args,
+    )
+    todo: list[tuple[int, bytes]] = [(int(d), bytes(s)) for d, s in cur.fetchall()]
+    filled = 0
+    for lo in range(0, len(todo), FILL_CHUNK):
+        part = todo[lo : lo + FILL_CHUNK]
+        found: dict[bytes, Vectors] = {}
+        if fresh:
+            found.update((s, fresh[s]) for _, s in part if s in fresh)
+        missing = [s for _, s in part if s not in found]
+        if missing:
+            found.update(cache.get_many(meta.model_id, missing, meta.dim))
+        rows = [(d, s) for d, s in part if s in found]
+        if rows:
+            _insert(conn, rows, found, meta.dim)
+            conn.execute(
+                "DELETE FROM vector_pending WHERE doc IN (SELECT unnest(?::BIGINT[]))", [[d for d, _ in rows]]
+            )
+            filled += len(rows)
+    return filled
+
+
+def check_shape(vecs: Vectors, n: int, dim: int, model_id: str) -> None:
+    """Refuse vectors of the wrong count, dimension, or with NaN or infinity (nothing is written then)."""
+    if vecs.ndim != 2 or vecs.shape != (n, dim) or not np.isfinite(vecs).all():
         raise BadInput(
-            f"vectors for {meta.model_id} must be {n} finite vectors of {meta.dim} dimensions; "
+            f"vectors for {model_id} must be {n} finite vectors of {dim} dimensions; "
             f"found shape {list(vecs.shape)}",
-            expected=[n, meta.dim],
+            expected=[n, dim],
             found=list(vecs.shape),
         )
 
 
 def _insert(
-    conn: duckdb.DuckDBPyConnection, rows: list[tuple[int, bytes]], found: dict[bytes, Vectors], dim: int
+    conn: duckdb.DuckDBPyConnection, rows: list[tuple[int, bytes]], found: Mapping[bytes, Vectors], dim: int
 ) -> None:
     vecs = np.vstack([found[s] for _, s in rows]).astype(np.float32)
     if vecs.shape[1] != dim:
@@ -352,7 +380,7 @@ def _insert(
         )
     tbl = pa.table(
         {
-            "doc": pa.array([d for d, _ in rows], pa.int64()),
+            "doc": _arrow_numbers(np.asarray([d for d, _ in rows], dtype=np.int64), pa.int64()),
             "sha": pa.array([s for _, s in rows], pa.binary()),
             "vec": _arrow_vectors(vecs),
         }
@@ -364,18 +392,28 @@ def _insert(
         conn.unregister("ml_vec_new")
 
 
-def _save(conn: duckdb.DuckDBPyConnection, meta: Meta, synced: int) -> None:
+def _save(conn: duckdb.DuckDBPyConnection, synced: int) -> None:
     conn.execute("UPDATE vector_meta SET synced_seq = ?, rows = (SELECT count(*) FROM vectors)", [synced])
 
 
 def pending_count(conn: duckdb.DuckDBPyConnection) -> int:
-    """Memories that should have a vector and have none (or a stale one): work left for a sync."""
-    eligible = ELIGIBLE.format(m="m")
-    row = conn.execute(
-        f"SELECT count(*) FROM memories m WHERE {eligible} "
-        "AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.doc = m.stored_seq)"
-    ).fetchone()
+    """Memories waiting for their vector (the embedder could not be reached, or a model change)."""
+    try:
+        row = conn.execute("SELECT count(*) FROM vector_pending").fetchone()
+    except duckdb.CatalogException:
+        return 0
     return int(row[0]) if row else 0
+
+
+def pending_texts(conn: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[bytes, str]]:
+    """Up to `limit` distinct (text hash, text) of pending memories, oldest first."""
+    text = EMBED_TEXT.format(m="m")
+    rows = conn.execute(
+        f"""SELECT p.sha, any_value({text}), min(p.doc) AS first FROM vector_pending p
+            JOIN memories m ON m.stored_seq = p.doc GROUP BY p.sha ORDER BY first LIMIT ?""",
+        [limit],
+    ).fetchall()
+    return [(bytes(r[0]), str(r[1])) for r in rows]
 
 
 # -- the HNSW index ------------------------------------------------------------------------------
