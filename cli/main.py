@@ -8,6 +8,7 @@ from mnemolog.cli.app import Ctx, MnemologGroup
 from mnemolog.cli.atomise_commands import COMMANDS as ATOMISE_COMMANDS
 from mnemolog.cli.bundle_commands import COMMANDS as BUNDLE_COMMANDS
 from mnemolog.cli.bundle_commands import log_export
+from mnemolog.cli.embedding_commands import COMMANDS as EMBEDDING_COMMANDS
 from mnemolog.cli.log_commands import init, key_group, log_group
 from mnemolog.cli.mcp import mcp_command
 from mnemolog.cli.memory_commands import COMMANDS as MEMORY_COMMANDS
@@ -36,7 +37,14 @@ cli.add_command(key_group)
 log_group.add_command(log_export)
 for _cmd in BUNDLE_COMMANDS:
     cli.add_command(_cmd)
-for _cmd in [*MEMORY_COMMANDS, *ATOMISE_COMMANDS, *VAULT_COMMANDS, *MIGRATE_COMMANDS, mcp_command()]:
+for _cmd in [
+    *MEMORY_COMMANDS,
+    *ATOMISE_COMMANDS,
+    *VAULT_COMMANDS,
+    *MIGRATE_COMMANDS,
+    *EMBEDDING_COMMANDS,
+    mcp_command(),
+]:
     cli.add_command(_cmd)
 
 

@@ -27,7 +27,7 @@ def mnemolog(
     home: Path, *args: str, stdin: bytes | None = None, as_json: bool = True
 ) -> subprocess.CompletedProcess[bytes]:
     argv = [str(EXE), "--home", str(home), *(["--json"] if as_json else []), *args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_") or k == "MNEMOLOG_EMBED"}
     return subprocess.run(argv, input=stdin, capture_output=True, timeout=120, env=env, check=False)
 
 

@@ -22,7 +22,7 @@ KEYS = [SigningKey(bytes([int(s)]) * 32, f"key-{s}") for s in SEEDS.split(",")]
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_") or k == "MNEMOLOG_EMBED"}
     env.update(extra)
     return env
 

@@ -8,12 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mnemolog.curators.base import TierLocked
+from mnemolog.curators.embed import EmbedderFailed
+from mnemolog.eventlog.errors import UsageError
 from mnemolog.projections import hybrid
-from mnemolog.projections import vectors as vx
+from mnemolog.projections.hybrid import MODES
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate.api import Substrate
 from tests.projections.kit import new_home, open_sub
-from tests.projections.test_vectors import DIM, Counting, fake_vec
+from tests.support.fake_embedder import FakeEmbedder
 
 
 def test_rrf_formula_and_ties() -> None:
@@ -28,29 +31,23 @@ def test_rrf_formula_and_ties() -> None:
     assert [d for d, _, _ in tie] == [9, 5]  # equal scores: the newer memory first
 
 
-def ranking(sub: Substrate, query: str, mode: str, filters: Filters | None = None) -> list[tuple[str, float]]:
-    with sub.projections.session() as conn:
-        meta = vx.read_meta(conn)
-        got = hybrid.rank(
-            conn,
-            query,
-            fake_vec(query),
-            filters or Filters(),
-            10,
-            mode=mode,
-            meta=meta,  # type: ignore[arg-type]
-        )
-        return [(m["id"], r.score) for m, r in hybrid.with_memories(conn, got)]
+def ranking(
+    sub: Substrate, query: str, mode: hybrid.Mode, include_archived: bool = False
+) -> list[tuple[str, float]]:
+    return [(m["id"], m["score"]) for m in sub.recall(query, mode=mode, include_archived=include_archived)]
 
 
-def sync(sub: Substrate) -> None:
+def vector_rows(sub: Substrate) -> list[tuple[int, bytes, list[float]]]:
     with sub.projections.session() as conn:
-        vx.sync(conn, Counting(), vx.configure(conn, "fake/m@1", DIM))
+        return [
+            (int(d), bytes(h), list(v))
+            for d, h, v in conn.execute("SELECT * FROM vectors ORDER BY doc").fetchall()
+        ]
 
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["store", "store", "archive", "restore", "update"]),
+        st.sampled_from(["store", "store", "archive", "restore", "update", "tag"]),
         st.lists(
             st.sampled_from(["kafka", "queue", "disk", "deploy", "failed", "bus"]), min_size=1, max_size=4
         ),
@@ -63,12 +60,13 @@ OPS = st.lists(
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(OPS)
-def test_guard_holds_in_every_mode_and_replay_gives_the_same_rankings(
+def test_guard_holds_in_every_mode_and_replay_gives_the_same_vectors_and_rankings(
     tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, list[str], int]]
 ) -> None:
     home = new_home(tmp_path_factory.mktemp("h") / "home")
     ids: list[str] = []
-    with open_sub(home, long_lived=True, worker=False) as s:
+    fake = FakeEmbedder()
+    with open_sub(home, long_lived=True, worker=False, embedder=fake) as s:
         for op, words, pick in ops:
             if op == "store" or not ids:
                 ids.append(s.store(" ".join(words))["id"])
@@ -76,41 +74,63 @@ def test_guard_holds_in_every_mode_and_replay_gives_the_same_rankings(
                 s.archive(ids[pick % len(ids)])
             elif op == "restore":
                 s.restore(ids[pick % len(ids)])
+            elif op == "tag":
+                s.update(ids[pick % len(ids)], tags=words)
             else:
                 s.update(ids[pick % len(ids)], content=" ".join(words))
-            sync(s)  # incremental: after every command
         hidden = {m["id"] for m in s.list(limit=1000, include_archived=True) if m["archived_at"] is not None}
         query = "kafka queue bus"
         before = {}
-        for mode in hybrid.MODES:
+        for mode in MODES:
             got = ranking(s, query, mode)
             assert not hidden & {i for i, _ in got}, mode
-            with_archived = {i for i, _ in ranking(s, query, mode, Filters(include_archived=True))}
+            with_archived = {i for i, _ in ranking(s, query, mode, include_archived=True)}
             assert {i for i, _ in got} <= with_archived
             before[mode] = got
+        incremental = vector_rows(s)
+        fake.unreachable = True  # the rebuild takes every vector from the cache
         s.rebuild()
-        sync(s)  # from the cache, in one go
-        for mode in hybrid.MODES:
+        assert vector_rows(s) == incremental
+        fake.unreachable = False
+        for mode in MODES:
             assert ranking(s, query, mode) == before[mode], mode
 
 
 def test_explain_names_both_ranks(tmp_path: Path) -> None:
     home = new_home(tmp_path / "h")
-    with open_sub(home) as s:
-        a = s.store("we chose kafka as the event bus")["id"]
+    with open_sub(home, embedder=FakeEmbedder()) as s:
+        q = "we chose kafka as the event bus"
+        a = s.store(q)["id"]
         s.store("the disk is full")
-        sync(s)
-        with s.projections.session() as conn:
-            meta = vx.read_meta(conn)
-            got = hybrid.rank(
-                conn, "we chose kafka as the event bus", fake_vec("we chose kafka as the event bus"),
-                Filters(), 5, mode="hybrid", meta=meta,
-            )  # fmt: skip
-            top, r = hybrid.with_memories(conn, got)[0]
+        report = s.recall_report(q, explain=True)
+        assert report["mode"] == "hybrid" and report["fallback"] is None
+        top = report["results"][0]
         assert top["id"] == a
-        e = r.explain()
-        assert e["bm25_rank"] == 1 and e["vector_rank"] == 1
+        e = top["explain"]
+        assert e["mode"] == "hybrid" and e["bm25_rank"] == 1 and e["vector_rank"] == 1
         assert e["fused_score"] == pytest.approx(2 / 61)
         assert e["cosine_distance"] == pytest.approx(0.0, abs=1e-6)
+        assert "explain" not in s.recall(q)[0]
     with pytest.raises(ValueError, match="unknown recall mode"):
         hybrid.rank(None, "x", None, Filters(), 1, mode="fuzzy")  # type: ignore[arg-type]
+
+
+def test_modes_need_an_embedder_and_the_default_falls_back(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "h")
+    fake = FakeEmbedder()
+    with open_sub(home, embedder=fake) as s:
+        s.store("kafka is the event bus")
+        fake.unreachable = True
+        report = s.recall_report("kafka bus")
+        assert report["mode"] == "bm25" and "could not be embedded" in str(report["fallback"])
+        assert [m["content"] for m in report["results"]] == ["kafka is the event bus"]
+        with pytest.raises(EmbedderFailed):
+            s.recall("kafka bus", mode="hybrid")
+        s.set_embedder("off")
+        assert s.recall_report("kafka bus")["mode"] == "bm25"
+        for mode in ("vector", "hybrid"):
+            with pytest.raises(TierLocked) as info:
+                s.recall("kafka bus", mode=mode)  # type: ignore[arg-type]
+            assert info.value.exit_code == 3
+        with pytest.raises(UsageError):
+            s.recall("kafka bus", mode="fuzzy")  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""Vector storage, the content-addressed cache, exact and HNSW search, and the index after a crash."""
+"""Vectors: embed-on-insert, the content-addressed cache, model changes, bad replies refused,
+exact and HNSW search, and the index after a crash."""
 
 from __future__ import annotations
 
@@ -15,44 +16,18 @@ import duckdb
 import numpy as np
 import pytest
 
-from mnemolog.eventlog.errors import BadInput
+from mnemolog.curators.embed import EmbedderFailed
 from mnemolog.projections import vectors as vx
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate.api import Substrate
-from tests.projections.kit import new_home, open_sub
-
-DIM = 16
-
-
-def fake_vec(text: str) -> np.ndarray:
-    """A deterministic unit vector per text (stands in for a model in projection tests)."""
-    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
-    return v / np.linalg.norm(v)
+from mnemolog.substrate.embedding import Unchanged
+from mnemolog.substrate.home import Home
+from tests.projections.kit import log_digest, new_home, open_sub
+from tests.support.fake_embedder import DIM, FakeEmbedder, fake_vec
 
 
-class Counting:
-    """An embed function that records what it was asked."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.calls: list[list[str]] = []
-        self.fail = fail
-
-    def __call__(self, texts: list[str]) -> np.ndarray | None:
-        self.calls.append(list(texts))
-        if self.fail:
-            return None
-        return np.vstack([fake_vec(t) for t in texts])
-
-    @property
-    def texts(self) -> int:
-        return sum(len(c) for c in self.calls)
-
-
-def sync(sub: Substrate, embed: Any, model: str = "fake/m@1") -> vx.SyncResult:
-    with sub.projections.session() as conn:
-        meta = vx.configure(conn, model, DIM)
-        return vx.sync(conn, embed, meta)
+def sub_with(home: Home, fake: FakeEmbedder, **kw: Any) -> Substrate:
+    return open_sub(home, embedder=fake, **kw)
 
 
 def stored(sub: Substrate) -> list[tuple[int, bytes, list[float]]]:
@@ -74,98 +49,165 @@ def nearest(
         return [ids[d] for d, _ in hits]
 
 
-def test_sync_embeds_once_and_the_cache_serves_a_rebuild(tmp_path: Path) -> None:
+def pending(sub: Substrate) -> int:
+    with sub.projections.session() as conn:
+        return vx.pending_count(conn)
+
+
+def test_embed_text_is_the_same_in_sql_and_python(tmp_path: Path) -> None:
+    cases = [
+        ("T", "content", ["a", "b-c"]),
+        (None, "content", []),
+        ("", "content", ["x"]),
+        ("Tïtle 日本", "multi\nline", []),
+    ]
     home = new_home(tmp_path / "h")
-    with open_sub(home) as s:
-        a = s.store("alpha", title="A")["id"]
+    with open_sub(home) as s, s.projections.session() as conn:
+        for title, content, tags in cases:
+            row = conn.execute(
+                f"SELECT {vx.EMBED_TEXT.format(m='m')}, {vx.TEXT_SHA.format(m='m')} "
+                "FROM (SELECT ?::VARCHAR AS title, ?::VARCHAR AS content, ?::VARCHAR[] AS tags) m",
+                [title, content, tags],
+            ).fetchone()
+            assert row is not None
+            text = vx.embed_text(title, content, tags)
+            assert row[0] == text
+            assert bytes(row[1]) == vx.text_sha(text) == hashlib.sha256(text.encode()).digest()
+
+
+def test_stores_are_embedded_once_per_text_and_a_rebuild_asks_the_cache(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "h")
+    fake = FakeEmbedder()
+    with sub_with(home, fake) as s:
+        a = s.store("alpha", title="A", tags=["t1"])
+        assert a["embedding"] == "embedded"
         s.store("beta")
         s.store("beta")  # the same text: embedded once
-        e = Counting()
-        r = sync(s, e)
-        assert (r.embedded, r.cached, r.pending) == (2, 0, 0)
-        assert e.texts == 2
-        assert sorted(x for c in e.calls for x in c) == ["A\nalpha", "beta"]
+        assert sorted(x for c in fake.calls for x in c) == ["A\nalpha\nt1", "beta"]
         before = stored(s)
         assert len(before) == 3
-        assert sync(s, e).embedded == 0  # nothing changed
+        fake.unreachable = True  # a rebuild must not need the embedder
         s.rebuild()
-        refused = Counting(fail=True)
-        r = sync(s, refused)
-        assert refused.calls == []  # every vector came from the cache
-        assert r.cached == 3 and r.pending == 0
         assert stored(s) == before
-        assert nearest(s, "A\nalpha")[0] == a
+        assert fake.texts == 2
+        assert nearest(s, "A\nalpha\nt1")[0] == a["id"]
+        status = s.embedding_status()
+        assert status["recorded"] is not None and status["recorded"]["model_id"] == "ollama/fake@1"
+        assert (status["vectors"], status["pending"], status["cached"]) == (3, 0, 2)
 
 
-def test_text_changes_and_atomisation_follow_the_memories(tmp_path: Path) -> None:
+def test_text_changes_and_archives_follow_the_memories(tmp_path: Path) -> None:
     home = new_home(tmp_path / "h")
-    with open_sub(home) as s:
+    fake = FakeEmbedder()
+    with sub_with(home, fake) as s:
         m = s.store("original text")["id"]
-        e = Counting()
-        sync(s, e)
-        s.update(m, content="changed text")
-        r = sync(s, e)
-        assert (r.embedded, r.removed) == (1, 1)
+        assert s.update(m, content="changed text")["embedding"] == "embedded"
         assert nearest(s, "changed text")[0] == m
+        assert s.update(m, tags=["x"])["embedding"] == "embedded"
+        assert nearest(s, "changed text\nx")[0] == m
+        assert "embedding" not in s.update(m, confidence=0.5)  # no text changed: nothing to embed
+        assert len(stored(s)) == 1
         s.archive(m)  # an archived memory keeps its vector (include_archived finds it)
-        assert sync(s, e).removed == 0
-        assert nearest(s, "changed text", Filters(include_archived=True))[0] == m
-        assert m not in nearest(s, "changed text")  # the guard hides it
+        assert nearest(s, "changed text\nx", Filters(include_archived=True))[0] == m
+        assert m not in nearest(s, "changed text\nx")  # the guard hides it
 
 
 def test_an_unreachable_embedder_leaves_work_pending(tmp_path: Path) -> None:
     home = new_home(tmp_path / "h")
-    with open_sub(home) as s:
+    fake = FakeEmbedder()
+    with sub_with(home, fake) as s:
         s.store("one")
-        r = sync(s, Counting(fail=True))
-        assert r.pending == 1
-        with s.projections.session() as conn:
-            assert vx.pending_count(conn) == 1
-        r = sync(s, Counting())
-        assert (r.embedded, r.pending) == (1, 0)
-        with s.projections.session() as conn:
-            assert vx.pending_count(conn) == 0
+        fake.unreachable = True
+        m = s.store("two")
+        assert m["embedding"] == "pending"
+        assert any("unreachable" in w for w in m["warnings"])
+        assert pending(s) == 1
+        with pytest.raises(EmbedderFailed):
+            s.embed_pending()
+        fake.unreachable = False
+        assert s.embed_pending() == {"embedded": 1, "filled": 1, "pending": 0}
+        assert pending(s) == 0 and len(stored(s)) == 2
+
+
+def test_the_choice_waits_for_an_embedder_that_can_be_reached(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "h")
+    fake = FakeEmbedder()
+    fake.unreachable = True
+    with sub_with(home, fake) as s:
+        size = s.log.size
+        m = s.store("one")
+        assert m["embedding"] == "pending"
+        assert s.log.size == size + 1  # nothing recorded: the embedder could not be asked
+        assert s.embedding_status()["recorded"] is None
+        fake.unreachable = False
+        s.store("two")  # the first write that reaches it records the choice
+        rec = s.embedding_status()["recorded"]
+        assert rec is not None and rec["model_id"] == fake.model_id
+        assert s.embed_pending()["pending"] == 0 and len(stored(s)) == 2
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "match"),
     [
-        lambda ts: np.zeros((len(ts), DIM + 1), dtype=np.float32),
-        lambda ts: np.zeros((len(ts) + 1, DIM), dtype=np.float32),
-        lambda ts: np.full((len(ts), DIM), np.nan, dtype=np.float32),
+        (lambda ts: np.zeros((len(ts), DIM + 1)), "17-dimensional"),
+        (lambda ts: np.ones((len(ts) + 1, DIM)), "shape"),
+        (lambda ts: np.full((len(ts), DIM), np.nan), "NaN"),
+        (lambda ts: np.full((len(ts), DIM), np.inf), "NaN or infinity"),
+        (lambda ts: np.zeros((len(ts), DIM)), "all-zero"),
+        (lambda ts: [["x"] * DIM for _ in ts], "not a list of number vectors"),
     ],
 )
-def test_wrong_vectors_are_refused_and_nothing_is_written(tmp_path: Path, bad: Any) -> None:
+def test_wrong_vectors_are_refused_and_nothing_is_written(tmp_path: Path, bad: Any, match: str) -> None:
     home = new_home(tmp_path / "h")
-    with open_sub(home) as s:
+    fake = FakeEmbedder()
+    with sub_with(home, fake) as s:
+        s.store("first")
+        size, digest = s.log.size, log_digest(home)
+        fake.corrupt = bad
+        with pytest.raises(EmbedderFailed, match=match) as info:
+            s.store("second")
+        assert info.value.reason == "bad_vectors" and info.value.exit_code == 4
+        first = s.list()[0]["id"]
+        with pytest.raises(EmbedderFailed):
+            s.update(first, content="changed")
+        assert s.log.size == size and log_digest(home) == digest
+        assert [m["content"] for m in s.list()] == ["first"]
+        assert len(stored(s)) == 1 and pending(s) == 0
+        assert s.projections.cache.count() == 1
+
+
+def test_a_model_change_re_embeds_and_switching_back_uses_the_cache(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "h")
+    fake = FakeEmbedder()
+    with sub_with(home, fake) as s:
         s.store("one")
-        with pytest.raises(BadInput, match="dimensions"):
-            sync(s, bad)
-        assert stored(s) == []
+        s.store("two")
+        first = stored(s)
+        rec = s.set_embedder("wordllama")
+        assert rec["kind"] == "wordllama" and rec["dim"] == 256
+        assert stored(s) == [] and pending(s) == 2
+        assert s.embed_pending() == {"embedded": 2, "filled": 2, "pending": 0}
+        assert len(stored(s)) == 2
+        calls = fake.texts
+        s.set_embedder("ollama", "fake")
+        assert stored(s) == first  # from the cache: the fake was not asked again
+        assert fake.texts == calls
+        with pytest.raises(Unchanged):
+            s.set_embedder("ollama", "fake")
+        s.set_embedder("off")
+        assert s.recall("one")[0]["content"] == "one"  # bm25 still works
         with s.projections.session() as conn:
-            assert conn.execute(f"SELECT count(*) FROM {vx.CACHE_CATALOG}.embed_cache").fetchone() == (0,)
-
-
-def test_a_model_change_drops_the_old_vectors(tmp_path: Path) -> None:
-    home = new_home(tmp_path / "h")
-    with open_sub(home) as s:
-        s.store("one")
-        sync(s, Counting(), model="fake/a@1")
-        e = Counting()
-        assert sync(s, e, model="fake/b@1").embedded == 1
-        assert e.texts == 1
-        back = Counting()
-        assert sync(s, back, model="fake/a@1").cached == 1  # switching back: the cache still has it
-        assert back.calls == []
+            assert vx.read_meta(conn) is None
+        hist = s.embedding_status()["history"]
+        assert [h["kind"] for h in hist] == ["ollama", "wordllama", "ollama", "off"]
 
 
 def test_filters_and_ties(tmp_path: Path) -> None:
     home = new_home(tmp_path / "h")
-    with open_sub(home) as s:
+    with sub_with(home, FakeEmbedder()) as s:
         x = s.store("same", namespace="a")["id"]
         y = s.store("same", namespace="b")["id"]
         z = s.store("other", namespace="a/c")["id"]
-        sync(s, Counting())
         assert nearest(s, "same", limit=2) == [y, x]  # equal distance: newest first
         assert nearest(s, "same", Filters(namespace="a"), limit=3) == [x, z]
         assert nearest(s, "same", Filters(namespace="a", descendants=False)) == [x]
@@ -173,9 +215,8 @@ def test_filters_and_ties(tmp_path: Path) -> None:
 
 def test_hnsw_agrees_with_the_exact_scan_and_respects_filters(tmp_path: Path) -> None:
     home = new_home(tmp_path / "h")
-    with open_sub(home) as s:
+    with sub_with(home, FakeEmbedder()) as s:
         ids = [s.store(f"memory number {i}", namespace="odd" if i % 2 else "even")["id"] for i in range(120)]
-        sync(s, Counting())
         with s.projections.session() as conn:
             meta = vx.read_meta(conn)
             assert meta is not None
