@@ -6,7 +6,8 @@ dimension, finite, non-zero), the error an embedder raises, and the
 embeddings configuration (the `[embeddings]` table of a home's config.toml
 and the MNEMOLOG_EMBED_* environment variables) with the factory that builds
 an embedder from it. The embedders themselves live in `embed_wordllama`
-(offline, the default) and `embed_ollama` (an Ollama server).
+(offline, the default), `embed_minilm` (offline, all-MiniLM-L6-v2 in numpy,
+installed on request) and `embed_ollama` (an Ollama server).
 
 Vectors are float32 arrays of shape (n, dim), L2-normalised, so cosine
 similarity is a dot product and cosine distance is 1 - dot.
@@ -27,8 +28,8 @@ from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
 
 Vectors = npt.NDArray[np.float32]
 
-EmbedKind = Literal["wordllama", "ollama", "off"]
-EMBED_KINDS: Final[tuple[str, ...]] = ("wordllama", "ollama", "off")
+EmbedKind = Literal["wordllama", "minilm", "ollama", "off"]
+EMBED_KINDS: Final[tuple[str, ...]] = ("wordllama", "minilm", "ollama", "off")
 
 KIND_ENV: Final = "MNEMOLOG_EMBED"
 MODEL_ENV: Final = "MNEMOLOG_EMBED_MODEL"
@@ -193,7 +194,7 @@ def parse_embed_config(
 ) -> EmbedConfig:
     """The `[embeddings]` table of config.toml, with environment variables winning.
 
-    Keys: kind ("wordllama" | "ollama" | "off"), model, host, timeout_s,
+    Keys: kind ("wordllama" | "minilm" | "ollama" | "off"), model, host, timeout_s,
     batch_size, max_retries. Environment: MNEMOLOG_EMBED (kind),
     MNEMOLOG_EMBED_MODEL, MNEMOLOG_EMBED_HOST (else MNEMOLOG_OLLAMA_HOST).
     """
@@ -241,6 +242,10 @@ def make_embedder(
         from .embed_wordllama import WordLlamaEmbedder
 
         return WordLlamaEmbedder.shared(model)
+    if kind == "minilm":
+        from .embed_minilm import MiniLMEmbedder
+
+        return MiniLMEmbedder.shared(model)
     if kind == "ollama":
         name = model or cfg.model
         if not name:

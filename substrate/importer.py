@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, NotRequired, TypedDict
 
 from mnemolog.curators.embed import EmbedderFailed
+from mnemolog.eventlog.codec import check_value
 from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
 from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import queries, vectors
@@ -143,7 +144,7 @@ def parse_line(raw: bytes) -> MemoryStored:
     mid = obj.get("id")
     if mid is not None and (not isinstance(mid, str) or not looks_like_id(mid)):
         raise BadInput(f"id must be a ULID (26 characters of Crockford base32); found {mid!r}", field="id")
-    return MemoryStored.model_validate(
+    p = MemoryStored.model_validate(
         {
             "id": mid or new_id(),
             "namespace": obj.get("namespace", "default"),
@@ -158,6 +159,10 @@ def parse_line(raw: bytes) -> MemoryStored:
             "last_seen": obj.get("last_seen"),
         }
     )
+    # What the log's encoder would refuse (an integer beyond 64 bits, nesting too deep) is
+    # refused here, before any batch is written.
+    check_value(p.to_data(), "$.data")
+    return p
 
 
 def _lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
