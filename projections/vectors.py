@@ -472,6 +472,20 @@ def maintain_index(conn: duckdb.DuckDBPyConnection, meta: Meta, *, min_rows: int
 # -- search --------------------------------------------------------------------------------------
 
 
+def distances(
+    conn: duckdb.DuckDBPyConnection, query: np.ndarray, docs: list[int], *, meta: Meta
+) -> dict[int, float]:
+    """The exact cosine distance of these memories' vectors to `query` (those that have one)."""
+    if not docs or meta.rows == 0:
+        return {}
+    rows = conn.execute(
+        f"SELECT doc, array_cosine_distance(vec, ?::VARCHAR::FLOAT[{meta.dim}]) FROM vectors "
+        "WHERE doc IN (SELECT unnest(?::BIGINT[]))",
+        [vector_literal(query), docs],
+    ).fetchall()
+    return {int(d): float(x) for d, x in rows}
+
+
 def search(
     conn: duckdb.DuckDBPyConnection,
     query: np.ndarray,

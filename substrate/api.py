@@ -29,7 +29,7 @@ from mnemolog.projections.engine import Projections
 from mnemolog.projections.memories import Edge, Memory
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
-from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, require_vectors
+from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion, require_vectors
 from mnemolog.substrate.events import (
     LinkCreated,
     MemoryArchived,
@@ -114,6 +114,7 @@ class Substrate:
         self._closed = False
         self.atomiser = Atomiser(self.home, self, curator_options)
         self.embedding = Embedding(self.home, self.projections.cache, embedder=embedder)
+        self.fusion = parse_fusion(self.home.config.raw.get("recall"))
         if long_lived and worker:
             self.atomiser.start_worker()
             self.embedding.start_worker(self)
@@ -504,6 +505,7 @@ class Substrate:
                 f,
                 n,
                 mode=used,
+                fusion=self.fusion,
                 meta=meta,
                 use_index=use_index,
             )
@@ -512,6 +514,8 @@ class Substrate:
                 m["score"] = r.score
                 if explain:
                     m["explain"] = {"mode": used, **r.explain()}
+                    if used == "hybrid":
+                        m["explain"]["fusion"] = self.fusion.method
                 results.append(m)
         return {"mode": used, "requested": mode, "fallback": fallback, "results": results}
 

@@ -43,15 +43,15 @@ from mnemolog.curators.embed import (
     make_embedder,
     parse_embed_config,
 )
-from mnemolog.eventlog.errors import Informational
+from mnemolog.eventlog.errors import BadInput, Informational
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import vectors
+from mnemolog.projections import hybrid, vectors
 from mnemolog.projections.embed_cache import EmbedCache
 from mnemolog.substrate.events import EmbedderConfigured, MemoryStored, MemoryUpdated, Payload
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.session import Session, Sessions
 
-__all__ = ["DRAIN_BATCH", "Embedding", "EmbeddingOutcome", "embed_text_of"]
+__all__ = ["DRAIN_BATCH", "Embedding", "EmbeddingOutcome", "embed_text_of", "parse_fusion"]
 
 EmbeddingOutcome = Literal["embedded", "pending", "skipped_synchronous_atomise", "off"]
 #: Texts embedded per step of a drain (one embedder call, one cache write, one fill).
@@ -73,6 +73,38 @@ class EmbeddingStatus(TypedDict):
     pending: int
     cached: int
     history: list[dict[str, Any]]
+
+
+def parse_fusion(table: Any) -> hybrid.Fusion:
+    """The `[recall]` table of config.toml: how hybrid recall fuses (defaults: hybrid.Fusion)."""
+    if table is None:
+        return hybrid.Fusion()
+    if not isinstance(table, Mapping):
+        raise BadInput("[recall] must be a table", field="recall")
+    known = {"fusion", "bm25_weight", "vector_weight", "k", "depth"}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise BadInput(f"unknown key(s) in [recall]: {unknown}", field="recall", found=unknown)
+    base = hybrid.Fusion()
+    method = table.get("fusion", base.method)
+    if method not in ("convex", "rrf"):
+        raise BadInput(f"recall.fusion must be convex or rrf; found {method!r}", field="recall.fusion")
+
+    def number(key: str, default: float, lo: float, hi: float) -> float:
+        v = table.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+            raise BadInput(
+                f"recall.{key} must be a number in [{lo:g}, {hi:g}]; found {v!r}", field=f"recall.{key}"
+            )
+        return float(v)
+
+    return hybrid.Fusion(
+        method=method,
+        bm25_weight=number("bm25_weight", base.bm25_weight, 0.0, 100.0),
+        vector_weight=number("vector_weight", base.vector_weight, 0.0, 100.0),
+        k=int(number("k", base.k, 1, 10_000)),
+        depth=int(number("depth", base.depth, 1, 1000)),
+    )
 
 
 def embed_text_of(p: MemoryStored) -> str:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mnemolog.curators.base import TierLocked
 from mnemolog.curators.embed import EmbedderFailed
-from mnemolog.eventlog.errors import UsageError
+from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.projections import hybrid
 from mnemolog.projections.hybrid import MODES
 from mnemolog.projections.recall import Filters
@@ -96,6 +96,36 @@ def test_guard_holds_in_every_mode_and_replay_gives_the_same_vectors_and_ranking
             assert ranking(s, query, mode) == before[mode], mode
 
 
+def test_convex_fusion_normalises_over_the_candidates() -> None:
+    got = hybrid.convex([(1, 10.0), (2, 5.0)], {1: 0.2, 2: 0.6, 3: 0.4}, [2, 3], (0.7, 0.3))
+    assert [d for d, _ in got] == [1, 2, 3]
+    scores = dict(got)
+    assert scores[1] == pytest.approx(0.7)  # best BM25, lowest cosine
+    assert scores[2] == pytest.approx(0.35 + 0.3)
+    assert scores[3] == pytest.approx(0.15)  # no BM25 match: its cosine alone
+    assert hybrid.convex([], {}, [], (0.7, 0.3)) == []
+    tie = hybrid.convex([], {5: 0.5, 9: 0.5}, [5, 9], (0.7, 0.3))
+    assert [d for d, _ in tie] == [9, 5]  # equal scores: the newer memory first
+    missing = dict(hybrid.convex([(4, 1.0)], {5: 0.9, 6: 0.1}, [5, 6], (0.5, 0.5)))
+    assert missing[4] == pytest.approx(0.5)  # no vector yet: the lowest cosine
+
+
+def test_the_fusion_is_configured_per_home(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "h")
+    with home.config_path.open("a") as f:
+        f.write('\n[recall]\nfusion = "rrf"\nk = 10\nvector_weight = 2\n')
+    with open_sub(home, embedder=FakeEmbedder()) as s:
+        assert s.fusion == hybrid.Fusion(method="rrf", k=10, vector_weight=2.0)
+        q = "we chose kafka as the event bus"
+        s.store(q)
+        e = s.recall(q, explain=True)[0]["explain"]
+        assert e["fusion"] == "rrf" and e["fused_score"] == pytest.approx(0.7 / 11 + 2 / 11)
+    with home.config_path.open("a") as f:
+        f.write("fusion_x = 1\n")
+    with pytest.raises(BadInput, match="unknown key"):
+        open_sub(home)
+
+
 def test_explain_names_both_ranks(tmp_path: Path) -> None:
     home = new_home(tmp_path / "h")
     with open_sub(home, embedder=FakeEmbedder()) as s:
@@ -108,7 +138,8 @@ def test_explain_names_both_ranks(tmp_path: Path) -> None:
         assert top["id"] == a
         e = top["explain"]
         assert e["mode"] == "hybrid" and e["bm25_rank"] == 1 and e["vector_rank"] == 1
-        assert e["fused_score"] == pytest.approx(2 / 61)
+        assert e["fused_score"] == pytest.approx(1.0)  # first in both: 0.7 * 1 + 0.3 * 1
+        assert e["fusion"] == "convex"
         assert e["cosine_distance"] == pytest.approx(0.0, abs=1e-6)
         assert "explain" not in s.recall(q)[0]
     with pytest.raises(ValueError, match="unknown recall mode"):
