@@ -14,6 +14,7 @@ from mnemolog.cli.mcp import mcp_command
 from mnemolog.cli.memory_commands import COMMANDS as MEMORY_COMMANDS
 from mnemolog.cli.migrate_commands import COMMANDS as MIGRATE_COMMANDS
 from mnemolog.cli.vault_commands import COMMANDS as VAULT_COMMANDS
+from mnemolog.cli.witness_commands import COMMANDS as WITNESS_COMMANDS
 
 
 @click.group(cls=MnemologGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,6 +44,7 @@ for _cmd in [
     *VAULT_COMMANDS,
     *MIGRATE_COMMANDS,
     *EMBEDDING_COMMANDS,
+    *WITNESS_COMMANDS,
     mcp_command(),
 ]:
     cli.add_command(_cmd)

@@ -36,6 +36,7 @@ ARCHIVE_GUARD = (
 
 
 def visible(alias: str = "m") -> str:
+    """The archive guard as SQL over the memories alias `alias` (true when recall may show it)."""
     return ARCHIVE_GUARD.format(m=alias)
 
 
@@ -116,10 +117,12 @@ OWNED_ELSEWHERE = ["vectors", "vector_meta", "vector_pending"]
 
 
 def create(conn: duckdb.DuckDBPyConnection) -> None:
+    """Create every table of this schema version (if missing)."""
     for stmt in DDL:
         conn.execute(stmt)
 
 
 def drop_all(conn: duckdb.DuckDBPyConnection) -> None:
+    """Drop every table, of this version and earlier ones (the vector tables too)."""
     for t in TABLES + RETIRED_TABLES + OWNED_ELSEWHERE:
         conn.execute(f"DROP TABLE IF EXISTS {t}")

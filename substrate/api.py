@@ -28,6 +28,7 @@ from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.projections.memories import Edge, Memory
 from mnemolog.projections.recall import Filters
+from mnemolog.substrate import witnessing
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion, require_vectors
 from mnemolog.substrate.events import (
@@ -118,6 +119,12 @@ class Substrate:
         if long_lived and worker:
             self.atomiser.start_worker()
             self.embedding.start_worker(self)
+        # A long-lived process sends its checkpoints to the home's witnesses from a thread.
+        self._witnesses = (
+            witnessing.start_watcher(self.home.root, self.home.log_dir, self.home.keys_dir)
+            if long_lived
+            else None
+        )
 
     @classmethod
     def open(
@@ -152,6 +159,7 @@ class Substrate:
         )
 
     def close(self) -> None:
+        """Stop the worker and release the projection, the writer and the log (idempotent)."""
         if self._closed:
             return
         self._closed = True
@@ -160,6 +168,8 @@ class Substrate:
         self.projections.close()
         self.writer.close()
         self.log.close()
+        if self._witnesses is not None:
+            self._witnesses.close()  # after the closing checkpoint, so it is sent too
 
     def __enter__(self) -> Substrate:
         return self

@@ -29,6 +29,7 @@ from mnemolog.eventlog.keys import (
     write_public_key,
 )
 from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.note import origin_for
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, system_clock
 
 CONFIG_NAME = "config.toml"
@@ -324,7 +325,9 @@ def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clo
             )
     root.mkdir(parents=True, exist_ok=True)
     log_id = os.urandom(16)
-    name = key_name or f"mnemolog-{log_id.hex()[:8]}"
+    # C2SP tlog-checkpoint: the log key's name should be the checkpoint origin, so
+    # witnesses and note verifiers see one name for the log. Older homes keep theirs.
+    name = key_name or origin_for(log_id)
     key = SigningKey.generate(name)
     home.keys_dir.mkdir(exist_ok=True, mode=0o700)
     if not home.config_path.exists():

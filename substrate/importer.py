@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, NotRequired, TypedDict
 
 from mnemolog.curators.embed import EmbedderFailed
-from mnemolog.eventlog.codec import check_value
+from mnemolog.eventlog.codec import is_plain
 from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
 from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import queries, vectors
@@ -161,7 +161,7 @@ def parse_line(raw: bytes) -> MemoryStored:
     )
     # What the log's encoder would refuse (an integer beyond 64 bits, nesting too deep) is
     # refused here, before any batch is written.
-    check_value(p.to_data(), "$.data")
+    is_plain(p.to_data(), "$.data")
     return p
 
 
