@@ -24,7 +24,7 @@ import duckdb
 
 SCHEMA_VERSION = 5
 
-# The one archive guard (DESIGN §4), shared by recall, search and list. A
+# The one archive guard, shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
 # it — and then only with both signals present, so a half-finished
 # atomisation (one signal only) stays visible. It is never NULL, so
