@@ -33,6 +33,7 @@ import json
 import re
 import shutil
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -219,6 +220,85 @@ def grid(out: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (-r["recall@5"], -r["mrr"]))
 
 
+def sessions(conv: dict[str, Any]) -> list[tuple[str, list[tuple[str, int, int]]]]:
+    """Each session as one text ("Speaker: text" per line) with (dia_id, start, end) of its turns."""
+    out = []
+    keys = sorted((int(m.group(1)), k) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)) and conv[k])
+    for _, key in keys:
+        parts: list[str] = []
+        spans: list[tuple[str, int, int]] = []
+        pos = 0
+        for t in conv[key]:
+            if isinstance(t, dict) and t.get("text") and t.get("dia_id"):
+                line = f"{t.get('speaker', '')}: {t['text']}"
+                spans.append((str(t["dia_id"]), pos, pos + len(line)))
+                parts.append(line)
+                pos += len(line) + 1
+        if parts:
+            out.append(("\n".join(parts), spans))
+    return out
+
+
+def atomisation_experiment(
+    work: Path, convs: list[tuple[str, dict[str, Any]]], embedder: Any
+) -> dict[str, Any]:
+    """Sessions stored as long memories, as they are and atomised (rules curator): do pointed
+    questions find their evidence better? A retrieved memory covers the turns inside it (a session
+    all of its turns; an atom those its source span overlaps); the measure is the share of a
+    question's evidence turns covered by the top k memories (ir-measures R@1000 over the covered
+    turns of the top k), with the characters a reader gets in those k memories."""
+    qrels: dict[str, dict[str, int]] = {}
+    runs: dict[str, dict[int, dict[str, dict[str, float]]]] = {
+        "sessions": {5: {}, 10: {}},
+        "atoms": {5: {}, 10: {}},
+    }
+    chars: dict[str, list[int]] = {"sessions": [], "atoms": []}
+    atoms_made = 0
+    for name, conv in convs:
+        c = conv.get("conversation", conv)
+        sess = sessions(c)
+        qas = [q for q in conv.get("qa", []) if q.get("category") in CATEGORIES and evidence(q)]
+        for variant in ("sessions", "atoms"):
+            root = work / f"{name}-{variant}"
+            init_home(root, key_name="locomo")
+            with Substrate.open(Home(root), long_lived=False, worker=False, embedder=embedder) as sub:
+                covers: dict[str, list[str]] = {}
+                for text, spans in sess:
+                    m = sub.store(text)
+                    covers[m["id"]] = [d for d, _, _ in spans]
+                    if variant == "atoms":
+                        res = sub.atomise(m["id"], curator="rules", max_atom_tokens=120)
+                        for aid in res.atom_ids:
+                            a = sub.get(aid)
+                            lo, hi = a["source_span"] or (0, len(text))
+                            covers[aid] = [d for d, s0, s1 in spans if s0 < hi and s1 > lo]
+                        atoms_made += len(res.atom_ids)
+                for i, qa in enumerate(qas):
+                    qid = f"{name}/{i}"
+                    qrels[qid] = dict.fromkeys(evidence(qa), 1)
+                    got = sub.recall(str(qa["question"]), limit=10)
+                    for k in (5, 10):
+                        run: dict[str, float] = {}
+                        for rank, m in enumerate(got[:k]):
+                            for d in covers.get(m["id"], []):
+                                run.setdefault(d, float(k - rank))
+                        runs[variant][k][qid] = run
+                    chars[variant].append(sum(len(m["content"]) for m in got[:5]))
+    import ir_measures
+    from ir_measures import R
+
+    out: dict[str, Any] = {"atoms": atoms_made, "max_atom_tokens": 120, "mode": "hybrid (default)"}
+    for variant in ("sessions", "atoms"):
+        out[variant] = {
+            f"evidence_covered@{k}": round(
+                float(ir_measures.calc_aggregate([R @ 1000], qrels, runs[variant][k])[R @ 1000]), 4
+            )
+            for k in (5, 10)
+        }
+        out[variant]["chars_in_top5_mean"] = round(statistics.mean(chars[variant]), 1)
+    return out
+
+
 def make(kind: str, model: str | None) -> Any:
     from mnemolog.curators.embed import make_embedder
 
@@ -231,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedder", default="wordllama", choices=["wordllama", "minilm", "ollama"])
     ap.add_argument("--model", help="the Ollama model (with --embedder ollama)")
     ap.add_argument("--data")
+    ap.add_argument(
+        "--atomise", action="store_true", help="only the atomisation experiment (sessions as memories)"
+    )
     args = ap.parse_args(argv)
     path = find_data(args.data)
     if path is None:
@@ -244,6 +327,14 @@ def main(argv: list[str] | None = None) -> int:
         model_id = embedder.model_id
     except EmbedderFailed as exc:
         print(json.dumps({"ok": True, "bench": "locomo", "skipped": f"{args.embedder}: {exc.message}"}))
+        return 0
+    if args.atomise:
+        work = Path(tempfile.mkdtemp(prefix="locomo_atomise-"))
+        try:
+            exp = atomisation_experiment(work, conversations(path)[: args.conversations], embedder)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps({"ok": True, "bench": "locomo_atomise", "embedder": model_id, **exp}))
         return 0
     out: dict[str, Any] = {
         "ingest": [],

@@ -238,7 +238,9 @@ class Substrate:
 
         with self.session() as s:
             mem = s.with_warnings(s.write_memory(payload, follow=follow))
-            mem["embedding"] = s.embedded.get(payload.id, "off")
+            embedded = s.embedded.get(payload.id, "off")
+            if embedded != "off":  # only where embeddings are in play, like the atomise_* keys
+                mem["embedding"] = embedded
         mode, action = planned[0]
         if action == "requested":
             self.atomiser.wake()
@@ -254,10 +256,11 @@ class Substrate:
         extra = self.atomiser.synchronous(mem["id"])
         out = self.get(mem["id"])
         out.update(extra)  # type: ignore[typeddict-item]
-        out["embedding"] = mem["embedding"]
-        if extra.get("atomise_outcome") != "atomised":
-            # Not atomised after all: the source is a memory like any other and gets its vector.
-            out["embedding"] = self.embedding.embed_memory(self, mem["id"])
+        if "embedding" in mem:
+            out["embedding"] = mem["embedding"]
+            if extra.get("atomise_outcome") != "atomised":
+                # Not atomised after all: the source is a memory like any other and gets its vector.
+                out["embedding"] = self.embedding.embed_memory(self, mem["id"])
         if "warnings" in mem:
             out["warnings"] = mem["warnings"]
         return out
@@ -316,7 +319,7 @@ class Substrate:
             s.check_write(policy, before["namespace"])
             s.append(payload)
             out = s.with_warnings(s.require(memory_id))
-            if memory_id in s.embedded:
+            if s.embedded.get(memory_id, "off") != "off":
                 out["embedding"] = s.embedded[memory_id]
             return out
 

@@ -249,10 +249,11 @@ class Embedding:
     def before_append(self, s: Session, payloads: Sequence[Payload]) -> list[Payload]:
         """Embed what the batch writes; return the batch, with the embedder's record first if needed."""
         texts: dict[str, str] = {}
+        skipped: dict[str, str] = {}
         for p in payloads:
             if isinstance(p, MemoryStored):
                 if p.id in s.skip_embedding:
-                    s.embedded[p.id] = s.skip_embedding[p.id]
+                    skipped[p.id] = s.skip_embedding[p.id]
                 else:
                     texts[p.id] = embed_text_of(p)
             elif isinstance(p, MemoryUpdated) and (
@@ -265,6 +266,10 @@ class Embedding:
                         p.content if p.content is not None else before["content"],
                         p.tags if p.tags is not None else before["tags"],
                     )
+        if skipped:
+            rec = self.choice(s)
+            on = rec is not None and rec.embeds
+            s.embedded.update({i: why if on else "off" for i, why in skipped.items()})
         if not texts:
             return list(payloads)
         rec = vectors.recorded(s.conn)
