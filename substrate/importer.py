@@ -286,11 +286,23 @@ def import_jsonl(
     }
     warnings: list[str] = []
     prog = Progress("importing", len(payloads), enabled=progress)
+    with sessions.session() as s:
+        rec = embedding.choice(s)
     try:
         for lo in range(0, len(payloads), batch):
             part = payloads[lo : lo + batch]
+            unreachable = False
+            if rec is not None and rec.embeds:
+                # Before the session: embedding a batch must not hold the projection lock.
+                texts = [embed_text_of(p) for p in part]
+                try:
+                    embedding.embed_into_cache(rec, {vectors.text_sha(t): t for t in texts})
+                except EmbedderFailed as exc:
+                    if exc.reason == "bad_vectors":
+                        raise
+                    unreachable = True
+                    warnings.append(f"embedding: {exc.message}; these memories wait for their vectors")
             with sessions.session() as s:
-                rec = embedding.choice(s)
                 policies: dict[str, ResolvedPolicy] = {}
                 extra: list[Payload] = []
                 for p in part:
@@ -308,19 +320,7 @@ def import_jsonl(
                             )
                         ]
                     extra += more
-            report["atomisation_requested"] += len(extra)
-            unreachable = False
-            if rec is not None and rec.embeds:
-                # Outside the session: embedding a batch must not hold the projection lock.
-                texts = [embed_text_of(p) for p in part]
-                try:
-                    embedding.embed_into_cache(rec, {vectors.text_sha(t): t for t in texts})
-                except EmbedderFailed as exc:
-                    if exc.reason == "bad_vectors":
-                        raise
-                    unreachable = True
-                    warnings.append(f"embedding: {exc.message}; these memories wait for their vectors")
-            with sessions.session() as s:
+                report["atomisation_requested"] += len(extra)
                 if unreachable:
                     s.skip_embedding.update(dict.fromkeys((p.id for p in part), "pending"))
                 receipts = s.append_many([*part, *extra])
