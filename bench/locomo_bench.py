@@ -1,6 +1,7 @@
 """LoCoMo-10: does recall find the dialogue turns that answer a question? bm25, vector, hybrid.
 
-    python -m bench.locomo_bench [--conversations N] [--embedder wordllama|minilm] [--data PATH]
+    python -m bench.locomo_bench [--conversations N] [--embedder wordllama|minilm|ollama [--model M]]
+                                 [--atomise] [--data PATH]
 
 The data (LoCoMo-10, evaluation only) is read from
 ../shared/benchmarks/locomo/locomo10.zip beside the repository, or --data;
@@ -22,8 +23,12 @@ question included (the query-vector cache is cleared first).
 The candidate lists of both rankers (top 50, with scores) are kept, and both
 fusions (the weighted sum and reciprocal rank fusion) are recomputed for a
 grid of their parameters, so the defaults in projections/hybrid.py can be
-checked against it. An Ollama embedder is measured too when --ollama-model
-is given and the server (MNEMOLOG_EMBED_HOST) answers.
+checked against it. `--embedder ollama --model M` measures an Ollama model
+(the server at MNEMOLOG_EMBED_HOST; skipped with the reason when it does
+not answer). `--atomise` runs the atomisation experiment instead: each
+session stored as one long memory, as it is and atomised by the rules
+curator, and how much of each question's evidence the top 5 and 10
+memories hold.
 """
 
 from __future__ import annotations
