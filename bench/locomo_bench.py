@@ -292,7 +292,7 @@ def atomisation_experiment(
     import ir_measures
     from ir_measures import R
 
-    out: dict[str, Any] = {"atoms": atoms_made, "max_atom_tokens": 120, "mode": "hybrid (default)"}
+    out: dict[str, Any] = {"atoms_made": atoms_made, "max_atom_tokens": 120, "mode": "hybrid (default)"}
     for variant in ("sessions", "atoms"):
         out[variant] = {
             f"evidence_covered@{k}": round(

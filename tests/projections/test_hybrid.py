@@ -15,6 +15,7 @@ from mnemolog.projections import hybrid
 from mnemolog.projections.hybrid import MODES
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.home import Home
 from tests.projections.kit import new_home, open_sub
 from tests.support.fake_embedder import FakeEmbedder
 
@@ -123,7 +124,7 @@ def test_the_fusion_is_configured_per_home(tmp_path: Path) -> None:
     with home.config_path.open("a") as f:
         f.write("fusion_x = 1\n")
     with pytest.raises(BadInput, match="unknown key"):
-        open_sub(home)
+        open_sub(Home(home.root))  # a fresh Home: the first one keeps the config it read
 
 
 def test_explain_names_both_ranks(tmp_path: Path) -> None:
