@@ -267,6 +267,7 @@ class Projections:
         conn.execute("BEGIN TRANSACTION")
         try:
             schema.drop_all(conn)
+            vectors.distrust_index(conn)  # the vector tables went too
             schema.create(conn)
             conn.execute(
                 "INSERT INTO proj_state VALUES (?, ?, ?, ?, 0, 0, 0, 0)",

@@ -85,6 +85,9 @@ TABLES: Final = ("vectors", "vector_meta", "vector_pending")
 
 # Connections whose file was attached since their index was last checked (by id()).
 _unchecked: set[int] = set()
+# Whether a connection's attached file has the index, as this process last saw or made it
+# (forgotten on every attach: another process may have changed the file meanwhile).
+_has_index: dict[int, bool] = {}
 
 
 def embed_text(title: str | None, content: str | None, tags: list[str] | tuple[str, ...] = ()) -> str:
@@ -192,6 +195,7 @@ def attached(conn: duckdb.DuckDBPyConnection) -> None:
 def distrust_index(conn: duckdb.DuckDBPyConnection) -> None:
     """The next search on this connection checks the HNSW index before using it."""
     _unchecked.add(id(conn))
+    _has_index.pop(id(conn), None)
 
 
 def read_meta(conn: duckdb.DuckDBPyConnection) -> Meta | None:
@@ -207,6 +211,7 @@ def read_meta(conn: duckdb.DuckDBPyConnection) -> Meta | None:
 def drop(conn: duckdb.DuckDBPyConnection) -> None:
     for t in TABLES:
         conn.execute(f"DROP TABLE IF EXISTS {t}")
+    _has_index[id(conn)] = False  # the index went with its table
 
 
 def configure(conn: duckdb.DuckDBPyConnection, model_id: str, dim: int) -> Meta:
@@ -420,21 +425,27 @@ def pending_texts(conn: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[byt
 
 
 def has_index(conn: duckdb.DuckDBPyConnection) -> bool:
+    known = _has_index.get(id(conn))
+    if known is not None:
+        return known
     row = conn.execute(
         "SELECT count(*) FROM duckdb_indexes() WHERE index_name = ? AND database_name = current_database()",
         [INDEX_NAME],
     ).fetchone()
-    return bool(row and row[0])
+    _has_index[id(conn)] = found = bool(row and row[0])
+    return found
 
 
 def drop_index(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
+    _has_index[id(conn)] = False
 
 
 def build_index(conn: duckdb.DuckDBPyConnection) -> None:
     """(Re)build the HNSW index from the stored vectors."""
     drop_index(conn)
     conn.execute(f"CREATE INDEX {INDEX_NAME} ON vectors USING HNSW (vec) WITH (metric = 'cosine')")
+    _has_index[id(conn)] = True
 
 
 def index_is_sound(conn: duckdb.DuckDBPyConnection, meta: Meta) -> bool:
