@@ -3,7 +3,7 @@
     python -m bench.recall_bench [--quick] [--dir D] [--keep]
 
 Every figure is measured in this one run and reported beside its bound from
-the same run (DESIGN §6):
+the same run:
 
   store      p50/p99 of Substrate.store at 1k and at 100k memories   ratio 100k / 1k  (target <= 1.5),
              the two homes stored into alternately so that both see the same machine
@@ -12,6 +12,8 @@ the same run (DESIGN §6):
   rebuild    replay of 1M memory.stored events into a new database    vs building an Arrow table from
              the same decoded rows and inserting it into a fresh DuckDB table (target >= 0.3 x)
   rss        peak resident memory of that rebuild, in a child process (target <= 1.5 GiB)
+  ingest     (--ingest N) `import` of N memories with the default embeddings  vs the same texts into FTS5
+             (target rate >= 1/3 of FTS5's), then hybrid recall beside BM25 recall on them (target p50 <= 2x)
 
 The corpus is real English text: the paragraphs of the Python documentation
 that CPython ships in pydoc_data.topics, split into sentences and recombined
@@ -221,7 +223,7 @@ def recall_vs_fts5(home: Home, fts_path: Path, queries: list[str]) -> dict[str, 
     sql = "SELECT rowid, title, content, bm25(f, 2.0, 1.0) AS s FROM f WHERE f MATCH ? ORDER BY s LIMIT 10"
     with Substrate.open(home, long_lived=True, worker=False) as s:
         for q in queries[:5]:  # warm both caches
-            s.recall(q)
+            s.recall(q, mode="bm25")
         for q in queries:
             row = words_conn.execute("SELECT ml_words(?)", [q]).fetchone()
             match = fts5_match(list(row[0]) if row and row[0] else [])
@@ -229,7 +231,7 @@ def recall_vs_fts5(home: Home, fts_path: Path, queries: list[str]) -> dict[str, 
                 continue
             db.execute(sql, [match]).fetchall()  # interleaved, so both see the same machine
             t0 = time.perf_counter()
-            got = s.recall(q, limit=10)
+            got = s.recall(q, limit=10, mode="bm25")
             ours.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             ref = db.execute(sql, [match]).fetchall()
@@ -250,6 +252,41 @@ def recall_vs_fts5(home: Home, fts_path: Path, queries: list[str]) -> dict[str, 
         "fts5_query": "our words after our stop-word removal, quoted and OR-joined; "
         "tokenize='porter unicode61 remove_diacritics 2'; bm25(f, 2.0, 1.0) (title weight 2); "
         "rowid, title, content of the top 10",
+    }
+
+
+def recall_vs_bm25s(home: Home, queries: list[str]) -> dict[str, Any]:
+    """Our recall beside bm25s (in-memory sparse BM25) over the same texts, interleaved."""
+    import bm25s
+
+    with Log(home.log_dir) as lg:
+        docs = [
+            " ".join([e.data.get("title") or ""] * 2 + [e.data.get("content") or ""])
+            for e in lg.iter_entries(1)
+            if e.type == "memory.stored"
+        ]
+    retriever = bm25s.BM25(k1=1.2, b=0.75)
+    retriever.index(bm25s.tokenize(docs, stopwords="en", show_progress=False), show_progress=False)
+    ours: list[float] = []
+    theirs: list[float] = []
+    with Substrate.open(home, long_lived=True, worker=False) as s:
+        for q in queries[:5]:
+            s.recall(q, mode="bm25")
+        for q in queries:
+            t0 = time.perf_counter()
+            s.recall(q, limit=10, mode="bm25")
+            ours.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            toks = bm25s.tokenize([q], stopwords="en", show_progress=False)
+            if toks.vocab:
+                retriever.retrieve(toks, k=min(10, len(docs)), show_progress=False)
+            theirs.append(time.perf_counter() - t0)
+    o, t = ms(ours), ms(theirs)
+    return {
+        "ours": o,
+        "bm25s": t,
+        "p50_ratio": round(o["p50_ms"] / t["p50_ms"], 3),
+        "bm25s_query": "bm25s.tokenize (English stop words, no stemmer) + retrieve(k=10), index in memory",
     }
 
 
@@ -330,6 +367,122 @@ def rebuild_vs_bound(root: Path, corpus: Corpus, n: int) -> dict[str, Any]:
     }
 
 
+def recall_sizes(work: Path, corpus: Corpus, sizes: tuple[int, ...], nq: int) -> dict[str, Any]:
+    """Recall beside FTS5 at each size, and beside bm25s at the largest."""
+    out: dict[str, Any] = {}
+    for n in sizes:
+        log(f"recall at {n} memories beside FTS5")
+        home, prep = make_home(work / f"r{n}", corpus, n)
+        fts_s = fts5_build(work / f"r{n}.sqlite", home)
+        r = recall_vs_fts5(home, work / f"r{n}.sqlite", corpus.queries(nq))
+        r["fts5_build_s"] = round(fts_s, 2)
+        r["prepare"] = prep
+        if n == max(sizes):
+            log(f"recall at {n} memories beside bm25s")
+            r["vs_bm25s"] = recall_vs_bm25s(home, corpus.queries(nq))
+        out[f"at_{n}"] = r
+        shutil.rmtree(work / f"r{n}", ignore_errors=True)
+    big, small = out[f"at_{max(sizes)}"], out[f"at_{min(sizes)}"]
+    out["met"] = {
+        f"p50 <= 1.5 x FTS5 at {min(sizes)}": small["p50_ratio"] <= 1.5,
+        f"p50 <= 1.0 x FTS5 at {max(sizes)}": big["p50_ratio"] <= 1.0,
+        f"p50 <= 2 x bm25s at {max(sizes)}": big["vs_bm25s"]["p50_ratio"] <= 2.0,
+    }
+    return out
+
+
+# -- bulk ingest beside FTS5, hybrid beside BM25 ---------------------------------------------------
+
+
+def ingest_vs_fts5(work: Path, corpus: Corpus, n: int, chunk: int = 2000) -> tuple[Home, dict[str, Any]]:
+    """`import` of n memories (signed log, group commit, projections, WordLlama vectors) beside FTS5.
+
+    Interleaved, so both see the same machine: the memories are cut into
+    files of `chunk` lines; each is imported (one call, one batch) right after
+    FTS5 took the same titles and contents (one INSERT each, in one
+    transaction). FTS5's `optimize` at the end is counted on its side.
+    Returns the home too.
+    """
+    root = work / f"ingest{n}"
+    init_home(root, key_name="bench")
+    home = Home(root)
+    os.environ.pop("MNEMOLOG_EMBED", None)  # the default embedder, as a new home has it
+    db = sqlite3.connect(work / f"ingest{n}.sqlite")
+    db.execute(
+        "CREATE VIRTUAL TABLE f USING fts5(title, content, tokenize='porter unicode61 remove_diacritics 2')"
+    )
+    ours_s = fts_s = 0.0
+    embedded = 0
+    with Substrate.open(home, long_lived=True, worker=False) as s:
+        s.embedding_status()  # open the home (the embedder loads on the first batch, timed)
+        for lo in range(0, n, chunk):
+            ids = range(lo, min(lo + chunk, n))
+            src = work / "chunk.jsonl"
+            with src.open("w") as f:
+                for i in ids:
+                    e = corpus.event(i)
+                    f.write(json.dumps({k: e[k] for k in ("namespace", "kind", "title", "content", "tags")}))
+                    f.write("\n")
+            rows = [corpus.doc(i) for i in ids]
+            t0 = time.perf_counter()
+            for title, content in rows:
+                db.execute("INSERT INTO f(title, content) VALUES (?, ?)", [title, content])
+            db.commit()
+            fts_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            report = s.import_jsonl(src, progress=False, batch=chunk)
+            ours_s += time.perf_counter() - t0
+            embedded += report["embedded"]
+    t0 = time.perf_counter()
+    db.execute("INSERT INTO f(f) VALUES ('optimize')")
+    db.commit()
+    fts_s += time.perf_counter() - t0
+    db.close()
+    return home, {
+        "memories": n,
+        "import_s": round(ours_s, 2),
+        "fts5_s": round(fts_s, 2),
+        "import_per_s": round(n / ours_s, 1),
+        "fts5_per_s": round(n / fts_s, 1),
+        "rate_ratio": round(fts_s / ours_s, 4),
+        "embedded": embedded,
+        "what": "mnemolog import in files of 2,000 lines, each right after FTS5 took the same rows "
+        "(parse and check every line, WordLlama embedding into the cache, signed entries with one "
+        "group commit per file, fold with the bulk tokenizer, vectors), in a long-lived Substrate; "
+        "FTS5: one INSERT per memory, a transaction per chunk, optimize at the end",
+    }
+
+
+def hybrid_vs_bm25(home: Home, queries: list[str]) -> dict[str, Any]:
+    """Hybrid recall beside BM25 recall on one home whose memories all have vectors, interleaved."""
+    bm: list[float] = []
+    hy: list[float] = []
+    with Substrate.open(home, long_lived=True, worker=False) as s:
+        s.embed_pending()
+        for q in queries[:5]:
+            s.recall(q, mode="hybrid")
+            s.recall(q, mode="bm25")
+        for q in queries:
+            s.embedding._queries.clear()  # the query's embedding is part of a hybrid recall
+            t0 = time.perf_counter()
+            s.recall(q, limit=10, mode="bm25")
+            bm.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            s.recall(q, limit=10, mode="hybrid")
+            hy.append(time.perf_counter() - t0)
+        st = s.embedding_status()
+    b, h = ms(bm), ms(hy)
+    return {
+        "bm25": b,
+        "hybrid": h,
+        "p50_ratio": round(h["p50_ms"] / b["p50_ms"], 3),
+        "vectors": st["vectors"],
+        "hnsw": st["vectors"] >= 20_000,
+        "hybrid_measures": "Substrate.recall(mode=hybrid): the query embedded (WordLlama), BM25 top 50, "
+        "vector top 50 (exact scan below 20,000 vectors, HNSW above), exact cosines, fusion, rows",
+    }
+
+
 # -- main ------------------------------------------------------------------------------------------
 
 
@@ -338,6 +491,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     ap.add_argument("--dir", help="work directory (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument(
+        "--recall-only", action="store_true", help="only recall at 10k and 100k (no store, rebuild)"
+    )
+    ap.add_argument(
+        "--ingest",
+        type=int,
+        default=None,
+        metavar="N",
+        help="only: import N memories beside FTS5, then hybrid beside BM25 recall on them",
+    )
     ap.add_argument("--child-rebuild", help=argparse.SUPPRESS)
     ap.add_argument("--child-bound", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -365,6 +528,29 @@ def main(argv: list[str] | None = None) -> int:
         },
         "targets": TARGETS,
     }
+    if args.ingest:
+        try:
+            log(f"import of {args.ingest} memories beside FTS5")
+            home, out["ingest"] = ingest_vs_fts5(work, corpus, args.ingest)
+            log("hybrid beside bm25 recall")
+            out["hybrid"] = hybrid_vs_bm25(home, corpus.queries(nq))
+            out["met"] = {
+                "ingest >= 1/3 of FTS5": out["ingest"]["rate_ratio"] >= 1 / 3,
+                "hybrid p50 <= 2 x bm25": out["hybrid"]["p50_ratio"] <= 2.0,
+            }
+        finally:
+            if not args.keep and not args.dir:
+                shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps(out))
+        return 0
+    if args.recall_only:
+        try:
+            out["recall_sizes"] = recall_sizes(work, corpus, (10_000, large), nq)
+        finally:
+            if not args.keep and not args.dir:
+                shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps(out))
+        return 0
     try:
         log(f"homes of {small} and {large} memories")
         h_small, prep_small = make_home(work / "small", corpus, small)

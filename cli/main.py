@@ -69,11 +69,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "atomise_commands:atomise",
         "Split a long memory into 2-10 atoms; the parent is archived, the atoms recall in its place.",
     ),
+    "embeddings": ("embedding_commands:embeddings_group", "The home's embedding model and its vectors."),
     "export-forensic-bundle": (
         "bundle_commands:export_forensic_bundle",
         "Write a sparse, signed, offline-verifiable bundle of everything about one memory.",
     ),
     "get": ("memory_commands:get", "Show one memory with its links."),
+    "import": (
+        "memory_commands:import_cmd",
+        "Store the memories of a JSON Lines FILE: every line checked first, then written in batches.",
+    ),
     "init": ("log_commands:init", "Create a home: key, genesis entry, first checkpoint."),
     "key": ("log_commands:key_group", "The signing key and its history."),
     "link": ("memory_commands:link", "Draw an edge SRC -> DST."),
@@ -92,13 +97,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "memory_commands:rebuild",
         "Drop every projection and replay the whole log (refused over a rolled-back log).",
     ),
-    "recall": ("memory_commands:recall", "Rank memories by BM25 over title and content; any term may match."),
+    "recall": (
+        "memory_commands:recall",
+        "Rank memories for a question: BM25 over title, tags and content, vectors, or both fused.",
+    ),
     "replay": (
         "bundle_commands:replay",
         "Rebuild a home from a `log export` that starts at seq 0, verified on the way in.",
     ),
     "restore": ("memory_commands:restore", "Undo an archive (operator's or atomisation's)."),
-    "search": ("memory_commands:search", "Memories containing every keyword as a word, ranked by BM25."),
+    "search": (
+        "memory_commands:search",
+        "Memories holding every keyword as a word (of title, tags or content), ranked by BM25.",
+    ),
     "serve": ("http_commands:serve", "Serve the local HTTP API (loopback unless [http] token is set)."),
     "stats": ("memory_commands:stats", "Counts of memories, links, events and the index."),
     "store": ("memory_commands:store", "Store TEXT (or standard input with '-') as a memory."),

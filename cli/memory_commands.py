@@ -1,10 +1,12 @@
-"""Memory commands: store, get, update, link, archive, restore, recall, search, list, stats, rebuild."""
+"""Memory commands: store, get, update, link, archive, restore, recall, search, list, stats,
+import, rebuild."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -15,6 +17,7 @@ from mnemolog.eventlog.errors import BadInput
 from mnemolog.eventlog.vocabulary_knowledge import STATUSES
 from mnemolog.substrate.api import MAX_CONTENT_BYTES, Substrate
 from mnemolog.substrate.events import KINDS, RELATIONS
+from mnemolog.substrate.importer import ImportFailed
 
 
 @contextmanager
@@ -158,6 +161,8 @@ def store(
     extra = ""
     if m.get("atomise_mode"):
         extra = f" (auto-atomise {m['atomise_mode']}: {m.get('atomise_outcome')})"
+    if m.get("embedding") == "pending":
+        extra += " (embedding pending: `mnemolog embeddings sync` when the embedder is back)"
     ctx.emit({"memory": m}, f"stored {m['id']}{extra}")
 
 
@@ -263,49 +268,118 @@ def restore(ctx: Ctx, memory_id: str, reason: str | None) -> None:
     ctx.emit({"memory": m}, f"restored {memory_id}")
 
 
-def _query_command(name: str, doc: str) -> Any:
-    @click.command(name, help=doc)
-    @click.argument("query")
-    @filter_options
-    @json_option
-    @click.pass_obj
-    def cmd(
-        ctx: Ctx,
-        query: str,
-        limit: int,
-        include_archived: bool,
-        tags: tuple[str, ...],
-        kinds: tuple[str, ...],
-        exact_namespace: bool,
-        namespace: str | None,
-        project: str | None,
-        domains: tuple[str, ...],
-        statuses: tuple[str, ...],
-    ) -> None:
-        with opened(ctx) as s:
-            fn = s.recall if name == "recall" else s.search
-            results = fn(
-                query,
-                limit=limit,
-                namespace=namespace,
-                descendants=not exact_namespace,
-                kinds=kinds,
-                tags=tags,
-                include_archived=include_archived,
-                statuses=statuses or ("active",),
-                project=project,
-                domains=domains,
-            )
-        ctx.emit(
-            {"query": query, "results": results},
-            lambda: tables.memories(results, "(no matches)"),
+def explain_line(e: Mapping[str, Any]) -> str:
+    parts = []
+    if e.get("bm25_rank") is not None:
+        parts.append(f"bm25 #{e['bm25_rank']} ({e['bm25_score']:.3f})")
+    if e.get("vector_rank") is not None:
+        parts.append(f"vector #{e['vector_rank']} (cosine {1.0 - e['cosine_distance']:.3f})")
+    if e.get("mode") == "hybrid":
+        parts.append(f"fused {e['fused_score']:.5f}")
+    return "         " + "  ".join(parts)
+
+
+def explained(results: Sequence[Mapping[str, Any]]) -> str:
+    """The results with each one's explain line: under its line in plain text, after a table."""
+    if not results or not tables.to_terminal():
+        lines = []
+        for m in results:
+            lines.append(tables.memory_line(m))
+            if "explain" in m:
+                lines.append(explain_line(m["explain"]))
+        return "\n".join(lines) or "(no matches)"
+    notes = [f"{m['id']}{explain_line(m['explain'])}" for m in results if "explain" in m]
+    return "\n".join([tables.memories(results, "(no matches)"), "", *notes])
+
+
+@click.command("recall")
+@click.argument("query")
+@filter_options
+@click.option(
+    "--mode",
+    type=click.Choice(["bm25", "vector", "hybrid"]),
+    default=None,
+    help="How to rank (default: hybrid when the home embeds, else bm25).",
+)
+@click.option("--explain", is_flag=True, help="Show each result's BM25 and vector ranks and the fused score.")
+@json_option
+@click.pass_obj
+def recall(
+    ctx: Ctx,
+    query: str,
+    limit: int,
+    include_archived: bool,
+    tags: tuple[str, ...],
+    kinds: tuple[str, ...],
+    exact_namespace: bool,
+    namespace: str | None,
+    project: str | None,
+    domains: tuple[str, ...],
+    statuses: tuple[str, ...],
+    mode: str | None,
+    explain: bool,
+) -> None:
+    """Rank memories for a question: BM25 over title, tags and content, vectors, or both fused."""
+    with opened(ctx) as s:
+        report = s.recall_report(
+            query,
+            limit=limit,
+            namespace=namespace,
+            descendants=not exact_namespace,
+            kinds=kinds,
+            tags=tags,
+            include_archived=include_archived,
+            statuses=statuses or ("active",),
+            project=project,
+            domains=domains,
+            mode=mode,  # type: ignore[arg-type]
+            explain=explain,
         )
+    if report["fallback"]:
+        ctx.info(f"mnemolog: recall used {report['mode']}: {report['fallback']}")
+    results = report["results"]
 
-    return cmd
+    def text() -> str:
+        if explain:
+            return explained(results)
+        return tables.memories(results, "(no matches)")
+
+    ctx.emit({"query": query, **report}, text)
 
 
-recall = _query_command("recall", "Rank memories by BM25 over title and content; any term may match.")
-search = _query_command("search", "Memories containing every keyword as a word, ranked by BM25.")
+@click.command("search")
+@click.argument("query")
+@filter_options
+@json_option
+@click.pass_obj
+def search(
+    ctx: Ctx,
+    query: str,
+    limit: int,
+    include_archived: bool,
+    tags: tuple[str, ...],
+    kinds: tuple[str, ...],
+    exact_namespace: bool,
+    namespace: str | None,
+    project: str | None,
+    domains: tuple[str, ...],
+    statuses: tuple[str, ...],
+) -> None:
+    """Memories holding every keyword as a word (of title, tags or content), ranked by BM25."""
+    with opened(ctx) as s:
+        results = s.search(
+            query,
+            limit=limit,
+            namespace=namespace,
+            descendants=not exact_namespace,
+            kinds=kinds,
+            tags=tags,
+            include_archived=include_archived,
+            statuses=statuses or ("active",),
+            project=project,
+            domains=domains,
+        )
+    ctx.emit({"query": query, "results": results}, lambda: tables.memories(results, "(no matches)"))
 
 
 @click.command("list")
@@ -354,6 +428,31 @@ def stats(ctx: Ctx) -> None:
     ctx.emit({"stats": st}, lambda: tables.stats(st))
 
 
+@click.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--skip-existing", is_flag=True, help="Skip lines whose id is stored already (resume a run).")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=2000, help="Memories per group commit.")
+@json_option
+@click.pass_obj
+def import_cmd(ctx: Ctx, file: Path, skip_existing: bool, batch: int) -> None:
+    """Store the memories of a JSON Lines FILE: every line checked first, then written in batches."""
+    with opened(ctx) as s:
+        try:
+            r = s.import_jsonl(file, skip_existing=skip_existing, batch=batch, progress=None)
+        except ImportFailed as exc:
+            if not ctx.json:
+                for b in exc.details["bad_lines"]:
+                    ctx.info(f"mnemolog: {file}:{b['line']}: {b['message']}")
+            raise
+    warn(ctx, r)
+    ctx.emit(
+        {"import": r},
+        f"imported {r['imported']} memories from {r['lines']} lines in {r['batches']} batches"
+        + (f" ({r['skipped_existing']} already stored)" if r["skipped_existing"] else "")
+        + (f"; {r['pending']} wait for their vectors" if r["pending"] else ""),
+    )
+
+
 @click.command()
 @click.option(
     "--accept-rollback",
@@ -381,4 +480,4 @@ def rebuild(ctx: Ctx, accept_rollback: bool) -> None:
     ctx.emit(r, text)
 
 
-COMMANDS = [store, get, update, link, archive, restore, recall, search, list_cmd, stats, rebuild]
+COMMANDS = [store, get, update, link, archive, restore, recall, search, list_cmd, stats, import_cmd, rebuild]

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_STATUS",
     "DOCUMENT_INGESTED",
     "DOCUMENT_REMOVED",
+    "EMBEDDER_CONFIGURED",
     "EXTRACTION_FAILED",
     "FIRST_TOUCH",
     "HEADS_COMMITTED",
@@ -154,6 +155,7 @@ def status_after(event_type: str, current: str | None) -> str | None:
 DOCUMENT_INGESTED: Final = "document.ingested"
 DOCUMENT_REMOVED: Final = "document.removed"
 CONTEXT_BUILT: Final = "context.built"
+EMBEDDER_CONFIGURED: Final = "embedder.configured"
 
 # -- the memory model ------------------------------------------------------------
 
@@ -298,6 +300,7 @@ NO_TOUCHES: set[str] = {
     LOG_ROLLBACK_ACCEPTED,
     DOCUMENT_INGESTED,
     DOCUMENT_REMOVED,
+    EMBEDDER_CONFIGURED,
 }
 
 # The knowledge loop. An interaction's id is touched like a

@@ -22,6 +22,7 @@ milliseconds, and the caller's catch-up brings the tables up to the log.
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import sys
 import threading
@@ -43,17 +44,30 @@ ROW_GROUP_SIZE = 16_384
 YIELD_MAX_S = 5.0
 
 
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """A finder that answers "no such module" for pandas before the path finders search."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname.partition(".")[0] == "pandas":
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+
+
 def _fail_fast_missing_pandas() -> None:
     """Make DuckDB's per-parameter `import pandas` attempt fail without a search of sys.path.
 
     The Python binding tries to import pandas for every parameter it binds;
     when pandas is not installed, each failed import walks sys.path again,
-    which cost 0.35 ms per statement, a third of a store. A None entry in
-    sys.modules is Python's own way to say "not importable": the import
-    fails at once, exactly as it would have failed anyway.
+    which cost 0.35 ms per statement, a third of a store. A finder placed
+    first on sys.meta_path refuses pandas at once, exactly as the search
+    would have refused it.
+
+    Not a None entry in sys.modules, Python's other way to say "not
+    importable": pyarrow's pandas check, run the first time it converts a
+    numpy array, reads `__version__` from what the import returned and breaks
+    on None; and priming pyarrow first would import it on every read.
     """
     if "pandas" not in sys.modules and importlib.util.find_spec("pandas") is None:
-        sys.modules["pandas"] = None  # type: ignore[assignment]
+        sys.meta_path.insert(0, _NoPandas())
 
 
 _fail_fast_missing_pandas()
@@ -80,6 +94,25 @@ def load_fts(conn: duckdb.DuckDBPyConnection) -> None:
     except duckdb.Error as exc:
         raise StorageError(
             "cannot load DuckDB's fts extension; install duckdb-extension-fts "
+            f"matching duckdb {duckdb.__version__}: {exc}"
+        ) from exc
+
+
+def load_vss(conn: duckdb.DuckDBPyConnection) -> None:
+    """Load the vss extension (HNSW indexes, array distances) from the duckdb-extension-vss wheel.
+
+    Loaded before any file is attached: a database holding an HNSW index can
+    only be opened by an instance that knows the index type.
+    """
+    path = _extension_path("duckdb_extension_vss", "vss")
+    try:
+        conn.execute(f"LOAD '{path}'" if path is not None else "LOAD vss")
+        # HNSW indexes live in the projection file; mnemolog never trusts one across a crash
+        # (projections/vectors.py checks and rebuilds it from the stored vectors).
+        conn.execute("SET hnsw_enable_experimental_persistence = true")
+    except duckdb.Error as exc:
+        raise StorageError(
+            "cannot load DuckDB's vss extension; install duckdb-extension-vss "
             f"matching duckdb {duckdb.__version__}: {exc}"
         ) from exc
 
@@ -220,6 +253,7 @@ class ProjectionStore:
             base = duckdb.connect(":memory:", config=config)
             try:
                 load_fts(base)
+                load_vss(base)
                 if self.on_connect is not None:
                     self.on_connect(base)
             except BaseException:

@@ -32,8 +32,9 @@ from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import StorageError, VerificationError
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import schema
+from mnemolog.projections import bm25, schema, vectors
 from mnemolog.projections.db import ProjectionStore
+from mnemolog.projections.embed_cache import EmbedCache
 from mnemolog.projections.fold import Fold, IndexStats, RepeatedId, Upcast
 from mnemolog.projections.text import install_macros
 
@@ -115,6 +116,9 @@ class Projections:
         self.upcast = upcast
         self.progress = progress
         self._known: tuple[int, State] | None = None
+        # (attachment, seq) up to which the vector tables were last made to follow the memories.
+        self._followed: tuple[int, int] | None = None
+        self.cache = EmbedCache(directory)
         self.store = ProjectionStore(
             directory,
             on_connect=install_macros,
@@ -125,6 +129,7 @@ class Projections:
         )
 
     def _on_attach(self, conn: duckdb.DuckDBPyConnection) -> None:
+        vectors.attached(conn)
         # A new file, or one of another schema version: start it over (catch-up fills it).
         st = read_state(conn)
         if st is None or st.version != schema.SCHEMA_VERSION:
@@ -144,6 +149,16 @@ class Projections:
 
     def close(self) -> None:
         self.store.close()
+        self.cache.close()
+
+    def follow_vectors(self, conn: duckdb.DuckDBPyConnection, seq: int) -> vectors.SyncResult:
+        """Bring the vector tables up to the memories at `seq` (once per attachment and seq)."""
+        key = (self.store.attachments, seq)
+        if self._followed == key:
+            return vectors.SyncResult()
+        result = vectors.follow(conn, self.cache)
+        self._followed = key
+        return result
 
     @contextmanager
     def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -206,6 +221,8 @@ class Projections:
         self._check(st, size)
         start = st.last_seq + 1
         if start >= size:
+            bm25.note_position(conn, (st.last_seq, st.log_id, st.stats.docs, st.stats.total_len))
+            self.follow_vectors(conn, st.last_seq)
             return 0
         prog = Progress(
             "replaying log", size - start, enabled=self.progress if size - start > 10_000 else False
@@ -228,9 +245,15 @@ class Projections:
                 prog.advance(hi - lo)
         except BaseException:
             self._known = None
+            bm25.note_position(conn, None)
             raise
         finally:
             prog.close()
+        known = self._known[1] if self._known else None
+        if known is not None:
+            # Recall reads the position from here instead of asking proj_state again.
+            bm25.note_position(conn, (known.last_seq, known.log_id, known.stats.docs, known.stats.total_len))
+            self.follow_vectors(conn, known.last_seq)
         return applied
 
     def _apply_batch(
@@ -276,6 +299,7 @@ class Projections:
         conn.execute("BEGIN TRANSACTION")
         try:
             schema.drop_all(conn)
+            vectors.distrust_index(conn)  # the vector tables went too
             schema.create(conn)
             conn.execute(
                 "INSERT INTO proj_state VALUES (?, ?, ?, ?, 0, 0, 0, 0, ?)",

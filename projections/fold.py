@@ -54,7 +54,7 @@ from mnemolog.eventlog.vocabulary import (
 from mnemolog.projections import knowledge_fold
 from mnemolog.projections.context import store as context_store
 from mnemolog.projections.schema import visible
-from mnemolog.projections.text import ONE_DOC_POSTINGS, TITLE_WEIGHT, drop_staged, stage_postings
+from mnemolog.projections.text import ONE_DOC_POSTINGS, doc_text_py, drop_staged, stage_postings
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -121,11 +121,6 @@ def canonical_json(value: Any) -> str:
     return json.dumps(
         to_jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
     )
-
-
-def _doc_text(title: str | None, content: str) -> str:
-    """The text `text.doc_text` builds in SQL, built here for a parameter."""
-    return " ".join([title or ""] * TITLE_WEIGHT + [content])
 
 
 @dataclass
@@ -305,18 +300,18 @@ class Fold:
         conn = self.conn
         if conn.execute("SELECT 1 FROM memories WHERE id = ?", [row[0]]).fetchone():
             return  # a repeated id: the first store wins
-        dl = self._add_postings(row[-1], row[3], row[4])
+        dl = self._add_postings(row[-1], row[3], row[5], row[4])
         conn.execute(
             f"INSERT INTO memories ({_INSERT_COLS}) VALUES ({_MEMORY_PARAMS}, ?, ?)", [*row, row[-1], dl]
         )
         self.stats.docs += 1
         self.stats.total_len += dl
 
-    def _add_postings(self, doc: int, title: str | None, content: str) -> int:
+    def _add_postings(self, doc: int, title: str | None, tags: list[str], content: str) -> int:
         """Index one memory's text; returns its length in terms."""
         rows = self.conn.execute(
             f"INSERT INTO postings_delta {ONE_DOC_POSTINGS} RETURNING dl",
-            [_doc_text(title, content), doc],
+            [doc_text_py(title, tags, content), doc],
         ).fetchall()
         self.stats.delta_rows += len(rows)
         return int(rows[0][0]) if rows else 0
@@ -368,7 +363,12 @@ class Fold:
         drop_staged(conn)
 
     def _replace_text(
-        self, doc: int, old: tuple[str | None, str, int], title: str | None, content: str
+        self,
+        doc: int,
+        old: tuple[str | None, list[str], str, int],
+        title: str | None,
+        tags: list[str],
+        content: str,
     ) -> int:
         """Re-index a memory whose text changed; returns the new length in terms.
 
@@ -377,7 +377,9 @@ class Fold:
         groups are found by their zone maps.
         """
         conn = self.conn
-        got = conn.execute("SELECT list_distinct(ml_doc_terms(?, ?))", [old[0], old[1]]).fetchone()
+        got = conn.execute(
+            "SELECT list_distinct(ml_doc_terms(?, ?::VARCHAR[], ?))", [old[0], old[1], old[2]]
+        ).fetchone()
         terms: list[str] = list(got[0] or []) if got else []
         row = conn.execute("DELETE FROM postings_delta WHERE doc = ?", [doc]).fetchone()
         self.stats.delta_rows -= int(row[0]) if row else 0
@@ -388,8 +390,8 @@ class Fold:
             else:
                 row = conn.execute("DELETE FROM postings WHERE doc = ?", [doc]).fetchone()
             self.stats.main_rows -= int(row[0]) if row else 0
-        dl = self._add_postings(doc, title, content)
-        self.stats.total_len += dl - old[2]
+        dl = self._add_postings(doc, title, tags, content)
+        self.stats.total_len += dl - old[3]
         return dl
 
     # -- handlers --------------------------------------------------------------
@@ -444,7 +446,7 @@ class Fold:
         self.flush()
         mid = read_id(d.get("id"))
         row = self.conn.execute(
-            "SELECT metadata, title, content, stored_seq, doc_len FROM memories WHERE id = ?", [mid]
+            "SELECT metadata, title, content, stored_seq, doc_len, tags FROM memories WHERE id = ?", [mid]
         ).fetchone()
         if row is None:
             return
@@ -464,9 +466,11 @@ class Fold:
         if seen is not None:
             sets.append("last_seen = ?")
             args.append(seen)
-        if isinstance(d.get("tags"), list):
+        old_tags = list(row[5] or [])
+        tags = read_tags(d["tags"]) if isinstance(d.get("tags"), list) else old_tags
+        if tags != old_tags:
             sets.append("tags = ?::VARCHAR[]")
-            args.append(read_tags(d["tags"]))
+            args.append(tags)
         if isinstance(d.get("project"), str):
             sets.append("project = ?")
             args.append(self.canonical_project(d["project"]) if d["project"] else "")
@@ -478,8 +482,10 @@ class Fold:
             args.append(canonical_json(merge_metadata(json.loads(row[0]), d["metadata"])))
         title = str(d["title"]) if d.get("title") is not None else row[1]
         content = str(d["content"]) if d.get("content") is not None else row[2]
-        if title != row[1] or content != row[2]:
-            dl = self._replace_text(int(row[3]), (row[1], row[2], int(row[4])), title, content)
+        if title != row[1] or content != row[2] or tags != old_tags:
+            dl = self._replace_text(
+                int(row[3]), (row[1], old_tags, row[2], int(row[4])), title, tags, content
+            )
             sets += ["title = ?", "content = ?", "doc_len = ?"]
             args += [title, content, dl]
         self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])
@@ -580,6 +586,22 @@ class Fold:
         self.flush()
         context_store.fold_pack(self.conn, e.seq, e.ts, d)
 
+    def embedder(self, e: Entry, d: dict[str, Any]) -> None:
+        """embedder.configured: the home's embedding model from this seq on (read totally)."""
+        dim = read_int(d.get("dim"), v.INT32)
+        self.conn.execute(
+            "INSERT INTO embedders VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                e.seq,
+                read_str(d.get("kind")) or "",
+                read_str(d.get("model")),
+                read_str(d.get("version")),
+                dim if dim is not None and dim > 0 else None,
+                read_str(d.get("model_id")),
+                e.ts,
+            ],
+        )
+
     def migration(self, e: Entry, d: dict[str, Any]) -> None:
         self.buf.migrations.append((e.seq, e.type, str(d.get("run_id", "")), canonical_json(d), e.ts))
         size = read_int(d.get("snapshot_size"))
@@ -615,7 +637,7 @@ class Fold:
         for _, mid, before_json in rows:
             b = json.loads(before_json)
             cur = self.conn.execute(
-                "SELECT title, content, stored_seq, doc_len FROM memories WHERE id = ?", [mid]
+                "SELECT title, content, stored_seq, doc_len, tags FROM memories WHERE id = ?", [mid]
             ).fetchone()
             if cur is None:
                 continue
@@ -629,9 +651,10 @@ class Fold:
                 b["source"], b["metadata"], b["last_seen"], b["updated_at"], b["last_event_seq"],
                 b["project"], b["domains"],
             ]  # fmt: skip
-            if b["title"] != cur[0] or b["content"] != cur[1]:
-                old = (cur[0], cur[1], int(cur[3]))
-                dl = self._replace_text(int(cur[2]), old, b["title"], b["content"])
+            cur_tags = list(cur[4] or [])
+            if b["title"] != cur[0] or b["content"] != cur[1] or list(b["tags"] or []) != cur_tags:
+                old = (cur[0], cur_tags, cur[1], int(cur[3]))
+                dl = self._replace_text(int(cur[2]), old, b["title"], list(b["tags"] or []), b["content"])
                 sets.append("doc_len = ?")
                 args.append(dl)
             self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])
@@ -670,6 +693,7 @@ _HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {
     v.ATOMISATION_REQUESTED: Fold.atomisation,
     v.ATOMISATION_COMPLETED: Fold.atomisation,
     v.ATOMISATION_FAILED: Fold.atomisation,
+    v.EMBEDDER_CONFIGURED: Fold.embedder,
     v.MIGRATION_STARTED: Fold.migration,
     v.MIGRATION_COMPLETED: Fold.migration,
     v.MIGRATION_ROLLED_BACK: Fold.migration,

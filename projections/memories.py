@@ -2,9 +2,10 @@
 
 `Memory` is a TypedDict, so callers that index a memory by key (`m["id"]`)
 keep working and a type checker knows every field. Reads add optional keys:
-`links` (get), `score` (recall, search); writes add `warnings` (what post
-hooks reported) and, for a store under an auto-atomise policy, the
-`atomise_*` keys.
+`links` (get), `score` (recall, search), `explain` (recall's ranks, on
+request); writes add `warnings` (what post hooks reported), `embedding`
+(what embed-on-insert did) and, for a store under an auto-atomise policy,
+the `atomise_*` keys.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ class Memory(TypedDict):
     atomisation: NotRequired[dict[str, Any]]
     candidate: NotRequired[dict[str, Any]]  # what extraction and triage said (candidates list)
     decayed_confidence: NotRequired[float]  # confidence at the clock of the read (decay run)
+    embedding: NotRequired[str]
+    explain: NotRequired[dict[str, Any]]
 
 
 def row_to_memory(row: tuple[Any, ...]) -> Memory:

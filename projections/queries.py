@@ -178,3 +178,16 @@ def migration_undo_ids(conn: duckdb.DuckDBPyConnection, snapshot_size: int) -> l
         "SELECT DISTINCT memory_id FROM migration_undo WHERE seq >= ? ORDER BY memory_id", [snapshot_size]
     ).fetchall()
     return [str(r[0]) for r in rows]
+
+
+def existing_ids(conn: duckdb.DuckDBPyConnection, ids: Collection[str]) -> set[str]:
+    """Which of these ids the memories table holds."""
+    out: set[str] = set()
+    wanted = list(ids)
+    for lo in range(0, len(wanted), 10_000):
+        part = wanted[lo : lo + 10_000]
+        rows = conn.execute(
+            "SELECT id FROM memories WHERE id IN (SELECT unnest(?::VARCHAR[]))", [part]
+        ).fetchall()
+        out.update(r[0] for r in rows)
+    return out

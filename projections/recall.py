@@ -1,29 +1,19 @@
 """Read queries over the projection: recall (BM25, any term), search (all keywords), list, get.
 
-BM25 (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5))) is
-computed in SQL over the inverted index. N, the average document length and
-df are over every stored memory (archived ones too) with its current text,
-so scores depend on the memories, never on the physical state of the index
-(what is in the delta, whether compaction has run).
+BM25 itself (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5)))
+is `bm25.score`, a pure function over posting arrays; this module parses
+queries, reads postings (from the tables or the connection's copy of the
+index, see projections/bm25.py), applies filters and fetches rows. N, the
+average document length and df are over every stored memory (archived ones
+too) with its current text, so scores depend on the memories, never on the
+physical state of the index (what is in the delta, whether compaction has
+run, whether a copy served the query). Scores are exact integers multiples
+of 1/SCORE_SCALE; ties break by the newest memory first (stored_seq).
 
-Scores are exact: each term's contribution is rounded to a multiple of
-1/SCORE_SCALE, i.e. an integer once scaled, and sums of integers below 2^53
-are exact in floating point in any order. So a score does not depend on the
-order a parallel aggregate happens to add in (float addition is otherwise
-not associative): an incremental catch-up and a rebuild give bit-identical
-scores. (A contribution is at most (k1 + 1) * ln(1 + 2N) < 50 for any N a
-home can hold, and a query has at most MAX_QUERY_TERMS terms: 64 * 50 *
-SCORE_SCALE is far below 2^53.) Ties break by the newest memory first (its
-stored_seq, which is unique), as `list` orders.
-
-A query runs in two steps: its terms (the tokenizer macro), then the scoring
-with those terms as constants, which lets DuckDB skip to the row groups of
-the sorted postings that hold them; the rows of the top k are fetched last
-(by stored_seq, which the memories table is in the order of, then by id).
-The archive guard is applied before the top k is cut, as an anti-join with
-`hidden` (the memories the guard hides, usually few) when it is the only
-filter, so an unfiltered recall never reads the memories table beyond its k
-rows; other filters select the allowed memories with the guard itself.
+The archive guard is applied before the top k is cut: with nothing but the
+guard, the hidden docs (usually few) are left out of the scores; other
+filters are checked on the ranked candidates, a growing chunk at a time, so
+a recall never reads the memories table beyond what it returns.
 
 Reads have no side effects: no access counters, no "last recalled" stamps.
 """
@@ -31,13 +21,18 @@ Reads have no side effects: no access counters, no "last recalled" stamps.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+import numpy as np
 
+from mnemolog.projections import bm25
 from mnemolog.projections.memories import MEMORY_FIELDS, MEMORY_SELECT, Edge, Links, Memory, row_to_memory
 from mnemolog.projections.schema import visible
+from mnemolog.projections.text import MAX_TERM_LEN, STOP_WORDS, doc_text
 
 __all__ = [
     "MEMORY_FIELDS",
@@ -48,15 +43,16 @@ __all__ = [
     "list_memories",
     "query_terms",
     "query_words",
+    "rank_bm25",
     "recall",
     "row_to_memory",
     "search",
     "stats",
 ]
 
-K1 = 1.2
-B = 0.75
-SCORE_SCALE = 10**11
+K1 = bm25.K1
+B = bm25.B
+SCORE_SCALE = bm25.SCORE_SCALE
 MAX_QUERY_TERMS = 64
 
 
@@ -139,8 +135,70 @@ def query_words(conn: duckdb.DuckDBPyConnection, text: str) -> list[str]:
     return _distinct(row[0] if row else None)
 
 
-def _restriction(filters: Filters) -> tuple[str, list[Any]]:
-    """A join (on postings `l`) that keeps only postings of memories the filters allow."""
+@dataclass(frozen=True)
+class Parsed:
+    """A query's terms and words, and the projection's position when it was read."""
+
+    terms: list[str]
+    words: list[str]
+    position: bm25.Position
+
+
+_ASCII_WORD = re.compile("[a-z0-9]+")
+_STOP = frozenset(STOP_WORDS)
+_stems: dict[str, str] = {}
+MAX_STEMS = 200_000
+
+
+def ascii_words(text: str) -> list[str] | None:
+    """`ml_words` of an ASCII text, computed here; None for any other text.
+
+    In ASCII the separator class is exactly "not a letter or a digit" and
+    lowercasing is the same everywhere, so the words are the runs of [a-z0-9]
+    (a test holds this to the macro). Beyond ASCII, lowercasing and accent
+    stripping are left to the macro alone.
+    """
+    if not text.isascii():
+        return None
+    return [w for w in _ASCII_WORD.findall(text.lower()) if len(w) <= MAX_TERM_LEN]
+
+
+def _stem_all(conn: duckdb.DuckDBPyConnection, words: list[str]) -> None:
+    """Put the stems of these words in the cache (a stem is a pure function of its word)."""
+    missing = [w for w in dict.fromkeys(words) if w not in _stems]
+    if not missing:
+        return
+    row = conn.execute("SELECT list_transform(?::VARCHAR[], w -> stem(w, 'english'))", [missing]).fetchone()
+    if len(_stems) + len(missing) > MAX_STEMS:
+        _stems.clear()
+    _stems.update(zip(missing, row[0] if row else missing, strict=True))
+
+
+def parse(conn: duckdb.DuckDBPyConnection, text: str) -> Parsed:
+    """Terms, words and the projection's position, with as few statements as possible.
+
+    When the engine has noted the position and the query is ASCII, the words
+    are split here and the stems come from a cache (a statement only for
+    words never stemmed before); otherwise one statement asks the macros.
+    """
+    position = bm25.known_position(conn)
+    words = ascii_words(text) if position is not None else None
+    if position is not None and words is not None:
+        kept = [w for w in words if w not in _STOP]
+        _stem_all(conn, kept)
+        return Parsed(_distinct([_stems[w] for w in kept]), _distinct(words), position)
+    row = conn.execute(
+        "SELECT ml_terms(?), ml_words(?), last_seq, log_id, docs, total_len FROM proj_state", [text, text]
+    ).fetchone()
+    if row is None:
+        return Parsed([], [], (-1, b"", 0, 0))
+    return Parsed(
+        _distinct(row[0]), _distinct(row[1]), (int(row[2]), bytes(row[3]), int(row[4]), int(row[5]))
+    )
+
+
+def restriction(filters: Filters) -> tuple[str, list[Any]]:
+    """A join (on rows `l` with a `doc` column) that keeps only the memories the filters allow."""
     if filters.only_guard:
         # Only active memories, as by default: candidates, superseded and invalid ones are
         # left out by an anti-join with `inactive`, like the archived with `hidden`.
@@ -152,67 +210,120 @@ def _restriction(filters: Filters) -> tuple[str, list[Any]]:
     return f"SEMI JOIN (SELECT m.stored_seq AS doc FROM memories m WHERE {where}) r ON r.doc = l.doc", args
 
 
-def _scored(
+def _left_out(
+    conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, include_archived: bool
+) -> bm25.I64:
+    """The docs the default filters leave out: the archive guard's (unless archived ones are
+    included) and those not active. Usually few; a copy keeps them until the position moves."""
+    key = "inactive" if include_archived else "hidden_or_inactive"
+    if copy is not None and key in copy.left_out:
+        return copy.left_out[key]
+    sql = "SELECT doc FROM inactive" + ("" if include_archived else " UNION SELECT doc FROM hidden")
+    arr = np.asarray(conn.execute(sql).fetchnumpy()["doc"], dtype=np.int64)
+    if copy is not None:
+        copy.left_out[key] = arr
+    return arr
+
+
+def _allowed(conn: duckdb.DuckDBPyConnection, docs: list[int], filters: Filters) -> set[int]:
+    where, args = filters.sql("m")
+    ints = ", ".join(str(int(d)) for d in docs)
+    return {
+        int(r[0])
+        for r in conn.execute(
+            f"SELECT m.stored_seq FROM memories m WHERE m.stored_seq IN ({ints}) AND {where}", args
+        ).fetchall()
+    }
+
+
+def _filtered(
     conn: duckdb.DuckDBPyConnection,
-    terms: list[str],
-    filters: Filters,
-    *,
+    ranked: list[tuple[int, int]],
     limit: int | None,
-    require_all: bool,
+    check: Callable[[list[int]], set[int]],
 ) -> list[tuple[int, int]]:
-    """(doc, score as an integer multiple of 1/SCORE_SCALE), best first."""
-    ph = ", ".join("?" * len(terms))
-    restrict, rargs = _restriction(filters)
-    having = f"HAVING count(*) = {len(terms)}" if require_all else ""
-    cut = "LIMIT ?" if limit is not None else ""
-    sql = f"""
-        WITH st AS (
-            SELECT docs::DOUBLE AS n, greatest(total_len, 1)::DOUBLE / greatest(docs, 1) AS avgdl
-            FROM proj_state),
-        live AS MATERIALIZED (
-            SELECT term, doc, tf, dl FROM postings WHERE term IN ({ph})
-            UNION ALL
-            SELECT term, doc, tf, dl FROM postings_delta WHERE term IN ({ph})),
-        df AS (SELECT term, count(*)::DOUBLE AS df FROM live GROUP BY term),
-        scored AS (
-            SELECT l.doc,
-                   sum(round(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
-                             * l.tf * {K1 + 1}::DOUBLE
-                             / (l.tf + {K1}::DOUBLE * (1 - {B}::DOUBLE + {B}::DOUBLE * l.dl / st.avgdl))
-                             * {SCORE_SCALE}::DOUBLE)) AS score
-            FROM live l JOIN df USING (term) CROSS JOIN st
-            {restrict}
-            GROUP BY l.doc {having})
-        SELECT doc, score FROM scored ORDER BY score DESC, doc DESC {cut}"""
-    args: list[Any] = [*terms, *terms, *rargs]
-    if limit is not None:
-        args.append(limit)
-    return [(int(d), int(s)) for d, s in conn.execute(sql, args).fetchall()]
+    """The ranked docs that pass `check`, asked a growing chunk at a time in score order."""
+    passed: list[tuple[int, int]] = []
+    pos, chunk = 0, max((limit or 16) * 2, 16)
+    while pos < len(ranked) and (limit is None or len(passed) < limit):
+        part = ranked[pos : pos + chunk]
+        ok = check([d for d, _ in part])
+        passed += [x for x in part if x[0] in ok]
+        pos += len(part)
+        chunk *= 4
+    return passed if limit is None else passed[:limit]
 
 
-def _rows(conn: duckdb.DuckDBPyConnection, docs: list[int]) -> dict[int, Memory]:
+def rank_bm25(
+    conn: duckdb.DuckDBPyConnection,
+    parsed: Parsed,
+    filters: Filters,
+    limit: int | None,
+    *,
+    require_all: bool = False,
+    copy: bm25.MemoryIndex | None = None,
+) -> list[tuple[int, int]]:
+    """(doc, score as an integer multiple of 1/SCORE_SCALE) of the allowed memories, best first.
+
+    `copy` is this connection's copy of the index at the parsed position, if it has one.
+    """
+    terms = parsed.terms
+    if not terms:
+        return []
+    postings = copy.postings(terms) if copy is not None else bm25.fetch_postings(conn, terms)
+    n_docs, total_len = parsed.position[2], parsed.position[3]
+    if filters.only_guard:
+        exclude = _left_out(conn, copy, filters.include_archived)
+        return bm25.score(postings, n_docs, total_len, limit=limit, require_all=require_all, exclude=exclude)
+    ranked = bm25.score(postings, n_docs, total_len, limit=None, require_all=require_all)
+    return _filtered(conn, ranked, limit, lambda docs: _allowed(conn, docs, filters))
+
+
+MAX_CACHED_ROWS = 20_000
+
+
+def _rows(
+    conn: duckdb.DuckDBPyConnection, docs: list[int], copy: bm25.MemoryIndex | None = None
+) -> dict[int, Memory]:
     """The memories of these stored_seqs, keyed by it.
 
     Two steps, both cheap for a few rows whatever the corpus: zone maps find the
     stored_seqs (the table is in their order) and give the ids, then the primary
     key fetches the rows. A scan for the whole rows would decompress every
-    column around each match, three times slower at 100k memories.
+    column around each match, three times slower at 100k memories. A copy of
+    the index keeps the rows it has seen (until their memory is touched).
     """
     if not docs:
         return {}
-    ints = ", ".join(str(int(d)) for d in docs)
-    ids = [r[0] for r in conn.execute(f"SELECT id FROM memories WHERE stored_seq IN ({ints})").fetchall()]
-    if not ids:
-        return {}
-    rows = conn.execute(
-        f"SELECT m.stored_seq, {MEMORY_SELECT} FROM memories m WHERE m.id IN ({', '.join('?' * len(ids))})",
-        ids,
-    ).fetchall()
-    return {int(r[0]): row_to_memory(r[1:]) for r in rows}
+    raw: dict[int, tuple[Any, ...]] = {}
+    if copy is not None:
+        raw = {d: copy.rows[d] for d in docs if d in copy.rows}
+    want = [d for d in docs if d not in raw]
+    if want:
+        if copy is not None and all(d in copy.ids for d in want):
+            ids = [copy.ids[d] for d in want]
+        else:
+            ints = ", ".join(str(int(d)) for d in want)
+            sql = f"SELECT id FROM memories WHERE stored_seq IN ({ints})"
+            ids = [r[0] for r in conn.execute(sql).fetchall()]
+        if ids:
+            marks = ", ".join("?" * len(ids))
+            fetched = conn.execute(
+                f"SELECT m.stored_seq, {MEMORY_SELECT} FROM memories m WHERE m.id IN ({marks})", ids
+            ).fetchall()
+            for r in fetched:
+                raw[int(r[0])] = tuple(r[1:])
+            if copy is not None:
+                if len(copy.rows) > MAX_CACHED_ROWS:
+                    copy.rows.clear()
+                copy.rows.update((int(r[0]), tuple(r[1:])) for r in fetched)
+    return {d: row_to_memory(r) for d, r in raw.items()}
 
 
-def _with_rows(conn: duckdb.DuckDBPyConnection, ranked: list[tuple[int, int]]) -> list[tuple[Memory, float]]:
-    rows = _rows(conn, [d for d, _ in ranked])
+def with_rows(
+    conn: duckdb.DuckDBPyConnection, ranked: list[tuple[int, int]], copy: bm25.MemoryIndex | None = None
+) -> list[tuple[Memory, float]]:
+    rows = _rows(conn, [d for d, _ in ranked], copy)
     return [(rows[d], s / SCORE_SCALE) for d, s in ranked if d in rows]
 
 
@@ -220,27 +331,26 @@ def recall(
     conn: duckdb.DuckDBPyConnection, query: str, filters: Filters, limit: int = 10
 ) -> list[tuple[Memory, float]]:
     """Natural-language recall: rank by any matching term (never all-terms-must-match)."""
-    terms = query_terms(conn, query)
-    if not terms:
-        return []
-    return _with_rows(conn, _scored(conn, terms, filters, limit=limit, require_all=False))
+    parsed = parse(conn, query)
+    copy = bm25.index_for(conn, parsed.position) if parsed.terms else None
+    return with_rows(conn, rank_bm25(conn, parsed, filters, limit, copy=copy), copy)
 
 
 def search(
     conn: duckdb.DuckDBPyConnection, query: str, filters: Filters, limit: int = 10
 ) -> list[tuple[Memory, float]]:
-    """Keyword search: every keyword must appear as a whole word; ranked by BM25.
+    """Keyword search: every keyword must appear as a whole word (of the title, tags or content).
 
     The index finds the memories holding every keyword's term (stems match
     more than the words), then the words are checked on the candidates in
     score order, a growing chunk at a time, until `limit` pass.
     """
-    words = query_words(conn, query)
+    parsed = parse(conn, query)
+    words = parsed.words
     if not words:
         return []
-    terms = query_terms(conn, query)
-    check = "list_has_all(ml_words(coalesce(m.title, '') || ' ' || m.content), ?::VARCHAR[])"
-    if not terms:
+    check = f"list_has_all(ml_words({doc_text('m.title', 'm.tags', 'm.content')}), ?::VARCHAR[])"
+    if not parsed.terms:
         # Only stop words ("to be"): no index to narrow with, so scan.
         where, args = filters.sql("m")
         rows = conn.execute(
@@ -248,24 +358,21 @@ def search(
             "ORDER BY m.stored_seq DESC LIMIT ?",
             [*args, words, limit],
         ).fetchall()
-        return _with_rows(conn, [(int(r[0]), 0) for r in rows])
-    ranked = _scored(conn, terms, filters, limit=None, require_all=True)
-    passed: list[tuple[int, int]] = []
-    pos, chunk = 0, max(limit * 2, 16)
-    while pos < len(ranked) and len(passed) < limit:
-        part = ranked[pos : pos + chunk]
-        ok = {
+        return with_rows(conn, [(int(r[0]), 0) for r in rows])
+    copy = bm25.index_for(conn, parsed.position)
+    ranked = rank_bm25(conn, parsed, filters, None, require_all=True, copy=copy)
+
+    def has_words(docs: list[int]) -> set[int]:
+        return {
             int(r[0])
             for r in conn.execute(
                 f"SELECT m.stored_seq FROM memories m "
-                f"WHERE m.stored_seq IN ({', '.join('?' * len(part))}) AND {check}",
-                [*[d for d, _ in part], words],
+                f"WHERE m.stored_seq IN ({', '.join('?' * len(docs))}) AND {check}",
+                [*docs, words],
             ).fetchall()
         }
-        passed += [x for x in part if x[0] in ok]
-        pos += len(part)
-        chunk *= 4
-    return _with_rows(conn, passed[:limit])
+
+    return with_rows(conn, _filtered(conn, ranked, limit, has_words), copy)
 
 
 def get(conn: duckdb.DuckDBPyConnection, memory_id: str) -> Memory | None:

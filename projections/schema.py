@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 7  # 5 context packs, 6 the knowledge loop, 7 both
+SCHEMA_VERSION = 8  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors
 
-# The one archive guard (DESIGN §4), shared by recall, search and list. A
+# The one archive guard, shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
 # it — and then only with both signals present, so a half-finished
 # atomisation (one signal only) stays visible. It is never NULL, so
@@ -116,6 +116,9 @@ DDL = [
         seq BIGINT NOT NULL, type VARCHAR NOT NULL, run_id VARCHAR NOT NULL, detail VARCHAR NOT NULL,
         ts BIGINT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS event_counts(type VARCHAR PRIMARY KEY, n BIGINT NOT NULL)""",
+    # Every embedder.configured, in log order: the last row is the home's embedder.
+    """CREATE TABLE IF NOT EXISTS embedders(seq BIGINT NOT NULL, kind VARCHAR NOT NULL, model VARCHAR,
+        version VARCHAR, dim INTEGER, model_id VARCHAR, ts BIGINT NOT NULL)""",
     # What each migration update replaced, so a migration.rolled_back can put it back.
     """CREATE TABLE IF NOT EXISTS migration_undo(seq BIGINT NOT NULL, run VARCHAR NOT NULL,
         memory_id VARCHAR NOT NULL, before VARCHAR NOT NULL)""",
@@ -171,11 +174,14 @@ TABLES = [
     "ctx_chunk_postings",
     "ctx_packs",
     "ctx_pack_members",
+    "embedders",
     "proj_state",
 ]
 
 # Tables of earlier schema versions, dropped when a database is reset.
 RETIRED_TABLES = ["counters", "postings_new", "dead"]
+# Tables created on demand by another module (projections/vectors.py), dropped with the rest.
+OWNED_ELSEWHERE = ["vectors", "vector_meta", "vector_pending"]
 
 
 def create(conn: duckdb.DuckDBPyConnection) -> None:
@@ -185,6 +191,6 @@ def create(conn: duckdb.DuckDBPyConnection) -> None:
 
 
 def drop_all(conn: duckdb.DuckDBPyConnection) -> None:
-    """Drop every table, of this version and earlier ones."""
-    for t in TABLES + RETIRED_TABLES:
+    """Drop every table, of this version and earlier ones (the vector tables too)."""
+    for t in TABLES + RETIRED_TABLES + OWNED_ELSEWHERE:
         conn.execute(f"DROP TABLE IF EXISTS {t}")

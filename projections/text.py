@@ -21,7 +21,7 @@ each distinct word once instead of every occurrence (10 times faster on a
 rebuild); tests hold the two to the same output.
 
 Title terms count TITLE_WEIGHT times: a title is a summary, so a match there
-says more.
+says more. Tags are indexed once, like content.
 """
 
 from __future__ import annotations
@@ -316,13 +316,24 @@ def _sql_list(words: tuple[str, ...]) -> str:
     return ", ".join("'" + w.replace("'", "''") + "'" for w in sorted(set(words)))
 
 
-def doc_text(title: str, content: str) -> str:
-    """SQL for the text a document is tokenised from: the title TITLE_WEIGHT times, then the content.
+def doc_text(title: str, tags: str, content: str) -> str:
+    """SQL for the text a document is tokenised from: the title TITLE_WEIGHT times, the tags, the content.
 
     Separated by spaces, which split words, so its words are exactly those of
-    the parts: one tokenizer pass instead of one per part.
+    the parts: one tokenizer pass instead of one per part. Tags are words of
+    the memory like any other (`search flaky` finds a memory tagged `flaky`);
+    a tag such as `ci-flaky` gives the words `ci` and `flaky`.
     """
-    return " || ' ' || ".join([f"coalesce({title}, '')"] * TITLE_WEIGHT + [f"coalesce({content}, '')"])
+    parts = [f"coalesce({title}, '')"] * TITLE_WEIGHT + [
+        f"array_to_string(coalesce({tags}, []::VARCHAR[]), ' ')",
+        f"coalesce({content}, '')",
+    ]
+    return " || ' ' || ".join(parts)
+
+
+def doc_text_py(title: str | None, tags: list[str] | tuple[str, ...], content: str) -> str:
+    """`doc_text` in Python, for a parameter (a test holds the two equal)."""
+    return " ".join([title or ""] * TITLE_WEIGHT + [" ".join(tags), content])
 
 
 def install_macros(conn: duckdb.DuckDBPyConnection) -> None:
@@ -349,8 +360,8 @@ def install_macros(conn: duckdb.DuckDBPyConnection) -> None:
     )
     # The definition of a document's terms; the fold computes the same set-wise.
     conn.execute(
-        "CREATE OR REPLACE TEMP MACRO ml_doc_terms(title, content) AS "
-        f"ml_terms({doc_text('title', 'content')})"
+        "CREATE OR REPLACE TEMP MACRO ml_doc_terms(title, tags, content) AS "
+        f"ml_terms({doc_text('title', 'tags', 'content')})"
     )
     conn.execute("CREATE OR REPLACE TEMP TABLE ml_stop_words(w VARCHAR PRIMARY KEY)")
     conn.execute(f"INSERT INTO ml_stop_words SELECT unnest([{_sql_list(STOP_WORDS)}])")
@@ -369,10 +380,10 @@ ONE_DOC_POSTINGS = """
 
 
 def stage_postings(conn: duckdb.DuckDBPyConnection, source: str) -> None:
-    """Tokenise the documents of table `source` (doc, title, content) into two temp tables.
+    """Tokenise the documents of table `source` (doc, title, tags, content) into two temp tables.
 
     `ml_post(term, doc, tf, dl)`: their postings, the same as grouping
-    `unnest(ml_doc_terms(title, content))` by term, dl being the length of
+    `unnest(ml_doc_terms(title, tags, content))` by term, dl being the length of
     that list. `ml_dl(doc, dl)`: the length of every document of `source`, 0
     when it has no terms. One statement, so that DuckDB pipelines the steps
     instead of materialising each. Drop them with `drop_staged`.
@@ -382,7 +393,7 @@ def stage_postings(conn: duckdb.DuckDBPyConnection, source: str) -> None:
         CREATE OR REPLACE TEMP TABLE ml_post AS
         WITH tok AS MATERIALIZED (
             SELECT doc, w
-            FROM (SELECT doc, unnest(ml_words({doc_text("title", "content")})) AS w FROM {source})
+            FROM (SELECT doc, unnest(ml_words({doc_text("title", "tags", "content")})) AS w FROM {source})
             WHERE w NOT IN (SELECT w FROM ml_stop_words)),
         vocab AS (SELECT w, stem(w, 'english') AS term FROM (SELECT DISTINCT w FROM tok)),
         tf AS (

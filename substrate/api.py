@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import duckdb
 from pydantic import ValidationError
 
+from mnemolog.curators.embed import Embedder, EmbedderFailed
 from mnemolog.eventlog.errors import (
     BadInput,
     MnemologError,
@@ -33,7 +34,7 @@ from mnemolog.eventlog.errors import (
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
 from mnemolog.eventlog.vocabulary_knowledge import DEFAULT_STATUS, check_statuses
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
-from mnemolog.projections import audit
+from mnemolog.projections import audit, hybrid, vectors
 from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
@@ -42,6 +43,7 @@ from mnemolog.projections.recall import Filters
 from mnemolog.substrate import agentfolder, witnessing
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
+from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion, require_vectors
 from mnemolog.substrate.events import (
     LinkCreated,
     MemoryArchived,
@@ -53,6 +55,7 @@ from mnemolog.substrate.events import (
     PolicySet,
     upcast,
 )
+from mnemolog.substrate.events.embedding import EmbedderConfigured
 from mnemolog.substrate.events.limits import (
     MAX_CONTENT_BYTES,
     check_kind,
@@ -64,12 +67,27 @@ from mnemolog.substrate.events.log import RollbackAccepted
 from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
+from mnemolog.substrate.importer import BATCH, ImportReport, import_jsonl
 from mnemolog.substrate.knowledge import Knowledge
 from mnemolog.substrate.session import Session
 
-__all__ = ["MAX_CONTENT_BYTES", "Edge", "Memory", "Substrate"]
+__all__ = ["MAX_CONTENT_BYTES", "Edge", "Memory", "RecallReport", "Substrate"]
 
 Ranker = Callable[[duckdb.DuckDBPyConnection, str, Filters, int], list[tuple[Memory, float]]]
+
+
+class RecallReport(TypedDict):
+    """A recall's results and how they were ranked.
+
+    `mode` is the mode used; `fallback` says why it is not the one asked for
+    (the default mode is hybrid when the home embeds, and falls back to bm25
+    when the query cannot be embedded now).
+    """
+
+    mode: str
+    requested: str | None
+    fallback: str | None
+    results: list[Memory]
 
 
 class Substrate:
@@ -92,6 +110,7 @@ class Substrate:
         progress: bool | None = None,
         curator_options: Mapping[str, Any] | None = None,
         worker: bool = True,
+        embedder: Embedder | None = None,
     ) -> None:
         self.home = home.require()
         self.clock = clock
@@ -117,9 +136,12 @@ class Substrate:
         self.knowledge = Knowledge(
             self.home, self, clock=clock, checkpoint=self._checkpoint_now, options=curator_options
         )
+        self.embedding = Embedding(self.home, self.projections.cache, embedder=embedder)
+        self.fusion = parse_fusion(self.home.config.raw.get("recall"))
         if long_lived and worker:
             self.atomiser.start_worker()
             self.knowledge.start_daily()
+            self.embedding.start_worker(self)
         # A long-lived process sends its checkpoints to the home's witnesses from a thread.
         self._witnesses = (
             witnessing.start_watcher(self.home.root, self.home.log_dir, self.home.keys_dir)
@@ -139,8 +161,13 @@ class Substrate:
         progress: bool | None = None,
         curator_options: Mapping[str, Any] | None = None,
         worker: bool = True,
+        embedder: Embedder | None = None,
     ) -> Substrate:
-        """Open a home (a path, a Home, or None for the default home)."""
+        """Open a home (a path, a Home, or None for the default home).
+
+        `embedder` replaces the embedder of its kind that the home would build
+        (tests, benchmarks); the home's recorded choice still decides which kind.
+        """
         h = home if isinstance(home, Home) else Home.resolve(home)
         return cls(
             h,
@@ -151,6 +178,7 @@ class Substrate:
             progress=progress,
             curator_options=curator_options,
             worker=worker,
+            embedder=embedder,
         )
 
     def close(self) -> None:
@@ -160,6 +188,7 @@ class Substrate:
         self._closed = True
         self.atomiser.stop_worker()
         self.knowledge.stop_daily()
+        self.embedding.stop_worker()
         self.projections.close()
         with self._lock:
             if self._writer is not None:
@@ -205,7 +234,7 @@ class Substrate:
     def session(self) -> Iterator[Session]:
         """A unit of work: the projection lock held, tables caught up with the log."""
         with self._lock, self.projections.session() as conn:
-            yield Session(conn, lambda: self.writer, self.projections, self.hooks)
+            yield Session(conn, lambda: self.writer, self.projections, self.hooks, self.embedding)
 
     # -- writes --------------------------------------------------------------
 
@@ -262,6 +291,9 @@ class Substrate:
         def follow(policy: ResolvedPolicy) -> Sequence[Payload]:
             mode, action, extra = self.atomiser.plan(policy, payload)
             planned.append((mode, action))
+            if action == "synchronous":
+                # Its atoms are embedded, not the source (decompose, then embed).
+                s.skip_embedding[payload.id] = "skipped_synchronous_atomise"
             return extra
 
         with self.session() as s:
@@ -270,6 +302,9 @@ class Substrate:
                     update={"project": self.knowledge.canonical_project(s, payload.project)}
                 )
             mem = s.with_warnings(s.write_memory(payload, follow=follow))
+            embedded = s.embedded.get(payload.id, "off")
+            if embedded != "off":  # only where embeddings are in play, like the atomise_* keys
+                mem["embedding"] = embedded
         mode, action = planned[0]
         if action == "requested":
             self.atomiser.wake()
@@ -285,6 +320,11 @@ class Substrate:
         extra = self.atomiser.synchronous(mem["id"])
         out = self.get(mem["id"])
         out.update(extra)  # type: ignore[typeddict-item]
+        if "embedding" in mem:
+            out["embedding"] = mem["embedding"]
+            if extra.get("atomise_outcome") != "atomised":
+                # Not atomised after all: the source is a memory like any other and gets its vector.
+                out["embedding"] = self.embedding.embed_memory(self, mem["id"])
         if "warnings" in mem:
             out["warnings"] = mem["warnings"]
         return out
@@ -362,7 +402,10 @@ class Substrate:
             policy = s.policy(payload.namespace or before["namespace"])
             s.check_write(policy, before["namespace"])
             s.append(payload)
-            return s.with_warnings(s.require(memory_id))
+            out = s.with_warnings(s.require(memory_id))
+            if s.embedded.get(memory_id, "off") != "off":
+                out["embedding"] = s.embedded[memory_id]
+            return out
 
     def link(
         self,
@@ -659,14 +702,99 @@ class Substrate:
         statuses: Sequence[str] = (DEFAULT_STATUS,),
         project: str | None = None,
         domains: Sequence[str] = (),
+        mode: hybrid.Mode | None = None,
+        explain: bool = False,
     ) -> list[Memory]:
-        """BM25 over title and content; any matching term ranks. No side effects.
+        """Rank memories for a natural-language query (any term may match). No side effects.
+
+        `mode`: "bm25" (title, tags and content), "vector" (cosine of the
+        embeddings), "hybrid" (both, fused), or None: hybrid when the home
+        embeds, else bm25. `explain` adds each result's ranks and scores under
+        `explain`. See `recall_report` for the mode used.
 
         Only active memories unless ``statuses`` says otherwise; ``project``
         ("" = memories of no project) and ``domains`` (all of them) narrow it.
         """
+        return self.recall_report(
+            query,
+            limit=limit,
+            namespace=namespace,
+            descendants=descendants,
+            kinds=kinds,
+            tags=tags,
+            include_archived=include_archived,
+            statuses=statuses,
+            project=project,
+            domains=domains,
+            mode=mode,
+            explain=explain,
+        )["results"]
+
+    def recall_report(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        namespace: str | None = None,
+        descendants: bool = True,
+        kinds: Sequence[str] = (),
+        tags: Sequence[str] = (),
+        include_archived: bool = False,
+        statuses: Sequence[str] = (DEFAULT_STATUS,),
+        project: str | None = None,
+        domains: Sequence[str] = (),
+        mode: hybrid.Mode | None = None,
+        explain: bool = False,
+    ) -> RecallReport:
+        """`recall`, with the mode used and why it differs from the one asked for (if it does)."""
         f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
-        return self._ranked(q.recall, query, f, limit)
+        if not isinstance(query, str) or not query.strip():
+            raise BadInput("the query is empty", field="query")
+        if mode is not None and mode not in hybrid.MODES:
+            raise UsageError(f"unknown recall mode {mode!r}; expected one of {', '.join(hybrid.MODES)}")
+        n = check_limit(limit)
+        with self.session() as s:
+            rec = vectors.recorded(s.conn)
+            meta = vectors.read_meta(s.conn)
+        used: hybrid.Mode = mode or (
+            "hybrid" if rec is not None and rec.embeds and meta is not None else "bm25"
+        )
+        fallback: str | None = None
+        qvec = None
+        if used != "bm25":
+            rec = require_vectors(rec, used)
+            try:
+                # Embedded outside the projection lock: a remote embedder may take a while.
+                qvec = self.embedding.query_vector(rec, query)
+            except EmbedderFailed as exc:
+                if mode is not None:
+                    raise
+                used, fallback = "bm25", f"the query could not be embedded: {exc.message}"
+        with self.session() as s:
+            meta = vectors.read_meta(s.conn)
+            if used != "bm25" and meta is None:
+                used, fallback = "bm25", fallback or "the home has no vectors yet"
+            use_index = meta is not None and used != "bm25" and vectors.maintain_index(s.conn, meta)
+            ranked = hybrid.rank(
+                s.conn,
+                query,
+                qvec,
+                self._scoped(s, f),
+                n,
+                mode=used,
+                fusion=self.fusion,
+                meta=meta,
+                use_index=use_index,
+            )
+            results: list[Memory] = []
+            for m, r in hybrid.with_memories(s.conn, ranked):
+                m["score"] = r.score
+                if explain:
+                    m["explain"] = {"mode": used, **r.explain()}
+                    if used == "hybrid":
+                        m["explain"]["fusion"] = self.fusion.method
+                results.append(m)
+        return {"mode": used, "requested": mode, "fallback": fallback, "results": results}
 
     def search(
         self,
@@ -729,6 +857,55 @@ class Substrate:
             out["knowledge"] = kq.knowledge_counts(s.conn)
             out["log"] = {"size": self.log.size, "log_id": self.log.log_id.hex()}
             return out
+
+    def import_jsonl(
+        self,
+        path: str | Path,
+        *,
+        skip_existing: bool = False,
+        progress: bool | None = None,
+        batch: int = BATCH,
+    ) -> ImportReport:
+        """Store every memory of a JSON Lines file (substrate.importer): all checked, then written in batches.
+
+        Raises ImportFailed (exit 65, or 5 for governance) listing the bad
+        lines by number; nothing is written then.
+        """
+        report, warnings = import_jsonl(
+            Path(path),
+            self,
+            self.embedding,
+            self.hooks,
+            self.atomiser.plan,
+            skip_existing=skip_existing,
+            batch=batch,
+            progress=progress,
+        )
+        if report["atomisation_requested"]:
+            self.atomiser.wake()
+        if warnings:
+            report["warnings"] = warnings
+        return report
+
+    # -- embeddings ----------------------------------------------------------------
+
+    def set_embedder(self, kind: str, model: str | None = None) -> dict[str, Any]:
+        """Record `kind` (and `model`) as the home's embedder; vectors follow (see `embed_pending`).
+
+        Raises Unchanged (exit 1) when the home already embeds with that model,
+        EmbedderFailed (exit 4) when the embedder cannot be reached to ask its
+        version and dimension.
+        """
+        record: EmbedderConfigured = self.embedding.choose(self, kind, model)
+        return record.model_dump()
+
+    def embed_pending(self, *, limit: int | None = None, progress: bool | None = None) -> dict[str, int]:
+        """Embed the memories waiting for a vector now (what the background worker does)."""
+        return self.embedding.drain(self, limit=limit, progress=progress)
+
+    def embedding_status(self) -> EmbeddingStatus:
+        """The recorded embedder (and its history), the configured one, vectors, pending, cached."""
+        return self.embedding.status(self)
 
     # -- documents and context packs -------------------------------------------------
 

@@ -45,6 +45,12 @@ _Out = TypeVar("_Out", Memory, Edge)
 Follow = Callable[[ResolvedPolicy], Sequence[Payload]]
 
 
+class BeforeAppend(Protocol):
+    """Runs on every batch before it is appended (embed-on-insert: substrate.embedding)."""
+
+    def before_append(self, s: Session, payloads: Sequence[Payload]) -> list[Payload]: ...
+
+
 class Session:
     """The projection lock held and the tables caught up; see the module docstring."""
 
@@ -54,12 +60,19 @@ class Session:
         writer: Callable[[], LogWriter],
         projections: Projections,
         hooks: HookChain,
+        before_append: BeforeAppend | None = None,
     ) -> None:
         self._conn = conn
         self._writer = writer  # opens the home's writer on first use: reads never need it
         self._projections = projections
         self._hooks = hooks
+        self._before_append = before_append
         self.warnings: list[str] = []
+        # Memories whose text is not embedded when stored, with what to report instead
+        # (a synchronous auto-atomise source; a bulk import whose embedder is down).
+        self.skip_embedding: dict[str, str] = {}
+        # What embed-on-insert did for each memory this session wrote (see substrate.embedding).
+        self.embedded: dict[str, str] = {}
 
     @property
     def conn(self) -> duckdb.DuckDBPyConnection:
@@ -73,7 +86,14 @@ class Session:
         return self.append_many([payload])[0]
 
     def append_many(self, payloads: Sequence[Payload]) -> list[Receipt]:
-        """Several events in one batch (one sync), folded before returning."""
+        """Several events in one batch (one sync), folded before returning.
+
+        The receipts are those of `payloads`, in order (a batch may carry one
+        more event first: the home's embedder, recorded by its first write).
+        """
+        n = len(payloads)
+        if self._before_append is not None:
+            payloads = self._before_append.before_append(self, payloads)
         items = []
         for p in payloads:
             cls = type(p)
@@ -94,7 +114,7 @@ class Session:
                 "written: their back-chain pointers to each other are off, and verify-bundle will "
                 "report a broken back-chain for the memories they touch"
             )
-        return receipts
+        return receipts[len(receipts) - n :]
 
     def _chain(
         self, payloads: Sequence[Payload], items: list[tuple[str, dict[str, Any], int]], writer: LogWriter

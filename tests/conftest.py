@@ -15,10 +15,17 @@ Factories rather than ready-made objects, so a test says what it needs:
 in tests/slow_tests.txt (measured, not guessed) are marked `slow`, which
 `make test-fast` leaves out. Hypothesis runs without deadlines: a test
 asserts what its code does, never how long it took on a shared machine.
+
+The suite runs with embeddings off (MNEMOLOG_EMBED=off, inherited by the
+CLI subprocesses too): most tests assert exactly what BM25 recall returns,
+and a home that embeds recalls in hybrid mode, which also ranks the nearest
+vectors. The tests of embeddings and hybrid recall pass an embedder to the
+Substrate (`embedder=`, which wins over the variable) or clear the variable.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections import Counter, defaultdict
@@ -37,6 +44,8 @@ settings.register_profile("mnemolog", deadline=None)
 settings.load_profile("mnemolog")
 
 SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
+
+os.environ["MNEMOLOG_EMBED"] = "off"
 
 # -- fixtures ---------------------------------------------------------------------------
 

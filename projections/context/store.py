@@ -210,8 +210,8 @@ def fold_ingested_many(
     try:
         stage_postings(
             conn,
-            "(SELECT doc, name || ' ' || array_to_string(heading_path, ' ') AS title, text AS content "
-            "FROM ml_ctx_chunks)",
+            "(SELECT doc, name || ' ' || array_to_string(heading_path, ' ') AS title, "
+            "NULL::VARCHAR[] AS tags, text AS content FROM ml_ctx_chunks)",
         )
         conn.execute(
             "INSERT INTO ctx_chunks SELECT s.doc, s.chunk_id, s.document_id, s.idx, s.heading_path, s.text, "

@@ -23,6 +23,7 @@ from mnemolog.substrate.events.atomisation import (
     AtomisationRequested,
 )
 from mnemolog.substrate.events.base import CURRENT_TV, REGISTRY, Payload, payload_class
+from mnemolog.substrate.events.embedding import EmbedderConfigured
 from mnemolog.substrate.events.memory import (
     Kind,
     LinkCreated,
@@ -50,6 +51,7 @@ __all__ = [
     "AtomisationFailed",
     "AtomisationRequested",
     "AutoAtomiseMode",
+    "EmbedderConfigured",
     "Kind",
     "LinkCreated",
     "MemoryArchived",

@@ -33,11 +33,13 @@ def mnemolog(
 ) -> subprocess.CompletedProcess[bytes]:
     argv = ["--home", str(home), *(["--json"] if as_json else []), *args]
     if real:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_") or k == "MNEMOLOG_EMBED"}
         return subprocess.run(
             [str(EXE), *argv], input=stdin, capture_output=True, timeout=120, env=env, check=False
         )
-    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("MNEMOLOG_")}
+    unset: dict[str, str | None] = {
+        k: None for k in os.environ if k.startswith("MNEMOLOG_") and k != "MNEMOLOG_EMBED"
+    }
     r = CliRunner().invoke(cli, argv, input=stdin, env=unset)
     return subprocess.CompletedProcess(argv, r.exit_code, r.stdout_bytes, r.stderr_bytes)
 

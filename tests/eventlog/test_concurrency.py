@@ -25,7 +25,7 @@ KEYS = [SigningKey(bytes([int(s)]) * 32, f"key-{s}") for s in SEEDS.split(",")]
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_") or k == "MNEMOLOG_EMBED"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     env.update(extra)
     return env

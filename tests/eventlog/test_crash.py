@@ -123,7 +123,9 @@ def test_torn_tail_is_reported_by_the_cli(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             check=False,
-            env={k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")},
+            env={
+                k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_") or k == "MNEMOLOG_EMBED"
+            },
         )
         assert cli.returncode == 0, cli.stderr
         assert "Traceback" not in cli.stderr

@@ -19,6 +19,7 @@ from mnemolog.projections.text import (
     SEPARATORS,
     STOP_WORDS,
     TITLE_WEIGHT,
+    doc_text_py,
     drop_staged,
     install_macros,
     is_separator,
@@ -92,11 +93,12 @@ def test_terms_drop_stop_words_and_stem(conn: duckdb.DuckDBPyConnection) -> None
 
 
 def test_title_counts_title_weight_times(conn: duckdb.DuckDBPyConnection) -> None:
-    row = conn.execute("SELECT ml_doc_terms('Kubernetes pods', 'pods restart')").fetchone()
+    row = conn.execute("SELECT ml_doc_terms('Kubernetes pods', ['ci-flaky'], 'pods restart')").fetchone()
     assert row is not None
     c = Counter(row[0])
-    assert c == Counter({"kubernet": TITLE_WEIGHT, "pod": TITLE_WEIGHT + 1, "restart": 1})
-    row = conn.execute("SELECT ml_doc_terms(NULL, 'only content')").fetchone()
+    expected = {"kubernet": TITLE_WEIGHT, "pod": TITLE_WEIGHT + 1, "restart": 1, "ci": 1, "flaki": 1}
+    assert c == Counter(expected)
+    row = conn.execute("SELECT ml_doc_terms(NULL, NULL, 'only content')").fetchone()
     assert row is not None and row[0] == ["content"]
 
 
@@ -135,30 +137,34 @@ doc_text = st.lists(
 ).map("".join)
 
 
+TAGS = st.lists(st.sampled_from(["flaky", "ci-flaky", "Kafka", "日本", "runs"]), max_size=3)
+
+
 @settings(max_examples=60, deadline=None)
-@given(docs=st.lists(st.tuples(st.one_of(st.none(), doc_text), doc_text), min_size=1, max_size=8))
-def test_bulk_and_single_document_postings_equal_the_macro(docs: list[tuple[str | None, str]]) -> None:
+@given(docs=st.lists(st.tuples(st.one_of(st.none(), doc_text), doc_text, TAGS), min_size=1, max_size=8))
+def test_bulk_and_single_document_postings_equal_the_macro(
+    docs: list[tuple[str | None, str, list[str]]],
+) -> None:
     c = duckdb.connect()
     load_fts(c)
     install_macros(c)
-    c.execute("CREATE TABLE src(doc BIGINT, title VARCHAR, content VARCHAR)")
-    c.executemany("INSERT INTO src VALUES (?, ?, ?)", [(i, t, b) for i, (t, b) in enumerate(docs)])
+    c.execute("CREATE TABLE src(doc BIGINT, title VARCHAR, content VARCHAR, tags VARCHAR[])")
+    c.executemany("INSERT INTO src VALUES (?, ?, ?, ?)", [(i, t, b, g) for i, (t, b, g) in enumerate(docs)])
     expected = c.execute(
         """SELECT term, doc, count(*)::INTEGER, any_value(n)::INTEGER FROM (
                SELECT doc, unnest(t) AS term, len(t) AS n
-               FROM (SELECT doc, ml_doc_terms(title, content) AS t FROM src))
+               FROM (SELECT doc, ml_doc_terms(title, tags, content) AS t FROM src))
            GROUP BY term, doc ORDER BY ALL"""
     ).fetchall()
     lengths = c.execute(
-        "SELECT doc, len(ml_doc_terms(title, content))::INTEGER FROM src ORDER BY doc"
+        "SELECT doc, len(ml_doc_terms(title, tags, content))::INTEGER FROM src ORDER BY doc"
     ).fetchall()
     stage_postings(c, "src")
     assert c.execute("SELECT term, doc, tf, dl FROM ml_post ORDER BY ALL").fetchall() == expected
     assert c.execute("SELECT doc, dl FROM ml_dl ORDER BY doc").fetchall() == lengths
     drop_staged(c)
     single = []
-    for i, (t, b) in enumerate(docs):
-        text = " ".join([t or ""] * TITLE_WEIGHT + [b])
-        single += c.execute(ONE_DOC_POSTINGS, [text, i]).fetchall()
+    for i, (t, b, g) in enumerate(docs):
+        single += c.execute(ONE_DOC_POSTINGS, [doc_text_py(t, g, b), i]).fetchall()
     assert sorted(single) == expected
     c.close()

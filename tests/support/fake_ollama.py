@@ -29,7 +29,8 @@ Scripted replies
     on a reply it did not script.
     /api/embed and /api/embeddings answer with deterministic vectors derived
     from SHA-256 of each input (``embed_dim`` floats in [-1, 1]) unless a
-    scripted HttpError, Delay, Hangup or Raw is queued for them.
+    scripted HttpError, Delay, Hangup or Raw is queued for them;
+    ``embed_reply(vectors)`` builds a Raw carrying chosen vectors.
 
 Recorded requests
     ``requests`` lists every request received (method, path, headers, raw
@@ -76,6 +77,7 @@ __all__ = [
     "Reply",
     "Script",
     "atoms_json",
+    "embed_reply",
     "unreachable_host",
     "unused_port",
 ]
@@ -149,6 +151,13 @@ class RecordedRequest:
 def atoms_json(atoms: Sequence[Any]) -> str:
     """The content a well-behaved model returns: ``{"atoms": [...]}``."""
     return json.dumps({"atoms": list(atoms)})
+
+
+def embed_reply(vectors: Sequence[Sequence[float]], model: str = DEFAULT_MODEL) -> Raw:
+    """An /api/embed reply carrying exactly ``vectors`` (any shape, NaN included), for
+    scripting replies a real model should never give: a wrong dimension or count, NaN."""
+    body = {"model": model, "embeddings": [list(v) for v in vectors], "total_duration": 1}
+    return Raw(json.dumps(body).encode())  # json.dumps writes NaN as NaN, as a broken server might
 
 
 def unused_port() -> int:

@@ -1,0 +1,395 @@
+"""LoCoMo-10: does recall find the dialogue turns that answer a question? bm25, vector, hybrid.
+
+    python -m bench.locomo_bench [--conversations N] [--embedder wordllama|minilm|ollama [--model M]]
+                                 [--atomise] [--data PATH]
+
+The data (LoCoMo-10, evaluation only) is read from
+../shared/benchmarks/locomo/locomo10.zip beside the repository, or --data;
+when it is absent the benchmark prints {"ok": true, "skipped": REASON}.
+Nothing of it is written anywhere but a temporary home.
+
+Per conversation: a new home embedding with --embedder (default WordLlama,
+the default offline embedder); every turn is one memory, speaker name
+prefixed ("Calvin: ..."), stored through the bulk path (`import`, which
+embeds on insert); ingest is timed beside the same texts put into SQLite
+FTS5 one insert at a time. Every question of categories 1-4 (single-hop,
+multi-hop, temporal, open-domain; category 5 is adversarial and has no
+evidence) is asked through Substrate.recall in each mode; a retrieved memory
+is relevant when its turn is in the question's `evidence`. recall@5,
+recall@10 and MRR are computed by ir-measures (R@5, R@10, RR) over all
+questions of all conversations. Latency is per recall, the embedding of the
+question included (the query-vector cache is cleared first).
+
+The candidate lists of both rankers (top 50, with scores) are kept, and both
+fusions (the weighted sum and reciprocal rank fusion) are recomputed for a
+grid of their parameters, so the defaults in projections/hybrid.py can be
+checked against it. `--embedder ollama --model M` measures an Ollama model
+(the server at MNEMOLOG_EMBED_HOST; skipped with the reason when it does
+not answer). `--atomise` runs the atomisation experiment instead: each
+session stored as one long memory, as it is and atomised by the rules
+curator, and how much of each question's evidence the top 5 and 10
+memories hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from mnemolog.curators.embed import EmbedderFailed
+from mnemolog.projections import hybrid
+from mnemolog.projections import vectors as vx
+from mnemolog.projections.recall import Filters
+from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.home import Home, init_home
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "locomo" / "locomo10.zip"
+CATEGORIES = (1, 2, 3, 4)
+DEPTH = 50
+
+
+def log(msg: str) -> None:
+    print(f"locomo_bench: {msg}", file=sys.stderr, flush=True)
+
+
+def find_data(arg: str | None) -> Path | None:
+    for p in ([Path(arg)] if arg else []) + [
+        DEFAULT_DATA,
+        Path("/work/shared/benchmarks/locomo/locomo10.zip"),
+    ]:
+        if p.is_file():
+            return p
+    return None
+
+
+def conversations(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    with zipfile.ZipFile(path) as z:
+        names = sorted(n for n in z.namelist() if n.endswith(".json"))
+        return [(Path(n).stem, json.loads(z.read(n))) for n in names]
+
+
+def turns(conv: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(dia_id, speaker, text) of every turn, session by session."""
+    out = []
+    sessions = sorted(
+        (int(m.group(1)), k) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)) and conv[k]
+    )
+    for _, key in sessions:
+        for t in conv[key]:
+            if isinstance(t, dict) and t.get("text") and t.get("dia_id"):
+                out.append((str(t["dia_id"]), str(t.get("speaker", "")), str(t["text"])))
+    return out
+
+
+def evidence(qa: dict[str, Any]) -> set[str]:
+    ids: set[str] = set()
+    for e in qa.get("evidence") or []:
+        for part in re.split(r"[;,\s]+", str(e)):
+            if re.fullmatch(r"D\d+:\d+", part):
+                ids.add(part)
+    return ids
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))] if s else 0.0
+
+
+def measure(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> dict[str, float]:
+    import ir_measures
+    from ir_measures import RR, R
+
+    got = ir_measures.calc_aggregate([R @ 5, R @ 10, RR], qrels, run)
+    return {
+        "recall@5": round(float(got[R @ 5]), 4),
+        "recall@10": round(float(got[R @ 10]), 4),
+        "mrr": round(float(got[RR]), 4),
+    }
+
+
+def as_run(ranked_dia: list[str]) -> dict[str, float]:
+    """A ranking as ir-measures scores (higher first), the first occurrence of a turn kept."""
+    out: dict[str, float] = {}
+    for i, d in enumerate(ranked_dia):
+        out.setdefault(d, float(len(ranked_dia) - i))
+    return out
+
+
+def fts5_ingest(rows: list[str]) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        db = sqlite3.connect(Path(d) / "f.sqlite")
+        db.execute(
+            "CREATE VIRTUAL TABLE f USING fts5(content, tokenize='porter unicode61 remove_diacritics 2')"
+        )
+        t0 = time.perf_counter()
+        for r in rows:  # one insert per text, in one transaction
+            db.execute("INSERT INTO f(content) VALUES (?)", [r])
+        db.commit()
+        secs = time.perf_counter() - t0
+        db.close()
+    return secs
+
+
+def run_conversation(work: Path, name: str, conv: dict[str, Any], embedder: Any, out: dict[str, Any]) -> None:
+    root = work / name
+    init_home(root, key_name="locomo")
+    home = Home(root)
+    ts = turns(conv.get("conversation", conv))
+    texts = [f"{speaker}: {text}" for _, speaker, text in ts]
+    src = root / "turns.jsonl"
+    src.write_text("".join(json.dumps({"content": t}) + "\n" for t in texts))
+    fts_s = fts5_ingest(texts)  # interleaved with ours, conversation by conversation
+    with Substrate.open(home, long_lived=True, worker=False, embedder=embedder) as sub:
+        t0 = time.perf_counter()
+        report = sub.import_jsonl(src, progress=False)
+        ingest_s = time.perf_counter() - t0
+        assert report["pending"] == 0, report
+        with sub.projections.session() as conn:
+            dia_of = {
+                int(seq): ts[i][0]
+                for i, (seq,) in enumerate(
+                    conn.execute("SELECT stored_seq FROM memories ORDER BY stored_seq").fetchall()
+                )
+            }
+            meta = vx.read_meta(conn)
+            rec = vx.recorded(conn)
+        assert meta is not None and rec is not None
+        out["ingest"].append({"turns": len(ts), "import_s": ingest_s, "fts5_s": fts_s})
+        qas = [q for q in conv.get("qa", []) if q.get("category") in CATEGORIES and evidence(q)]
+        for i, qa in enumerate(qas):
+            qid = f"{name}/{i}"
+            question = str(qa["question"])
+            out["qrels"][qid] = dict.fromkeys(evidence(qa), 1)
+            for mode in hybrid.MODES:
+                sub.embedding._queries.clear()  # time the question's embedding too
+                t0 = time.perf_counter()
+                got = sub.recall(question, limit=10, mode=mode)  # type: ignore[arg-type]
+                out["latency"][mode].append(time.perf_counter() - t0)
+                out["runs"][mode][qid] = as_run([dia_of[m["stored_seq"]] for m in got])
+            # The candidate lists with their scores, for the fusion grid.
+            qv = sub.embedding.query_vector(rec, question)
+            with sub.projections.session() as conn:
+                lex = hybrid.rank(conn, question, None, Filters(), DEPTH, mode="bm25")
+                near = hybrid.rank(conn, question, qv, Filters(), DEPTH, mode="vector", meta=meta)
+                dist = {r.doc: r.distance for r in near}
+                dist.update(vx.distances(conn, qv, [r.doc for r in lex if r.doc not in dist], meta=meta))
+            out["candidates"][qid] = (
+                [(r.doc, r.score) for r in lex],
+                [r.doc for r in near],
+                {d: 1.0 - float(x) for d, x in dist.items() if x is not None},
+                dia_of,
+            )
+
+
+GRID_RRF_K = (5, 10, 20, 60)
+GRID_RRF_W = (0.25, 0.5, 1.0)
+GRID_CONVEX_W = (0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def grid(out: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    points: list[tuple[str, dict[str, Any]]] = [
+        ("rrf", {"k": k, "vector_weight": w}) for k in GRID_RRF_K for w in GRID_RRF_W
+    ] + [("convex", {"bm25_weight": a, "vector_weight": round(1 - a, 2)}) for a in GRID_CONVEX_W]
+    for method, params in points:
+        run = {}
+        for qid, (lex, near, cos, dia_of) in out["candidates"].items():
+            if method == "rrf":
+                fused = [
+                    d
+                    for d, _, _ in hybrid.rrf(
+                        {"bm25": [d for d, _ in lex], "vector": near},
+                        {"bm25": 1.0, "vector": params["vector_weight"]},
+                        params["k"],
+                    )
+                ]
+            else:
+                fused = [
+                    d
+                    for d, _ in hybrid.convex(
+                        lex, cos, near, (params["bm25_weight"], params["vector_weight"])
+                    )
+                ]
+            run[qid] = as_run([dia_of[d] for d in fused[:10]])
+        rows.append({"fusion": method, **params, **measure(out["qrels"], run)})
+    return sorted(rows, key=lambda r: (-r["recall@5"], -r["mrr"]))
+
+
+def sessions(conv: dict[str, Any]) -> list[tuple[str, list[tuple[str, int, int]]]]:
+    """Each session as one text ("Speaker: text" per line) with (dia_id, start, end) of its turns."""
+    out = []
+    keys = sorted((int(m.group(1)), k) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)) and conv[k])
+    for _, key in keys:
+        parts: list[str] = []
+        spans: list[tuple[str, int, int]] = []
+        pos = 0
+        for t in conv[key]:
+            if isinstance(t, dict) and t.get("text") and t.get("dia_id"):
+                line = f"{t.get('speaker', '')}: {t['text']}"
+                spans.append((str(t["dia_id"]), pos, pos + len(line)))
+                parts.append(line)
+                pos += len(line) + 1
+        if parts:
+            out.append(("\n".join(parts), spans))
+    return out
+
+
+def atomisation_experiment(
+    work: Path, convs: list[tuple[str, dict[str, Any]]], embedder: Any
+) -> dict[str, Any]:
+    """Sessions stored as long memories, as they are and atomised (rules curator): do pointed
+    questions find their evidence better? A retrieved memory covers the turns inside it (a session
+    all of its turns; an atom those its source span overlaps); the measure is the share of a
+    question's evidence turns covered by the top k memories (ir-measures R@1000 over the covered
+    turns of the top k), with the characters a reader gets in those k memories."""
+    qrels: dict[str, dict[str, int]] = {}
+    runs: dict[str, dict[int, dict[str, dict[str, float]]]] = {
+        "sessions": {5: {}, 10: {}},
+        "atoms": {5: {}, 10: {}},
+    }
+    chars: dict[str, list[int]] = {"sessions": [], "atoms": []}
+    atoms_made = 0
+    for name, conv in convs:
+        c = conv.get("conversation", conv)
+        sess = sessions(c)
+        qas = [q for q in conv.get("qa", []) if q.get("category") in CATEGORIES and evidence(q)]
+        for variant in ("sessions", "atoms"):
+            root = work / f"{name}-{variant}"
+            init_home(root, key_name="locomo")
+            with Substrate.open(Home(root), long_lived=False, worker=False, embedder=embedder) as sub:
+                covers: dict[str, list[str]] = {}
+                for text, spans in sess:
+                    m = sub.store(text)
+                    covers[m["id"]] = [d for d, _, _ in spans]
+                    if variant == "atoms":
+                        res = sub.atomise(m["id"], curator="rules", max_atom_tokens=120)
+                        for aid in res.atom_ids:
+                            a = sub.get(aid)
+                            lo, hi = a["source_span"] or (0, len(text))
+                            covers[aid] = [d for d, s0, s1 in spans if s0 < hi and s1 > lo]
+                        atoms_made += len(res.atom_ids)
+                for i, qa in enumerate(qas):
+                    qid = f"{name}/{i}"
+                    qrels[qid] = dict.fromkeys(evidence(qa), 1)
+                    got = sub.recall(str(qa["question"]), limit=10)
+                    for k in (5, 10):
+                        run: dict[str, float] = {}
+                        for rank, m in enumerate(got[:k]):
+                            for d in covers.get(m["id"], []):
+                                run.setdefault(d, float(k - rank))
+                        runs[variant][k][qid] = run
+                    chars[variant].append(sum(len(m["content"]) for m in got[:5]))
+    import ir_measures
+    from ir_measures import R
+
+    out: dict[str, Any] = {"atoms_made": atoms_made, "max_atom_tokens": 120, "mode": "hybrid (default)"}
+    for variant in ("sessions", "atoms"):
+        out[variant] = {
+            f"evidence_covered@{k}": round(
+                float(ir_measures.calc_aggregate([R @ 1000], qrels, runs[variant][k])[R @ 1000]), 4
+            )
+            for k in (5, 10)
+        }
+        out[variant]["chars_in_top5_mean"] = round(statistics.mean(chars[variant]), 1)
+    return out
+
+
+def make(kind: str, model: str | None) -> Any:
+    from mnemolog.curators.embed import make_embedder
+
+    return make_embedder(kind, model)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--conversations", type=int, default=10)
+    ap.add_argument("--embedder", default="wordllama", choices=["wordllama", "minilm", "ollama"])
+    ap.add_argument("--model", help="the Ollama model (with --embedder ollama)")
+    ap.add_argument("--data")
+    ap.add_argument(
+        "--atomise", action="store_true", help="only the atomisation experiment (sessions as memories)"
+    )
+    args = ap.parse_args(argv)
+    path = find_data(args.data)
+    if path is None:
+        print(
+            json.dumps({"ok": True, "bench": "locomo", "skipped": f"LoCoMo-10 not found at {DEFAULT_DATA}"})
+        )
+        return 0
+    try:
+        embedder = make(args.embedder, args.model)
+        assert embedder is not None
+        model_id = embedder.model_id
+    except EmbedderFailed as exc:
+        print(json.dumps({"ok": True, "bench": "locomo", "skipped": f"{args.embedder}: {exc.message}"}))
+        return 0
+    if args.atomise:
+        work = Path(tempfile.mkdtemp(prefix="locomo_atomise-"))
+        try:
+            exp = atomisation_experiment(work, conversations(path)[: args.conversations], embedder)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps({"ok": True, "bench": "locomo_atomise", "embedder": model_id, **exp}))
+        return 0
+    out: dict[str, Any] = {
+        "ingest": [],
+        "qrels": {},
+        "runs": {m: {} for m in hybrid.MODES},
+        "latency": {m: [] for m in hybrid.MODES},
+        "candidates": {},
+    }
+    work = Path(tempfile.mkdtemp(prefix="locomo_bench-"))
+    try:
+        for name, conv in conversations(path)[: args.conversations]:
+            log(f"conversation {name}")
+            run_conversation(work, name, conv, embedder, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    turns_n = sum(x["turns"] for x in out["ingest"])
+    import_s = sum(x["import_s"] for x in out["ingest"])
+    fts_s = sum(x["fts5_s"] for x in out["ingest"])
+    result: dict[str, Any] = {
+        "ok": True,
+        "bench": "locomo",
+        "data": "LoCoMo-10 (evaluation only, read in place)",
+        "conversations": len(out["ingest"]),
+        "turns": turns_n,
+        "questions": len(out["qrels"]),
+        "embedder": model_id,
+        "fusion": vars(hybrid.Fusion()),
+        "modes": {},
+        "ingest": {
+            "import_per_s": round(turns_n / import_s, 1),
+            "fts5_per_s": round(turns_n / fts_s, 1),
+            "ratio_vs_fts5": round(fts_s / import_s, 4),
+            "what": "mnemolog import (signed log, group commit, projections, embed-on-insert) per "
+            "conversation, beside one FTS5 insert per turn in one transaction",
+        },
+    }
+    for mode in hybrid.MODES:
+        lat = out["latency"][mode]
+        result["modes"][mode] = {
+            **measure(out["qrels"], out["runs"][mode]),
+            "p50_ms": round(pct(lat, 50) * 1e3, 3),
+            "p99_ms": round(pct(lat, 99) * 1e3, 3),
+        }
+    result["hybrid_minus_bm25_recall@5"] = round(
+        result["modes"]["hybrid"]["recall@5"] - result["modes"]["bm25"]["recall@5"], 4
+    )
+    result["fusion_grid_top"] = grid(out)[:8]
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
