@@ -89,6 +89,15 @@ class QueryArgs(Filters):
     query: str = Field(description="What to look for.")
 
 
+class RecallArgs(QueryArgs):
+    mode: Literal["bm25", "vector", "hybrid"] | None = Field(
+        None,
+        description="How to rank: bm25 (title, tags and content), vector (embeddings) or hybrid "
+        "(both fused). Default: hybrid when the home embeds, else bm25.",
+    )
+    explain: bool = Field(False, description="Add each result's BM25 and vector ranks and scores.")
+
+
 class IdArgs(Verbose):
     id: str = Field(description="The memory's id.")
 
@@ -247,13 +256,19 @@ def _store(s: Substrate, a: StoreArgs) -> dict[str, Any]:
     return {"memory": views.memory_view(m, a.verbose)}
 
 
-def _ranked(kind: str) -> Callable[[Substrate, QueryArgs], dict[str, Any]]:
-    def run(s: Substrate, a: QueryArgs) -> dict[str, Any]:
-        fn = s.recall if kind == "recall" else s.search
-        hits = fn(a.query, limit=a.limit, **a.filters())
-        return {"query": a.query, "results": views.memories_view(hits, a.verbose)}
+def _recall(s: Substrate, a: RecallArgs) -> dict[str, Any]:
+    r = s.recall_report(a.query, limit=a.limit, mode=a.mode, explain=a.explain, **a.filters())
+    return {
+        "query": a.query,
+        "mode": r["mode"],
+        "fallback": r["fallback"],
+        "results": views.memories_view(r["results"], a.verbose),
+    }
 
-    return run
+
+def _search(s: Substrate, a: QueryArgs) -> dict[str, Any]:
+    hits = s.search(a.query, limit=a.limit, **a.filters())
+    return {"query": a.query, "results": views.memories_view(hits, a.verbose)}
 
 
 def _get(s: Substrate, a: IdArgs) -> dict[str, Any]:
@@ -362,21 +377,35 @@ OPERATIONS: dict[str, Operation] = {
         Operation(
             "memory_recall",
             "Recall memories",
-            "Natural-language recall: memories ranked by BM25 over title and content (any term may "
-            "match). Archived memories are hidden unless include_archived.",
-            QueryArgs,
-            ok_schema({"query": {"type": "string"}, "results": MEMORIES_SCHEMA}, ["query", "results"]),
-            _ranked("recall"),
+            "Natural-language recall: memories ranked by BM25 over title, tags and content (any term "
+            "may match), by the cosine of their embeddings, or both fused (mode; the default is hybrid "
+            "when the home embeds). Archived memories are hidden unless include_archived; only active "
+            "ones unless statuses.",
+            RecallArgs,
+            ok_schema(
+                {
+                    "query": {"type": "string"},
+                    "mode": {"enum": ["bm25", "vector", "hybrid"], "description": "The mode used."},
+                    "fallback": {
+                        "type": ["string", "null"],
+                        "description": "Why the mode used is not the default asked for (else null).",
+                    },
+                    "results": MEMORIES_SCHEMA,
+                },
+                ["query", "mode", "results"],
+            ),
+            _recall,
             read_only=True,
             idempotent=True,
         ),
         Operation(
             "memory_search",
             "Search memories by keyword",
-            "Keyword search: memories containing every keyword as a whole word, ranked by BM25.",
+            "Keyword search: memories containing every keyword as a whole word (of the title, tags or "
+            "content), ranked by BM25.",
             QueryArgs,
             ok_schema({"query": {"type": "string"}, "results": MEMORIES_SCHEMA}, ["query", "results"]),
-            _ranked("search"),
+            _search,
             read_only=True,
             idempotent=True,
         ),

@@ -20,7 +20,7 @@ TIME_FIELDS = ("created_at", "updated_at", "last_seen", "archived_at", "atomisat
 COMPACT_FIELDS = (
     *("id", "namespace", "kind", "title", "content", "tags", "confidence", "source", "atom_of"),
     *("project", "domains"),
-    *("atomise_mode", "atomise_outcome", "warnings"),
+    *("atomise_mode", "atomise_outcome", "embedding", "warnings"),
 )
 
 
@@ -56,6 +56,8 @@ def memory_view(m: Mapping[str, Any], verbose: bool = False) -> dict[str, Any]:
         out["atomised_into"] = m["atomised_into"]
     if "score" in m:
         out["score"] = round(float(m["score"]), 4)
+    if "explain" in m:  # asked for: how a recall ranked it
+        out["explain"] = m["explain"]
     if "links" in m:
         out["links"] = [
             *({"to": e["dst"], "relation": e["relation"]} for e in m["links"].get("outgoing", [])),
