@@ -63,6 +63,7 @@ COMPARED = [
     Compared("migrations", "SELECT * FROM {c}.migrations", ("seq", "run_id")),
     Compared("event_counts", "SELECT * FROM {c}.event_counts", ("type",)),
     Compared("migration_undo", "SELECT * FROM {c}.migration_undo", ("seq", "run", "memory_id")),
+    Compared("embedders", "SELECT * FROM {c}.embedders", ("seq",)),
 ]
 COVERED_TABLES = {"postings_delta"} | {c.name for c in COMPARED}
 
