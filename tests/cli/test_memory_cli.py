@@ -87,6 +87,22 @@ def test_store_recall_search_get_list_stats(home: Path) -> None:
     assert text.returncode == 0 and m["id"] in text.stdout.decode()
 
 
+def test_recall_takes_the_mode_beside_the_knowledge_filters(home: Path) -> None:
+    m = ok(home, "store", "The pump seal leaks under load", "--project", "p06")["memory"]
+    base = ["recall", "pump seal", "--mode", "bm25"]
+    r = ok(home, *base, "--project", "p06", "--explain")
+    assert r["mode"] == "bm25" and [x["id"] for x in r["results"]] == [m["id"]]
+    assert r["results"][0]["explain"]["bm25_rank"] == 1
+    assert ok(home, *base, "--project", "")["results"] == []
+    assert ok(home, *base, "--status", "candidate")["results"] == []
+    assert [x["id"] for x in ok(home, "search", "pump", "--project", "p06")["results"]] == [m["id"]]
+    assert ok(home, "search", "pump", "--status", "superseded")["results"] == []
+    text = mnemolog(home, *base, "--explain", as_json=False)
+    assert text.returncode == 0
+    first, second = text.stdout.decode().splitlines()[:2]
+    assert m["id"] in first and second.split() == ["bm25", "#1", second.split()[2]]
+
+
 def test_update_link_archive_restore(home: Path) -> None:
     a = ok(home, "store", "first memory about queues")["memory"]["id"]
     b = ok(home, "store", "second memory about queues")["memory"]["id"]
