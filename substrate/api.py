@@ -436,6 +436,10 @@ class Substrate:
         if not changes and not unset:
             raise UsageError("nothing to change: give a field to set or to unset")
         with self.session() as conn:
+            own = {**(governance.get_policy(conn, namespace) or {}), **changes}
+            for name in unset:
+                own.pop(name, None)
+            governance.check_atomisable(conn, namespace, own)
             payload = PolicySet(namespace=namespace, changes=changes, unset=list(unset))
             self._append(conn, "policy.set", payload)
             return governance.resolve(conn, namespace).to_json()
@@ -445,6 +449,7 @@ class Substrate:
         with self.session() as conn:
             if governance.get_policy(conn, namespace) is None:
                 raise NotFound(f"namespace {namespace!r} has no policy of its own")
+            governance.check_atomisable(conn, namespace, None)
             self._append(conn, "policy.set", PolicySet(namespace=namespace, clear=True))
             return governance.resolve(conn, namespace).to_json()
 

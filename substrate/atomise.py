@@ -259,6 +259,7 @@ class Atomiser:
                 atom.text,
                 namespace=parent["namespace"],
                 kind="observation",
+                title=atom.title,
                 tags=parent["tags"],
                 atom_of=pid,
                 source_span=find_span(parent["content"], atom.text),
@@ -267,6 +268,7 @@ class Atomiser:
                     "atom_count": n,
                     "atom_tokens": atom.tokens,
                     **({"over_budget": True} if atom.over_budget else {}),
+                    **({"section": atom.context} if atom.context else {}),
                 },
             )
             try:

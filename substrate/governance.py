@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,20 +74,35 @@ class ResolvedPolicy:
         return {"namespace": self.namespace, "policy": self.values, "sources": self.sources}
 
 
-def resolve(conn: duckdb.DuckDBPyConnection, ns: str) -> ResolvedPolicy:
+class PolicyConflict(BadInput):
+    """A policy whose fields contradict each other once inherited (exit 65)."""
+
+    slug = "policy_conflict"
+
+
+def resolve(
+    conn: duckdb.DuckDBPyConnection, ns: str, overrides: Mapping[str, Mapping[str, Any] | None] | None = None
+) -> ResolvedPolicy:
+    """The effective policy of `ns`; `overrides` replaces namespaces' own policies (None: no policy)."""
     chain = ancestors(ns)
-    rows = dict(
+    raw = dict(
         conn.execute(
             f"SELECT namespace, policy FROM policies WHERE namespace IN ({', '.join('?' * len(chain))})",
             chain,
         ).fetchall()
     )
+    rows: dict[str, Mapping[str, Any]] = {k: json.loads(v) for k, v in raw.items()}
+    for level, own in (overrides or {}).items():
+        if own is None:
+            rows.pop(level, None)
+        else:
+            rows[level] = own
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for level in chain:
         if level not in rows:
             continue
-        for k, v in json.loads(rows[level]).items():
+        for k, v in rows[level].items():
             if v is not None and k not in values:
                 values[k] = v
                 sources[k] = level
@@ -100,3 +116,35 @@ def resolve(conn: duckdb.DuckDBPyConnection, ns: str) -> ResolvedPolicy:
 def get_policy(conn: duckdb.DuckDBPyConnection, ns: str) -> dict[str, Any] | None:
     row = conn.execute("SELECT policy FROM policies WHERE namespace = ?", [ns]).fetchone()
     return json.loads(row[0]) if row else None
+
+
+def check_atomisable(conn: duckdb.DuckDBPyConnection, ns: str, own: Mapping[str, Any] | None) -> None:
+    """Refuse a policy under which automatic atomisation could only fail.
+
+    A memory is atomised when it has at least the threshold's tokens, and split
+    only when it is longer than one atom; a threshold at or below the atom budget
+    would queue memories that fit in one atom, each ending as a `too_small`
+    failure. Checked for `ns` and every namespace below it with a policy of its
+    own, as they would resolve with `own` as the policy of `ns`.
+    """
+    below = [n for (n,) in conn.execute("SELECT namespace FROM policies").fetchall() if ns in ancestors(n)]
+    for name in sorted({ns, *below}):
+        p = resolve(conn, name, {ns: own})
+        if p["auto_atomise_mode"] == "off":
+            continue
+        threshold = int(p["auto_atomise_threshold_cl100k"])
+        budget = int(p["auto_atomise_max_atom_tokens"])
+        if threshold <= budget:
+            where = "root" if name == ROOT else repr(name)
+            raise PolicyConflict(
+                f"policy of {where}: auto_atomise_threshold_cl100k={threshold} (set on "
+                f"{p.sources['auto_atomise_threshold_cl100k']!r}) must be above "
+                f"auto_atomise_max_atom_tokens={budget} (set on "
+                f"{p.sources['auto_atomise_max_atom_tokens']!r}): a memory at the threshold fits in "
+                f"one atom, so {p['auto_atomise_mode']} atomisation would fail as too small; raise the "
+                "threshold or lower the atom budget",
+                field="auto_atomise_threshold_cl100k",
+                namespace=name,
+                expected=f"> {budget}",
+                found=threshold,
+            )
