@@ -36,7 +36,7 @@ from typing import Any, cast
 
 import duckdb
 
-from mnemolog.eventlog.errors import LockTimeout, StorageError
+from mnemolog.eventlog.errors import BadInput, LockTimeout, StorageError
 
 DB_NAME = "mnemolog.duckdb"
 CATALOG = "proj"
@@ -101,6 +101,14 @@ def sql_literal(value: Any) -> str:
             return f"CAST({float(value)!r} AS DOUBLE)"
         return f"CAST('{float(value)!r}' AS DOUBLE)"
     if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise BadInput(
+                f"text is not valid Unicode: lone surrogate U+{ord(value[exc.start]):04X} at character "
+                f"{exc.start}",
+                found=ascii(value)[:200],
+            ) from None
         return _text(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return "CAST('" + "".join(f"\\x{b:02X}" for b in bytes(value)) + "' AS BLOB)"
