@@ -31,7 +31,8 @@ from pydoc_data.topics import topics
 from typing import Any
 
 from mnemolog.eventlog.fsio import atomic_write
-from mnemolog.projections.vault.render import KINDS, NoteRecord, plan_vault, render_vault
+from mnemolog.eventlog.vocabulary import KINDS
+from mnemolog.projections.vault.render import NoteRecord, plan_vault, render_vault
 
 AGENT = "bench"
 

@@ -168,7 +168,7 @@ def worker_run(ctx: Ctx, once: bool, interval: float) -> None:
 
     with opened(ctx) as s:
         try:
-            n = run_worker(s, once=once, interval=interval, out=out)
+            n = run_worker(s.atomiser, once=once, interval=interval, out=out)
         except KeyboardInterrupt:
             return
     if once:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,9 +24,13 @@ def opened(ctx: Ctx) -> Iterator[Substrate]:
             ctx.info(f"mnemolog: recovery: {t.describe()}")
         yield s
     finally:
-        for w in s.warnings:
-            ctx.info(f"mnemolog: warning: {w}")
         s.close()
+
+
+def warn(ctx: Ctx, result: Any) -> None:
+    """Print the warnings a write returned (post hooks that failed after the write)."""
+    for w in result.get("warnings", ()):
+        ctx.info(f"mnemolog: warning: {w}")
 
 
 def read_text_arg(text: str) -> str:
@@ -54,7 +58,7 @@ def _date(us: int | None) -> str:
     return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def _flags(m: dict[str, Any]) -> str:
+def _flags(m: Mapping[str, Any]) -> str:
     flags = []
     if m.get("archived_at"):
         flags.append("archived")
@@ -67,7 +71,7 @@ def _flags(m: dict[str, Any]) -> str:
     return f" [{', '.join(flags)}]" if flags else ""
 
 
-def memory_line(m: dict[str, Any]) -> str:
+def memory_line(m: Mapping[str, Any]) -> str:
     title = m.get("title") or m["content"].strip().splitlines()[0]
     if len(title) > 80:
         title = title[:77] + "..."
@@ -75,7 +79,7 @@ def memory_line(m: dict[str, Any]) -> str:
     return f"{score}{m['id']}  {m['namespace']:<16} {m['kind']:<11} {title}{_flags(m)}"
 
 
-def memory_text(m: dict[str, Any]) -> str:
+def memory_text(m: Mapping[str, Any]) -> str:
     lines = [
         f"id         {m['id']}",
         f"namespace  {m['namespace']}",
@@ -151,6 +155,7 @@ def store(
             source=source,
             confidence=confidence,
         )
+    warn(ctx, m)
     extra = ""
     if m.get("atomise_mode"):
         extra = f" (auto-atomise {m['atomise_mode']}: {m.get('atomise_outcome')})"
@@ -209,6 +214,7 @@ def update(
             confidence=confidence,
             last_seen=s.clock() if seen else None,
         )
+    warn(ctx, m)
     ctx.emit({"memory": m}, f"updated {m['id']}")
 
 
@@ -224,6 +230,7 @@ def link(ctx: Ctx, src: str, dst: str, relation: str, meta_json: str | None) -> 
     meta = parse_json_object(meta_json, "--meta") if meta_json is not None else None
     with opened(ctx) as s:
         e = s.link(src, dst, relation, meta)
+    warn(ctx, e)
     ctx.emit({"link": e}, f"linked {src} -[{relation}]-> {dst} (seq {e['seq']})")
 
 

@@ -9,8 +9,9 @@ operator or by atomisation; restore clears both; atomisation.completed sets
 `atomised_into`). The exporter and the verifier call the same functions, so
 the verifier recomputes every view byte for byte.
 
-`touched_ids` says which memories an entry touches; it mirrors the
-projection's `touches` table, which the exporter uses to select entries.
+Which memories an entry touches, how metadata merges and how an odd field
+is read are the vocabulary's rules (mnemolog.eventlog.vocabulary), shared
+with the projection; a property test holds the two folds to the same views.
 """
 
 from __future__ import annotations
@@ -21,86 +22,63 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from mnemolog.eventlog.entry import Entry, to_jsonable
+from mnemolog.eventlog.vocabulary import (
+    UNDO_FIELDS,
+    merge_metadata,
+    read_float,
+    read_id,
+    read_int,
+    read_span,
+    read_str,
+    read_tags,
+    touched_ids,
+    upcast,
+)
+
+__all__ = [
+    "ENVELOPES_FORMAT",
+    "VIEWS_FORMAT",
+    "chain_closure",
+    "entry_touched_ids",
+    "envelope",
+    "fold_views",
+    "render_envelopes",
+    "render_json",
+    "render_views",
+    "stored_ids",
+    "touched_ids",
+]
 
 VIEWS_FORMAT = "mnemolog/memory-views/v1"
 ENVELOPES_FORMAT = "mnemolog/atomisation-envelopes/v1"
 
 
 def _id(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def touched_ids(type_: str, data: dict[str, Any]) -> list[str]:
-    """The memory ids an entry touches, in a fixed order, without duplicates."""
-    ids: list[str] = []
-    if type_ == "memory.stored":
-        ids = [_id(data.get("id")), _id(data.get("atom_of"))]
-    elif type_ in ("memory.updated", "memory.archived", "memory.restored"):
-        ids = [_id(data.get("id"))]
-    elif type_ == "link.created":
-        ids = [_id(data.get("src")), _id(data.get("dst"))]
-    elif type_ == "migration.rolled_back":
-        ids = [_id(x) for x in data.get("memory_ids") or [] if isinstance(x, str)]
-    elif type_ in ("atomisation.requested", "atomisation.completed", "atomisation.failed"):
-        ids = [_id(data.get("source_id"))]
-        if type_ == "atomisation.completed":
-            atoms = data.get("atom_ids")
-            ids += [_id(a) for a in atoms] if isinstance(atoms, list) else []
-    out: list[str] = []
-    for i in ids:
-        if i and i not in out:
-            out.append(i)
-    return out
-
-
-_UNDO_FIELDS = (
-    "title",
-    "content",
-    "kind",
-    "namespace",
-    "tags",
-    "confidence",
-    "source",
-    "metadata",
-    "last_seen",
-    "updated_at",
-    "last_event_seq",
-)
+    return read_id(value)
 
 
 def _merge(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    out = dict(old)
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = to_jsonable(v)
-    return out
-
-
-def _float(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    return to_jsonable(merge_metadata(old, patch))  # type: ignore[no-any-return]
 
 
 def _new_view(e: Entry, d: dict[str, Any], mid: str) -> dict[str, Any]:
-    span = d.get("source_span")
-    tags = d.get("tags")
     meta = d.get("metadata")
+    atom_of = d.get("atom_of")
     return {
         "id": mid,
         "namespace": str(d.get("namespace", "default")),
         "kind": str(d.get("kind", "observation")),
-        "title": d.get("title") if isinstance(d.get("title"), str) else None,
+        "title": read_str(d.get("title")),
         "content": str(d.get("content", "")),
-        "tags": [str(t) for t in tags] if isinstance(tags, list) else [],
-        "confidence": _float(d.get("confidence")),
-        "source": d.get("source") if isinstance(d.get("source"), str) else None,
+        "tags": read_tags(d.get("tags")),
+        "confidence": read_float(d.get("confidence")),
+        "source": read_str(d.get("source")),
         "metadata": to_jsonable(meta) if isinstance(meta, dict) else {},
-        "created_at": int(d.get("created_at") or e.ts),
+        "created_at": read_int(d.get("created_at")) or e.ts,
         "updated_at": e.ts,
-        "last_seen": d.get("last_seen") if isinstance(d.get("last_seen"), int) else None,
-        "atom_of": d.get("atom_of") if isinstance(d.get("atom_of"), str) and d.get("atom_of") else None,
-        "source_span": [int(x) for x in span] if isinstance(span, list) and span else None,
+        "last_seen": read_int(d.get("last_seen")),
+        "atom_of": atom_of if isinstance(atom_of, str) and atom_of else None,
+        "source_span": read_span(d.get("source_span")),
         "atomised_into": None,
         "atom_ids": [],
         "atomisation_archived_at": None,
@@ -119,18 +97,25 @@ def _updated(v: dict[str, Any], e: Entry, d: dict[str, Any]) -> None:
     for col in ("namespace", "kind", "source"):
         if d.get(col) is not None:
             v[col] = str(d[col])
-    if d.get("confidence") is not None:
-        v["confidence"] = _float(d["confidence"])
-    if d.get("last_seen") is not None:
-        v["last_seen"] = int(d["last_seen"])
+    conf = read_float(d.get("confidence"))
+    if conf is not None:
+        v["confidence"] = conf
+    seen = read_int(d.get("last_seen"))
+    if seen is not None:
+        v["last_seen"] = seen
     if isinstance(d.get("tags"), list):
-        v["tags"] = [str(t) for t in d["tags"]]
+        v["tags"] = read_tags(d["tags"])
     if isinstance(d.get("metadata"), dict):
         v["metadata"] = _merge(v["metadata"], d["metadata"])
     if d.get("title") is not None:
         v["title"] = str(d["title"])
     if d.get("content") is not None:
         v["content"] = str(d["content"])
+
+
+def entry_touched_ids(e: Entry) -> list[str]:
+    """The memories entry `e` touches, read at its current tv."""
+    return touched_ids(e.type, upcast(e.type, e.tv, e.data))
 
 
 def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict[str, Any]]:
@@ -143,7 +128,7 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
     links: dict[str, dict[str, list[dict[str, Any]]]] = {i: {"outgoing": [], "incoming": []} for i in wanted}
     undo: list[tuple[int, str, dict[str, Any]]] = []
     for e in entries:
-        d = e.data
+        d = upcast(e.type, e.tv, e.data)
         for i in touched_ids(e.type, d):
             if i in wanted:
                 seqs[i].append(e.seq)
@@ -154,9 +139,9 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
         target = views.get(_id(d.get("id")))
         if e.type == "memory.updated" and target is not None:
             if d.get("migration_run"):
-                undo.append((e.seq, target["id"], {k: copy.deepcopy(target[k]) for k in _UNDO_FIELDS}))
+                undo.append((e.seq, target["id"], {k: copy.deepcopy(target[k]) for k in UNDO_FIELDS}))
             _updated(target, e, d)
-        elif e.type == "migration.rolled_back" and isinstance(d.get("snapshot_size"), int):
+        elif e.type == "migration.rolled_back" and read_int(d.get("snapshot_size")) is not None:
             # A log-backed migration rolled back: what its updates replaced comes back.
             size = d["snapshot_size"]
             for seq, mid, before in sorted(undo, key=lambda u: u[0], reverse=True):
@@ -168,7 +153,7 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
                 target["atomisation_archived_at"] = e.ts
             else:
                 target["archived_at"] = e.ts
-                target["archive_reason"] = d.get("reason") if isinstance(d.get("reason"), str) else None
+                target["archive_reason"] = read_str(d.get("reason"))
             target["last_event_seq"] = e.seq
         elif e.type == "memory.restored" and target is not None:
             target["archived_at"] = None

@@ -10,8 +10,9 @@ one (catch-up, rebuild) goes through an Arrow batch and the bulk tokenizer.
 
 The fold is total: it never raises on a payload. Entries are signed, but
 `mnemolog log append` can write any map, and one odd entry must not make the
-projection unbuildable. Fields of the wrong type are read the way
-`mnemolog.eventlog.memview` (the bundle's fold) reads them, or ignored.
+projection unbuildable. Fields of the wrong type are read through the
+vocabulary's readers (mnemolog.eventlog.vocabulary), as the bundle's fold
+reads them, and which memories an entry touches is the vocabulary's rule.
 
 Search terms go into an inverted index in two tables: `postings`, kept
 sorted by term so DuckDB's zone maps skip to the few row groups a query
@@ -31,7 +32,6 @@ percentile. Query results never depend on when it ran.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +39,18 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.entry import Entry, to_jsonable
+from mnemolog.eventlog.vocabulary import (
+    merge_metadata,
+    read_float,
+    read_id,
+    read_int,
+    read_span,
+    read_str,
+    read_tags,
+    touched_ids,
+)
 from mnemolog.projections.schema import visible
 from mnemolog.projections.text import ONE_DOC_POSTINGS, TITLE_WEIGHT, drop_staged, stage_postings
 
@@ -51,9 +62,6 @@ FLUSH_ROWS = 20_000  # buffered rows that force a flush
 SMALL_FLUSH = 8  # at most this many memories: parameterised statements, no Arrow round trip
 ARROW_CHUNK = 4096
 MAX_DELETE_TERMS = 256  # a text update deletes old postings by term (zone maps) up to this many
-
-INT64 = (-(2**63), 2**63 - 1)
-INT32 = (-(2**31), 2**31 - 1)
 
 MEMORY_COLUMNS = [
     ("id", pa.string()),
@@ -88,80 +96,9 @@ def canonical_json(value: Any) -> str:
     )
 
 
-def merge_metadata(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """Top-level merge: keys in the patch replace, a null value removes the key."""
-    out = dict(old)
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = v
-    return out
-
-
-# -- reading payload fields (total: a wrong type gives the default) -----------
-
-
-def _str_id(v: Any) -> str:
-    return v if isinstance(v, str) else ""
-
-
-def _opt_str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def _int(v: Any, lo_hi: tuple[int, int] = INT64) -> int | None:
-    if isinstance(v, int) and not isinstance(v, bool) and lo_hi[0] <= v <= lo_hi[1]:
-        return v
-    return None
-
-
-def _float(v: Any) -> float | None:
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        f = float(v)
-        return f if math.isfinite(f) else None
-    return None
-
-
-def _tags(v: Any) -> list[str]:
-    return [str(t) for t in v] if isinstance(v, list) else []
-
-
-def _span(v: Any) -> list[int] | None:
-    if not isinstance(v, list) or not v:
-        return None
-    out = [_int(x, INT32) for x in v]
-    return None if any(x is None for x in out) else [x for x in out if x is not None]
-
-
 def _doc_text(title: str | None, content: str) -> str:
     """The text `text.doc_text` builds in SQL, built here for a parameter."""
     return " ".join([title or ""] * TITLE_WEIGHT + [content])
-
-
-def touched_ids(type_: str, d: dict[str, Any]) -> list[str]:
-    """The memory ids an entry touches, in a fixed order, without duplicates.
-
-    The same rule as `mnemolog.eventlog.memview.touched_ids`, which the forensic
-    exporter applies to entries; the `touches` table must agree with it.
-    """
-    ids: list[str] = []
-    if type_ == "memory.stored":
-        ids = [_str_id(d.get("id")), _str_id(d.get("atom_of"))]
-    elif type_ in ("memory.updated", "memory.archived", "memory.restored"):
-        ids = [_str_id(d.get("id"))]
-    elif type_ == "link.created":
-        ids = [_str_id(d.get("src")), _str_id(d.get("dst"))]
-    elif type_ in ("atomisation.requested", "atomisation.completed", "atomisation.failed"):
-        ids = [_str_id(d.get("source_id"))]
-        atoms = d.get("atom_ids")
-        if type_ == "atomisation.completed" and isinstance(atoms, list):
-            ids += [_str_id(a) for a in atoms]
-    out: list[str] = []
-    for i in ids:
-        if i and i not in out:
-            out.append(i)
-    return out
 
 
 @dataclass
@@ -408,22 +345,22 @@ class Fold:
         m["title"].append(title if isinstance(title, str) else None)
         content = get("content", "")
         m["content"].append(content if type(content) is str else str(content))
-        m["tags"].append(_tags(tags) if tags else [])
-        m["confidence"].append(_float(get("confidence")))
+        m["tags"].append(read_tags(tags) if tags else [])
+        m["confidence"].append(read_float(get("confidence")))
         m["source"].append(source if isinstance(source, str) else None)
         m["metadata"].append(canonical_json(meta) if meta and isinstance(meta, dict) else "{}")
-        m["created_at"].append(_int(get("created_at")) or e.ts)
+        m["created_at"].append(read_int(get("created_at")) or e.ts)
         m["updated_at"].append(e.ts)
-        m["last_seen"].append(_int(get("last_seen")))
+        m["last_seen"].append(read_int(get("last_seen")))
         atom_of = get("atom_of")
         m["atom_of"].append(atom_of if isinstance(atom_of, str) and atom_of else None)
-        m["source_span"].append(_span(get("source_span")))
+        m["source_span"].append(read_span(get("source_span")))
         m["stored_seq"].append(e.seq)
         self.buf.ids.add(mid)
 
     def updated(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()
-        mid = _str_id(d.get("id"))
+        mid = read_id(d.get("id"))
         row = self.conn.execute(
             "SELECT metadata, title, content, stored_seq, doc_len FROM memories WHERE id = ?", [mid]
         ).fetchone()
@@ -437,17 +374,17 @@ class Fold:
             if d.get(col) is not None:
                 sets.append(f"{col} = ?")
                 args.append(str(d[col]))
-        conf = _float(d.get("confidence"))
+        conf = read_float(d.get("confidence"))
         if conf is not None:
             sets.append("confidence = ?")
             args.append(conf)
-        seen = _int(d.get("last_seen"))
+        seen = read_int(d.get("last_seen"))
         if seen is not None:
             sets.append("last_seen = ?")
             args.append(seen)
         if isinstance(d.get("tags"), list):
             sets.append("tags = ?::VARCHAR[]")
-            args.append(_tags(d["tags"]))
+            args.append(read_tags(d["tags"]))
         if isinstance(d.get("metadata"), dict):
             sets.append("metadata = ?")
             args.append(canonical_json(merge_metadata(json.loads(row[0]), d["metadata"])))
@@ -470,7 +407,7 @@ class Fold:
 
     def archived(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()
-        mid = _str_id(d.get("id"))
+        mid = read_id(d.get("id"))
         if d.get("by") == "atomisation":
             self.conn.execute(
                 "UPDATE memories SET atomisation_archived_at = ?, last_event_seq = ? WHERE id = ?",
@@ -479,13 +416,13 @@ class Fold:
         else:
             self.conn.execute(
                 "UPDATE memories SET archived_at = ?, archive_reason = ?, last_event_seq = ? WHERE id = ?",
-                [e.ts, _opt_str(d.get("reason")), e.seq, mid],
+                [e.ts, read_str(d.get("reason")), e.seq, mid],
             )
         self._refresh_hidden(mid)
 
     def restored(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()
-        mid = _str_id(d.get("id"))
+        mid = read_id(d.get("id"))
         self.conn.execute(
             "UPDATE memories SET archived_at = NULL, archive_reason = NULL, "
             "atomisation_archived_at = NULL, last_event_seq = ? WHERE id = ?",
@@ -498,8 +435,8 @@ class Fold:
         self.buf.links.append(
             (
                 e.seq,
-                _str_id(d.get("src")),
-                _str_id(d.get("dst")),
+                read_id(d.get("src")),
+                read_id(d.get("dst")),
                 str(d.get("relation", "")),
                 canonical_json(meta if isinstance(meta, dict) else {}),
                 e.ts,
@@ -526,7 +463,7 @@ class Fold:
 
     def atomisation(self, e: Entry, d: dict[str, Any]) -> None:
         status = e.type.split(".", 1)[1]
-        src = _str_id(d.get("source_id"))
+        src = read_id(d.get("source_id"))
         atoms = d.get("atom_ids")
         if status == "completed" and isinstance(atoms, list):
             self.flush()
@@ -536,28 +473,24 @@ class Fold:
             )
             self._refresh_hidden(src)
         self.buf.atomisations.append(
-            (e.seq, src, status, _int(d.get("request_seq")), canonical_json(d), e.ts)
+            (e.seq, src, status, read_int(d.get("request_seq")), canonical_json(d), e.ts)
         )
 
     def migration(self, e: Entry, d: dict[str, Any]) -> None:
         self.buf.migrations.append((e.seq, e.type, str(d.get("run_id", "")), canonical_json(d), e.ts))
-        size = _int(d.get("snapshot_size"))
-        if e.type == "migration.rolled_back" and size is not None:
+        size = read_int(d.get("snapshot_size"))
+        if e.type == v.MIGRATION_ROLLED_BACK and size is not None:
             self._roll_back(e, size)
 
     # -- migration rollback ----------------------------------------------------
 
-    _UNDO_COLS = (
-        "title, content, kind, namespace, tags, confidence, source, metadata, last_seen, "
-        "updated_at, last_event_seq"
-    )
-
     def _remember_before(self, seq: int, run: str, mid: str) -> None:
-        row = self.conn.execute(f"SELECT {self._UNDO_COLS} FROM memories WHERE id = ?", [mid]).fetchone()
+        row = self.conn.execute(
+            f"SELECT {', '.join(v.UNDO_FIELDS)} FROM memories WHERE id = ?", [mid]
+        ).fetchone()
         if row is None:
             return
-        names = [c.strip() for c in self._UNDO_COLS.split(",")]
-        before = dict(zip(names, row, strict=True))
+        before = dict(zip(v.UNDO_FIELDS, row, strict=True))
         before["tags"] = list(before["tags"] or [])
         self.conn.execute(
             "INSERT INTO migration_undo VALUES (?, ?, ?, ?)", [seq, run, mid, canonical_json(before)]
@@ -596,7 +529,6 @@ class Fold:
                 sets.append("doc_len = ?")
                 args.append(dl)
             self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])
-            self.buf.touches.append((mid, e.seq, e.type))
         self.conn.execute("DELETE FROM migration_undo WHERE seq >= ?", [snapshot_size])
 
     # -- compaction ------------------------------------------------------------
@@ -623,17 +555,17 @@ class Fold:
 
 
 _HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {
-    "memory.stored": Fold.stored,
-    "memory.updated": Fold.updated,
-    "memory.archived": Fold.archived,
-    "memory.restored": Fold.restored,
-    "link.created": Fold.linked,
-    "policy.set": Fold.policy,
-    "atomisation.requested": Fold.atomisation,
-    "atomisation.completed": Fold.atomisation,
-    "atomisation.failed": Fold.atomisation,
-    "migration.started": Fold.migration,
-    "migration.completed": Fold.migration,
-    "migration.rolled_back": Fold.migration,
-    "migration.refused": Fold.migration,
+    v.MEMORY_STORED: Fold.stored,
+    v.MEMORY_UPDATED: Fold.updated,
+    v.MEMORY_ARCHIVED: Fold.archived,
+    v.MEMORY_RESTORED: Fold.restored,
+    v.LINK_CREATED: Fold.linked,
+    v.POLICY_SET: Fold.policy,
+    v.ATOMISATION_REQUESTED: Fold.atomisation,
+    v.ATOMISATION_COMPLETED: Fold.atomisation,
+    v.ATOMISATION_FAILED: Fold.atomisation,
+    v.MIGRATION_STARTED: Fold.migration,
+    v.MIGRATION_COMPLETED: Fold.migration,
+    v.MIGRATION_ROLLED_BACK: Fold.migration,
+    v.MIGRATION_REFUSED: Fold.migration,
 }

@@ -36,36 +36,28 @@ from typing import Any
 
 import duckdb
 
+from mnemolog.projections.memories import MEMORY_FIELDS, MEMORY_SELECT, Edge, Links, Memory, row_to_memory
 from mnemolog.projections.schema import visible
+
+__all__ = [
+    "MEMORY_FIELDS",
+    "MEMORY_SELECT",
+    "Filters",
+    "get",
+    "links_of",
+    "list_memories",
+    "query_terms",
+    "query_words",
+    "recall",
+    "row_to_memory",
+    "search",
+    "stats",
+]
 
 K1 = 1.2
 B = 0.75
 SCORE_SCALE = 10**11
 MAX_QUERY_TERMS = 64
-
-MEMORY_FIELDS = [
-    "id",
-    "namespace",
-    "kind",
-    "title",
-    "content",
-    "tags",
-    "confidence",
-    "source",
-    "metadata",
-    "created_at",
-    "updated_at",
-    "last_seen",
-    "atom_of",
-    "source_span",
-    "atomised_into",
-    "atomisation_archived_at",
-    "archived_at",
-    "archive_reason",
-    "stored_seq",
-    "last_event_seq",
-]
-_SELECT = ", ".join(f"m.{c}" for c in MEMORY_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -104,15 +96,6 @@ class Filters:
             clauses.append(f"{alias}.atom_of = ?")
             args.append(self.atom_of)
         return (" AND ".join(clauses) or "TRUE"), args
-
-
-def row_to_memory(row: tuple[Any, ...]) -> dict[str, Any]:
-    m = dict(zip(MEMORY_FIELDS, row, strict=False))
-    m["metadata"] = json.loads(m["metadata"]) if m["metadata"] else {}
-    m["tags"] = list(m["tags"] or [])
-    if m["source_span"] is not None:
-        m["source_span"] = list(m["source_span"])
-    return m
 
 
 def _distinct(values: list[str] | None) -> list[str]:
@@ -182,7 +165,7 @@ def _scored(
     return [(int(d), int(s)) for d, s in conn.execute(sql, args).fetchall()]
 
 
-def _rows(conn: duckdb.DuckDBPyConnection, docs: list[int]) -> dict[int, dict[str, Any]]:
+def _rows(conn: duckdb.DuckDBPyConnection, docs: list[int]) -> dict[int, Memory]:
     """The memories of these stored_seqs, keyed by it.
 
     Two steps, both cheap for a few rows whatever the corpus: zone maps find the
@@ -197,21 +180,20 @@ def _rows(conn: duckdb.DuckDBPyConnection, docs: list[int]) -> dict[int, dict[st
     if not ids:
         return {}
     rows = conn.execute(
-        f"SELECT m.stored_seq, {_SELECT} FROM memories m WHERE m.id IN ({', '.join('?' * len(ids))})", ids
+        f"SELECT m.stored_seq, {MEMORY_SELECT} FROM memories m WHERE m.id IN ({', '.join('?' * len(ids))})",
+        ids,
     ).fetchall()
     return {int(r[0]): row_to_memory(r[1:]) for r in rows}
 
 
-def _with_rows(
-    conn: duckdb.DuckDBPyConnection, ranked: list[tuple[int, int]]
-) -> list[tuple[dict[str, Any], float]]:
+def _with_rows(conn: duckdb.DuckDBPyConnection, ranked: list[tuple[int, int]]) -> list[tuple[Memory, float]]:
     rows = _rows(conn, [d for d, _ in ranked])
     return [(rows[d], s / SCORE_SCALE) for d, s in ranked if d in rows]
 
 
 def recall(
     conn: duckdb.DuckDBPyConnection, query: str, filters: Filters, limit: int = 10
-) -> list[tuple[dict[str, Any], float]]:
+) -> list[tuple[Memory, float]]:
     """Natural-language recall: rank by any matching term (never all-terms-must-match)."""
     terms = query_terms(conn, query)
     if not terms:
@@ -221,7 +203,7 @@ def recall(
 
 def search(
     conn: duckdb.DuckDBPyConnection, query: str, filters: Filters, limit: int = 10
-) -> list[tuple[dict[str, Any], float]]:
+) -> list[tuple[Memory, float]]:
     """Keyword search: every keyword must appear as a whole word; ranked by BM25.
 
     The index finds the memories holding every keyword's term (stems match
@@ -261,41 +243,44 @@ def search(
     return _with_rows(conn, passed[:limit])
 
 
-def get(conn: duckdb.DuckDBPyConnection, memory_id: str) -> dict[str, Any] | None:
-    row = conn.execute(f"SELECT {_SELECT} FROM memories m WHERE m.id = ?", [memory_id]).fetchone()
+def get(conn: duckdb.DuckDBPyConnection, memory_id: str) -> Memory | None:
+    row = conn.execute(f"SELECT {MEMORY_SELECT} FROM memories m WHERE m.id = ?", [memory_id]).fetchone()
     return row_to_memory(row) if row else None
 
 
 def list_memories(
     conn: duckdb.DuckDBPyConnection, filters: Filters, limit: int = 50, offset: int = 0
-) -> list[dict[str, Any]]:
+) -> list[Memory]:
     where, args = filters.sql("m")
     rows = conn.execute(
-        f"SELECT {_SELECT} FROM memories m WHERE {where} ORDER BY m.stored_seq DESC, m.id LIMIT ? OFFSET ?",
+        f"SELECT {MEMORY_SELECT} FROM memories m WHERE {where} "
+        "ORDER BY m.stored_seq DESC, m.id LIMIT ? OFFSET ?",
         [*args, limit, offset],
     ).fetchall()
     return [row_to_memory(r) for r in rows]
 
 
-def links_of(conn: duckdb.DuckDBPyConnection, memory_id: str) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {"outgoing": [], "incoming": []}
-    for direction, col in (("outgoing", "src"), ("incoming", "dst")):
-        rows = conn.execute(
-            f"SELECT seq, src, dst, relation, metadata, created_at FROM links WHERE {col} = ? ORDER BY seq",
-            [memory_id],
-        ).fetchall()
-        out[direction] = [
-            {
-                "seq": r[0],
-                "src": r[1],
-                "dst": r[2],
-                "relation": r[3],
-                "metadata": json.loads(r[4]),
-                "created_at": r[5],
-            }
-            for r in rows
-        ]
-    return out
+def _edges(conn: duckdb.DuckDBPyConnection, col: str, memory_id: str) -> list[Edge]:
+    rows = conn.execute(
+        f"SELECT seq, src, dst, relation, metadata, created_at FROM links WHERE {col} = ? ORDER BY seq",
+        [memory_id],
+    ).fetchall()
+    return [
+        {
+            "seq": r[0],
+            "src": r[1],
+            "dst": r[2],
+            "relation": r[3],
+            "metadata": json.loads(r[4]),
+            "created_at": r[5],
+        }
+        for r in rows
+    ]
+
+
+def links_of(conn: duckdb.DuckDBPyConnection, memory_id: str) -> Links:
+    """The edges leaving and entering a memory, oldest first."""
+    return {"outgoing": _edges(conn, "src", memory_id), "incoming": _edges(conn, "dst", memory_id)}
 
 
 def stats(conn: duckdb.DuckDBPyConnection) -> dict[str, Any]:

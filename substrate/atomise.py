@@ -22,16 +22,13 @@ request completes exactly once).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import duckdb
+from typing import Any
 
 from mnemolog.curators.base import Curator, CuratorFailed, SourceTooSmall, TierLocked
 from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, make_curator, resolve_llm
@@ -39,7 +36,8 @@ from mnemolog.curators.tokens import DEFAULT_ATOM_TOKENS, check_max_atom_tokens,
 from mnemolog.eventlog.errors import Informational, LockTimeout, MnemologError, NotFound, UsageError
 from mnemolog.eventlog.lock import FileLock
 from mnemolog.eventlog.log import Log
-from mnemolog.projections import recall as q
+from mnemolog.projections import queries
+from mnemolog.projections.memories import Memory
 from mnemolog.substrate.events import (
     AtomisationCompleted,
     AtomisationFailed,
@@ -50,10 +48,20 @@ from mnemolog.substrate.events import (
     Payload,
 )
 from mnemolog.substrate.governance import ResolvedPolicy
+from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import GovernanceRefused
+from mnemolog.substrate.session import Session, Sessions
 
-if TYPE_CHECKING:
-    from mnemolog.substrate.api import Substrate
+__all__ = [
+    "CURATORS",
+    "MAX_DEPTH",
+    "AlreadyAtomised",
+    "AtomiseResult",
+    "Atomiser",
+    "DepthExceeded",
+    "find_span",
+    "run_worker",
+]
 
 MAX_DEPTH = 3
 CURATORS = ("ollama", "rules")
@@ -122,10 +130,15 @@ def find_span(parent: str, atom: str) -> list[int] | None:
 
 
 class Atomiser:
-    def __init__(self, sub: Substrate, curator_options: Mapping[str, Any] | None = None) -> None:
-        self.sub = sub
+    """Atomisations of one home: on demand, at store time by policy, and deferred by a worker."""
+
+    def __init__(
+        self, home: Home, sessions: Sessions, curator_options: Mapping[str, Any] | None = None
+    ) -> None:
+        self.home = home
+        self.sessions = sessions
         self.curator_options = dict(curator_options or {})
-        self._worker_lock = FileLock(sub.home.projections_dir / ".worker.lock", 0.0, "worker lock")
+        self._worker_lock = FileLock(home.projections_dir / ".worker.lock", 0.0, "worker lock")
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -133,7 +146,7 @@ class Atomiser:
     # -- configuration -------------------------------------------------------
 
     def llm(self) -> LlmConfig | None:
-        cfg = self.sub.home.config.llm
+        cfg = self.home.config.llm
         return resolve_llm(os.environ.get(HOST_ENV) or cfg.host, os.environ.get(MODEL_ENV) or cfg.model)
 
     def curator(self, name: str) -> Curator:
@@ -143,26 +156,16 @@ class Atomiser:
 
     # -- the engine ------------------------------------------------------------
 
-    def depth(self, conn: duckdb.DuckDBPyConnection, memory_id: str) -> int:
+    def depth(self, s: Session, memory_id: str) -> int:
+        """How many atomisations deep a memory is (0 for one that is no atom)."""
         d, cur, seen = 0, memory_id, set()
         while True:
-            row = conn.execute("SELECT atom_of FROM memories WHERE id = ?", [cur]).fetchone()
-            if row is None or row[0] is None or row[0] in seen:
+            parent = queries.atom_parent(s.conn, cur)
+            if parent is None or parent in seen:
                 return d
             seen.add(cur)
-            cur = row[0]
+            cur = parent
             d += 1
-
-    def existing_atoms(self, conn: duckdb.DuckDBPyConnection, memory_id: str) -> list[str]:
-        """The atoms of the latest completed atomisation of `memory_id`."""
-        row = conn.execute(
-            "SELECT detail FROM atomisations WHERE source_id = ? AND status = 'completed' "
-            "ORDER BY seq DESC LIMIT 1",
-            [memory_id],
-        ).fetchone()
-        if row is None:
-            return []
-        return list(json.loads(row[0]).get("atom_ids", []))
 
     def atomise(
         self,
@@ -181,17 +184,16 @@ class Atomiser:
             self.curator(curator)
         if max_atom_tokens is not None:
             check_max_atom_tokens(max_atom_tokens)
-        sub = self.sub
-        with sub.session() as conn:
-            parent = q.get(conn, memory_id)
+        with self.sessions.session() as s:
+            parent = s.get(memory_id)
             if parent is None:
                 raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
-            policy = sub.policy_for(conn, parent["namespace"])
+            policy = s.policy(parent["namespace"])
             name = curator or str(policy["curator"])
             cur = self.curator(name)
             budget = max_atom_tokens or int(policy["auto_atomise_max_atom_tokens"] or DEFAULT_ATOM_TOKENS)
             retries = max_retries if max_retries is not None else policy.retries_for(mode)
-            depth = self.depth(conn, memory_id)
+            depth = self.depth(s, memory_id)
             if depth + 1 > MAX_DEPTH:
                 raise DepthExceeded(
                     f"memory {memory_id} is at atomisation depth {depth}; its atoms would be at "
@@ -203,7 +205,7 @@ class Atomiser:
             if (parent["atomised_into"] or 0) > 0 and not force:
                 return AtomiseResult(
                     memory_id,
-                    self.existing_atoms(conn, memory_id),
+                    queries.latest_atoms(s.conn, memory_id),
                     iso(parent["atomisation_archived_at"]),
                     already_atomised=True,
                 )
@@ -223,8 +225,8 @@ class Atomiser:
             raise
         except SourceTooSmall:
             raise
-        with sub.session() as conn:
-            parent = q.get(conn, memory_id)
+        with self.sessions.session() as s:
+            parent = s.get(memory_id)
             if parent is None:  # pragma: no cover - memories are never deleted
                 raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
             changed = (parent["last_event_seq"], parent["atomised_into"]) != snapshot
@@ -232,17 +234,19 @@ class Atomiser:
                 # Someone else atomised it while the curator ran.
                 return AtomiseResult(
                     memory_id,
-                    self.existing_atoms(conn, memory_id),
+                    queries.latest_atoms(s.conn, memory_id),
                     iso(parent["atomisation_archived_at"]),
                     already_atomised=True,
                 )
-            previous = self.existing_atoms(conn, memory_id) if force else []
-            return self._write(conn, parent, result, budget, name, force, previous, request_seq)
+            previous = queries.latest_atoms(s.conn, memory_id) if force else []
+            res = self._write(s, parent, result, budget, name, force, previous, request_seq)
+            res.warnings += s.warnings
+            return res
 
     def _write(
         self,
-        conn: duckdb.DuckDBPyConnection,
-        parent: dict[str, Any],
+        s: Session,
+        parent: Memory,
         result: Any,
         budget: int,
         curator: str,
@@ -250,12 +254,11 @@ class Atomiser:
         previous: list[str],
         request_seq: int | None,
     ) -> AtomiseResult:
-        sub = self.sub
         pid = parent["id"]
         atom_ids: list[str] = []
         n = len(result.atoms)
         for i, atom in enumerate(result.atoms):
-            payload = sub.build_stored(
+            payload = MemoryStored.new(
                 atom.text,
                 namespace=parent["namespace"],
                 kind="observation",
@@ -272,15 +275,11 @@ class Atomiser:
                 },
             )
             try:
-                sub.write_memory(conn, payload, atom_index=i)
+                s.write_memory(payload, atom_index=i)
                 atom_ids.append(payload.id)
-                sub.write_link(
-                    conn, LinkCreated(src=payload.id, dst=pid, relation="derives_from"), atom_index=i
-                )
+                s.write_link(LinkCreated(src=payload.id, dst=pid, relation="derives_from"), atom_index=i)
             except GovernanceRefused as exc:
-                sub._append(
-                    conn,
-                    "atomisation.failed",
+                s.append(
                     AtomisationFailed(
                         source_id=pid,
                         curator=curator,
@@ -314,16 +313,12 @@ class Atomiser:
             previous_atom_ids=previous,
             request_seq=request_seq,
         )
-        r = sub._append(conn, "atomisation.completed", completed)
+        r = s.append(completed)
         for old in previous:
             # Re-atomised: the old atoms stay in the log and the store, out of default recall.
-            sub._append(
-                conn,
-                "memory.archived",
-                MemoryArchived(id=old, by="reatomisation", reason=f"superseded by atomisation {r.seq}"),
-            )
-        sub._append(conn, "memory.archived", MemoryArchived(id=pid, by="atomisation", atomised_into=n))
-        after = q.get(conn, pid)
+            s.append(MemoryArchived(id=old, by="reatomisation", reason=f"superseded by atomisation {r.seq}"))
+        s.append(MemoryArchived(id=pid, by="atomisation", atomised_into=n))
+        after = s.get(pid)
         return AtomiseResult(
             pid,
             atom_ids,
@@ -345,10 +340,8 @@ class Atomiser:
         request_seq: int | None,
         responses: tuple[str, ...] = (),
     ) -> None:
-        with self.sub.session() as conn:
-            self.sub._append(
-                conn,
-                "atomisation.failed",
+        with self.sessions.session() as s:
+            s.append(
                 AtomisationFailed(
                     source_id=memory_id,
                     curator=curator,
@@ -361,9 +354,7 @@ class Atomiser:
 
     # -- policies at store time ------------------------------------------------
 
-    def plan(
-        self, policy: ResolvedPolicy, payload: MemoryStored
-    ) -> tuple[str, str | None, list[tuple[str, Payload]]]:
+    def plan(self, policy: ResolvedPolicy, payload: MemoryStored) -> tuple[str, str | None, list[Payload]]:
         """What the namespace's policy asks of a store: (mode, action, events to add).
 
         action: None (off, or an atom), "below" (under the threshold),
@@ -382,21 +373,21 @@ class Atomiser:
                 max_atom_tokens=int(policy["auto_atomise_max_atom_tokens"]),
                 max_retries=policy.retries_for("deferred"),
             )
-            return mode, "requested", [("atomisation.requested", request)]
+            return mode, "requested", [request]
         return mode, "synchronous", []
 
     def wake(self) -> None:
         self._wake.set()
 
-    def synchronous(self, mem: dict[str, Any]) -> dict[str, Any]:
+    def synchronous(self, memory_id: str) -> dict[str, Any]:
         """Run the curator inside the store call; return the store response fields."""
         try:
-            res = self.atomise(mem["id"], mode="synchronous")
+            res = self.atomise(memory_id, mode="synchronous")
         except SourceTooSmall:
             return {"atomise_mode": "synchronous", "atomise_outcome": "skipped_already_atomic"}
         except (CuratorFailed, TierLocked, GovernanceRefused, DepthExceeded) as exc:
             if isinstance(exc, TierLocked):
-                self._failed(mem["id"], "ollama", "tier_locked", exc.message, 0, None)
+                self._failed(memory_id, "ollama", "tier_locked", exc.message, 0, None)
             return {
                 "atomise_mode": "synchronous",
                 "atomise_outcome": "failed",
@@ -412,26 +403,9 @@ class Atomiser:
 
     # -- deferred work ---------------------------------------------------------
 
-    def pending(self, conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-        """Requests with no completion or failure after them, oldest first (from the log)."""
-        rows = conn.execute(
-            """SELECT r.seq, r.source_id, r.detail FROM atomisations r
-               WHERE r.status = 'requested' AND NOT EXISTS (
-                   SELECT 1 FROM atomisations d
-                   WHERE d.status IN ('completed', 'failed')
-                     AND (d.request_seq = r.seq OR (d.source_id = r.source_id AND d.seq > r.seq)))
-               ORDER BY r.seq"""
-        ).fetchall()
-        return [{"seq": r[0], "source_id": r[1], **json.loads(r[2])} for r in rows]
-
-    def counts(self, conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
-        rows = dict(conn.execute("SELECT status, count(*) FROM atomisations GROUP BY status").fetchall())
-        return {
-            "requested": int(rows.get("requested", 0)),
-            "completed": int(rows.get("completed", 0)),
-            "failed": int(rows.get("failed", 0)),
-            "pending": len(self.pending(conn)),
-        }
+    def counts(self, s: Session) -> dict[str, int]:
+        """Atomisation records by status, and the requests still pending."""
+        return {**queries.atomisation_counts(s.conn), "pending": len(queries.pending_atomisations(s.conn))}
 
     def drain(self, *, limit: int | None = None, block: bool = True) -> list[dict[str, Any]]:
         """Process pending requests (one worker per home at a time); report each outcome."""
@@ -447,26 +421,20 @@ class Atomiser:
     def _drain(self, limit: int | None) -> list[dict[str, Any]]:
         done: list[dict[str, Any]] = []
         while limit is None or len(done) < limit:
-            with self.sub.session() as conn:
-                todo = self.pending(conn)
+            with self.sessions.session() as s:
+                todo = queries.pending_atomisations(s.conn)
                 if not todo:
                     return done
                 req = todo[0]
-                self._discard_partial(conn, req)
+                self._discard_partial(s, req)
             done.append(self._run_request(req))
         return done
 
-    def _discard_partial(self, conn: duckdb.DuckDBPyConnection, req: dict[str, Any]) -> None:
+    def _discard_partial(self, s: Session, req: dict[str, Any]) -> None:
         """Atoms a killed worker wrote for this request are archived before it is redone."""
-        rows = conn.execute(
-            "SELECT id FROM memories WHERE atom_of = ? AND stored_seq > ? AND archived_at IS NULL "
-            "AND id NOT IN (SELECT unnest(?::VARCHAR[]))",
-            [req["source_id"], req["seq"], self.existing_atoms(conn, req["source_id"])],
-        ).fetchall()
-        for (aid,) in rows:
-            self.sub._append(
-                conn,
-                "memory.archived",
+        keep = queries.latest_atoms(s.conn, req["source_id"])
+        for aid in queries.orphan_atoms(s.conn, req["source_id"], req["seq"], keep):
+            s.append(
                 MemoryArchived(
                     id=aid, by="reatomisation", reason=f"incomplete atomisation of request {req['seq']}"
                 ),
@@ -498,11 +466,9 @@ class Atomiser:
 
     def _record_skip(self, sid: str, req: dict[str, Any], reason: str, message: str) -> None:
         # The request must not stay pending forever: close it with a failure record.
-        with self.sub.session() as conn:
-            if any(p["seq"] == req["seq"] for p in self.pending(conn)):
-                self.sub._append(
-                    conn,
-                    "atomisation.failed",
+        with self.sessions.session() as s:
+            if any(p["seq"] == req["seq"] for p in queries.pending_atomisations(s.conn)):
+                s.append(
                     AtomisationFailed(
                         source_id=sid,
                         curator=str(req.get("curator", "")),
@@ -524,7 +490,7 @@ class Atomiser:
 
     def _loop(self, interval: float) -> None:
         # Its own reader: polling the log's size must not race the session's reader.
-        watch = Log(self.sub.home.log_dir)
+        watch = Log(self.home.log_dir)
         seen = -1
         try:
             while not self._stop.is_set():
@@ -546,14 +512,18 @@ class Atomiser:
             self._thread = None
 
 
-def run_worker(sub: Substrate, *, once: bool, interval: float, out: Callable[[dict[str, Any]], None]) -> int:
-    """`mnemolog worker run`: drain pending requests, then (unless once) keep watching."""
+def run_worker(
+    atomiser: Atomiser, *, once: bool, interval: float, out: Callable[[dict[str, Any]], None]
+) -> int:
+    """`mnemolog worker run`: drain pending requests, then (unless once) keep watching.
+
+    Each drain opens sessions, which catch up with the log, so new requests are seen.
+    """
     total = 0
     while True:
-        for r in sub.atomiser.drain():
+        for r in atomiser.drain():
             out(r)
             total += 1
         if once:
             return total
         time.sleep(interval)
-        sub.log.refresh()

@@ -35,7 +35,7 @@ from mnemolog.eventlog.keys import VerifierKey, load_private_key, write_private_
 from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
 from mnemolog.eventlog.note import peek_checkpoint
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import recall as q
+from mnemolog.projections import queries
 from mnemolog.projections.engine import Projections
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import upcast
@@ -70,16 +70,6 @@ class ExportedBundle:
         }
 
 
-def _touching(conn: duckdb.DuckDBPyConnection, ids: set[str], below: int) -> set[int]:
-    if not ids:
-        return set()
-    rows = conn.execute(
-        "SELECT DISTINCT seq FROM touches WHERE seq < ? AND memory_id IN (SELECT unnest(?))",
-        [below, sorted(ids)],
-    ).fetchall()
-    return {int(r[0]) for r in rows}
-
-
 def select(
     conn: duckdb.DuckDBPyConnection, log: Log, memory_id: str, include_chain: bool, below: int
 ) -> tuple[set[str], list[Entry]]:
@@ -87,7 +77,7 @@ def select(
     ids = {memory_id}
     cache: dict[int, Entry] = {}
     while True:
-        for s in _touching(conn, ids, below) - set(cache):
+        for s in queries.touching_seqs(conn, ids, below) - set(cache):
             cache[s] = log.entry(s)
         entries = [cache[s] for s in sorted(cache)]
         if not include_chain:
@@ -102,14 +92,13 @@ def select(
 
 def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) -> ExportedBundle:
     """Build the forensic bundle of `memory_id` against a freshly signed checkpoint."""
-    with sub.session() as conn:
-        if q.get(conn, memory_id) is None:
-            raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
+    with sub.session() as s:
+        s.require(memory_id)
         cp, cp_raw = sub.writer.checkpoint()
         # Entries appended by other processes before the checkpoint must be in the selection.
-        sub.projections.catch_up(conn)
+        s.catch_up()
         log = sub.log
-        ids, entries = select(conn, log, memory_id, include_chain, cp.size)
+        ids, entries = select(s.conn, log, memory_id, include_chain, cp.size)
     signer = sub.writer.key
     epochs = log.key_history(cp.size)
     if log.key_at(cp.size).kid != signer.kid:

@@ -3,23 +3,32 @@
 A namespace `a/b/c` inherits, field by field, from `a/b`, then `a`, then the
 root policy (namespace ""), then the built-in defaults: the first level that
 sets a field decides it. Policies are `policy.set` events, so their whole
-history is in the log.
+history is in the log. Resolution is a pure function of the policies the
+namespaces set themselves (the session reads those from the projection).
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
-
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.substrate.events.limits import ROOT_NAMESPACE, check_namespace
 
-NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}){0,15}$")
-ROOT = ""
+__all__ = [
+    "DEFAULTS",
+    "MODE_RETRIES",
+    "ROOT",
+    "PolicyConflict",
+    "ResolvedPolicy",
+    "ancestors",
+    "check_atomisable",
+    "check_namespace",
+    "resolve",
+]
+
+ROOT = ROOT_NAMESPACE
 
 DEFAULTS: dict[str, Any] = {
     "write": "any",
@@ -32,19 +41,6 @@ DEFAULTS: dict[str, Any] = {
 MODE_RETRIES = {"deferred": 3, "synchronous": 1, "manual": 1}
 
 
-def check_namespace(ns: str, *, allow_root: bool = False) -> str:
-    if allow_root and ns == ROOT:
-        return ns
-    if not isinstance(ns, str) or not NAMESPACE_RE.match(ns):
-        raise BadInput(
-            f"namespace {ns!r} must be path segments of letters, digits, '_', '.', '-' "
-            "separated by '/' (e.g. team/project), at most 16 levels",
-            field="namespace",
-            found=ns,
-        )
-    return ns
-
-
 def ancestors(ns: str) -> list[str]:
     """Leaf first: a/b/c, a/b, a, and the root ""."""
     parts = ns.split("/") if ns else []
@@ -55,6 +51,8 @@ def ancestors(ns: str) -> list[str]:
 
 @dataclass(frozen=True)
 class ResolvedPolicy:
+    """A namespace's effective policy, and for each field the namespace that decided it."""
+
     namespace: str
     values: dict[str, Any]
     sources: dict[str, str]  # field -> namespace that set it ("(default)" if none)
@@ -74,35 +72,12 @@ class ResolvedPolicy:
         return {"namespace": self.namespace, "policy": self.values, "sources": self.sources}
 
 
-class PolicyConflict(BadInput):
-    """A policy whose fields contradict each other once inherited (exit 65)."""
-
-    slug = "policy_conflict"
-
-
-def resolve(
-    conn: duckdb.DuckDBPyConnection, ns: str, overrides: Mapping[str, Mapping[str, Any] | None] | None = None
-) -> ResolvedPolicy:
-    """The effective policy of `ns`; `overrides` replaces namespaces' own policies (None: no policy)."""
-    chain = ancestors(ns)
-    raw = dict(
-        conn.execute(
-            f"SELECT namespace, policy FROM policies WHERE namespace IN ({', '.join('?' * len(chain))})",
-            chain,
-        ).fetchall()
-    )
-    rows: dict[str, Mapping[str, Any]] = {k: json.loads(v) for k, v in raw.items()}
-    for level, own in (overrides or {}).items():
-        if own is None:
-            rows.pop(level, None)
-        else:
-            rows[level] = own
+def resolve(own: Mapping[str, Mapping[str, Any]], ns: str) -> ResolvedPolicy:
+    """The policy of `ns` from the policies its ancestors set themselves (`own`, by namespace)."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for level in chain:
-        if level not in rows:
-            continue
-        for k, v in rows[level].items():
+    for level in ancestors(ns):
+        for k, v in (own.get(level) or {}).items():
             if v is not None and k not in values:
                 values[k] = v
                 sources[k] = level
@@ -113,23 +88,23 @@ def resolve(
     return ResolvedPolicy(ns, values, sources)
 
 
-def get_policy(conn: duckdb.DuckDBPyConnection, ns: str) -> dict[str, Any] | None:
-    row = conn.execute("SELECT policy FROM policies WHERE namespace = ?", [ns]).fetchone()
-    return json.loads(row[0]) if row else None
+class PolicyConflict(BadInput):
+    """A policy whose fields contradict each other once inherited (exit 65)."""
+
+    slug = "policy_conflict"
 
 
-def check_atomisable(conn: duckdb.DuckDBPyConnection, ns: str, own: Mapping[str, Any] | None) -> None:
-    """Refuse a policy under which automatic atomisation could only fail.
+def check_atomisable(own: Mapping[str, Mapping[str, Any]], namespaces: Sequence[str]) -> None:
+    """Refuse policies under which automatic atomisation could only fail.
 
     A memory is atomised when it has at least the threshold's tokens, and split
-    only when it is longer than one atom; a threshold at or below the atom budget
-    would queue memories that fit in one atom, each ending as a `too_small`
-    failure. Checked for `ns` and every namespace below it with a policy of its
-    own, as they would resolve with `own` as the policy of `ns`.
+    only when it is longer than one atom: a threshold at or below the atom
+    budget would queue memories that fit in one atom, each ending as a
+    `too_small` failure. `own` holds the policies as they would be after the
+    change (by namespace); every namespace in `namespaces` is checked.
     """
-    below = [n for (n,) in conn.execute("SELECT namespace FROM policies").fetchall() if ns in ancestors(n)]
-    for name in sorted({ns, *below}):
-        p = resolve(conn, name, {ns: own})
+    for name in sorted(set(namespaces)):
+        p = resolve(own, name)
         if p["auto_atomise_mode"] == "off":
             continue
         threshold = int(p["auto_atomise_threshold_cl100k"])

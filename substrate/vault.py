@@ -24,11 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.projections import recall as q
-from mnemolog.projections.schema import visible
+from mnemolog.projections import queries
+from mnemolog.projections.memories import Memory
 from mnemolog.projections.vault.read import ParsedNote, read_vault
 from mnemolog.projections.vault.render import NoteRecord, RenderReport, render_vault
 from mnemolog.projections.vault.validate import (
@@ -38,8 +36,27 @@ from mnemolog.projections.vault.validate import (
     errors,
     validate_vault,
 )
-from mnemolog.substrate.events import LinkCreated, MemoryArchived, MemoryRestored, MemoryUpdated
+from mnemolog.substrate.events import LinkCreated, MemoryArchived, MemoryRestored, MemoryStored, MemoryUpdated
 from mnemolog.substrate.ids import looks_like_id, new_id
+from mnemolog.substrate.session import Session, Sessions
+
+__all__ = [
+    "DEFAULT_AGENT",
+    "VAULT_KEY",
+    "ImportReport",
+    "decode_value",
+    "derive_title",
+    "digest",
+    "encode_value",
+    "import_notes",
+    "import_vault",
+    "memory_to_record",
+    "records",
+    "render",
+    "supersession",
+    "validate",
+    "vault_metadata",
+]
 
 VAULT_KEY = "vault"
 DEFAULT_CONFIDENCE = 0.6
@@ -79,13 +96,11 @@ def decode_value(v: Any) -> Any:
     return v
 
 
-def supersession(conn: duckdb.DuckDBPyConnection) -> tuple[dict[str, str], dict[str, str]]:
+def supersession(s: Session) -> tuple[dict[str, str], dict[str, str]]:
     """(supersedes, superseded_by) maps from `supersedes` links (latest link wins)."""
     sup: dict[str, str] = {}
     by: dict[str, str] = {}
-    for src, dst in conn.execute(
-        "SELECT src, dst FROM links WHERE relation = 'supersedes' ORDER BY seq"
-    ).fetchall():
+    for src, dst in queries.supersedes_links(s.conn):
         sup[src] = dst
         by[dst] = src
     return sup, by
@@ -106,7 +121,7 @@ def derive_title(content: str, limit: int = 60) -> str:
 
 
 def memory_to_record(
-    m: Mapping[str, Any], supersedes: Mapping[str, str], superseded_by: Mapping[str, str], hidden: bool
+    m: Memory, supersedes: Mapping[str, str], superseded_by: Mapping[str, str], hidden: bool
 ) -> NoteRecord:
     v = dict((m.get("metadata") or {}).get(VAULT_KEY) or {})
     expires = v.get("expires_at")
@@ -120,7 +135,7 @@ def memory_to_record(
         description=str(v.get("description", "")),
         content=m["content"],
         tags=tuple(m.get("tags") or ()),
-        confidence=m["confidence"] if m.get("confidence") is not None else DEFAULT_CONFIDENCE,
+        confidence=DEFAULT_CONFIDENCE if m["confidence"] is None else m["confidence"],
         captured=dt.date.fromisoformat(v["captured"])
         if isinstance(v.get("captured"), str)
         else _date(m["created_at"]),
@@ -137,18 +152,12 @@ def memory_to_record(
     )
 
 
-def records(conn: duckdb.DuckDBPyConnection, namespace: str | None = None) -> list[NoteRecord]:
+def records(s: Session, namespace: str | None = None) -> list[NoteRecord]:
     """Every memory (archived ones too: they go to the Archive section), oldest first."""
-    where, args = ("TRUE", [])
-    if namespace is not None:
-        where, args = ("(m.namespace = ? OR starts_with(m.namespace, ?))", [namespace, namespace + "/"])
-    rows = conn.execute(
-        f"SELECT {q._SELECT}, NOT {visible('m')} AS hidden FROM memories m WHERE {where} "
-        "ORDER BY m.stored_seq",
-        args,
-    ).fetchall()
-    sup, by = supersession(conn)
-    return [memory_to_record(q.row_to_memory(r[:-1]), sup, by, bool(r[-1])) for r in rows]
+    sup, by = supersession(s)
+    return [
+        memory_to_record(m, sup, by, hidden) for m, hidden in queries.memories_with_hidden(s.conn, namespace)
+    ]
 
 
 def vault_metadata(r: NoteRecord) -> dict[str, Any]:
@@ -169,9 +178,11 @@ class ImportReport:
     restored: list[str] = field(default_factory=list)
     linked: int = 0
     files: int = 0
+    warnings: list[str] = field(default_factory=list)  # post hooks that failed after a write
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **({"warnings": self.warnings} if self.warnings else {}),
             "files": self.files,
             "stored": self.stored,
             "updated": self.updated,
@@ -219,37 +230,34 @@ def _fields(r: NoteRecord) -> dict[str, Any]:
     }
 
 
-def import_notes(sub: Any, notes: Sequence[ParsedNote], agent: str) -> ImportReport:
+def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) -> ImportReport:
     """Write the events that make the store hold these notes (idempotent)."""
     report = ImportReport(files=len(notes))
     ids: dict[str, str] = {}
-    with sub.session() as conn:
+    with sessions.session() as s:
         for n in notes:
             assert n.record is not None
             rid = n.record.memory_id
-            existing = q.get(conn, rid) if looks_like_id(rid) else None
+            existing = s.get(rid) if looks_like_id(rid) else None
             if existing is None:
-                row = conn.execute(
-                    "SELECT id FROM memories WHERE source = ? ORDER BY stored_seq DESC LIMIT 1",
-                    [f"vault:{n.rel}"],
-                ).fetchone()
-                existing = q.get(conn, row[0]) if row else None
+                by_source = queries.memory_by_source(s.conn, f"vault:{n.rel}")
+                existing = s.get(by_source) if by_source else None
             if existing is not None:
                 ids[rid] = existing["id"]
             elif looks_like_id(rid):
                 ids[rid] = rid
             else:
                 ids[rid] = new_id()
-        sup, by = supersession(conn)
+        sup, by = supersession(s)
         for n in _order(notes):
             r = n.record
             assert r is not None
             mid = ids[r.memory_id]
             parent = ids.get(r.atom_of, r.atom_of) if r.atom_of else None
-            current = q.get(conn, mid)
+            current = s.get(mid)
             want = _fields(r)
             if current is None:
-                payload = sub.build_stored(
+                payload = MemoryStored.new(
                     r.content,
                     namespace=r.namespace,
                     kind=r.kind,
@@ -260,43 +268,36 @@ def import_notes(sub: Any, notes: Sequence[ParsedNote], agent: str) -> ImportRep
                     metadata={VAULT_KEY: want["metadata_vault"]},
                     created_at=want["created_at"],
                     last_seen=want["last_seen"],
-                    atom_of=parent if parent and q.get(conn, parent) else None,
+                    atom_of=parent if parent and s.get(parent) else None,
                     memory_id=mid,
                 )
-                sub.write_memory(conn, payload)
+                s.write_memory(payload)
                 report.stored.append(mid)
                 if payload.atom_of:
-                    sub.write_link(conn, LinkCreated(src=mid, dst=payload.atom_of, relation="derives_from"))
+                    s.write_link(LinkCreated(src=mid, dst=payload.atom_of, relation="derives_from"))
                     report.linked += 1
-                current = q.get(conn, mid)
+                current = s.get(mid)
             else:
                 have = memory_to_record(current, sup, by, False)
                 changes = _diff(_fields(have), want)
                 if changes:
-                    sub._append(conn, "memory.updated", MemoryUpdated(id=mid, **changes))
+                    s.append(MemoryUpdated.model_validate({"id": mid, **changes}))
                     report.updated.append(mid)
-                    current = q.get(conn, mid)
+                    current = s.get(mid)
             assert current is not None
-            is_hidden = conn.execute(
-                f"SELECT NOT {visible('m')} FROM memories m WHERE id = ?", [mid]
-            ).fetchone()
-            hidden = bool(is_hidden and is_hidden[0])
+            hidden = queries.is_hidden(s.conn, mid)
             if r.archived and not hidden:
-                sub._append(
-                    conn, "memory.archived", MemoryArchived(id=mid, reason=f"archived in vault {agent}")
-                )
+                s.append(MemoryArchived(id=mid, reason=f"archived in vault {agent}"))
                 report.archived.append(mid)
             elif hidden and not r.archived and current["archived_at"] is not None:
-                sub._append(
-                    conn, "memory.restored", MemoryRestored(id=mid, reason=f"active in vault {agent}")
-                )
+                s.append(MemoryRestored(id=mid, reason=f"active in vault {agent}"))
                 report.restored.append(mid)
             if mid not in report.stored and mid not in report.updated and mid not in report.archived:
                 report.unchanged += 1
         # Supersession last: both ends exist by now. A memory's supersedes /
         # superseded_by is its latest such link, so the pointers the files name
         # (the winners) are linked after any other pair touching the same ends.
-        sup, by = supersession(conn)
+        sup, by = supersession(s)
         want_sup: dict[str, str] = {}
         want_by: dict[str, str] = {}
         pairs: list[tuple[str, str]] = []
@@ -312,18 +313,19 @@ def import_notes(sub: Any, notes: Sequence[ParsedNote], agent: str) -> ImportRep
                 pairs.append((want_by[mid], mid))
         unique = list(dict.fromkeys(pairs))
         unique.sort(key=lambda p: (want_sup.get(p[0]) == p[1]) + (want_by.get(p[1]) == p[0]))
-        have_links = set(conn.execute("SELECT src, dst FROM links WHERE relation = 'supersedes'").fetchall())
+        have_links = set(queries.supersedes_links(s.conn))
         for src, dst in unique:
             stale_winner = (want_sup.get(src) == dst and sup.get(src) != dst) or (
                 want_by.get(dst) == src and by.get(dst) != src
             )
             if (src, dst) in have_links and not stale_winner:
                 continue
-            if q.get(conn, src) is None or q.get(conn, dst) is None:
+            if s.get(src) is None or s.get(dst) is None:
                 continue
-            sub.write_link(conn, LinkCreated(src=src, dst=dst, relation="supersedes"))
+            s.write_link(LinkCreated(src=src, dst=dst, relation="supersedes"))
             sup[src], by[dst] = dst, src
             report.linked += 1
+        report.warnings += s.warnings
     return report
 
 
@@ -339,7 +341,7 @@ def _diff(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def import_vault(sub: Any, root: Path, agent: str | None = None) -> ImportReport:
+def import_vault(sessions: Sessions, root: Path, agent: str | None = None) -> ImportReport:
     """Validate, then import every agent's notes (or one agent's)."""
     problems = [p for p in validate_vault(root) if agent is None or p.file.startswith(f"{agent}/")]
     if errors(problems):
@@ -351,18 +353,22 @@ def import_vault(sub: Any, root: Path, agent: str | None = None) -> ImportReport
         bad = [n for n in notes if n.record is None]
         if bad:
             raise BadInput(f"{bad[0].rel}: {'; '.join(bad[0].problems)}", file=bad[0].rel)
-        r = import_notes(sub, notes, a)
+        r = import_notes(sessions, notes, a)
         for k in ("stored", "updated", "archived", "restored"):
             getattr(total, k).extend(getattr(r, k))
+        total.warnings += r.warnings
         total.unchanged += r.unchanged
         total.linked += r.linked
         total.files += r.files
     return total
 
 
-def render(sub: Any, root: Path, agent: str = DEFAULT_AGENT, namespace: str | None = None) -> RenderReport:
-    with sub.session() as conn:
-        recs = records(conn, namespace)
+def render(
+    sessions: Sessions, root: Path, agent: str = DEFAULT_AGENT, namespace: str | None = None
+) -> RenderReport:
+    """Write the vault of every memory (of a namespace) under root/agent."""
+    with sessions.session() as s:
+        recs = records(s, namespace)
     return render_vault(root, agent, recs)
 
 

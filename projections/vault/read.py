@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mnemolog.eventlog.errors import BadInput, NotFound
+from mnemolog.eventlog.vocabulary import KINDS
 from mnemolog.projections.vault import naming, schema
 from mnemolog.projections.vault.frontmatter import FrontmatterError, read_document
 from mnemolog.projections.vault.render import (
     CONFIDENCE_VALUES,
-    KINDS,
     RESERVED_KEYS,
     RESERVED_PREFIX,
     NoteRecord,

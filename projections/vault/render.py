@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, StorageError, UsageError
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.vocabulary import KINDS
 from mnemolog.projections.vault import index as index_format
 from mnemolog.projections.vault import naming, schema
 from mnemolog.projections.vault.frontmatter import (
@@ -44,7 +45,6 @@ from mnemolog.projections.vault.frontmatter import (
     serialize_bytes,
 )
 
-KINDS: Final = ("observation", "user", "feedback", "project", "decision", "reference", "knowledge")
 CONFIDENCE_VALUES: Final = {"high": 0.9, "medium": 0.6, "low": 0.3}
 HIGH_AT: Final = 0.75
 MEDIUM_AT: Final = 0.45

@@ -22,9 +22,11 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
-from mnemolog.eventlog.errors import LockTimeout, StorageError
+from mnemolog.eventlog.errors import LockTimeout, MnemologError, StorageError
 from mnemolog.eventlog.lock import FileLock
+from mnemolog.projections import queries
 from mnemolog.projections import recall as q
+from mnemolog.projections.memories import Memory
 from mnemolog.projections.vault import schema as vault_schema
 from mnemolog.projections.vault.render import (
     CONFIDENCE_VALUES,
@@ -34,7 +36,8 @@ from mnemolog.projections.vault.render import (
 )
 from mnemolog.substrate.events import (
     MemoryUpdated,
-    MigrationRecorded,
+    MigrationCompleted,
+    MigrationRefused,
     MigrationRolledBack,
     MigrationStarted,
 )
@@ -170,17 +173,17 @@ class LogMigrationBackend:
 
     # -- units -----------------------------------------------------------------
 
-    def _records(self) -> list[tuple[dict[str, Any], NoteRecord]]:
-        with self.sub.session() as conn:
-            rows = q.list_memories(conn, q.Filters(include_archived=True), limit=10**9)
-            sup, by = supersession(conn)
+    def _records(self) -> list[tuple[Memory, NoteRecord]]:
+        with self.sub.session() as s:
+            rows = q.list_memories(s.conn, q.Filters(include_archived=True), limit=10**9)
+            sup, by = supersession(s)
         rows.sort(key=lambda m: m["stored_seq"])
         return [(m, memory_to_record(m, sup, by, False)) for m in rows]
 
     def frontmatter(self, memory_id: str) -> dict[str, Any]:
-        with self.sub.session() as conn:
-            m = q.get(conn, memory_id)
-            sup, by = supersession(conn)
+        with self.sub.session() as s:
+            m = s.get(memory_id)
+            sup, by = supersession(s)
         if m is None:
             raise MigrationError(f"unit {memory_id} no longer exists")
         vault = dict((m.get("metadata") or {}).get(VAULT_KEY) or {})
@@ -210,9 +213,9 @@ class LogMigrationBackend:
     def write(self, memory_id: str, meta: dict[str, Any]) -> None:
         """One unit's new frontmatter as a memory.updated event of the current run."""
         sub = self.sub
-        with sub.session() as conn:
-            m = q.get(conn, memory_id)
-            sup, by = supersession(conn)
+        with sub.session() as s:
+            m = s.get(memory_id)
+            sup, by = supersession(s)
             if m is None:
                 raise MigrationError(f"unit {memory_id} no longer exists")
             record = memory_to_record(m, sup, by, False)
@@ -256,10 +259,14 @@ class LogMigrationBackend:
             if not changes:
                 return
             try:
-                payload = MemoryUpdated(id=memory_id, migration_run=self._run or "manual", **changes)
-            except ValueError as exc:
-                raise MigrationError(f"{memory_id}: the new frontmatter cannot be stored: {exc}") from exc
-            sub._append(conn, "memory.updated", payload)
+                payload = MemoryUpdated.model_validate(
+                    {"id": memory_id, "migration_run": self._run or "manual", **changes}
+                )
+            except MnemologError as exc:
+                raise MigrationError(
+                    f"{memory_id}: the new frontmatter cannot be stored: {exc.message}"
+                ) from exc
+            s.append(payload)
 
     def apply_unit(self, unit: MigratableUnit, script: MigrationScript) -> dict[str, Any]:
         if not isinstance(unit, LogUnit):
@@ -293,10 +300,8 @@ class LogMigrationBackend:
         """A signed checkpoint of the log as it is; `migration.started` follows it."""
         cp, _ = self.sub.writer.checkpoint()
         self._run = uuid.uuid4().hex
-        with self.sub.session() as conn:
-            self.sub._append(
-                conn,
-                "migration.started",
+        with self.sub.session() as s:
+            s.append(
                 MigrationStarted(
                     run_id=self._run,
                     snapshot_size=cp.size,
@@ -321,27 +326,15 @@ class LogMigrationBackend:
 
     def list_snapshots(self) -> list[MigrationSnapshotRef]:
         """Checkpoints a migration started from, newest first."""
-        with self.sub.session() as conn:
-            rows = conn.execute(
-                "SELECT detail FROM migrations WHERE type = 'migration.started' ORDER BY seq DESC"
-            ).fetchall()
-        sizes = [json.loads(r[0]).get("snapshot_size") for r in rows]
-        return [
-            MigrationSnapshotRef(backend_id=BACKEND_ID, snapshot_id=str(s)) for s in sizes if s is not None
-        ]
+        with self.sub.session() as s:
+            sizes = queries.migration_snapshot_sizes(s.conn)
+        return [MigrationSnapshotRef(backend_id=BACKEND_ID, snapshot_id=str(n)) for n in sizes]
 
     def restore(self, ref: MigrationSnapshotRef) -> None:
         size = self._snapshot_size(ref)
-        with self.sub.session() as conn:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT DISTINCT memory_id FROM migration_undo WHERE seq >= ? ORDER BY memory_id", [size]
-                ).fetchall()
-            ]
-            self.sub._append(
-                conn,
-                "migration.rolled_back",
+        with self.sub.session() as s:
+            ids = queries.migration_undo_ids(s.conn, size)
+            s.append(
                 MigrationRolledBack(
                     run_id=self._run or "", snapshot_size=size, backend_id=BACKEND_ID, memory_ids=ids
                 ),
@@ -354,12 +347,12 @@ class LogMigrationBackend:
 
     def record_event(self, event: MigrationEvent) -> None:
         refused = event.outcome == "refused" or (event.action == "rollback" and not event.rolled_back)
-        kind = "migration.refused" if refused else "migration.completed"
+        record = MigrationRefused if refused else MigrationCompleted
         data = event.model_dump(mode="json")
         data["outcome"] = event.outcome
         try:
-            with self.sub.session() as conn:
-                self.sub._append(conn, kind, MigrationRecorded(**data))
+            with self.sub.session() as s:
+                s.append(record.model_validate(data))
         except (StorageError, OSError) as exc:
             raise MigrationAuditFailed(f"cannot record the migration event in the log: {exc}") from exc
 

@@ -70,7 +70,7 @@ def logical_rows(conn: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[Any, .
 
 
 def snapshot(sub: Substrate) -> dict[str, list[tuple[Any, ...]]]:
-    with sub.session() as conn:
+    with sub.projections.session() as conn:
         return table_rows(conn)
 
 

@@ -102,7 +102,7 @@ def test_a_new_schema_version_rebuilds(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(engine.Projections, "catch_up", counting)
     assert answers(home) == before
     assert replays[0] == 6  # the whole log, from genesis
-    with open_sub(home) as s, s.session() as conn:
+    with open_sub(home) as s, s.projections.session() as conn:
         assert conn.execute("SELECT version FROM proj_state").fetchone() == (schema.SCHEMA_VERSION,)
 
 
@@ -173,15 +173,15 @@ def test_an_interrupted_catch_up_keeps_a_consistent_prefix(
             assert conn.execute("SELECT count(*) FROM memories").fetchone() == (19,)
             check_invariants(conn)
         assert len(s.list(limit=100)) == 40  # the next session finishes the job
-        with s.session() as conn:
+        with s.projections.session() as conn:
             incremental = table_rows(conn)
         s.rebuild()
-        with s.session() as conn:
+        with s.projections.session() as conn:
             rebuilt = table_rows(conn)
     for t in ("memories", "links", "touches", "event_counts", "hidden"):
         assert incremental[t] == rebuilt[t], t
 
 
 def check_invariants_of(s: Any) -> None:
-    with s.session() as conn:
+    with s.projections.session() as conn:
         check_invariants(conn)

@@ -89,11 +89,11 @@ def test_hostile_payloads_never_break_the_fold(tmp_path: Path, path: str) -> Non
         assert s.get("T6")["metadata"] == {"b": "01"}  # bytes as hex, as to_jsonable renders them
         assert [r["id"] for r in s.recall("bytes")] == ["T6"]
         assert [r["id"] for r in s.recall("quote double")] == ["T5"]
-        with s.session() as conn:
+        with s.projections.session() as conn:
             check_invariants(conn)
             incremental = logical_rows(conn)
         s.rebuild()
-        with s.session() as conn:
+        with s.projections.session() as conn:
             assert logical_rows(conn) == incremental
 
 
@@ -144,7 +144,7 @@ def test_any_payload_folds_and_rebuilds_the_same(
         return
     with open_sub(home) as s:
         first = s.recall("alpha beta text", include_archived=True, limit=100), s.list(include_archived=True)
-        with s.session() as conn:
+        with s.projections.session() as conn:
             check_invariants(conn)
             incremental = logical_rows(conn)
         s.rebuild()
@@ -152,7 +152,7 @@ def test_any_payload_folds_and_rebuilds_the_same(
             s.recall("alpha beta text", include_archived=True, limit=100),
             s.list(include_archived=True),
         ) == first
-        with s.session() as conn:
+        with s.projections.session() as conn:
             assert logical_rows(conn) == incremental
 
 
@@ -175,13 +175,13 @@ def test_the_first_store_of_an_id_wins(tmp_path: Path, path: str, monkeypatch: p
         assert [r["id"] for r in s.recall("aardvark")] == ["D"]
         assert s.recall("badger cheetah dingo") == []  # repeated stores are not indexed
         assert s.stats()["memories"] == 3
-        with s.session() as conn:
+        with s.projections.session() as conn:
             check_invariants(conn)
     # And against a projection that already holds D: a later repeat, in its own catch-up.
     append(home, [stored("D", "fifth eel")])
     with open_sub(home) as s:
         assert s.recall("eel") == [] and s.get("D")["content"] == "original aardvark"
-        with s.session() as conn:
+        with s.projections.session() as conn:
             check_invariants(conn)
 
 
@@ -193,7 +193,7 @@ def test_a_text_update_replaces_the_indexed_terms(tmp_path: Path) -> None:
         assert [r["id"] for r in s.recall("giraffe")] == [other["id"]]
         assert [r["id"] for r in s.recall("okapi stripes")] == [m["id"]]
         s.update(m["id"], tags=["t"])  # no text change: no re-index
-        with s.session() as conn:
+        with s.projections.session() as conn:
             check_invariants(conn)
             terms = {
                 r[0]
@@ -214,14 +214,14 @@ def test_compaction_sorts_the_index_and_changes_no_answer(
         for i in range(12):
             s.store(f"zebra {i} stripes number{i} savanna")
         # Compaction ran at the end of some catch-up: the main table holds rows and is sorted.
-        with s.session() as conn:
+        with s.projections.session() as conn:
             main = [r[0] for r in conn.execute("SELECT term FROM postings").fetchall()]
             delta = conn.execute("SELECT count(*) FROM postings_delta").fetchone()
         assert main and main == sorted(main)
         assert delta is not None and delta[0] < 20
         s.update(s.list(limit=1)[0]["id"], content="moved to the delta")  # deletes from the sorted main table
         before = [s.recall("zebra stripes savanna", limit=50), s.search("zebra savanna", limit=50)]
-        with s.session() as conn:
+        with s.projections.session() as conn:
             check_invariants(conn)
             st = engine.read_state(conn)
             assert st is not None

@@ -14,6 +14,7 @@ from mnemolog.eventlog.errors import NotFound
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.atomise import MAX_DEPTH, DepthExceeded
+from mnemolog.substrate.events import MemoryStored
 from mnemolog.substrate.home import init_home
 from mnemolog.substrate.hooks import GovernanceRefused, HookEvent
 from tests.support.fake_ollama import FakeOllama, atoms_json
@@ -97,10 +98,10 @@ def test_depth_cap(sub: Substrate) -> None:
     # A chain of atoms MAX_DEPTH deep: the deepest one may not be atomised again.
     parent = sub.store(POST_MORTEM)
     cur = parent["id"]
-    with sub.session() as conn:
+    with sub.session() as s:
         for _ in range(MAX_DEPTH):
-            p = sub.build_stored(POST_MORTEM, atom_of=cur)
-            sub.write_memory(conn, p)
+            p = MemoryStored.new(POST_MORTEM, atom_of=cur)
+            s.write_memory(p)
             cur = p.id
     with pytest.raises(DepthExceeded) as ei:
         sub.atomise(cur, curator="rules")

@@ -26,6 +26,7 @@ from mnemolog.eventlog.note import peek_checkpoint
 from mnemolog.eventlog.offline import split_sequence
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.eventlog.writer import Durability
+from mnemolog.projections import queries
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.substrate import forensics
@@ -63,8 +64,8 @@ def export(home: Home, memory_id: str, include_chain: bool = True) -> forensics.
 
 
 def touches(home: Home, ids: set[str], below: int) -> set[int]:
-    with Substrate.open(home, long_lived=False) as sub, sub.session() as conn:
-        return forensics._touching(conn, ids, below)
+    with Substrate.open(home, long_lived=False) as sub, sub.projections.session() as conn:
+        return queries.touching_seqs(conn, ids, below)
 
 
 # -- selection and chain ------------------------------------------------------------
@@ -121,7 +122,7 @@ def test_chain_member_the_log_never_stored(world: Atomised) -> None:
     ghost = "01HGHOSTGHOSTGHOSTGHOSTGHO"
     with Substrate.open(world.home, long_lived=False) as sub:
         parent = sub.store("a parent whose atomisation names an atom that was never stored")["id"]
-        with sub.session() as conn:
+        with sub.projections.session() as conn:
             sub.writer.append(
                 "atomisation.completed",
                 {
@@ -239,7 +240,7 @@ def test_views_equal_the_projection(world: Atomised) -> None:
     import json
 
     views = json.loads(members_of(ex.data)[bundle.MEMORIES])["memories"]
-    with Substrate.open(world.home, long_lived=False) as sub, sub.session() as conn:
+    with Substrate.open(world.home, long_lived=False) as sub, sub.projections.session() as conn:
         for mid in ex.memories:
             row = q.get(conn, mid)
             assert row is not None

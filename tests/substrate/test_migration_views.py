@@ -67,7 +67,7 @@ def test_rollback_restores_rows_search_and_bundle_views(tmp_path: Path) -> None:
             f = tar.extractfile(bundle.MEMORIES)
             assert f is not None
             views = json.loads(f.read())["memories"]
-        with sub.session() as conn:
+        with sub.projections.session() as conn:
             row = q.get(conn, b["id"])
         assert {k: v for k, v in views[b["id"]].items() if k not in PROJECTION_ONLY} == row
         rolled = [e for e in sub.log.iter_entries(0) if e.type == "migration.rolled_back"]

@@ -120,7 +120,7 @@ def test_a_long_lived_process_and_cli_commands_share_a_home(tmp_path: Path) -> N
         assert set(cli_ids) <= stored
         assert {x["id"] for x in lines} <= stored
         assert len(stored) == len(cli_ids) + len(lines)
-        with s.session() as conn:
+        with s.projections.session() as conn:
             check_invariants(conn)
 
 
@@ -150,15 +150,15 @@ def test_sigkill_mid_store_loses_nothing_acknowledged(tmp_path: Path) -> None:
             have = {m["id"] for m in s.list(limit=1000, tags=["loop"])}
             assert set(acked) <= have
             assert s.recall(f"loop {k} memory")
-            with s.session() as conn:
+            with s.projections.session() as conn:
                 check_invariants(conn)
     verify_log(home.log_dir)
     with open_sub(home) as s:
-        with s.session() as conn:
+        with s.projections.session() as conn:
             incremental = table_rows(conn)
         answers = [s.recall("loop memory padding", limit=200), s.search("padding words", limit=200)]
         s.rebuild()
-        with s.session() as conn:
+        with s.projections.session() as conn:
             rebuilt = table_rows(conn)
         assert [s.recall("loop memory padding", limit=200), s.search("padding words", limit=200)] == answers
     for t in ("memories", "links", "touches", "hidden", "event_counts"):

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from mnemolog.projections import engine, fold
 from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.events import MemoryStored
 from tests.projections.kit import FakeClock, check_invariants, new_home, open_sub
 
 WORDS = [
@@ -102,7 +103,7 @@ def apply(sub: Substrate, ids: list[str], cmd: tuple[Any, ...]) -> Substrate:
         if op == "store":
             ids.append(sub.store(content, namespace=ns, kind=kind, tags=tg, title=ti)["id"])
         else:
-            p = sub.build_stored(content, namespace=ns, kind=kind, tags=tg, title=ti)
+            p = MemoryStored.new(content, namespace=ns, kind=kind, tags=tg, title=ti)
             sub.writer.append("memory.stored", p.to_data())
             ids.append(p.id)
         return sub
@@ -158,7 +159,7 @@ def answers(sub: Substrate, ids: list[str]) -> dict[str, Any]:
     for mid in ids:
         out[f"get {mid}"] = sub.get(mid)
     out["stats"] = {k: v for k, v in sub.stats().items() if k != "index"}
-    with sub.session() as conn:
+    with sub.projections.session() as conn:
         check_invariants(conn)
     return out
 

@@ -92,7 +92,7 @@ def test_guard(tmp_path: Path, name: str, steps: list[Step], visible: bool, reop
         assert got["id"] == target
         st = sub.stats()
         assert st["visible"] == st["memories"] - (0 if visible else 1)
-        with sub.session() as conn:
+        with sub.projections.session() as conn:
             check_invariants(conn)
     finally:
         sub.close()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.events import LinkCreated
+from mnemolog.substrate.events import LinkCreated, MemoryStored
 from mnemolog.substrate.home import Home, init_home
 
 PARENT_TEXT = (
@@ -50,16 +50,16 @@ def make_home(root: Path, clock: FakeClock | None = None) -> Home:
 def atomise_by_hand(sub: Substrate, parent_id: str, text: str, pieces: list[str]) -> list[str]:
     """Store atoms of `parent_id`, link them, complete and archive as the engine would."""
     atoms: list[str] = []
-    with sub.session() as conn:
+    with sub.session() as s:
         for i, piece in enumerate(pieces):
             start = text.index(piece)
-            payload = sub.build_stored(
+            payload = MemoryStored.new(
                 piece, atom_of=parent_id, source_span=[start, start + len(piece)], title=f"atom {i}"
             )
-            sub.write_memory(conn, payload, atom_index=i)
+            s.write_memory(payload, atom_index=i)
             atoms.append(payload.id)
         for a in atoms:
-            sub.write_link(conn, LinkCreated(src=a, dst=parent_id, relation="derives_from"))
+            s.write_link(LinkCreated(src=a, dst=parent_id, relation="derives_from"))
         sub.writer.append(
             "atomisation.completed",
             {
@@ -76,7 +76,7 @@ def atomise_by_hand(sub: Substrate, parent_id: str, text: str, pieces: list[str]
         sub.writer.append(
             "memory.archived", {"id": parent_id, "by": "atomisation", "atomised_into": len(atoms)}
         )
-        sub.projections.catch_up(conn)
+        s.catch_up()
     return atoms
 
 

@@ -48,7 +48,7 @@ class LogHarness:
         return LogMigrationBackend(self.sub, current_schema_version=current_schema_version)
 
     def _id(self, name: str) -> str:
-        with self.sub.session() as conn:
+        with self.sub.projections.session() as conn:
             row = conn.execute("SELECT id FROM memories WHERE source = ?", [f"harness:{name}"]).fetchone()
         assert row is not None, name
         return str(row[0])
@@ -79,8 +79,8 @@ class LogHarness:
         mid = self._id(name)
         m = self.sub.get(mid)
         vault = {**m["metadata"][VAULT_KEY], "schema_version": "not a number"}
-        with self.sub.session() as conn:
-            self.sub._append(conn, "memory.updated", MemoryUpdated(id=mid, metadata={VAULT_KEY: vault}))
+        with self.sub.session() as s:
+            s.append(MemoryUpdated(id=mid, metadata={VAULT_KEY: vault}))
 
     def add_alias(self, name: str) -> None:
         # Join rows that a naive enumeration would count twice: edges to and from the unit.

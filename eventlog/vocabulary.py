@@ -1,0 +1,275 @@
+"""The memory vocabulary: every rule about event payloads that more than one fold needs.
+
+One home for: the event type names, the memory kinds and link relations,
+the fields a `memory.updated` may change, which memories an entry touches
+(`touched_ids`), how metadata merges, how a fold reads a payload field of
+the wrong type, and the upcasters that bring an old `tv` up to the current
+shape. The projection fold (mnemolog.projections.fold), the bundle's pure
+fold (mnemolog.eventlog.memview), the payload models
+(mnemolog.substrate.events) and the vault renderer all import these; none
+keeps a copy.
+
+Standard library only: the offline bundle verifier imports this module and
+may use nothing but the standard library, cbor2 and pynacl.
+
+Adding an event type: a name constant below, an entry in TOUCHES (or
+NO_TOUCHES when it touches no memory), and, when its payload shape changes,
+an upcaster registered with `upcaster(type, from_tv)`. A test checks that
+every payload model's type is classified and that its upcaster chain ends
+at the model's `TV`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "ARCHIVE_BY",
+    "ATOMISATION_COMPLETED",
+    "ATOMISATION_FAILED",
+    "ATOMISATION_REQUESTED",
+    "INT32",
+    "INT64",
+    "KINDS",
+    "LINK_CREATED",
+    "MEMORY_ARCHIVED",
+    "MEMORY_RESTORED",
+    "MEMORY_STORED",
+    "MEMORY_UPDATED",
+    "MIGRATION_COMPLETED",
+    "MIGRATION_REFUSED",
+    "MIGRATION_ROLLED_BACK",
+    "MIGRATION_STARTED",
+    "MUTABLE_FIELDS",
+    "NO_TOUCHES",
+    "POLICY_SET",
+    "RELATIONS",
+    "TOUCHES",
+    "UNDO_FIELDS",
+    "UPCASTERS",
+    "Touches",
+    "Upcaster",
+    "merge_metadata",
+    "read_float",
+    "read_id",
+    "read_int",
+    "read_span",
+    "read_str",
+    "read_tags",
+    "touched_ids",
+    "upcast",
+    "upcast_chain_end",
+    "upcaster",
+]
+
+# -- event types (past-tense facts; a name is stable once written) -------------
+
+MEMORY_STORED: Final = "memory.stored"
+MEMORY_UPDATED: Final = "memory.updated"
+MEMORY_ARCHIVED: Final = "memory.archived"
+MEMORY_RESTORED: Final = "memory.restored"
+LINK_CREATED: Final = "link.created"
+POLICY_SET: Final = "policy.set"
+ATOMISATION_REQUESTED: Final = "atomisation.requested"
+ATOMISATION_COMPLETED: Final = "atomisation.completed"
+ATOMISATION_FAILED: Final = "atomisation.failed"
+MIGRATION_STARTED: Final = "migration.started"
+MIGRATION_ROLLED_BACK: Final = "migration.rolled_back"
+MIGRATION_COMPLETED: Final = "migration.completed"
+MIGRATION_REFUSED: Final = "migration.refused"
+
+# -- the memory model ------------------------------------------------------------
+
+KINDS: Final[tuple[str, ...]] = (
+    "observation",
+    "user",
+    "feedback",
+    "project",
+    "decision",
+    "reference",
+    "knowledge",
+)
+RELATIONS: Final[tuple[str, ...]] = (
+    "related_to",
+    "supersedes",
+    "contradicts",
+    "derived_from",
+    "derives_from",
+    "reflects_on",
+)
+# Whose signal a `memory.archived` is: an operator hid it; atomisation hid an atomised
+# parent (only together with atomised_into > 0); a forced or interrupted re-atomisation
+# retired an atom. Any other value reads as the operator's archive.
+ARCHIVE_BY: Final[tuple[str, ...]] = ("operator", "atomisation", "reatomisation")
+# What a `memory.updated` may change (its payload model has exactly these besides id).
+MUTABLE_FIELDS: Final[tuple[str, ...]] = (
+    "title",
+    "content",
+    "kind",
+    "namespace",
+    "tags",
+    "confidence",
+    "source",
+    "metadata",
+    "last_seen",
+)
+# What a migration's update replaced and its rollback puts back.
+UNDO_FIELDS: Final[tuple[str, ...]] = (*MUTABLE_FIELDS, "updated_at", "last_event_seq")
+
+
+def merge_metadata(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Top-level merge: keys in the patch replace, a null value removes the key."""
+    out = dict(old)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+# -- reading payload fields ---------------------------------------------------------
+# Entries are signed, but `mnemolog log append` can write any map, so a fold reads
+# every field totally: a value of the wrong type reads as the default. Both folds
+# read through these, so they cannot disagree about an odd payload.
+
+INT64: Final = (-(2**63), 2**63 - 1)
+INT32: Final = (-(2**31), 2**31 - 1)
+
+
+def read_id(v: Any) -> str:
+    """A memory id, or "" (which touches nothing) for anything but text."""
+    return v if isinstance(v, str) else ""
+
+
+def read_str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def read_int(v: Any, lo_hi: tuple[int, int] = INT64) -> int | None:
+    if isinstance(v, int) and not isinstance(v, bool) and lo_hi[0] <= v <= lo_hi[1]:
+        return v
+    return None
+
+
+def read_float(v: Any) -> float | None:
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        try:
+            f = float(v)
+        except OverflowError:  # an integer beyond the float range
+            return None
+        return f if math.isfinite(f) else None
+    return None
+
+
+def read_tags(v: Any) -> list[str]:
+    return [str(t) for t in v] if isinstance(v, list) else []
+
+
+def read_span(v: Any) -> list[int] | None:
+    if not isinstance(v, list) or not v:
+        return None
+    out = [read_int(x, INT32) for x in v]
+    return None if any(x is None for x in out) else [x for x in out if x is not None]
+
+
+# -- which memories an entry touches -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Touches:
+    """The payload fields naming the memories an event touches.
+
+    `ids` hold one memory id each, `lists` a list of them; the touched ids are
+    those of `ids` in order, then those of `lists`, without repeats.
+    """
+
+    ids: tuple[str, ...] = ()
+    lists: tuple[str, ...] = ()
+
+
+# The one rule, used by the projection's `touches` table, the bundle exporter and the
+# bundle verifier. An event type that touches memories adds its line here.
+TOUCHES: dict[str, Touches] = {
+    MEMORY_STORED: Touches(ids=("id", "atom_of")),
+    MEMORY_UPDATED: Touches(ids=("id",)),
+    MEMORY_ARCHIVED: Touches(ids=("id",)),
+    MEMORY_RESTORED: Touches(ids=("id",)),
+    LINK_CREATED: Touches(ids=("src", "dst")),
+    ATOMISATION_REQUESTED: Touches(ids=("source_id",)),
+    ATOMISATION_COMPLETED: Touches(ids=("source_id",), lists=("atom_ids",)),
+    ATOMISATION_FAILED: Touches(ids=("source_id",)),
+    # The memories whose migration updates it undoes (named in the signed payload).
+    MIGRATION_ROLLED_BACK: Touches(lists=("memory_ids",)),
+}
+# Event types that touch no memory (the test of the vocabulary requires every payload
+# model's type in exactly one of TOUCHES and NO_TOUCHES).
+NO_TOUCHES: set[str] = {POLICY_SET, MIGRATION_STARTED, MIGRATION_COMPLETED, MIGRATION_REFUSED}
+
+
+def touched_ids(type_: str, data: dict[str, Any]) -> list[str]:
+    """The memory ids an entry touches (payload at its current tv), in a fixed order, once each."""
+    spec = TOUCHES.get(type_)
+    if spec is None:
+        return []
+    found: list[str] = [read_id(data.get(f)) for f in spec.ids]
+    for f in spec.lists:
+        v = data.get(f)
+        if isinstance(v, list):
+            found += [read_id(x) for x in v]
+    out: list[str] = []
+    for i in found:
+        if i and i not in out:
+            out.append(i)
+    return out
+
+
+# -- upcasters -----------------------------------------------------------------------
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+# (type, tv) -> the function turning a payload of that tv into one of tv + 1.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def upcaster(type_: str, from_tv: int) -> Callable[[Upcaster], Upcaster]:
+    """Register `fn` as the step from `from_tv` to `from_tv + 1` of `type_`."""
+
+    def deco(fn: Upcaster) -> Upcaster:
+        if (type_, from_tv) in UPCASTERS:
+            raise ValueError(f"two upcasters for {type_} tv {from_tv}")
+        UPCASTERS[(type_, from_tv)] = fn
+        return fn
+
+    return deco
+
+
+def upcast(type_: str, tv: int, data: dict[str, Any]) -> dict[str, Any]:
+    """Bring a payload of an old `tv` up to the current one (never rewritten on disk)."""
+    while True:
+        fn = UPCASTERS.get((type_, tv))
+        if fn is None:
+            return data
+        data = fn(data)
+        tv += 1
+
+
+def upcast_chain_end(type_: str, tv: int = 1) -> int:
+    """The tv a payload of `tv` reads as after every upcaster (what a model's TV must be)."""
+    while (type_, tv) in UPCASTERS:
+        tv += 1
+    return tv
+
+
+@upcaster(POLICY_SET, 1)
+def _policy_set_v1(d: dict[str, Any]) -> dict[str, Any]:
+    # tv 1 held the namespace's entire policy: replacing it is "clear, then set it all".
+    policy = d.get("policy")
+    return {
+        "namespace": d.get("namespace", ""),
+        "changes": {} if d.get("cleared") or not isinstance(policy, dict) else dict(policy),
+        "unset": [],
+        "clear": True,
+    }

@@ -1,0 +1,99 @@
+"""The memory as the projection serves it: its columns, its typed shape, and a row's conversion.
+
+`Memory` is a TypedDict, so callers that index a memory by key (`m["id"]`)
+keep working and a type checker knows every field. Reads add optional keys:
+`links` (get), `score` (recall, search); writes add `warnings` (what post
+hooks reported) and, for a store under an auto-atomise policy, the
+`atomise_*` keys.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NotRequired, TypedDict, cast
+
+__all__ = ["MEMORY_FIELDS", "MEMORY_SELECT", "Edge", "Links", "Memory", "row_to_memory"]
+
+MEMORY_FIELDS = [
+    "id",
+    "namespace",
+    "kind",
+    "title",
+    "content",
+    "tags",
+    "confidence",
+    "source",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "last_seen",
+    "atom_of",
+    "source_span",
+    "atomised_into",
+    "atomisation_archived_at",
+    "archived_at",
+    "archive_reason",
+    "stored_seq",
+    "last_event_seq",
+]
+# The columns of a Memory, selected from `memories m`, in MEMORY_FIELDS order.
+MEMORY_SELECT = ", ".join(f"m.{c}" for c in MEMORY_FIELDS)
+
+
+class Edge(TypedDict):
+    """A link as stored: `seq` is its `link.created` entry, `created_at` that entry's time (µs)."""
+
+    seq: int
+    src: str
+    dst: str
+    relation: str
+    metadata: dict[str, Any]
+    created_at: int
+    warnings: NotRequired[list[str]]
+
+
+class Links(TypedDict):
+    outgoing: list[Edge]
+    incoming: list[Edge]
+
+
+class Memory(TypedDict):
+    """One memory: its fields, both archive signals, and where the log holds it (seqs)."""
+
+    id: str
+    namespace: str
+    kind: str
+    title: str | None
+    content: str
+    tags: list[str]
+    confidence: float | None
+    source: str | None
+    metadata: dict[str, Any]
+    created_at: int
+    updated_at: int
+    last_seen: int | None
+    atom_of: str | None
+    source_span: list[int] | None
+    atomised_into: int | None
+    atomisation_archived_at: int | None
+    archived_at: int | None
+    archive_reason: str | None
+    stored_seq: int
+    last_event_seq: int
+    links: NotRequired[Links]
+    score: NotRequired[float]
+    warnings: NotRequired[list[str]]
+    atomise_mode: NotRequired[str]
+    atomise_outcome: NotRequired[str]
+    atomise_error: NotRequired[dict[str, Any]]
+    atomisation: NotRequired[dict[str, Any]]
+
+
+def row_to_memory(row: tuple[Any, ...]) -> Memory:
+    """A row of MEMORY_SELECT as a Memory (metadata decoded, lists as lists)."""
+    m = dict(zip(MEMORY_FIELDS, row, strict=False))
+    m["metadata"] = json.loads(m["metadata"]) if m["metadata"] else {}
+    m["tags"] = list(m["tags"] or [])
+    if m["source_span"] is not None:
+        m["source_span"] = list(m["source_span"])
+    return cast(Memory, m)

@@ -1,0 +1,65 @@
+"""Atomisation events: a request, its completion (with the curator's raw output), or its failure."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from mnemolog.eventlog import vocabulary as v
+from mnemolog.substrate.events.base import Payload
+
+__all__ = ["AtomisationCompleted", "AtomisationFailed", "AtomisationRequested"]
+
+
+class AtomisationRequested(Payload):
+    """`atomisation.requested` tv 1: a deferred policy asks a worker to atomise `source_id`."""
+
+    TYPE = v.ATOMISATION_REQUESTED
+    TV = 1
+
+    source_id: str
+    curator: str
+    max_atom_tokens: int
+    max_retries: int
+    mode: Literal["deferred", "manual"] = "deferred"
+
+
+class AtomisationCompleted(Payload):
+    """The seed's atomisation_complete: everything an auditor needs, LLM output included."""
+
+    TYPE = v.ATOMISATION_COMPLETED
+    TV = 1
+
+    source_id: str
+    atom_ids: list[str]
+    curator: str
+    model: str | None = None
+    prompt_sha256: str | None = None
+    input_tokens: int
+    output_tokens: int
+    atom_tokens: list[int]
+    max_atom_tokens: int
+    attempts: int
+    dropped: list[dict[str, Any]] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    responses: list[str] = Field(default_factory=list)
+    forced: bool = False
+    previous_atom_ids: list[str] = Field(default_factory=list)
+    request_seq: int | None = None
+
+
+class AtomisationFailed(Payload):
+    """`atomisation.failed` tv 1: why an atomisation (or a request) ended without atoms."""
+
+    TYPE = v.ATOMISATION_FAILED
+    TV = 1
+
+    source_id: str
+    curator: str
+    reason: str
+    message: str
+    attempts: int = 0
+    refused_atom_index: int | None = None
+    atom_ids: list[str] = Field(default_factory=list)
+    request_seq: int | None = None

@@ -1,0 +1,223 @@
+"""Memory events: stored, updated, archived, restored, and links between memories.
+
+Every limit a memory has is checked here, in the models' validators, so a
+store, an update, an atom or an imported note are held to the same rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from mnemolog.eventlog import vocabulary as v
+from mnemolog.substrate.events.base import Payload
+from mnemolog.substrate.events.limits import (
+    check_confidence,
+    check_content,
+    check_kind,
+    check_metadata,
+    check_namespace,
+    check_relation,
+    check_source,
+    check_tags,
+    check_text,
+    check_title,
+)
+from mnemolog.substrate.ids import new_id
+
+__all__ = [
+    "Kind",
+    "LinkCreated",
+    "MemoryArchived",
+    "MemoryRestored",
+    "MemoryStored",
+    "MemoryUpdated",
+    "Relation",
+]
+
+Kind = Literal["observation", "user", "feedback", "project", "decision", "reference", "knowledge"]
+Relation = Literal["related_to", "supersedes", "contradicts", "derived_from", "derives_from", "reflects_on"]
+
+
+class _MemoryFields(Payload):
+    """The checks shared by a store and an update (in an update, None means "not given")."""
+
+    PARTIAL: ClassVar[bool] = False
+
+    @field_validator("namespace", mode="before", check_fields=False)
+    @classmethod
+    def _namespace(cls, ns: Any) -> Any:
+        return None if ns is None and cls.PARTIAL else check_namespace(ns)
+
+    @field_validator("kind", mode="before", check_fields=False)
+    @classmethod
+    def _kind(cls, kind: Any) -> Any:
+        return None if kind is None and cls.PARTIAL else check_kind(kind)
+
+    @field_validator("title", mode="before", check_fields=False)
+    @classmethod
+    def _title(cls, title: Any) -> Any:
+        return check_title(title)
+
+    @field_validator("content", mode="before", check_fields=False)
+    @classmethod
+    def _content(cls, content: Any) -> Any:
+        return None if content is None and cls.PARTIAL else check_content(content)
+
+    @field_validator("tags", mode="before", check_fields=False)
+    @classmethod
+    def _tags(cls, tags: Any) -> Any:
+        return None if tags is None and cls.PARTIAL else check_tags(tags)
+
+    @field_validator("confidence", mode="before", check_fields=False)
+    @classmethod
+    def _confidence(cls, c: Any) -> Any:
+        return check_confidence(c)
+
+    @field_validator("source", mode="before", check_fields=False)
+    @classmethod
+    def _source(cls, source: Any) -> Any:
+        return check_source(source)
+
+    @field_validator("metadata", mode="before", check_fields=False)
+    @classmethod
+    def _metadata(cls, meta: Any) -> Any:
+        return None if meta is None and cls.PARTIAL else check_metadata(meta)
+
+
+class MemoryStored(_MemoryFields):
+    """`memory.stored` tv 1: a new memory (also every atom, which carries atom_of)."""
+
+    TYPE = v.MEMORY_STORED
+    TV = 1
+
+    id: str
+    namespace: str
+    kind: Kind = "observation"
+    title: str | None = None
+    content: str
+    tags: list[str] = Field(default_factory=list)
+    confidence: float | None = None
+    source: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: int | None = None  # µs; only when the memory predates its store (imports)
+    last_seen: int | None = None
+    atom_of: str | None = None
+    source_span: list[int] | None = None  # [start, end) of the atom's text in the parent
+
+    @classmethod
+    def new(
+        cls,
+        content: str,
+        *,
+        namespace: str = "default",
+        kind: str = "observation",
+        title: str | None = None,
+        tags: Sequence[str] = (),
+        confidence: float | None = None,
+        source: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        created_at: int | None = None,
+        last_seen: int | None = None,
+        atom_of: str | None = None,
+        source_span: Sequence[int] | None = None,
+        memory_id: str | None = None,
+    ) -> MemoryStored:
+        """A store's payload, with a new id unless one is given; raises what a limit refuses."""
+        return cls.model_validate(
+            {
+                "id": memory_id or new_id(),
+                "namespace": namespace,
+                "kind": kind,
+                "title": title or None,
+                "content": content,
+                "tags": tags,
+                "confidence": confidence,
+                "source": source,
+                "metadata": metadata,
+                "created_at": created_at,
+                "last_seen": last_seen,
+                "atom_of": atom_of,
+                "source_span": list(source_span) if source_span is not None else None,
+            }
+        )
+
+
+class MemoryUpdated(_MemoryFields):
+    """`memory.updated` tv 1: fields given replace; metadata keys merge (null removes).
+
+    Its fields besides `id` and `migration_run` are exactly the vocabulary's
+    MUTABLE_FIELDS: what `Substrate.update` accepts comes from here.
+    """
+
+    TYPE = v.MEMORY_UPDATED
+    TV = 1
+    PARTIAL = True
+
+    id: str
+    title: str | None = None
+    content: str | None = None
+    kind: Kind | None = None
+    namespace: str | None = None
+    tags: list[str] | None = None
+    confidence: float | None = None
+    source: str | None = None
+    metadata: dict[str, Any] | None = None
+    last_seen: int | None = None
+    migration_run: str | None = None  # set by a log-backed migration; rollbacks undo these
+
+
+class MemoryArchived(Payload):
+    """`memory.archived` tv 1; `by` says whose signal it is (vocabulary.ARCHIVE_BY)."""
+
+    TYPE = v.MEMORY_ARCHIVED
+    TV = 1
+
+    id: str
+    by: Literal["operator", "atomisation", "reatomisation"] = "operator"
+    reason: str | None = None
+    atomised_into: int | None = None
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _reason(cls, reason: Any) -> Any:
+        return check_text(reason, "reason")
+
+
+class MemoryRestored(Payload):
+    """`memory.restored` tv 1: both archive signals cleared."""
+
+    TYPE = v.MEMORY_RESTORED
+    TV = 1
+
+    id: str
+    reason: str | None = None
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _reason(cls, reason: Any) -> Any:
+        return check_text(reason, "reason")
+
+
+class LinkCreated(Payload):
+    """`link.created` tv 1: an edge; derives_from from an atom to its parent is the signed edge."""
+
+    TYPE = v.LINK_CREATED
+    TV = 1
+
+    src: str
+    dst: str
+    relation: Relation
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("relation", mode="before")
+    @classmethod
+    def _relation(cls, relation: Any) -> Any:
+        return check_relation(relation)
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata(cls, meta: Any) -> Any:
+        return check_metadata(meta)

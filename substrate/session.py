@@ -1,0 +1,173 @@
+"""`Session`: one unit of work on a home, and the only way anything is written.
+
+A session holds the projection lock with the tables caught up to the log.
+Commands check their preconditions against that state (`get`, `require`,
+`policy`), then write with `append(payload)`: the entry's type and tv come
+from the payload's class, the entry is durable when it returns, and it is
+folded into the tables before the next read. `write_memory` and
+`write_link` add governance and the hook chain around a store or a link,
+for every memory and edge (atoms included). Post hooks' failures cannot
+undo a durable write; they are collected in `warnings`, which the command
+returns to its caller.
+
+Commands of other modules (the atomiser, the vault importer, migrations)
+take anything with a `session()` method (`Sessions`), not the Substrate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
+
+import duckdb
+
+from mnemolog.eventlog.errors import NotFound
+from mnemolog.eventlog.writer import LogWriter, Receipt
+from mnemolog.projections import queries
+from mnemolog.projections import recall as q
+from mnemolog.projections.engine import Projections
+from mnemolog.projections.memories import Edge, Links, Memory
+from mnemolog.substrate import governance
+from mnemolog.substrate.events import CURRENT_TV, LinkCreated, MemoryStored, Payload
+from mnemolog.substrate.governance import ResolvedPolicy
+from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
+
+__all__ = ["Follow", "Session", "Sessions"]
+
+_Out = TypeVar("_Out", Memory, Edge)
+
+# Events that belong with a store (a deferred atomisation request), chosen once the
+# namespace's policy is known; they go into the store's own batch.
+Follow = Callable[[ResolvedPolicy], Sequence[Payload]]
+
+
+class Session:
+    """The projection lock held and the tables caught up; see the module docstring."""
+
+    def __init__(
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        writer: LogWriter,
+        projections: Projections,
+        hooks: HookChain,
+    ) -> None:
+        self._conn = conn
+        self._writer = writer
+        self._projections = projections
+        self._hooks = hooks
+        self.warnings: list[str] = []
+
+    @property
+    def conn(self) -> duckdb.DuckDBPyConnection:
+        """The projection connection, for the named queries of mnemolog.projections."""
+        return self._conn
+
+    # -- writing -------------------------------------------------------------------
+
+    def append(self, payload: Payload) -> Receipt:
+        """Sign and append one event (type and tv from its class), folded before returning."""
+        return self.append_many([payload])[0]
+
+    def append_many(self, payloads: Sequence[Payload]) -> list[Receipt]:
+        """Several events in one batch (one sync), folded before returning."""
+        items = []
+        for p in payloads:
+            cls = type(p)
+            if CURRENT_TV.get(getattr(cls, "TYPE", "")) != cls.TV or not cls.WRITABLE:
+                # A programming error, not bad input: only the current model of a type is written.
+                raise TypeError(f"{cls.__qualname__} is not the payload model written for its type")
+            items.append((cls.TYPE, p.to_data(), cls.TV))
+        receipts = self._writer.append_many(items)
+        self._projections.catch_up(self._conn)
+        return receipts
+
+    def catch_up(self) -> None:
+        """Fold what other processes appended since the session began."""
+        self._projections.catch_up(self._conn)
+
+    # -- reading -------------------------------------------------------------------
+
+    def get(self, memory_id: str) -> Memory | None:
+        return q.get(self._conn, memory_id) if isinstance(memory_id, str) else None
+
+    def require(self, memory_id: str) -> Memory:
+        """The memory, or NotFound (exit 2)."""
+        m = self.get(memory_id)
+        if m is None:
+            raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
+        return m
+
+    def links(self, memory_id: str) -> Links:
+        return q.links_of(self._conn, memory_id)
+
+    def policy(self, namespace: str) -> ResolvedPolicy:
+        """The namespace's effective policy (its own, inherited, defaults)."""
+        return governance.resolve(
+            queries.own_policies(self._conn, governance.ancestors(namespace)), namespace
+        )
+
+    def own_policy(self, namespace: str) -> dict[str, Any] | None:
+        """The policy the namespace set itself, if any."""
+        return queries.own_policies(self._conn, [namespace]).get(namespace)
+
+    def with_warnings(self, value: _Out) -> _Out:
+        """`value` with this session's post-hook warnings (if any): a command's per-call report."""
+        if self.warnings:
+            value["warnings"] = list(self.warnings)
+        return value
+
+    # -- governed writes -----------------------------------------------------------------
+
+    def check_write(self, policy: ResolvedPolicy, namespace: str, atom_index: int | None = None) -> None:
+        if policy["write"] == "none":
+            where = f" (atom {atom_index})" if atom_index is not None else ""
+            raise GovernanceRefused(
+                f"namespace {namespace!r} does not accept writes (policy write = none, set on "
+                f"{policy.sources['write']!r}){where}",
+                namespace=namespace,
+                atom_index=atom_index,
+            )
+
+    def write_memory(
+        self,
+        payload: MemoryStored,
+        *,
+        atom_index: int | None = None,
+        policy: ResolvedPolicy | None = None,
+        follow: Follow | None = None,
+    ) -> Memory:
+        """Governance, pre_store hooks, the event (and what `follow` adds), post_store hooks."""
+        policy = policy or self.policy(payload.namespace)
+        self.check_write(policy, payload.namespace, atom_index)
+        self._hooks.pre(HookEvent("pre_store", payload.namespace, payload.to_data(), atom_index))
+        extra = follow(policy) if follow is not None else ()
+        self.append_many([payload, *extra])
+        mem = self.require(payload.id)
+        post = HookEvent("post_store", payload.namespace, dict(mem), atom_index)
+        self.warnings += self._hooks.post(post)
+        return mem
+
+    def write_link(self, payload: LinkCreated, *, atom_index: int | None = None) -> Edge:
+        """Both ends must exist; pre_link hooks, the event, post_link hooks."""
+        src = self.require(payload.src)
+        self.require(payload.dst)
+        data = payload.to_data()
+        self._hooks.pre(HookEvent("pre_link", src["namespace"], data, atom_index))
+        r = self.append(payload)
+        edge: Edge = {
+            "src": payload.src,
+            "dst": payload.dst,
+            "relation": payload.relation,
+            "metadata": dict(payload.metadata),
+            "seq": r.seq,
+            "created_at": r.ts,
+        }
+        self.warnings += self._hooks.post(HookEvent("post_link", src["namespace"], dict(edge), atom_index))
+        return edge
+
+
+class Sessions(Protocol):
+    """Anything that opens sessions on a home (the Substrate does)."""
+
+    def session(self) -> AbstractContextManager[Session]: ...
