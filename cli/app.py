@@ -181,6 +181,8 @@ class MnemologGroup(click.Group):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)
         except OSError as exc:
+            if os.environ.get(DEBUG_ENV):
+                traceback.print_exception(exc, file=sys.stderr)
             err = _os_error(exc)
             render_error(err, as_json)
             sys.exit(err.exit_code)

@@ -40,6 +40,7 @@ from mnemolog.eventlog.errors import (
     UsageError,
     VerificationError,
 )
+from mnemolog.eventlog.fsio import open_regular
 from mnemolog.eventlog.keys import SigningKey, VerifierKey, load_verifier_key, verify_signature
 from mnemolog.eventlog.note import Checkpoint, peek_checkpoint
 
@@ -644,7 +645,7 @@ def merkle_b64(h: bytes) -> str:
 def read_members(path: Path, limits: tarball.Limits = tarball.DEFAULT_LIMITS) -> dict[str, bytes]:
     """The members of the archive at `path`, through the strict tar reader."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below; size is read from the same handle
+        f = open_regular(path)  # closed below; size is read from the same handle
     except FileNotFoundError as exc:
         raise NotFound(f"no bundle at {path}", file=str(path)) from exc
     except OSError as exc:

@@ -62,6 +62,7 @@ from mnemolog.eventlog.entry import (
     tbs_from_raw,
 )
 from mnemolog.eventlog.errors import DecodeError, MnemologError, VerificationError
+from mnemolog.eventlog.fsio import open_regular, read_regular
 from mnemolog.eventlog.index import KEYREC, LOC
 from mnemolog.eventlog.keys import VerifierKey, verify_signature
 from mnemolog.eventlog.log import (
@@ -73,7 +74,7 @@ from mnemolog.eventlog.log import (
     key_from_data,
     rotation_key,
 )
-from mnemolog.eventlog.note import open_checkpoint, origin_for
+from mnemolog.eventlog.note import MAX_NOTE_BYTES, open_checkpoint, origin_for
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.segments import MAX_ENTRY_BYTES, is_entry_prefix, list_segments
 
@@ -83,6 +84,8 @@ PARALLEL_MIN_ENTRIES = 12_000  # below this, workers cost more to start than the
 SERIAL_BELOW = 4096  # (kept for callers) logs smaller than ~this many entries stay in-process
 ENTRY_KEY_ORDER = ("v", "ts", "tv", "kid", "seq", "sig", "data", "prev", "type")
 UINT_MAX = codec.UINT_MAX
+#: The index files are hints read whole: a billion entries' locations at most.
+MAX_HINT_BYTES = 1 << 35
 
 
 @dataclass
@@ -150,7 +153,7 @@ def _verify_chunk(
     path: str, start: int, end: int, first_seq: int, schedule: list[tuple[int, bytes]]
 ) -> tuple[int, str, str, Any, Any] | None:
     """Sequential pass worker: canonical bytes and signatures of the entries in path[start:end]."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         buf = os.pread(f.fileno(), end - start, start)
     stream = io.BytesIO(buf)
     dec = cbor2.CBORDecoder(stream)
@@ -207,7 +210,7 @@ def _check_chunk(
     if end <= start or end - start > n * MAX_ENTRY_BYTES:
         return ("no", first_seq, "location hint out of order")
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             buf = os.pread(f.fileno(), end - start, start)
     except OSError as exc:
         return ("no", first_seq, f"cannot read {path}: {exc}")
@@ -537,8 +540,8 @@ class _Verifier:
         try:
             # loc first: the writer appends a key event's record to `keys` before
             # the entry's location, so every hinted entry's key event is listed.
-            locs = (idx / "loc").read_bytes()
-            keys_raw = (idx / "keys").read_bytes()
+            locs = read_regular(idx / "loc", MAX_HINT_BYTES)
+            keys_raw = read_regular(idx / "keys", MAX_HINT_BYTES)
         except OSError:
             return None
         n = len(locs) // LOC.size
@@ -597,7 +600,7 @@ class _Verifier:
             if p is None:
                 raise _Mismatch("a key event in no segment")
             try:
-                with open(p, "rb") as f:
+                with open_regular(p) as f:
                     raw = os.pread(f.fileno(), length, off)
                 e = entry_from_map(cbor2.loads(raw), raw, f"entry {s}")
                 key = genesis_key(e) if s == 0 else rotation_key(e)
@@ -704,7 +707,7 @@ class _Verifier:
                 expected=f"{self.seq:020d}.seg",
                 found=path.name,
             )
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             if start:
                 f.seek(start)
             buf = f.read()
@@ -841,7 +844,7 @@ class _Verifier:
     def _checkpoint(self, size: int) -> None:
         rel = f"{CHECKPOINT_DIR}/{checkpoint_name(size)}"
         try:
-            raw = (self.dir / CHECKPOINT_DIR / checkpoint_name(size)).read_bytes()
+            raw = read_regular(self.dir / CHECKPOINT_DIR / checkpoint_name(size), MAX_NOTE_BYTES)
         except OSError as exc:
             raise self.fail(f"{rel}: unreadable: {exc}", "checkpoint.read", file=rel, seq=size - 1) from exc
         try:

@@ -44,7 +44,7 @@ from mnemolog.eventlog.errors import (
     StorageError,
     VerificationError,
 )
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.fsio import atomic_write, fsync_dir, open_regular, read_regular
 from mnemolog.eventlog.index import IndexRecord, IndexWriter
 from mnemolog.eventlog.keys import SigningKey, key_id
 from mnemolog.eventlog.lock import FileLock
@@ -55,7 +55,7 @@ from mnemolog.eventlog.log import (
     checkpoint_name,
     segment_file,
 )
-from mnemolog.eventlog.note import Checkpoint, origin_for, peek_checkpoint
+from mnemolog.eventlog.note import MAX_NOTE_BYTES, Checkpoint, origin_for, peek_checkpoint
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.segments import MAX_ENTRY_BYTES, list_segments, read_file, split_items
 
@@ -303,7 +303,7 @@ class LogWriter:
             seg_path = self.dir / segment_file(loc.segment)
             ok = seg_path.exists() and loc.offset + loc.length <= seg_path.stat().st_size
             if ok:
-                with open(seg_path, "rb") as f:
+                with open_regular(seg_path) as f:
                     raw = os.pread(f.fileno(), loc.length, loc.offset)
                 ok = leaf_hash(raw) == idx.leaf(c - 1)
             # The next checkpoint's root is folded from the index's right-edge nodes:
@@ -316,7 +316,7 @@ class LogWriter:
         st = _State()
         if c > 0:
             loc = idx.location(c - 1)
-            with open(self.dir / segment_file(loc.segment), "rb") as f:
+            with open_regular(self.dir / segment_file(loc.segment)) as f:
                 last = entry_from_map_raw(os.pread(f.fileno(), loc.length, loc.offset), c - 1)
             st.next_seq = c
             st.prev = last.leaf
@@ -405,7 +405,7 @@ class LogWriter:
 
     def _log_id(self) -> bytes:
         """The log id from the genesis entry, read from the segment (not through the index)."""
-        with open(self.dir / segment_file(0), "rb") as f:
+        with open_regular(self.dir / segment_file(0)) as f:
             try:
                 cbor2.CBORDecoder(f).decode()
             except (cbor2.CBORError, ValueError, OverflowError, MemoryError, RecursionError) as exc:
@@ -426,7 +426,7 @@ class LogWriter:
         for size in reversed([n for n in _checkpoint_sizes(self.dir) if 0 < n <= count]):
             path = self.dir / CHECKPOINT_DIR / checkpoint_name(size)
             try:
-                cp = peek_checkpoint(path.read_bytes(), str(path))
+                cp = peek_checkpoint(read_regular(path, MAX_NOTE_BYTES), str(path))
             except (OSError, MnemologError):
                 continue  # damaged checkpoints are verify's to report; try an older one
             if cp.size != size:
@@ -703,7 +703,7 @@ class LogWriter:
             n = self._st.next_seq
             path = self.dir / CHECKPOINT_DIR / checkpoint_name(n)
             if path.exists():
-                raw = path.read_bytes()
+                raw = read_regular(path, MAX_NOTE_BYTES)
                 return peek_checkpoint(raw, str(path)), raw
             cp = Checkpoint(origin_for(self._log_id()), n, self._index.root(n))
             raw = cp.sign(self.key)

@@ -27,6 +27,7 @@ import itertools
 import math
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -320,7 +321,7 @@ class ProjectionStore:
     def _ensure_open(self, fresh: bool = False) -> duckdb.DuckDBPyConnection:
         if self._conn is not None:
             return self._conn
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self._check_layout()
         base = self._instance()
         self._yield_to_waiters()
         if not self._try_lock():
@@ -383,6 +384,26 @@ class ProjectionStore:
                 raise
             self._base = base
         return self._base
+
+    def _check_layout(self) -> None:
+        """The directory, and the database file if there is one, must be what they claim (exit 6)."""
+        advice = "projections are derived data: move it away and `mnemolog rebuild` recreates them"
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise StorageError(
+                f"the projection directory {self.dir} cannot be used ({exc.strerror}); {advice}",
+                file=str(self.dir),
+            ) from exc
+        if not self.dir.is_dir():
+            raise StorageError(f"{self.dir} is not a directory; {advice}", file=str(self.dir))
+        for path in (self.path, Path(f"{self.path}.wal")):
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(mode):
+                raise StorageError(f"{path} is not a regular file; {advice}", file=str(path))
 
     def _attach(self, base: duckdb.DuckDBPyConnection) -> None:
         # Attached with a smaller row group than DuckDB's 122,880 rows: the sorted

@@ -29,7 +29,7 @@ import duckdb
 from mnemolog.eventlog import bundle, logexport, memview
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import BadInput, NotFound, SignerError, StorageError, UsageError
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, atomic_write, fsync_dir, read_regular
 from mnemolog.eventlog.index import IndexWriter
 from mnemolog.eventlog.keys import VerifierKey, load_private_key, write_private_key, write_public_key
 from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
@@ -215,10 +215,11 @@ class ReplayReport:
 
 def read_export(path: Path) -> bytes:
     try:
-        size = path.stat().st_size
-        if size > MAX_EXPORT_BYTES:
-            raise BadInput(f"{path} is {size} bytes, more than an export may be", file=str(path))
-        return path.read_bytes()
+        return read_regular(path, MAX_EXPORT_BYTES)
+    except FileTooLarge as exc:
+        raise BadInput(f"{path} is {exc.strerror}: more than an export may be", file=str(path)) from exc
+    except NotRegularFile as exc:
+        raise BadInput(f"{path} is {exc.strerror}: an export is a file", file=str(path)) from exc
     except FileNotFoundError as exc:
         raise NotFound(f"no export at {path}", file=str(path)) from exc
     except OSError as exc:

@@ -15,13 +15,14 @@ $XDG_DATA_HOME/mnemolog, else ~/.local/share/mnemolog.
 from __future__ import annotations
 
 import os
+import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mnemolog.eventlog.errors import BadInput, HomeMissing, SignerError, StorageError
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.fsio import FileTooLarge, atomic_write, fsync_dir, read_regular
 from mnemolog.eventlog.keys import (
     SigningKey,
     load_private_key,
@@ -211,17 +212,20 @@ class Home:
     @property
     def config(self) -> Config:
         if self._config is None:
+            where = str(self.config_path)
             try:
-                st = self.config_path.stat()
+                raw = read_regular(self.config_path, MAX_CONFIG_BYTES)
             except FileNotFoundError:
                 self._config = Config()
                 return self._config
-            if st.st_size > MAX_CONFIG_BYTES:
-                raise BadInput(f"{self.config_path} is larger than {MAX_CONFIG_BYTES} bytes")
+            except FileTooLarge as exc:
+                raise BadInput(f"{where}: {exc.strerror}", file=where) from exc
+            except OSError as exc:  # a FIFO, a device, a directory: damage, not input
+                raise StorageError(f"cannot read {where}: {exc.strerror}", file=where) from exc
             try:
-                text = self.config_path.read_text("utf-8")
+                text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise BadInput(f"{self.config_path} is not UTF-8", file=str(self.config_path)) from exc
+                raise BadInput(f"{where} is not UTF-8", file=where) from exc
             self._config = parse_config(text, str(self.config_path))
         return self._config
 
@@ -310,31 +314,61 @@ class InitReport:
 
 
 def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clock) -> InitReport:
-    """Create a home: config, a fresh key (0600), the genesis entry, the first checkpoint."""
+    """Create a home: config, a fresh key (0600), the genesis entry, the first checkpoint.
+
+    Directories are created 0700. A failed init removes everything it created
+    (and nothing else), so it can simply be run again.
+    """
     home = Home(root)
+    if root.is_symlink() and not root.exists():
+        raise StorageError(
+            f"{root} is a symbolic link to {os.readlink(root)}, which does not exist; "
+            "create the target or give the directory itself",
+            file=str(root),
+        )
     if home.exists():
         raise StorageError(f"{root} already holds a mnemolog log", file=str(root))
     if root.exists() and not root.is_dir():
         raise StorageError(f"{root} exists and is not a directory", file=str(root))
     for sub in ("log", "keys", "projections"):
-        if (root / sub).exists() and any((root / sub).iterdir()):
+        path = root / sub
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise StorageError(f"{path} exists and is not a directory", file=str(path))
+        if path.exists() and any(path.iterdir()):
             raise StorageError(
-                f"{root / sub} is not empty; refusing to initialise over existing files",
-                file=str(root / sub),
+                f"{path} is not empty; refusing to initialise over existing files",
+                file=str(path),
             )
-    root.mkdir(parents=True, exist_ok=True)
-    log_id = os.urandom(16)
-    name = key_name or f"mnemolog-{log_id.hex()[:8]}"
-    key = SigningKey.generate(name)
-    home.keys_dir.mkdir(exist_ok=True, mode=0o700)
-    if not home.config_path.exists():
-        atomic_write(home.config_path, default_config_text(name).encode())
-    if home.signing_key_path.exists():
-        raise SignerError(f"{home.signing_key_path} exists already", file=str(home.signing_key_path))
-    write_private_key(home.signing_key_path, key)
-    write_public_key(home.keys_dir / f"{key.kid.hex()}.pub", key.verifier)
-    home.projections_dir.mkdir(exist_ok=True)
-    _, cp = LogWriter.create(home.log_dir, key, clock=clock, log_id=log_id)
+    created: list[Path] = []
+    log_existed = home.log_dir.exists()
+    try:
+        _make_dirs(root, created)
+        log_id = os.urandom(16)
+        name = key_name or f"mnemolog-{log_id.hex()[:8]}"
+        key = SigningKey.generate(name)
+        _make_dirs(home.keys_dir, created)
+        if not home.config_path.exists():
+            created.append(home.config_path)
+            atomic_write(home.config_path, default_config_text(name).encode(), mode=0o600)
+        if home.signing_key_path.exists():
+            raise SignerError(f"{home.signing_key_path} exists already", file=str(home.signing_key_path))
+        created.append(home.signing_key_path)
+        write_private_key(home.signing_key_path, key)
+        pub = home.keys_dir / f"{key.kid.hex()}.pub"
+        created.append(pub)
+        write_public_key(pub, key.verifier)
+        _make_dirs(home.projections_dir, created)
+        # The log directory may exist (empty): whatever is in it after a failure is ours.
+        created.append(home.log_dir)
+        _, cp = LogWriter.create(home.log_dir, key, clock=clock, log_id=log_id)
+    except BaseException as exc:
+        _remove_created(created, home.log_dir, log_existed)
+        if isinstance(exc, OSError):
+            where = exc.filename if exc.filename is not None else root
+            raise StorageError(
+                f"cannot initialise {root}: {exc.strerror or exc}: {where}", file=str(where)
+            ) from exc
+        raise
     return InitReport(
         home=str(root),
         log_id=log_id.hex(),
@@ -343,3 +377,36 @@ def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clo
         vkey=key.verifier.vkey(),
         checkpoint=cp.decode(),
     )
+
+
+def _make_dirs(path: Path, created: list[Path]) -> None:
+    """mkdir -p with mode 0700, recording each directory it made (outermost first)."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists() and not p.is_symlink():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700)
+        created.append(d)
+
+
+def _remove_created(created: list[Path], log_dir: Path, log_existed: bool) -> None:
+    """Undo a failed init: remove what it made, newest first (a log directory that existed
+    before, empty as init requires, is emptied rather than removed)."""
+    for path in reversed(created):
+        try:
+            if path == log_dir and log_existed:
+                for child in path.iterdir():
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
+            elif path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            continue

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, StorageError, UsageError
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, atomic_write, fsync_dir, read_regular
 from mnemolog.eventlog.vocabulary import KINDS
 from mnemolog.projections.vault import index as index_format
 from mnemolog.projections.vault import naming, schema
@@ -408,16 +408,15 @@ def plan_vault(agent: str, records: Sequence[NoteRecord]) -> dict[str, bytes]:
 
 
 def _read_manifest(path: Path) -> set[str]:
+    where = {"file": str(path)}
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MANIFEST_MAX_BYTES + 1)
+        data = read_regular(path, MANIFEST_MAX_BYTES)
     except FileNotFoundError:
         return set()
+    except FileTooLarge:
+        raise BadInput(f"{path}: manifest exceeds {MANIFEST_MAX_BYTES} bytes", **where) from None
     except OSError as exc:
-        raise StorageError(f"cannot read the vault manifest {path}: {exc}") from exc
-    where = {"file": str(path)}
-    if len(data) > MANIFEST_MAX_BYTES:
-        raise BadInput(f"{path}: manifest exceeds {MANIFEST_MAX_BYTES} bytes", **where)
+        raise StorageError(f"cannot read the vault manifest {path}: {exc}", **where) from exc
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -450,8 +449,9 @@ def _same_bytes(path: Path, data: bytes) -> bool | None:
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
             return False
-        with open(path, "rb") as fh:
-            return fh.read(len(data) + 1) == data
+        return read_regular(path, len(data)) == data
+    except (FileTooLarge, NotRegularFile):
+        return False  # replaced since the lstat: rewrite it
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
