@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 from typing import BinaryIO
@@ -90,6 +91,41 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.(?P<pid>\d+)\.tmp$")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one we may not signal still exists)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def stale_temps(directory: Path) -> list[tuple[Path, str]]:
+    """`atomic_write` temp files in `directory` whose writer is gone: (temp, the file it was for).
+
+    A writer killed between creating its temp file and renaming it leaves the
+    temp behind; its name carries the writer's pid, so a later writer can
+    tell a leftover from a write in progress.
+    """
+    out: list[tuple[Path, str]] = []
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for name in sorted(names):
+        m = _TEMP_NAME.match(name)
+        if m and not pid_alive(int(m["pid"])):
+            out.append((directory / name, m["target"]))
+    return out
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:

@@ -38,6 +38,7 @@ from typing import Any, cast
 import duckdb
 
 from mnemolog.eventlog.errors import BadInput, LockTimeout, StorageError
+from mnemolog.eventlog.fsio import pid_alive
 
 DB_NAME = "mnemolog.duckdb"
 CATALOG = "proj"
@@ -156,16 +157,6 @@ class Connection:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _extension_path(module: str, name: str) -> str | None:
@@ -458,7 +449,7 @@ class ProjectionStore:
                 continue
             # A waiter gives up after its lock timeout, so an older file, or one whose
             # process is gone (killed while waiting), announces nobody.
-            if (pid.isdigit() and not _pid_alive(int(pid))) or age > STALE_WANT_S:
+            if (pid.isdigit() and not pid_alive(int(pid))) or age > STALE_WANT_S:
                 (self.dir / e.name).unlink(missing_ok=True)
             else:
                 waiting = True

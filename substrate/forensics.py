@@ -29,7 +29,14 @@ import duckdb
 from mnemolog.eventlog import bundle, logexport, memview
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import BadInput, NotFound, SignerError, StorageError, UsageError
-from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, atomic_write, fsync_dir, read_regular
+from mnemolog.eventlog.fsio import (
+    FileTooLarge,
+    NotRegularFile,
+    atomic_write,
+    fsync_dir,
+    pid_alive,
+    read_regular,
+)
 from mnemolog.eventlog.index import IndexWriter
 from mnemolog.eventlog.keys import VerifierKey, load_private_key, write_private_key, write_public_key
 from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
@@ -226,6 +233,23 @@ def read_export(path: Path) -> bytes:
         raise StorageError(f"cannot read {path}: {exc}", file=str(path)) from exc
 
 
+def _remove_abandoned(parent: Path, prefix: str) -> None:
+    """Build directories of replays that were killed (their pid, in the name, is gone)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        pid = name[len(prefix) :].split("-", 1)[0]
+        path = parent / name
+        if pid.isdigit() and pid_alive(int(pid)):
+            continue  # a replay in progress
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def replay(
     export_path: Path,
     new_home: Path,
@@ -257,7 +281,9 @@ def replay(
             )
     parent = new_home.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{new_home.name}.replay-", dir=parent))
+    prefix = f".{new_home.name}.replay-"
+    _remove_abandoned(parent, prefix)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     try:
         built = Home(tmp)
         checkpoint = _build_home(built, ex, key, progress)
@@ -275,6 +301,17 @@ def replay(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if key is not None:
+        # The private key is copied only into the finished home: a replay killed
+        # while building leaves no copy of it in a temporary directory.
+        try:
+            write_private_key(Home(new_home).signing_key_path, key)
+        except OSError as exc:
+            raise StorageError(
+                f"the home {new_home} was built but its signing key could not be written "
+                f"({exc.strerror}); copy {signing_key} to {Home(new_home).signing_key_path} (mode 0600)",
+                file=str(Home(new_home).signing_key_path),
+            ) from exc
     return ReplayReport(
         str(new_home), ex.count, ex.tree_size, checkpoint, key is not None, replayed, ex.summary()
     )
@@ -312,13 +349,11 @@ def _build_home(home: Home, ex: logexport.VerifiedExport, key: Any, progress: bo
             write_public_key(home.keys_dir / f"{ep.key.kid.hex()}.pub", ep.key)
     current = ex.keys.key_at(ex.count)
     atomic_write(home.config_path, default_config_text(current.name).encode())
-    if key is not None:
-        write_private_key(home.signing_key_path, key)
-        if checkpoint is None:
-            # A shorter log than the export's checkpoint: sign one for what was replayed.
-            from mnemolog.eventlog.writer import LogWriter
+    if key is not None and checkpoint is None:
+        # A shorter log than the export's checkpoint: sign one for what was replayed.
+        from mnemolog.eventlog.writer import LogWriter
 
-            with LogWriter(log_dir, [key], checkpoint_on_close=False, progress=progress) as w:
-                cp, _ = w.checkpoint()
-                checkpoint = cp.size
+        with LogWriter(log_dir, [key], checkpoint_on_close=False, progress=progress) as w:
+            cp, _ = w.checkpoint()
+            checkpoint = cp.size
     return checkpoint
