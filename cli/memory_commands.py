@@ -18,13 +18,10 @@ from mnemolog.substrate.events import KINDS, RELATIONS
 
 @contextmanager
 def opened(ctx: Ctx) -> Iterator[Substrate]:
-    s = Substrate.open(ctx.home, long_lived=False)
-    try:
+    with Substrate.open(ctx.home, long_lived=False) as s:
         for t in s.recovered:
             ctx.info(f"mnemolog: recovery: {t.describe()}")
         yield s
-    finally:
-        s.close()
 
 
 def warn(ctx: Ctx, result: Any) -> None:

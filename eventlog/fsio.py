@@ -146,9 +146,12 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         # A full disk or a kill between open and rename must not leave the temp file.
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError) and exc.filename is None:
+            # os.write names no file: say which one could not be written.
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     fsync_dir(path.parent)

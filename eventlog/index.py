@@ -240,8 +240,16 @@ class IndexWriter(Index):
             n += 1
         # Nodes first, then locations: count() takes the consistent prefix of all.
         for level in sorted(levels, reverse=True):
-            os.write(self._wfd(self.level_name(level)), levels[level])
+            self._write(self.level_name(level), levels[level])
         if keys:
-            os.write(self._wfd("keys"), keys)
-        os.write(self._wfd("loc"), loc)
+            self._write("keys", keys)
+        self._write("loc", loc)
         self.n = n
+
+    def _write(self, name: str, data: bytes | bytearray) -> None:
+        try:
+            os.write(self._wfd(name), data)
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(self.path(name))) from exc

@@ -299,6 +299,15 @@ class ProjectionStore:
             try:
                 conn = self._ensure_open(fresh)
                 yield conn
+            except (duckdb.IOException, duckdb.FatalException) as exc:
+                # A full disk, a failed write or read: DuckDB may have invalidated the
+                # instance, so it is dropped; the next session starts a fresh one.
+                self._drop_instance()
+                raise StorageError(
+                    f"the projection database {self.path} failed: {exc} (it is derived data: "
+                    "`mnemolog rebuild` recreates it from the log)",
+                    file=str(self.path),
+                ) from exc
             finally:
                 self._depth -= 1
                 self._last_used = time.monotonic()
@@ -375,6 +384,16 @@ class ProjectionStore:
                 raise
             self._base = base
         return self._base
+
+    def _drop_instance(self) -> None:
+        base, self._base, self._conn = self._base, None, None
+        try:
+            if base is not None:
+                base.close()
+        except duckdb.Error:
+            pass
+        finally:
+            self._lock.release()
 
     def _check_layout(self) -> None:
         """The directory, and the database file if there is one, must be what they claim (exit 6)."""

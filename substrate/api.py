@@ -10,6 +10,7 @@ deadlock, and two writers of the same home see each other's effects.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -136,8 +137,14 @@ class Substrate:
     def __enter__(self) -> Substrate:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Already failing: the first failure is the one to report, not one closing adds
+        # (a checkpoint that cannot be written to the same full disk, say).
+        with contextlib.suppress(Exception):
+            self.close()
 
     # -- sessions ------------------------------------------------------------
 
