@@ -220,8 +220,11 @@ class MnemologGroup(click.Group):
 @contextmanager
 def writer_for(ctx: Ctx, **kw: Any) -> Iterator[Any]:
     """Open the home's log writer, report any torn tail it cut on open, close it."""
-    w = ctx.home.open_writer(**kw)
+    home = ctx.home
+    w = home.open_writer(**kw)
     try:
+        for line in home.recovered_keys:
+            ctx.info(f"mnemolog: key recovery: {line}")
         for t in w.recovered:
             ctx.info(f"mnemolog: recovery: {t.describe()}")
         yield w

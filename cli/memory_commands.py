@@ -19,6 +19,8 @@ from mnemolog.substrate.events import KINDS, RELATIONS
 @contextmanager
 def opened(ctx: Ctx) -> Iterator[Substrate]:
     with Substrate.open(ctx.home, long_lived=False) as s:
+        for line in s.home.recovered_keys:
+            ctx.info(f"mnemolog: key recovery: {line}")
         for t in s.recovered:
             ctx.info(f"mnemolog: recovery: {t.describe()}")
         yield s

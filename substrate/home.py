@@ -14,6 +14,7 @@ $XDG_DATA_HOME/mnemolog, else ~/.local/share/mnemolog.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tomllib
@@ -22,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from mnemolog.eventlog.errors import BadInput, HomeMissing, SignerError, StorageError
-from mnemolog.eventlog.fsio import FileTooLarge, atomic_write, fsync_dir, read_regular
+from mnemolog.eventlog.fsio import FileTooLarge, atomic_write, fsync_dir, read_regular, stale_temps
 from mnemolog.eventlog.keys import (
     SigningKey,
     load_private_key,
     write_private_key,
     write_public_key,
 )
+from mnemolog.eventlog.lock import FileLock
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, system_clock
 
@@ -183,6 +185,7 @@ idle_release_ms = 250
 class Home:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.recovered_keys: list[str] = []
         self.log_dir = root / "log"
         self.keys_dir = root / "keys"
         self.projections_dir = root / "projections"
@@ -246,22 +249,100 @@ class Home:
             keys.append(load_private_key(self.next_key_path))
         return keys
 
-    def _finish_rotation(self, active: SigningKey) -> None:
-        """After a rotation is in the log, make the incoming key the active one."""
-        if not self.next_key_path.exists():
-            return
-        nxt = load_private_key(self.next_key_path)
-        if nxt.kid != active.kid:
-            # The rotation never reached the log: the incoming key was not used.
-            self.next_key_path.unlink()
-            return
-        retired = self.keys_dir / "retired"
-        retired.mkdir(exist_ok=True, mode=0o700)
-        old = load_private_key(self.signing_key_path)
-        if old.kid != nxt.kid:
-            os.replace(self.signing_key_path, retired / f"{old.kid.hex()}.key")
-        os.replace(self.next_key_path, self.signing_key_path)
+    @property
+    def retired_dir(self) -> Path:
+        return self.keys_dir / "retired"
+
+    def _keys_lock(self) -> FileLock:
+        # Rotation and its recovery exclude each other across processes: a recovery
+        # must never judge a rotation that another process is still carrying out.
+        return FileLock(self.keys_dir / ".lock", self.config.log.lock_timeout_s, "key rotation lock")
+
+    def _keys_settled(self) -> bool:
+        return (
+            self.signing_key_path.is_file()
+            and not self.next_key_path.exists()
+            and not stale_temps(self.keys_dir)
+        )
+
+    def recover_keys(self) -> list[str]:
+        """Finish or roll back an interrupted key rotation, deciding from the log.
+
+        A rotation saves the incoming key as `next.key` (and its `.pub`), appends
+        `key.rotated`, then retires `signing.key` and renames `next.key` over it.
+        A kill can stop it anywhere. The log's newest key (read without any
+        private key) says which way to go: if the rotation is in the log, the
+        incoming key becomes `signing.key` and the old one is retired; if not,
+        the incoming key never signed anything and is removed. Temp files of
+        interrupted key writes are removed, and every key of the history gets
+        its `.pub`. Returns what was done, one line per step (empty if nothing).
+        """
+        if self._keys_settled():
+            return []
+        with self._keys_lock():
+            return self._recover_keys_locked()
+
+    def _recover_keys_locked(self) -> list[str]:
+        done: list[str] = []
+        for temp, target in stale_temps(self.keys_dir):
+            temp.unlink(missing_ok=True)
+            done.append(f"removed {temp.name}, an interrupted write of {target}")
+        with Log(self.log_dir) as log:
+            history = [ep.key for ep in log.key_history()]
+        current = history[-1]
+        announced = {k.kid for k in history}
+        active = self._load_if_there(self.signing_key_path)
+        incoming = self._load_if_there(self.next_key_path)
+        if active is None or active.kid != current.kid:
+            source = None
+            if incoming is not None and incoming.kid == current.kid:
+                source = self.next_key_path
+            elif (self.retired_dir / f"{current.kid.hex()}.key").is_file():
+                source = self.retired_dir / f"{current.kid.hex()}.key"
+            if source is None:
+                raise SignerError(
+                    f"no private key for the log's current key {current.vkey()}: it is in none of "
+                    f"{self.signing_key_path}, "
+                    f"{self.next_key_path} or {self.retired_dir}; restore its private key as "
+                    f"{self.signing_key_path}",
+                    file=str(self.signing_key_path),
+                    expected=current.kid.hex(),
+                )
+            if active is not None:
+                self._retire(self.signing_key_path, active)
+                done.append(f"retired {active.kid.hex()}")
+            os.replace(source, self.signing_key_path)
+            done.append(f"made {current.kid.hex()} the signing key (the rotation to it is in the log)")
+            if source == self.next_key_path:
+                incoming = None
+        if incoming is not None:
+            if incoming.kid in announced:
+                self._retire(self.next_key_path, incoming)
+                done.append(f"retired {incoming.kid.hex()}")
+            else:
+                # Never in the log: it signed nothing, so nothing can need it.
+                self.next_key_path.unlink()
+                pub = self.keys_dir / f"{incoming.kid.hex()}.pub"
+                pub.unlink(missing_ok=True)
+                done.append(f"removed {incoming.kid.hex()}, a rotation that never reached the log")
+        for key in history:
+            pub = self.keys_dir / f"{key.kid.hex()}.pub"
+            if not pub.is_file():
+                write_public_key(pub, key)
+                done.append(f"wrote {pub.name}")
         fsync_dir(self.keys_dir)
+        return done
+
+    @staticmethod
+    def _load_if_there(path: Path) -> SigningKey | None:
+        if not path.exists():
+            return None
+        return load_private_key(path)
+
+    def _retire(self, path: Path, key: SigningKey) -> None:
+        self.retired_dir.mkdir(exist_ok=True, mode=0o700)
+        os.replace(path, self.retired_dir / f"{key.kid.hex()}.key")
+        fsync_dir(self.retired_dir)
 
     # -- the log -------------------------------------------------------------
 
@@ -278,9 +359,10 @@ class Home:
         checkpoint_on_close: bool = True,
     ) -> LogWriter:
         self.require()
+        self.recovered_keys = self.recover_keys()
         cfg = self.config.log
         dur = durability or Durability(cfg.durability, cfg.group_max_entries, cfg.group_max_ms)  # type: ignore[arg-type]
-        w = LogWriter(
+        return LogWriter(
             self.log_dir,
             self.signing_keys(),
             durability=dur,
@@ -290,16 +372,26 @@ class Home:
             checkpoint_on_close=checkpoint_on_close,
             progress=progress,
         )
-        self._finish_rotation(w.key)
-        return w
 
     def rotate_key(self, writer: LogWriter, name: str | None = None) -> tuple[SigningKey, int]:
-        """Rotate to a fresh key: saved first, then announced in the log, then made active."""
-        new = SigningKey.generate(name or writer.key.name)
-        write_private_key(self.next_key_path, new)
-        receipt = writer.rotate_key(new)
-        self._finish_rotation(new)
-        write_public_key(self.keys_dir / f"{new.kid.hex()}.pub", new.verifier)
+        """Rotate to a fresh key: saved first, then announced in the log, then made active.
+
+        Each step is durable before the next, so a kill anywhere leaves a state
+        `recover_keys` finishes or rolls back on the next open. A failure here
+        does the same at once.
+        """
+        with self._keys_lock():
+            self._recover_keys_locked()
+            new = SigningKey.generate(name or writer.key.name)
+            try:
+                write_private_key(self.next_key_path, new)
+                write_public_key(self.keys_dir / f"{new.kid.hex()}.pub", new.verifier)
+                receipt = writer.rotate_key(new)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self._recover_keys_locked()
+                raise
+            self._recover_keys_locked()
         return new, receipt.seq
 
 
