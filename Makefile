@@ -5,7 +5,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PKGS := eventlog projections curators substrate cli
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test test-fast lint typecheck pytest bench clean
+
+# Test workers (pytest-xdist). Tests marked `serial` (processes, locks, time bounds)
+# run afterwards on their own; `--dist loadfile` keeps a file on one worker, so its
+# module fixtures are built once and its progress line means something.
+JOBS ?= 2
+PYTEST := $(BIN)/pytest -q -p no:cacheprovider --file-progress
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,8 +19,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# mypy cannot follow setuptools' editable finder, so it checks a tree of
-# symlinks that spells the installed namespace (mnemolog.<pkg> -> <pkg>/).
+# mypy and import-linter cannot follow setuptools' editable finder, so they check a
+# tree of symlinks that spells the installed namespace (mnemolog.<pkg> -> <pkg>/).
 .typecheck/mnemolog: Makefile
 	rm -rf .typecheck && mkdir -p .typecheck/mnemolog
 	for p in $(PKGS); do ln -s ../../$$p .typecheck/mnemolog/$$p; done
@@ -22,15 +28,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m mnemolog.cli.demo
 
-lint: $(STAMP)
+lint: $(STAMP) .typecheck/mnemolog
 	$(BIN)/ruff check $(PKGS) tests bench
 	$(BIN)/ruff format --check $(PKGS) tests bench
+	cd .typecheck && PYTHONPATH=. ../$(BIN)/lint-imports ../pyproject.toml
 
 typecheck: $(STAMP) .typecheck/mnemolog
 	cd .typecheck && MYPYPATH=. ../$(BIN)/mypy --config-file ../pyproject.toml -p mnemolog
 
 pytest: $(STAMP)
-	$(BIN)/pytest -q
+	$(PYTEST) -n $(JOBS) --dist loadfile -m "not serial"
+	$(PYTEST) -m serial
+
+# The inner loop: everything not marked slow or serial, in parallel.
+test-fast: $(STAMP)
+	$(PYTEST) -n $(JOBS) --dist loadfile -m "not slow and not serial"
 
 test: lint typecheck pytest
 

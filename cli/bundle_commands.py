@@ -8,6 +8,7 @@ import click
 
 from mnemolog.cli.app import Ctx, json_option
 from mnemolog.eventlog import bundle
+from mnemolog.eventlog.cosignature import WitnessPolicy
 from mnemolog.eventlog.errors import UsageError
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
@@ -55,11 +56,27 @@ def export_forensic_bundle(ctx: Ctx, memory_id: str, include_chain: bool, output
 @click.command("verify-bundle")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--trusted-key", help="The pinned public key: name+hash+base64, or a file holding one.")
+@click.option(
+    "--witness-key",
+    "witness_keys",
+    multiple=True,
+    help="A witness's cosigner key (or a file): the bundle's checkpoint must carry its "
+    "cosignature (repeatable).",
+)
+@click.option(
+    "--min-witnesses",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How many of the --witness-key witnesses must have cosigned (default: all).",
+)
 @json_option
 @click.pass_obj
-def verify_bundle(ctx: Ctx, file: Path, trusted_key: str | None) -> None:
+def verify_bundle(
+    ctx: Ctx, file: Path, trusted_key: str | None, witness_keys: tuple[str, ...], min_witnesses: int | None
+) -> None:
     """Verify a forensic bundle offline; exit 8 naming the first failure."""
-    report = bundle.verify_bundle(file, bundle.parse_trusted_key(trusted_key))
+    policy = WitnessPolicy.parse(witness_keys, min_witnesses)
+    report = bundle.verify_bundle(file, bundle.parse_trusted_key(trusted_key), witnesses=policy)
     ctx.emit(report.to_json(), report.text)
 
 

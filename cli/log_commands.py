@@ -6,7 +6,6 @@ import base64
 import datetime as dt
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -15,7 +14,10 @@ from mnemolog.cli.app import Ctx, json_option, parse_json_object, writer_for
 from mnemolog.eventlog import merkle
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import NotFound, UsageError
+from mnemolog.eventlog.fsio import read_regular
 from mnemolog.eventlog.keys import load_verifier_key
+from mnemolog.eventlog.log import CHECKPOINT_DIR, checkpoint_name
+from mnemolog.eventlog.note import MAX_NOTE_BYTES
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.substrate.home import init_home
 
@@ -38,7 +40,10 @@ def _b64(h: bytes) -> str:
 
 
 @click.command()
-@click.option("--key-name", help="C2SP key name for checkpoint signatures.")
+@click.option(
+    "--key-name",
+    help="C2SP key name for checkpoint signatures (default: the checkpoint origin, mnemolog/<log id>).",
+)
 @json_option
 @click.pass_obj
 def init(ctx: Ctx, key_name: str | None) -> None:
@@ -118,10 +123,26 @@ def log_tail(ctx: Ctx, count: int, follow: bool) -> None:
 @click.pass_obj
 def log_checkpoint(ctx: Ctx) -> None:
     """Sign and store a checkpoint of the log as it is now."""
+    from mnemolog.substrate.witnessing import publish_checkpoint
+
     with writer_for(ctx, checkpoint_on_close=False) as w:
         cp, raw = w.checkpoint()
+    # After the writer let go: a witness that is slow or down never holds up an append.
+    home = ctx.home
+    results = publish_checkpoint(home.root, home.log_dir, home.keys_dir, cp.size)
+    if results:
+        raw = read_regular(home.log_dir / CHECKPOINT_DIR / checkpoint_name(cp.size), MAX_NOTE_BYTES)
+    for r in results:
+        if r.status != "cosigned":
+            ctx.info(f"mnemolog: {r.describe()}")
     ctx.emit(
-        {"size": cp.size, "root": cp.root.hex(), "origin": cp.origin, "note": raw.decode()},
+        {
+            "size": cp.size,
+            "root": cp.root.hex(),
+            "origin": cp.origin,
+            "note": raw.decode(),
+            "witnesses": [r.to_json() for r in results],
+        },
         raw.decode(),
     )
 
@@ -139,14 +160,41 @@ def log_checkpoint(ctx: Ctx) -> None:
     default=None,
     help="A pinned public key (name+hash+base64, or a file): the key history must contain it.",
 )
+@click.option(
+    "--witness-key",
+    "witness_keys",
+    multiple=True,
+    help="A witness's cosigner key (or a file): the checkpoint of the whole log must carry its "
+    "cosignature (repeatable).",
+)
+@click.option(
+    "--min-witnesses",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How many of the --witness-key witnesses must have cosigned (default: all).",
+)
 @json_option
 @click.pass_obj
-def log_verify(ctx: Ctx, hashes_only: bool, processes: int | None, trusted_key: str | None) -> None:
+def log_verify(
+    ctx: Ctx,
+    hashes_only: bool,
+    processes: int | None,
+    trusted_key: str | None,
+    witness_keys: tuple[str, ...],
+    min_witnesses: int | None,
+) -> None:
     """Check the whole log; exit 8 naming the first failure."""
+    from mnemolog.eventlog.cosignature import WitnessPolicy
+    from mnemolog.substrate.witnessing import require_witnessed
+
     ctx.home.require()
+    policy = WitnessPolicy.parse(witness_keys, min_witnesses)
     anchor = load_verifier_key(trusted_key) if trusted_key else None
     report = verify_log(ctx.home.log_dir, hashes_only=hashes_only, processes=processes, anchor=anchor)
     data = report.to_json()
+    witnessed = require_witnessed(ctx.home.log_dir, report.entries, policy) if policy else None
+    if witnessed is not None:
+        data["witnesses"] = witnessed
 
     def text() -> str:
         mode = "hashes only" if hashes_only else "full"
@@ -158,6 +206,12 @@ def log_verify(ctx: Ctx, hashes_only: bool, processes: int | None, trusted_key: 
             f"{report.keys} key(s) in the history",
             "checks: " + ", ".join(report.checks),
         ]
+        if witnessed is not None:
+            names = ", ".join(c["name"] for c in witnessed["cosignatures"])
+            lines.append(
+                f"witnessed: the checkpoint of size {witnessed['checkpoint']} carries "
+                f"{len(witnessed['cosignatures'])} cosignature(s) ({names}); {witnessed['min']} required"
+            )
         if report.torn_tail:
             lines.append(
                 f"note: torn tail of {report.torn_tail['bytes']} bytes at "
@@ -318,7 +372,3 @@ def key_rotate(ctx: Ctx, name: str | None) -> None:
         },
         f"rotated at seq {seq}: {old.kid.hex()} -> {new.kid.hex()}\nnew key {new.verifier.vkey()}",
     )
-
-
-def home_path(ctx: Ctx) -> Path:
-    return ctx.home.root

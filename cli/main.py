@@ -13,6 +13,7 @@ from mnemolog.cli.mcp import mcp_command
 from mnemolog.cli.memory_commands import COMMANDS as MEMORY_COMMANDS
 from mnemolog.cli.migrate_commands import COMMANDS as MIGRATE_COMMANDS
 from mnemolog.cli.vault_commands import COMMANDS as VAULT_COMMANDS
+from mnemolog.cli.witness_commands import COMMANDS as WITNESS_COMMANDS
 
 
 @click.group(cls=MnemologGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,7 +37,14 @@ cli.add_command(key_group)
 log_group.add_command(log_export)
 for _cmd in BUNDLE_COMMANDS:
     cli.add_command(_cmd)
-for _cmd in [*MEMORY_COMMANDS, *ATOMISE_COMMANDS, *VAULT_COMMANDS, *MIGRATE_COMMANDS, mcp_command()]:
+for _cmd in [
+    *MEMORY_COMMANDS,
+    *ATOMISE_COMMANDS,
+    *VAULT_COMMANDS,
+    *MIGRATE_COMMANDS,
+    *WITNESS_COMMANDS,
+    mcp_command(),
+]:
     cli.add_command(_cmd)
 
 

@@ -21,10 +21,6 @@ MAX_ATOMS: Final = 10
 #: Seconds slept before retry k (0-based); retries past the table reuse its last entry.
 BACKOFF: Final = (0.1, 0.5, 2.5)
 
-#: max_retries per execution mode: retries AFTER the first attempt.
-DEFERRED_MAX_RETRIES: Final = 3
-SYNCHRONOUS_MAX_RETRIES: Final = 1
-
 FailureReason = Literal["malformed_output", "envelope", "unreachable", "timeout", "server_error", "too_small"]
 FAILURE_REASONS: Final[frozenset[str]] = frozenset(
     ("malformed_output", "envelope", "unreachable", "timeout", "server_error", "too_small")

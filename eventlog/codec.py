@@ -113,11 +113,6 @@ def _scan(value: Any, depth: int, path: Path) -> bool:
     raise _fail(value, depth, path)
 
 
-def check_value(value: Any, path: str = "$") -> None:
-    """Raise DecodeError unless `value` is inside the format-v1 value model."""
-    _scan(value, 0, path)
-
-
 def is_plain(value: Any, path: str = "$") -> bool:
     """Check the value model (raising DecodeError) and tell whether `value` is plain:
     no floats and every map's keys in canonical order, so that cbor2's default

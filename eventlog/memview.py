@@ -229,6 +229,7 @@ def chain_closure(root: str, entries: Sequence[Entry]) -> set[str]:
 
 
 def stored_ids(entries: Iterable[Entry]) -> set[str]:
+    """Every memory id some `memory.stored` entry among `entries` names."""
     return {_id(e.data.get("id")) for e in entries if e.type == "memory.stored"} - {""}
 
 
@@ -238,8 +239,10 @@ def render_json(value: Any) -> bytes:
 
 
 def render_views(views: dict[str, dict[str, Any]]) -> bytes:
+    """memories.json of a bundle: the views under the views format."""
     return render_json({"format": VIEWS_FORMAT, "memories": views})
 
 
 def render_envelopes(views: dict[str, dict[str, Any]]) -> bytes:
+    """envelopes.json of a bundle: each view's AtomisationEnvelope under the envelopes format."""
     return render_json({"format": ENVELOPES_FORMAT, "envelopes": {k: envelope(v) for k, v in views.items()}})

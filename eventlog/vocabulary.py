@@ -31,6 +31,9 @@ __all__ = [
     "ATOMISATION_COMPLETED",
     "ATOMISATION_FAILED",
     "ATOMISATION_REQUESTED",
+    "CHAINED_SINCE",
+    "FIRST_TOUCH",
+    "HEADS_COMMITTED",
     "INT32",
     "INT64",
     "KINDS",
@@ -48,10 +51,13 @@ __all__ = [
     "POLICY_SET",
     "RELATIONS",
     "TOUCHES",
+    "TOUCH_PREV",
     "UNDO_FIELDS",
     "UPCASTERS",
     "Touches",
     "Upcaster",
+    "chained",
+    "chained_since",
     "merge_metadata",
     "read_float",
     "read_id",
@@ -59,6 +65,7 @@ __all__ = [
     "read_span",
     "read_str",
     "read_tags",
+    "read_touch_prev",
     "touched_ids",
     "upcast",
     "upcast_chain_end",
@@ -146,16 +153,19 @@ def read_id(v: Any) -> str:
 
 
 def read_str(v: Any) -> str | None:
+    """Text, or None for anything else."""
     return v if isinstance(v, str) else None
 
 
 def read_int(v: Any, lo_hi: tuple[int, int] = INT64) -> int | None:
+    """An integer within lo_hi (int64 by default; not a boolean), or None."""
     if isinstance(v, int) and not isinstance(v, bool) and lo_hi[0] <= v <= lo_hi[1]:
         return v
     return None
 
 
 def read_float(v: Any) -> float | None:
+    """A finite number as a float (not a boolean, not beyond the float range), or None."""
     if isinstance(v, int | float) and not isinstance(v, bool):
         try:
             f = float(v)
@@ -166,10 +176,12 @@ def read_float(v: Any) -> float | None:
 
 
 def read_tags(v: Any) -> list[str]:
+    """A list's items as text, or [] for anything but a list."""
     return [str(t) for t in v] if isinstance(v, list) else []
 
 
 def read_span(v: Any) -> list[int] | None:
+    """A non-empty list of int32 values, or None if anything in it is not one."""
     if not isinstance(v, list) or not v:
         return None
     out = [read_int(x, INT32) for x in v]
@@ -273,3 +285,67 @@ def _policy_set_v1(d: dict[str, Any]) -> dict[str, Any]:
         "unset": [],
         "clear": True,
     }
+
+
+# -- the per-memory back-chain ----------------------------------------------------------
+# From these type versions on, an entry that touches memories carries in its signed
+# payload, under TOUCH_PREV, a map from each memory it touches to the seq of the
+# previous entry that touched that memory (FIRST_TOUCH when none did). A bundle
+# holding a memory's entries can then show that none between its first and its
+# newest is missing. Older versions carry no pointer: their upcasters leave the
+# payload as it was, and a verifier makes no completeness claim across them.
+
+TOUCH_PREV: Final = "touch_prev"
+FIRST_TOUCH: Final = -1
+HEADS_COMMITTED: Final = "heads.committed"
+NO_TOUCHES.add(HEADS_COMMITTED)
+
+# The touching types written before back-chains existed -> the first tv that carries
+# TOUCH_PREV. A type added to TOUCHES later carries it from its tv 1.
+CHAINED_SINCE: dict[str, int] = {}
+
+
+def _unchained(d: dict[str, Any]) -> dict[str, Any]:
+    # An entry written before back-chains: same payload, no pointer (read as "unknown").
+    return d
+
+
+for _type in (
+    MEMORY_STORED,
+    MEMORY_UPDATED,
+    MEMORY_ARCHIVED,
+    MEMORY_RESTORED,
+    LINK_CREATED,
+    ATOMISATION_REQUESTED,
+    ATOMISATION_COMPLETED,
+    ATOMISATION_FAILED,
+    MIGRATION_ROLLED_BACK,
+):
+    CHAINED_SINCE[_type] = upcast_chain_end(_type) + 1
+    upcaster(_type, CHAINED_SINCE[_type] - 1)(_unchained)
+
+
+def chained_since(type_: str) -> int | None:
+    """The first tv of `type_` that carries back-chain pointers (None: it touches no memory)."""
+    if type_ not in TOUCHES:
+        return None
+    return CHAINED_SINCE.get(type_, 1)
+
+
+def chained(type_: str, tv: int) -> bool:
+    """Whether an entry of this type and version carries its back-chain pointers."""
+    since = chained_since(type_)
+    return since is not None and tv >= since
+
+
+def read_touch_prev(data: dict[str, Any]) -> dict[str, int]:
+    """A payload's back-chain pointers (memory id -> previous seq, FIRST_TOUCH: none); valid ones only."""
+    raw = data.get(TOUCH_PREV)
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, int] = {}
+    for k, val in raw.items():
+        seq = read_int(val)
+        if isinstance(k, str) and seq is not None and seq >= FIRST_TOUCH:
+            out[k] = seq
+    return out

@@ -38,11 +38,15 @@ NOTHING_APPLIED = -1
 
 
 class ProjectionDiverged(StorageError):
+    """The projection was built from a log that is not this one any more: rebuild (exit 6)."""
+
     slug = "projection_diverged"
 
 
 @dataclass(frozen=True)
 class State:
+    """The projection's recorded position: the last applied seq and leaf, the log id, the index statistics."""
+
     version: int
     last_seq: int
     last_leaf: bytes
@@ -72,6 +76,8 @@ def read_state(conn: duckdb.DuckDBPyConnection) -> State | None:
 
 
 class Projections:
+    """The projection database of a home, kept in step with its log (see the module docstring)."""
+
     def __init__(
         self,
         directory: Path,

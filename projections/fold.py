@@ -91,6 +91,7 @@ _MEMORY_PARAMS = ", ".join(f"?::{_LIST_TYPES[c]}" if c in _LIST_TYPES else "?" f
 
 
 def canonical_json(value: Any) -> str:
+    """The one JSON text the tables store for a map: sorted keys, compact, bytes as hex."""
     return json.dumps(
         to_jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
     )

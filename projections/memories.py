@@ -53,6 +53,8 @@ class Edge(TypedDict):
 
 
 class Links(TypedDict):
+    """A memory's edges: those leaving it and those entering it, oldest first."""
+
     outgoing: list[Edge]
     incoming: list[Edge]
 

@@ -62,6 +62,8 @@ MAX_QUERY_TERMS = 64
 
 @dataclass(frozen=True)
 class Filters:
+    """What a read is restricted to: a namespace (and below), kinds, tags, archived, atoms of one parent."""
+
     namespace: str | None = None
     descendants: bool = True
     kinds: tuple[str, ...] = ()
@@ -244,6 +246,7 @@ def search(
 
 
 def get(conn: duckdb.DuckDBPyConnection, memory_id: str) -> Memory | None:
+    """One memory by id, or None."""
     row = conn.execute(f"SELECT {MEMORY_SELECT} FROM memories m WHERE m.id = ?", [memory_id]).fetchone()
     return row_to_memory(row) if row else None
 
@@ -251,6 +254,7 @@ def get(conn: duckdb.DuckDBPyConnection, memory_id: str) -> Memory | None:
 def list_memories(
     conn: duckdb.DuckDBPyConnection, filters: Filters, limit: int = 50, offset: int = 0
 ) -> list[Memory]:
+    """Memories the filters allow, newest first (by stored_seq)."""
     where, args = filters.sql("m")
     rows = conn.execute(
         f"SELECT {MEMORY_SELECT} FROM memories m WHERE {where} "
@@ -284,6 +288,8 @@ def links_of(conn: duckdb.DuckDBPyConnection, memory_id: str) -> Links:
 
 
 def stats(conn: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Counts over the tables for `stats`: memories, visibility, atoms, links, policies, events, index."""
+
     def one(sql: str) -> Any:
         row = conn.execute(sql).fetchone()
         return row[0] if row else None

@@ -36,6 +36,7 @@ ARCHIVE_GUARD = (
 
 
 def visible(alias: str = "m") -> str:
+    """The archive guard as SQL over the memories alias `alias` (true when recall may show it)."""
     return ARCHIVE_GUARD.format(m=alias)
 
 
@@ -110,10 +111,12 @@ RETIRED_TABLES = ["counters", "postings_new", "dead"]
 
 
 def create(conn: duckdb.DuckDBPyConnection) -> None:
+    """Create every table of this schema version (if missing)."""
     for stmt in DDL:
         conn.execute(stmt)
 
 
 def drop_all(conn: duckdb.DuckDBPyConnection) -> None:
+    """Drop every table, of this version and earlier ones."""
     for t in TABLES + RETIRED_TABLES:
         conn.execute(f"DROP TABLE IF EXISTS {t}")

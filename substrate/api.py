@@ -28,7 +28,7 @@ from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.projections.memories import Edge, Memory
 from mnemolog.projections.recall import Filters
-from mnemolog.substrate import governance
+from mnemolog.substrate import governance, witnessing
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.events import (
     LinkCreated,
@@ -98,6 +98,12 @@ class Substrate:
         self.atomiser = Atomiser(self.home, self, curator_options)
         if long_lived and worker:
             self.atomiser.start_worker()
+        # A long-lived process sends its checkpoints to the home's witnesses from a thread.
+        self._witnesses = (
+            witnessing.start_watcher(self.home.root, self.home.log_dir, self.home.keys_dir)
+            if long_lived
+            else None
+        )
 
     @classmethod
     def open(
@@ -126,6 +132,7 @@ class Substrate:
         )
 
     def close(self) -> None:
+        """Stop the worker and release the projection, the writer and the log (idempotent)."""
         if self._closed:
             return
         self._closed = True
@@ -133,6 +140,8 @@ class Substrate:
         self.projections.close()
         self.writer.close()
         self.log.close()
+        if self._witnesses is not None:
+            self._witnesses.close()  # after the closing checkpoint, so it is sent too
 
     def __enter__(self) -> Substrate:
         return self

@@ -68,15 +68,20 @@ CURATORS = ("ollama", "rules")
 
 
 class DepthExceeded(MnemologError):
+    """Atoms of this memory would be deeper than MAX_DEPTH atomisations (exit 7)."""
+
     exit_code = 7
     slug = "depth_exceeded"
 
 
 class AlreadyAtomised(Informational):
+    """The memory has atoms already and no re-atomisation was asked for (exit 1)."""
+
     slug = "already_atomised"
 
 
 def iso(us: int | None) -> str | None:
+    """An ISO-8601 UTC time of a µs timestamp (None stays None)."""
     if us is None:
         return None
     return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).isoformat().replace("+00:00", "Z")
@@ -146,6 +151,7 @@ def _same_atom(m: Memory, atom: Any, index: int, count: int) -> bool:
 
 
 def find_span(parent: str, atom: str) -> list[int] | None:
+    """[start, end) of `atom` in `parent` when it appears there verbatim, else None."""
     i = parent.find(atom)
     return [i, i + len(atom)] if i >= 0 else None
 

@@ -1,12 +1,14 @@
 """Forensic export and replay against a home: selecting entries, proving them, rebuilding elsewhere.
 
-The bundle exporter signs a fresh checkpoint with the home's writer, selects
-through the projection's `touches` table every entry below it that touches
-the memory (and, with the chain, every memory of its atomisation chain, to
-a fixpoint of `memview.chain_closure`), reads those entries and the key
-history from the log, proves each against the checkpoint and hands it all
-to the pure `bundle.build_bundle`. Views come from the entries, never from
-the projection, so the verifier can recompute them.
+The bundle exporter signs a fresh checkpoint with the home's writer, finds
+in the log itself (eventlog.touching: the segment bytes, judged by the
+verifier's own `memview.entry_touched_ids`) every entry below it that touches the
+memory (and, with the chain, every memory of its atomisation chain, to a
+fixpoint of `memview.chain_closure`), proves each against the checkpoint and
+hands it all to the pure `bundle.build_bundle`. Nothing is taken from the
+projection: a row deleted from or added to its tables cannot change what a
+bundle holds. Views come from the entries too, so the verifier recomputes
+them.
 
 `log export` writes the container of `eventlog.logexport`; `replay`
 verifies such an export completely in memory and only then builds the new
@@ -16,6 +18,7 @@ a failed verification leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -24,11 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from mnemolog.eventlog import bundle, logexport, memview
+from mnemolog.eventlog import bundle, bundle_build, bundle_format, codec, logexport, memview, touching
 from mnemolog.eventlog.entry import Entry
-from mnemolog.eventlog.errors import BadInput, NotFound, SignerError, StorageError, UsageError
+from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, SignerError, StorageError, UsageError
 from mnemolog.eventlog.fsio import (
     FileTooLarge,
     NotRegularFile,
@@ -37,15 +38,17 @@ from mnemolog.eventlog.fsio import (
     pid_alive,
     read_regular,
 )
+from mnemolog.eventlog.heads import HeadsMap
 from mnemolog.eventlog.index import IndexWriter
 from mnemolog.eventlog.keys import VerifierKey, load_private_key, write_private_key, write_public_key
 from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
 from mnemolog.eventlog.note import peek_checkpoint
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import queries
 from mnemolog.projections.engine import Projections
+from mnemolog.substrate import witnessing
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import upcast
+from mnemolog.substrate.events.forensics import HeadsCommitted
 from mnemolog.substrate.home import Home, default_config_text
 
 MAX_CHAIN = 10_000  # memories in one atomisation chain; far beyond any real one
@@ -77,35 +80,124 @@ class ExportedBundle:
         }
 
 
-def select(
-    conn: duckdb.DuckDBPyConnection, log: Log, memory_id: str, include_chain: bool, below: int
-) -> tuple[set[str], list[Entry]]:
-    """(memory ids, entries below `below` touching any of them), chain followed to a fixpoint."""
+@dataclass(frozen=True)
+class Selection:
+    """What a bundle holds: the memories (the target and its chain) and every entry touching them."""
+
+    memory_ids: set[str]
+    entries: list[Entry]
+
+
+def _touched(e: Entry) -> list[str]:
+    # The verifier's own rule (bundle_checks uses the same call), never a projection table.
+    return memview.entry_touched_ids(e)
+
+
+def select(log: Log, memory_id: str, include_chain: bool, below: int) -> Selection:
+    """The memories and the entries below `below` touching any of them, chain followed to a fixpoint.
+
+    Entries are found in the log itself (`eventlog.touching`), so a projection
+    that lost or gained rows cannot change what a bundle holds.
+    """
     ids = {memory_id}
-    cache: dict[int, Entry] = {}
+    found: dict[int, Entry] = {}
+    searched: set[str] = set()
     while True:
-        for s in queries.touching_seqs(conn, ids, below) - set(cache):
-            cache[s] = log.entry(s)
-        entries = [cache[s] for s in sorted(cache)]
+        found.update(touching.entries_touching(log, ids - searched, below, _touched))
+        searched |= ids
+        entries = [found[s] for s in sorted(found)]
         if not include_chain:
-            return ids, entries
+            return Selection(ids, entries)
         closure = memview.chain_closure(memory_id, entries)
         if closure <= ids:
-            return ids, entries
+            return Selection(ids, entries)
         ids |= closure
         if len(ids) > MAX_CHAIN:
             raise UsageError(f"the atomisation chain of {memory_id} has more than {MAX_CHAIN} memories")
 
 
-def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) -> ExportedBundle:
-    """Build the forensic bundle of `memory_id` against a freshly signed checkpoint."""
+HEADS_CACHE = "heads-cache.cbor"  # in projections/: derived, checked against the log before use
+
+
+@dataclass(frozen=True)
+class CurrentHeads:
+    """Every memory's newest touching entry among the first `size` entries of the log."""
+
+    size: int
+    heads: dict[str, int]
+
+
+def _load_heads_cache(path: Path, log: Log) -> CurrentHeads:
+    """The cached heads, if they hash to the root a heads.committed entry of this log commits to."""
+    try:
+        doc = codec.decode(read_regular(path, 1 << 30), str(path))
+        size, seq, heads = doc["size"], doc["heads_seq"], doc["heads"]
+        e = log.entry(seq)
+        ok = (
+            e.type == bundle_format.HEADS_TYPE
+            and e.data.get("size") == size
+            and isinstance(heads, dict)
+            and all(isinstance(k, str) and isinstance(v, int) for k, v in heads.items())
+            and HeadsMap(heads).root == e.data.get("root")
+        )
+    except (OSError, MnemologError, KeyError, TypeError, ValueError):
+        ok = False
+    return CurrentHeads(size, heads) if ok else CurrentHeads(0, {})
+
+
+def current_heads(log: Log, cache: Path, size: int) -> CurrentHeads:
+    """The heads among the first `size` entries, folded from the log (a verified cache, then the rest)."""
+    base = _load_heads_cache(cache, log)
+    if base.size > size:
+        base = CurrentHeads(0, {})
+    heads = dict(base.heads)
+    for e in log.iter_entries(base.size, size):
+        for m in _touched(e):
+            heads[m] = e.seq
+    return CurrentHeads(size, heads)
+
+
+def commit_heads(sub: Substrate) -> tuple[Entry, HeadsMap]:
+    """A heads.committed entry for the log as it is (appended unless the log already ends in one)."""
+    log = sub.log
+    log.refresh()
+    cache = sub.home.projections_dir / HEADS_CACHE
+    last = log.entry(log.size - 1)
+    if last.type == bundle_format.HEADS_TYPE and last.data.get("size") == last.seq:
+        # Nothing happened since the last commitment: exporting again gives the same bundle.
+        cur = current_heads(log, cache, last.seq)
+        hm = HeadsMap(cur.heads)
+        if hm.root == last.data.get("root"):
+            return last, hm
+    cur = current_heads(log, cache, log.size)
+    hm = HeadsMap(cur.heads)
     with sub.session() as s:
-        s.require(memory_id)
-        cp, cp_raw = sub.writer.checkpoint()
-        # Entries appended by other processes before the checkpoint must be in the selection.
-        s.catch_up()
-        log = sub.log
-        ids, entries = select(s.conn, log, memory_id, include_chain, cp.size)
+        r = s.append(HeadsCommitted(size=cur.size, root=hm.root, count=len(cur.heads)))
+    with contextlib.suppress(OSError):
+        atomic_write(cache, codec.encode({"size": cur.size, "heads_seq": r.seq, "heads": cur.heads}))
+    log.refresh()
+    return log.entry(r.seq), hm
+
+
+def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) -> ExportedBundle:
+    """Build the forensic bundle of `memory_id` against a freshly signed checkpoint.
+
+    First a heads.committed entry commits to every memory's newest entry as
+    the log stands (folded from the log itself), then the checkpoint covers
+    it; the bundle carries the proofs of its memories' heads (format v2).
+    """
+    heads_entry, hm = commit_heads(sub)
+    cp, cp_raw = sub.writer.checkpoint()
+    log = sub.log
+    log.refresh()
+    sel = select(log, memory_id, include_chain, cp.size)
+    ids, entries = sel.memory_ids, sel.entries
+    if memory_id not in memview.stored_ids(entries):
+        raise NotFound(f"no memory with id {memory_id!r} in the log", id=memory_id)
+    # A bundle carries what the witnesses said about its checkpoint (each asked once, bounded by
+    # its timeout; one that is down is simply absent, and verify-bundle --witness-key will say so).
+    witnessing.publish_checkpoint(sub.home.root, sub.home.log_dir, sub.home.keys_dir, cp.size)
+    cp_raw = log.checkpoint_bytes(cp.size)
     signer = sub.writer.key
     epochs = log.key_history(cp.size)
     if log.key_at(cp.size).kid != signer.kid:
@@ -125,6 +217,11 @@ def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) ->
             entries=entries,
             checkpoint=cp_raw,
             proofs=proofs,
+            heads=bundle_build.HeadsEvidence(
+                heads_entry,
+                log.inclusion_proof(heads_entry.seq, cp.size),
+                [hm.prove(m) for m in sorted(ids)],
+            ),
         ),
         signer,
     )

@@ -32,6 +32,7 @@ from mnemolog.eventlog.keys import (
 )
 from mnemolog.eventlog.lock import FileLock
 from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.note import origin_for
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, system_clock
 
 CONFIG_NAME = "config.toml"
@@ -436,7 +437,9 @@ def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clo
     try:
         _make_dirs(root, created)
         log_id = os.urandom(16)
-        name = key_name or f"mnemolog-{log_id.hex()[:8]}"
+        # C2SP tlog-checkpoint: the log key's name should be the checkpoint origin, so
+        # witnesses and note verifiers see one name for the log. Older homes keep theirs.
+        name = key_name or origin_for(log_id)
         key = SigningKey.generate(name)
         _make_dirs(home.keys_dir, created)
         if not home.config_path.exists():

@@ -21,12 +21,16 @@ HOOK_POINTS = ("pre_store", "post_store", "pre_link", "post_link")
 
 
 class GovernanceRefused(MnemologError):
+    """A policy or a pre hook refused the write (exit 5); nothing was written."""
+
     exit_code = 5
     slug = "governance_refused"
 
 
 @dataclass(frozen=True)
 class HookEvent:
+    """What a hook receives: the hook point, the namespace, the payload or stored memory/edge."""
+
     point: str
     namespace: str
     payload: dict[str, Any]
@@ -38,6 +42,7 @@ Hook = Callable[[HookEvent], Any]
 
 
 def load_hook(name: str) -> Hook:
+    """The callable a 'package.module:function' name refers to (BadInput if there is none)."""
     module, _, attr = name.partition(":")
     if not module or not attr:
         raise BadInput(f"hook {name!r} must be 'package.module:function'", field="hooks")
@@ -51,6 +56,8 @@ def load_hook(name: str) -> Hook:
 
 
 class HookChain:
+    """The hooks of a home (from configuration) and of the process, run in that order."""
+
     def __init__(
         self,
         names: Mapping[str, Sequence[str]] | None = None,

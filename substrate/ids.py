@@ -15,6 +15,7 @@ ID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 
 
 def new_id(now_ms: int | None = None) -> str:
+    """A new ULID: the time in ms, then 80 random bits."""
     ms = int(time.time() * 1000) if now_ms is None else now_ms
     value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
     out = []
@@ -25,4 +26,5 @@ def new_id(now_ms: int | None = None) -> str:
 
 
 def looks_like_id(text: str) -> bool:
+    """Whether `text` has the shape of a ULID (26 Crockford base32 characters)."""
     return bool(ID_RE.match(text))

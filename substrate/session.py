@@ -22,14 +22,17 @@ from typing import Any, Protocol, TypeVar
 
 import duckdb
 
+from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.errors import NotFound
 from mnemolog.eventlog.writer import LogWriter, Receipt
+from mnemolog.projections import heads as heads_q
 from mnemolog.projections import queries
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.projections.memories import Edge, Links, Memory
 from mnemolog.substrate import governance
 from mnemolog.substrate.events import CURRENT_TV, LinkCreated, MemoryStored, Payload
+from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
 
@@ -78,9 +81,36 @@ class Session:
                 # A programming error, not bad input: only the current model of a type is written.
                 raise TypeError(f"{cls.__qualname__} is not the payload model written for its type")
             items.append((cls.TYPE, p.to_data(), cls.TV))
+        base = self._chain(payloads, items)
         receipts = self._writer.append_many(items)
         self._projections.catch_up(self._conn)
+        if base is not None and receipts and receipts[0].seq != base:
+            self.warnings.append(
+                f"another writer appended while entries {receipts[0].seq}..{receipts[-1].seq} were "
+                "written: their back-chain pointers to each other are off, and verify-bundle will "
+                "report a broken back-chain for the memories they touch"
+            )
         return receipts
+
+    def _chain(self, payloads: Sequence[Payload], items: list[tuple[str, dict[str, Any], int]]) -> int | None:
+        """Fill each touching payload's back-chain pointers; return the seq the batch should start at."""
+        touched = [
+            v.touched_ids(t, d) if isinstance(p, Chained) else []
+            for p, (t, d, _) in zip(payloads, items, strict=True)
+        ]
+        ids = {m for ms in touched for m in ms}
+        if not ids:
+            return None
+        # The tables are caught up and every memory write holds this session's lock, so the
+        # newest touch of each memory is in them and the batch starts at the log's end.
+        heads = heads_q.memory_heads(self._conn, ids)
+        base = max(heads_q.applied_size(self._conn), self._writer.size)
+        for i, ms in enumerate(touched):
+            if ms:
+                items[i][1][v.TOUCH_PREV] = {m: heads.get(m, v.FIRST_TOUCH) for m in ms}
+                for m in ms:
+                    heads[m] = base + i
+        return base
 
     def catch_up(self) -> None:
         """Fold what other processes appended since the session began."""
@@ -89,6 +119,7 @@ class Session:
     # -- reading -------------------------------------------------------------------
 
     def get(self, memory_id: str) -> Memory | None:
+        """The memory, or None (also for an id that is not text)."""
         return q.get(self._conn, memory_id) if isinstance(memory_id, str) else None
 
     def require(self, memory_id: str) -> Memory:
@@ -99,6 +130,7 @@ class Session:
         return m
 
     def links(self, memory_id: str) -> Links:
+        """The edges leaving and entering a memory, oldest first."""
         return q.links_of(self._conn, memory_id)
 
     def policy(self, namespace: str) -> ResolvedPolicy:
@@ -120,6 +152,7 @@ class Session:
     # -- governed writes -----------------------------------------------------------------
 
     def check_write(self, policy: ResolvedPolicy, namespace: str, atom_index: int | None = None) -> None:
+        """GovernanceRefused (exit 5) when the namespace's policy accepts no writes."""
         if policy["write"] == "none":
             where = f" (atom {atom_index})" if atom_index is not None else ""
             raise GovernanceRefused(
@@ -170,4 +203,6 @@ class Session:
 class Sessions(Protocol):
     """Anything that opens sessions on a home (the Substrate does)."""
 
-    def session(self) -> AbstractContextManager[Session]: ...
+    def session(self) -> AbstractContextManager[Session]:
+        """A session: the projection lock held, tables caught up with the log."""
+        ...

@@ -52,6 +52,7 @@ __all__ = [
     "import_notes",
     "import_vault",
     "memory_to_record",
+    "midnight",
     "records",
     "render",
     "supersession",
@@ -68,7 +69,8 @@ def _date(us: int | None) -> dt.date:
     return dt.datetime.fromtimestamp((us or 0) / 1e6, dt.UTC).date()
 
 
-def _midnight(d: dt.date) -> int:
+def midnight(d: dt.date) -> int:
+    """Midnight UTC of a date, in µs (how a vault date is kept in a memory)."""
     return int(dt.datetime(d.year, d.month, d.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
 
 
@@ -86,6 +88,7 @@ def encode_value(v: Any) -> Any:
 
 
 def decode_value(v: Any) -> Any:
+    """The inverse of encode_value: tagged dates and datetimes back to Python values."""
     if isinstance(v, dict):
         if set(v) == {"$date"}:
             return dt.date.fromisoformat(v["$date"])
@@ -124,6 +127,7 @@ def derive_title(content: str, limit: int = 60) -> str:
 def memory_to_record(
     m: Memory, supersedes: Mapping[str, str], superseded_by: Mapping[str, str], hidden: bool
 ) -> NoteRecord:
+    """A memory as the vault renders it (its `metadata["vault"]` fills the vault-only fields)."""
     v = dict((m.get("metadata") or {}).get(VAULT_KEY) or {})
     expires = v.get("expires_at")
     sources = v.get("sources")
@@ -162,6 +166,7 @@ def records(s: Session, namespace: str | None = None) -> list[NoteRecord]:
 
 
 def vault_metadata(r: NoteRecord) -> dict[str, Any]:
+    """What a record holds beyond a memory's own fields, kept under `metadata["vault"]`."""
     v: dict[str, Any] = {"description": r.description, "sources": list(r.sources), "pinned": r.pinned}
     if r.expires_at is not None:
         v["expires_at"] = r.expires_at.isoformat()
@@ -172,6 +177,8 @@ def vault_metadata(r: NoteRecord) -> dict[str, Any]:
 
 @dataclass
 class ImportReport:
+    """What an import wrote: ids stored, updated, archived, restored; links; unchanged files."""
+
     stored: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: int = 0
@@ -226,8 +233,8 @@ def _fields(r: NoteRecord) -> dict[str, Any]:
         "tags": list(r.tags),
         "confidence": r.confidence,
         "metadata_vault": vault_metadata(r),
-        "created_at": _midnight(r.captured),
-        "last_seen": _midnight(r.last_seen),
+        "created_at": midnight(r.captured),
+        "last_seen": midnight(r.last_seen),
     }
 
 
@@ -374,6 +381,7 @@ def render(
 
 
 def validate(root: Path) -> list[Problem]:
+    """Every problem of a vault's files (see projections.vault.validate)."""
     return validate_vault(root)
 
 

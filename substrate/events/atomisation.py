@@ -7,16 +7,16 @@ from typing import Any, Literal
 from pydantic import Field
 
 from mnemolog.eventlog import vocabulary as v
-from mnemolog.substrate.events.base import Payload
+from mnemolog.substrate.events.base import Chained
 
 __all__ = ["AtomisationCompleted", "AtomisationFailed", "AtomisationRequested"]
 
 
-class AtomisationRequested(Payload):
-    """`atomisation.requested` tv 1: a deferred policy asks a worker to atomise `source_id`."""
+class AtomisationRequested(Chained):
+    """`atomisation.requested` tv 2: a deferred policy asks a worker to atomise `source_id`."""
 
     TYPE = v.ATOMISATION_REQUESTED
-    TV = 1
+    TV = 2
 
     source_id: str
     curator: str
@@ -25,11 +25,11 @@ class AtomisationRequested(Payload):
     mode: Literal["deferred", "manual"] = "deferred"
 
 
-class AtomisationCompleted(Payload):
+class AtomisationCompleted(Chained):
     """The seed's atomisation_complete: everything an auditor needs, LLM output included."""
 
     TYPE = v.ATOMISATION_COMPLETED
-    TV = 1
+    TV = 2
 
     source_id: str
     atom_ids: list[str]
@@ -49,11 +49,11 @@ class AtomisationCompleted(Payload):
     request_seq: int | None = None
 
 
-class AtomisationFailed(Payload):
-    """`atomisation.failed` tv 1: why an atomisation (or a request) ended without atoms."""
+class AtomisationFailed(Chained):
+    """`atomisation.failed` tv 2: why an atomisation (or a request) ended without atoms."""
 
     TYPE = v.ATOMISATION_FAILED
-    TV = 1
+    TV = 2
 
     source_id: str
     curator: str

@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ModelWrapValidatorHandler, ValidationError, model_validator
 
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.vocabulary import NO_TOUCHES, TOUCHES, upcast_chain_end
+from mnemolog.eventlog.vocabulary import NO_TOUCHES, TOUCH_PREV, TOUCHES, chained, upcast_chain_end
 from mnemolog.substrate.events.limits import check_unicode
 
-__all__ = ["CURRENT_TV", "REGISTRY", "Payload", "payload_class"]
+__all__ = ["CURRENT_TV", "REGISTRY", "Chained", "Payload", "payload_class"]
 
 # (type, tv) -> the model of that payload version; type -> the tv written today.
 REGISTRY: dict[tuple[str, int], type[Payload]] = {}
@@ -54,6 +54,11 @@ class Payload(BaseModel):
                     f"{cls.__qualname__}: {cls.TYPE} tv {cls.TV} is written, but the upcasters "
                     f"bring old payloads to tv {upcast_chain_end(cls.TYPE)}"
                 )
+            if chained(cls.TYPE, cls.TV) and TOUCH_PREV not in cls.model_fields:
+                raise TypeError(
+                    f"{cls.__qualname__}: {cls.TYPE} tv {cls.TV} touches memories and must carry the "
+                    "back-chain: derive it from events.base.Chained"
+                )
             CURRENT_TV[cls.TYPE] = cls.TV
 
     @model_validator(mode="wrap")
@@ -81,6 +86,13 @@ class Payload(BaseModel):
     def to_data(self) -> dict[str, Any]:
         """The map stored in the entry: None-valued optional fields are left out."""
         return self.model_dump(mode="python", exclude_none=True)
+
+
+class Chained(Payload):
+    """A payload that touches memories: `touch_prev` maps each to the seq of the previous entry
+    that touched it (-1: none did). Session.append fills it in; callers leave it out."""
+
+    touch_prev: dict[str, int] | None = None
 
 
 def payload_class(type_: str, tv: int) -> type[Payload] | None:

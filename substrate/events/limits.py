@@ -82,6 +82,7 @@ def check_unicode(value: Any, what: str) -> Any:
 
 
 def check_content(content: Any, what: str = "content") -> str:
+    """Text that is not blank, at most 256 KiB of UTF-8, without NUL or lone surrogates."""
     if not isinstance(content, str):
         raise BadInput(f"{what} must be text", field=what)
     if not content.strip():
@@ -101,6 +102,7 @@ def check_content(content: Any, what: str = "content") -> str:
 
 
 def check_title(title: Any) -> str | None:
+    """None, or text of at most MAX_TITLE_CHARS characters without NUL."""
     if title is None:
         return None
     if not isinstance(title, str) or len(title) > MAX_TITLE_CHARS or "\x00" in title:
@@ -109,6 +111,7 @@ def check_title(title: Any) -> str | None:
 
 
 def check_source(source: Any) -> str | None:
+    """None, or text of at most MAX_SOURCE_CHARS characters without NUL."""
     if source is None:
         return None
     if not isinstance(source, str):
@@ -130,6 +133,7 @@ def check_text(value: Any, what: str, limit: int = MAX_TEXT_CHARS) -> str | None
 
 
 def check_tags(tags: Any) -> list[str]:
+    """Up to MAX_TAGS distinct tags of 1 to MAX_TAG_CHARS characters, no whitespace (a text is one tag)."""
     out: list[str] = []
     if isinstance(tags, str):
         tags = [tags]
@@ -147,6 +151,7 @@ def check_tags(tags: Any) -> list[str]:
 
 
 def check_metadata(meta: Any, what: str = "metadata") -> dict[str, Any]:
+    """A JSON object of at most MAX_METADATA_BYTES (None is {})."""
     if meta is None:
         return {}
     if not isinstance(meta, Mapping):
@@ -161,18 +166,21 @@ def check_metadata(meta: Any, what: str = "metadata") -> dict[str, Any]:
 
 
 def check_kind(kind: Any) -> str:
+    """One of the vocabulary's KINDS (UsageError, exit 64, otherwise)."""
     if kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r} (one of {', '.join(KINDS)})", field="kind")
     return str(kind)
 
 
 def check_relation(relation: Any) -> str:
+    """One of the vocabulary's RELATIONS (UsageError, exit 64, otherwise)."""
     if relation not in RELATIONS:
         raise UsageError(f"unknown relation {relation!r} (one of {', '.join(RELATIONS)})", field="relation")
     return str(relation)
 
 
 def check_confidence(c: Any) -> float | None:
+    """None, or a number in [0, 1] (not a boolean), as a float."""
     if c is None:
         return None
     if isinstance(c, bool) or not isinstance(c, int | float) or not 0.0 <= float(c) <= 1.0:
@@ -181,6 +189,7 @@ def check_confidence(c: Any) -> float | None:
 
 
 def check_namespace(ns: Any, *, allow_root: bool = False) -> str:
+    """Path segments `a/b/c` (letters, digits, _ . -; at most 16 levels); '' only with allow_root."""
     if allow_root and ns == ROOT_NAMESPACE:
         return ns  # type: ignore[no-any-return]
     if not isinstance(ns, str) or not NAMESPACE_RE.fullmatch(ns):
@@ -194,6 +203,7 @@ def check_namespace(ns: Any, *, allow_root: bool = False) -> str:
 
 
 def check_limit(limit: Any) -> int:
+    """An integer result count between 1 and MAX_LIMIT (UsageError otherwise)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise UsageError(f"limit must be between 1 and {MAX_LIMIT}", field="limit", found=limit)
     return limit

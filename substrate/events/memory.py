@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from mnemolog.eventlog import vocabulary as v
-from mnemolog.substrate.events.base import Payload
+from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.events.limits import (
     check_confidence,
     check_content,
@@ -41,7 +41,7 @@ Kind = Literal["observation", "user", "feedback", "project", "decision", "refere
 Relation = Literal["related_to", "supersedes", "contradicts", "derived_from", "derives_from", "reflects_on"]
 
 
-class _MemoryFields(Payload):
+class _MemoryFields(Chained):
     """The checks shared by a store and an update (in an update, None means "not given")."""
 
     PARTIAL: ClassVar[bool] = False
@@ -88,10 +88,10 @@ class _MemoryFields(Payload):
 
 
 class MemoryStored(_MemoryFields):
-    """`memory.stored` tv 1: a new memory (also every atom, which carries atom_of)."""
+    """`memory.stored` tv 2: a new memory (also every atom, which carries atom_of)."""
 
     TYPE = v.MEMORY_STORED
-    TV = 1
+    TV = 2
 
     id: str
     namespace: str
@@ -146,14 +146,14 @@ class MemoryStored(_MemoryFields):
 
 
 class MemoryUpdated(_MemoryFields):
-    """`memory.updated` tv 1: fields given replace; metadata keys merge (null removes).
+    """`memory.updated` tv 2: fields given replace; metadata keys merge (null removes).
 
     Its fields besides `id` and `migration_run` are exactly the vocabulary's
     MUTABLE_FIELDS: what `Substrate.update` accepts comes from here.
     """
 
     TYPE = v.MEMORY_UPDATED
-    TV = 1
+    TV = 2
     PARTIAL = True
 
     id: str
@@ -169,43 +169,40 @@ class MemoryUpdated(_MemoryFields):
     migration_run: str | None = None  # set by a log-backed migration; rollbacks undo these
 
 
-class MemoryArchived(Payload):
-    """`memory.archived` tv 1; `by` says whose signal it is (vocabulary.ARCHIVE_BY)."""
+class _WithReason(Chained):
+    """An event about one memory with an optional reason (short text)."""
+
+    id: str
+    reason: str | None = None
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _reason(cls, reason: Any) -> Any:
+        return check_text(reason, "reason")
+
+
+class MemoryArchived(_WithReason):
+    """`memory.archived` tv 2; `by` says whose signal it is (vocabulary.ARCHIVE_BY)."""
 
     TYPE = v.MEMORY_ARCHIVED
-    TV = 1
+    TV = 2
 
-    id: str
     by: Literal["operator", "atomisation", "reatomisation"] = "operator"
-    reason: str | None = None
     atomised_into: int | None = None
 
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _reason(cls, reason: Any) -> Any:
-        return check_text(reason, "reason")
 
-
-class MemoryRestored(Payload):
-    """`memory.restored` tv 1: both archive signals cleared."""
+class MemoryRestored(_WithReason):
+    """`memory.restored` tv 2: both archive signals cleared."""
 
     TYPE = v.MEMORY_RESTORED
-    TV = 1
-
-    id: str
-    reason: str | None = None
-
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _reason(cls, reason: Any) -> Any:
-        return check_text(reason, "reason")
+    TV = 2
 
 
-class LinkCreated(Payload):
-    """`link.created` tv 1: an edge; derives_from from an atom to its parent is the signed edge."""
+class LinkCreated(Chained):
+    """`link.created` tv 2: an edge; derives_from from an atom to its parent is the signed edge."""
 
     TYPE = v.LINK_CREATED
-    TV = 1
+    TV = 2
 
     src: str
     dst: str

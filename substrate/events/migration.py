@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from mnemolog.eventlog import vocabulary as v
-from mnemolog.substrate.events.base import Payload
+from mnemolog.substrate.events.base import Chained, Payload
 
 __all__ = [
     "MigrationCompleted",
@@ -31,11 +31,11 @@ class MigrationStarted(Payload):
     backend_id: str
 
 
-class MigrationRolledBack(Payload):
+class MigrationRolledBack(Chained):
     """Restore to the checkpoint of `snapshot_size`: projections undo the tagged updates after it."""
 
     TYPE = v.MIGRATION_ROLLED_BACK
-    TV = 1
+    TV = 2
 
     run_id: str
     snapshot_size: int

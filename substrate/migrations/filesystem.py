@@ -137,6 +137,8 @@ class FilesystemUnit:
 
 
 def default_checker(current_schema_version: int) -> UnitChecker:
+    """The vault's own per-note and per-page rules at `current_schema_version`, as a unit checker."""
+
     def check(meta: dict[str, Any], unit_type: UnitType, filename: str, target: int) -> list[str]:
         findings = (
             schema.check_wiki(meta, filename, expected_version=current_schema_version)
@@ -194,8 +196,11 @@ class FilesystemMigrationBackend:
         current_schema_version: int = schema.CURRENT_SCHEMA_VERSION,
         checker: UnitChecker | None = None,
         clock: Clock = utc_now,
+        also_record: Callable[[MigrationEvent], None] | None = None,
     ) -> None:
+        """`also_record` receives every audit event after migration.jsonl has it (a home's signed log)."""
         self.root = Path(agents_root).absolute()
+        self._also_record = also_record
         self.current_schema_version = current_schema_version
         self._checker = checker or default_checker(current_schema_version)
         self._clock = clock
@@ -367,6 +372,8 @@ class FilesystemMigrationBackend:
                 fsync_dir(self.migrations_dir)
         except OSError as exc:
             raise MigrationAuditFailed(f"cannot append to {self.audit_path}: {exc}") from exc
+        if self._also_record is not None:
+            self._also_record(event)
 
     def audit_events(self) -> list[MigrationEvent]:
         """Every recorded event, oldest first."""

@@ -56,10 +56,12 @@ from mnemolog.substrate.migrations.protocol import (
 )
 from mnemolog.substrate.migrations.runner import audited_restore
 from mnemolog.substrate.migrations.scripts import apply_script
+from mnemolog.substrate.session import Sessions
 from mnemolog.substrate.vault import (
     VAULT_KEY,
     encode_value,
     memory_to_record,
+    midnight,
     supersession,
 )
 
@@ -86,15 +88,28 @@ def _as_date(v: Any) -> dt.date | None:
     return None
 
 
-def _midnight(d: dt.date) -> int:
-    return int(dt.datetime(d.year, d.month, d.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
-
-
 def _first_line(text: str) -> str:
     for line in text.splitlines():
         if line.strip(" \t#>-*"):
             return " ".join(line.strip(" \t#>-*").split())
     return ""
+
+
+def record_in_log(sessions: Sessions, event: MigrationEvent) -> None:
+    """The audit record as a signed `migration.completed` or `migration.refused` event.
+
+    Every migration run is recorded so, whichever backend ran it: the log
+    backend's own runs, and a vault's runs started from a home.
+    """
+    refused = event.outcome == "refused" or (event.action == "rollback" and not event.rolled_back)
+    record = MigrationRefused if refused else MigrationCompleted
+    data = event.model_dump(mode="json")
+    data["outcome"] = event.outcome
+    try:
+        with sessions.session() as s:
+            s.append(record.model_validate(data))
+    except (StorageError, OSError) as exc:
+        raise MigrationAuditFailed(f"cannot record the migration event in the log: {exc}") from exc
 
 
 def unit_frontmatter(record: NoteRecord, vault: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +170,8 @@ class LogUnit:
 
 
 class LogMigrationBackend:
+    """MigrationBackend over the home's own memories, every write and restore a signed event."""
+
     def __init__(self, sub: Substrate, *, current_schema_version: int = CURRENT_SCHEMA_VERSION) -> None:
         self.sub = sub
         self.current_schema_version = current_schema_version
@@ -235,7 +252,7 @@ class LogMigrationBackend:
                 changes["confidence"] = CONFIDENCE_VALUES[meta["confidence"]]
             seen = _as_date(meta.get("last_seen"))
             if seen is not None and seen != current["last_seen"]:
-                changes["last_seen"] = _midnight(seen)
+                changes["last_seen"] = midnight(seen)
             if isinstance(meta.get("tags"), list) and meta["tags"] != current["tags"]:
                 changes["tags"] = [str(t) for t in meta["tags"]]
             for key in ("description", "sources", "pinned", "schema_version"):
@@ -346,15 +363,7 @@ class LogMigrationBackend:
     # -- audit -------------------------------------------------------------------
 
     def record_event(self, event: MigrationEvent) -> None:
-        refused = event.outcome == "refused" or (event.action == "rollback" and not event.rolled_back)
-        record = MigrationRefused if refused else MigrationCompleted
-        data = event.model_dump(mode="json")
-        data["outcome"] = event.outcome
-        try:
-            with self.sub.session() as s:
-                s.append(record.model_validate(data))
-        except (StorageError, OSError) as exc:
-            raise MigrationAuditFailed(f"cannot record the migration event in the log: {exc}") from exc
+        record_in_log(self.sub, event)
 
     def audit_events(self) -> list[MigrationEvent]:
         """Every recorded audit event, oldest first (from the log)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict, PrivateAttr
 
 from mnemolog.eventlog.errors import Informational, MnemologError, NotFound
 
@@ -82,6 +82,8 @@ class NothingToMigrate(MigrationError, Informational):
 
 
 class MigrationSnapshotNotFound(MigrationError, NotFound):
+    """No snapshot by that reference in this store (exit 2)."""
+
     exit_code = 2
     slug = "migration_snapshot_not_found"
 
@@ -136,6 +138,23 @@ class MigrationEvent(_Frozen):
     started_at: AwareDatetime
     finished_at: AwareDatetime
     scripts: tuple[str, ...] = ()
+    # The exception behind `error`, as raised (not part of the audit record): callers
+    # decide from its class and exit code, never by parsing `error`.
+    _failure: BaseException | None = PrivateAttr(default=None)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The first exception of the run, when this process ran it (None when read back)."""
+        return self._failure
+
+    def __eq__(self, other: object) -> bool:
+        # The record is its fields: an event read back from the audit log equals the one returned.
+        if not isinstance(other, MigrationEvent):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.__dict__.values()))
 
     @property
     def outcome(self) -> Outcome:

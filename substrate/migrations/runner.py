@@ -35,10 +35,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
+from mnemolog.eventlog.errors import MnemologError
 from mnemolog.substrate.migrations.protocol import (
     UNKNOWN_VERSION,
     MigrationAuditFailed,
     MigrationBackend,
+    MigrationError,
     MigrationEvent,
     MigrationRollbackUnavailable,
     MigrationSnapshotRef,
@@ -51,6 +53,7 @@ Clock = Callable[[], datetime]
 
 
 def utc_now() -> datetime:
+    """The current time, timezone-aware (UTC): the runner's default clock."""
     return datetime.now(UTC)
 
 
@@ -63,6 +66,37 @@ class _Run:
     skipped: int = 0
     rolled_back: bool = False
     errors: list[str] = field(default_factory=list)
+    failure: BaseException | None = None
+
+    def failed(self, exc: BaseException, description: str | None = None) -> None:
+        self.errors.append(description or _describe(exc))
+        if self.failure is None:
+            self.failure = exc
+
+
+class MigrationFailed(MigrationError):
+    """A run that was rolled back or left failed; its exit code is that of what made it fail."""
+
+    slug = "migration_failed"
+
+    def __init__(self, event: MigrationEvent) -> None:
+        cause = event.failure
+        super().__init__(
+            f"migration {event.from_version} -> {event.to_version} {event.outcome}: {event.error}",
+            run_id=event.run_id,
+            outcome=event.outcome,
+            rolled_back=event.rolled_back,
+            cause=cause.slug if isinstance(cause, MnemologError) else type(cause).__name__ if cause else None,
+        )
+        # The class of the failure decides, as everywhere else (a bad script is 65).
+        self.exit_code = cause.exit_code if isinstance(cause, MnemologError) else MigrationError.exit_code  # type: ignore[misc]
+
+
+def check_run(event: MigrationEvent) -> MigrationEvent:
+    """The event of a run that completed; MigrationFailed for one that did not."""
+    if not event.ok:
+        raise MigrationFailed(event)
+    return event
 
 
 def _describe(exc: BaseException) -> str:
@@ -113,7 +147,7 @@ def run_migration(
         _migrate(backend, target_version, scripts_dir, dry_run, stream, run, run_id)
     except BaseException as exc:
         if not run.errors:
-            run.errors.append(_describe(exc))
+            run.failed(exc)
         pending = exc
     event = MigrationEvent(
         run_id=run_id,
@@ -130,6 +164,7 @@ def run_migration(
         finished_at=clock(),
         scripts=run.scripts,
     )
+    event._failure = run.failure
     pending = _record(backend, event, pending)
     if pending is not None:
         raise pending
@@ -171,7 +206,7 @@ def _migrate(
             where = "--vault <agents root> " if run.snapshot.backend_id == "filesystem" else ""
             print(
                 "If this migration is interrupted, run: "
-                f"mnemolog migrate {where}--rollback {run.snapshot.snapshot_id}",
+                f"mnemolog migrate rollback {where}{run.snapshot.snapshot_id}",
                 file=out,
                 flush=True,
             )
@@ -192,7 +227,7 @@ def _migrate(
                         problems=failures[:100],
                     )
         except BaseException as exc:
-            run.errors.append(_describe(exc))
+            run.failed(exc)
             if run.snapshot is not None:
                 try:
                     backend.restore(run.snapshot)
@@ -221,6 +256,7 @@ def audited_restore(
     pending: BaseException | None = None
     errors: list[str] = []
     rolled_back = False
+    failure: BaseException | None = None
     try:
         before = backend.read_schema_version()
     except Exception as exc:
@@ -236,6 +272,7 @@ def audited_restore(
     except BaseException as exc:
         errors.append(f"manual rollback failed: {_describe(exc)}")
         pending = exc
+        failure = exc
     after = before
     if rolled_back:
         try:
@@ -258,6 +295,7 @@ def audited_restore(
         started_at=started,
         finished_at=clock(),
     )
+    event._failure = failure
     pending = _record(backend, event, pending)
     if pending is not None:
         raise pending

@@ -38,6 +38,8 @@ _NAME_RE = re.compile(r"v(\d+)_to_v(\d+)\.py")
 
 @dataclass(frozen=True)
 class LoadedScript:
+    """A migration script module that loaded and names its FROM_VERSION and TO_VERSION."""
+
     name: str
     path: Path
     from_version: int

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from mnemolog.cli.main import cli
-from mnemolog.eventlog.bundle import LISTED, MANIFEST
+from mnemolog.eventlog.bundle import LISTED_V2, MANIFEST
 from mnemolog.eventlog.keys import SigningKey
 from mnemolog.eventlog.tarball import write_tar
 from mnemolog.substrate.home import Home
@@ -94,7 +94,7 @@ def test_export_unknown_memory_is_not_found(world: Atomised, tmp_path: Path) -> 
     assert not (tmp_path / "x.tar").exists()
 
 
-@pytest.mark.parametrize("name", [MANIFEST, *LISTED])
+@pytest.mark.parametrize("name", [MANIFEST, *LISTED_V2])
 def test_every_changed_file_exits_8_naming_it(world: Atomised, tmp_path: Path, name: str) -> None:
     out = export(world, tmp_path)
     members = members_of(out.read_bytes())

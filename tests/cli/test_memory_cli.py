@@ -1,8 +1,11 @@
-"""The memory commands as an operator runs them: real `mnemolog` processes, exit codes, JSON, stdin.
+"""The memory commands as an operator runs them: exit codes, JSON, stdin.
 
-Every refusal is checked for its exit code, its one JSON error object (or a
-message on stderr and nothing on stdout without --json), and for leaving the
-log exactly as it was.
+Commands run in-process (click's CliRunner) unless `real=True`: a small set
+of cases (stdin bytes, usage errors, stderr without --json) runs the real
+`mnemolog` executable, so the process's own exit code and streams are tested
+too. Every refusal is checked for its exit code, its one JSON error object
+(or a message on stderr and nothing on stdout without --json), and for
+leaving the log exactly as it was.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from mnemolog.cli.main import cli
 from mnemolog.substrate.api import MAX_CONTENT_BYTES
 from tests.projections.kit import log_digest, new_home
 
@@ -24,11 +29,17 @@ EXE = Path(sys.executable).with_name("mnemolog")
 
 
 def mnemolog(
-    home: Path, *args: str, stdin: bytes | None = None, as_json: bool = True
+    home: Path, *args: str, stdin: bytes | None = None, as_json: bool = True, real: bool = False
 ) -> subprocess.CompletedProcess[bytes]:
-    argv = [str(EXE), "--home", str(home), *(["--json"] if as_json else []), *args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
-    return subprocess.run(argv, input=stdin, capture_output=True, timeout=120, env=env, check=False)
+    argv = ["--home", str(home), *(["--json"] if as_json else []), *args]
+    if real:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
+        return subprocess.run(
+            [str(EXE), *argv], input=stdin, capture_output=True, timeout=120, env=env, check=False
+        )
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("MNEMOLOG_")}
+    r = CliRunner().invoke(cli, argv, input=stdin, env=unset)
+    return subprocess.CompletedProcess(argv, r.exit_code, r.stdout_bytes, r.stderr_bytes)
 
 
 def ok(home: Path, *args: str, stdin: bytes | None = None) -> dict[str, Any]:
@@ -70,7 +81,7 @@ def test_store_recall_search_get_list_stats(home: Path) -> None:
     assert [x["namespace"] for x in ok(home, "list", "-n", "team")["memories"]] == ["team/checkout"]
     st = ok(home, "stats")["stats"]
     assert st["memories"] == 3 and st["events"]["memory.stored"] == 3
-    text = mnemolog(home, "recall", "pool", as_json=False)
+    text = mnemolog(home, "recall", "pool", as_json=False, real=True)
     assert text.returncode == 0 and m["id"] in text.stdout.decode()
 
 
@@ -137,10 +148,15 @@ BAD: list[tuple[str, list[str], bytes | None, int, str]] = [
 ]
 
 
+# Run as real processes: stdin bytes, click's own usage errors, an id that is not there.
+REAL = {"invalid UTF-8 stdin", "NUL on stdin", "empty stdin", "confidence not a number", "missing argument",
+        "unknown id get"}  # fmt: skip
+
+
 @pytest.mark.parametrize(("name", "args", "stdin", "code", "slug"), BAD, ids=[b[0] for b in BAD])
 def test_refusals(home: Path, name: str, args: list[str], stdin: bytes | None, code: int, slug: str) -> None:
     before = log_digest(home)
-    p = mnemolog(home, *args, stdin=stdin)
+    p = mnemolog(home, *args, stdin=stdin, real=name in REAL)
     assert p.returncode == code, p.stdout.decode() + p.stderr.decode()
     out = json.loads(p.stdout)  # exactly one JSON object
     assert out["ok"] is False and out["exit_code"] == code and out["error"] == slug and out["message"]
@@ -148,7 +164,7 @@ def test_refusals(home: Path, name: str, args: list[str], stdin: bytes | None, c
 
 
 def test_refusal_without_json_goes_to_stderr(home: Path) -> None:
-    p = mnemolog(home, "store", "-", stdin=b"\xc3\x28", as_json=False)
+    p = mnemolog(home, "store", "-", stdin=b"\xc3\x28", as_json=False, real=True)
     assert p.returncode == 65
     assert p.stdout == b""
     assert b"not valid UTF-8" in p.stderr and b"byte 0" in p.stderr

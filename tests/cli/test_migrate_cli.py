@@ -92,3 +92,65 @@ def test_vault_backend_and_usage_errors(tmp_path: Path) -> None:
     assert run(home, "migrate", "--to", "v2", "--status")[0] == 64
     code, out = run(home, "migrate", "--to", "v1")
     assert code == 1 and out["error"] == "nothing_to_migrate"
+
+
+def test_subcommands_do_what_the_old_flags_did(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
+    assert run(home, "store", "Prefer pg_repack for big tables", "--kind", "decision")[0] == 0
+    (home / "migrations").mkdir()
+    (home / "migrations" / "v1_to_v2.py").write_text(BUMP)
+    code, out = run(home, "migrate", "run", "--to", "v2", "--dry-run")
+    assert code == 0 and out["event"]["dry_run"]
+    code, out = run(home, "migrate", "run", "--to", "v2")  # validators accept v1 only: rolled back
+    assert code == 65 and out["error"] == "migration_failed"
+    assert out["details"]["cause"] == "migration_validation_failed"  # the class, not a parsed string
+    code, out = run(home, "migrate", "--current-schema-version", "2", "run", "--to", "v2")
+    assert code == 0 and out["event"]["outcome"] == "completed"
+    ref = out["event"]["snapshot_ref"]["snapshot_id"]
+    assert run(home, "migrate", "snapshots")[1]["snapshots"][0] == ref  # newest first
+    assert run(home, "migrate", "status", "--current-schema-version", "2")[1]["status"]["schema_version"] == 2
+    code, out = run(home, "migrate", "rollback", ref)
+    assert code == 0 and out["event"]["rolled_back"]
+    assert run(home, "migrate", "rollback", "999")[0] == 2
+    assert run(home, "migrate", "--status", "status")[0] == 64  # an old flag and a subcommand
+    assert run(home, "migrate", "run")[0] == 64  # --to is required
+
+
+def test_a_broken_script_exits_65_by_its_class(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
+    assert run(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
+    (home / "migrations").mkdir()
+    (home / "migrations" / "v1_to_v2.py").write_text(BUMP.replace('meta["schema_version"] = 2', "1 / 0"))
+    code, out = run(home, "migrate", "run", "--to", "v2", "--current-schema-version", "2")
+    assert code == 65 and out["details"]["cause"] == "migration_script_invalid"
+    assert "ZeroDivisionError" in out["message"]
+
+
+def test_a_vault_run_from_a_home_is_signed_into_its_log(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
+    assert run(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
+    vault = tmp_path / "v"
+    assert run(home, "vault", "render", str(vault), "--agent", "a")[0] == 0
+    (vault / "_migrations").mkdir()
+    (vault / "_migrations" / "v1_to_v2.py").write_text(BUMP)
+    code, out = run(
+        home, "migrate", "--vault", str(vault), "run", "--to", "v2", "--current-schema-version", "2"
+    )
+    assert code == 0
+    run_id = out["event"]["run_id"]
+    code, log = run(home, "log", "show", "--type", "migration.completed", "--type", "migration.refused")
+    signed = [e["data"] for e in log["entries"]]
+    assert [(d["run_id"], d["backend_id"], d["outcome"]) for d in signed] == [
+        (run_id, "filesystem", "completed")
+    ]
+    audit = (vault / "_migrations" / "migration.jsonl").read_text().splitlines()
+    assert [json.loads(line)["run_id"] for line in audit] == [run_id]
+    assert run(home, "log", "verify")[0] == 0
+    # Without a home the vault run still works, recorded in the vault only.
+    code, out = run(
+        tmp_path / "no-home", "migrate", "--vault", str(vault), "status", "--current-schema-version", "2"
+    )
+    assert code == 0 and out["status"]["schema_version"] == 2

@@ -8,9 +8,7 @@ import pytest
 
 from mnemolog.curators.base import (
     BACKOFF,
-    DEFERRED_MAX_RETRIES,
     FAILURE_REASONS,
-    SYNCHRONOUS_MAX_RETRIES,
     Atom,
     CurationResult,
     CuratorFailed,
@@ -26,10 +24,6 @@ from mnemolog.eventlog.errors import Informational, MnemologError, UsageError
 def test_backoff_schedule() -> None:
     assert BACKOFF == (0.1, 0.5, 2.5)
     assert [backoff_delay(k) for k in range(5)] == [0.1, 0.5, 2.5, 2.5, 2.5]
-
-
-def test_mode_retry_budgets() -> None:
-    assert (DEFERRED_MAX_RETRIES, SYNCHRONOUS_MAX_RETRIES) == (3, 1)
 
 
 @pytest.mark.parametrize("n", [0, 1, 3, 10])

@@ -181,6 +181,7 @@ def test_pax_headers_are_refused() -> None:
     assert "pax" in err.message
 
 
+@pytest.mark.serial  # a time bound: not beside other tests under xdist
 def test_ten_gigabyte_member_is_refused_from_its_header() -> None:
     ten_gb = 10 * 1024**3
     archive = craft(b"entries.cbor", f"{ten_gb:o}".encode())  # 12 octal digits, no terminator
@@ -237,6 +238,7 @@ def test_empty_file() -> None:
     refused(b"", "archive.empty")
 
 
+@pytest.mark.serial  # a time bound: not beside other tests under xdist
 def test_gzip_bomb_is_refused_without_inflating() -> None:
     bomb = gzip.compress(bytes(50 * 1024 * 1024), compresslevel=9)
     assert len(bomb) < 100_000

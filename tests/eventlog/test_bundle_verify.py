@@ -23,7 +23,7 @@ from mnemolog.eventlog.bundle import (
     ENTRIES,
     ENVELOPES,
     KEYS,
-    LISTED,
+    LISTED_V2,
     MANIFEST,
     MEMORIES,
     PARQUET,
@@ -86,7 +86,7 @@ def test_valid_bundle_verifies(world: tuple[Atomised, bytes], members: dict[str,
     assert r.memory_id == a.parent
     assert set(r.memories) == {a.parent, *a.atoms}
     assert r.trust["anchor"] == "genesis" and r.trust["pinned"] is False
-    assert r.checks[-1] == "parquet"
+    assert r.checks[-2:] == ["parquet", "completeness"]
     env = r.envelopes[a.parent]
     assert env == {
         "memory_id": a.parent,
@@ -99,7 +99,7 @@ def test_valid_bundle_verifies(world: tuple[Atomised, bytes], members: dict[str,
     for atom in a.atoms:
         assert r.envelopes[atom]["atom_of"] == a.parent
         assert r.envelopes[atom]["atom_ids"] == []
-    assert set(members) == {MANIFEST, *LISTED}
+    assert set(members) == {MANIFEST, *LISTED_V2}
 
 
 def test_pinned_key_is_reported(
@@ -142,7 +142,7 @@ def test_trusted_key_parsing(tmp_path: Path, key: SigningKey) -> None:
 # -- one byte changed, removed, renamed, added ------------------------------------
 
 
-@pytest.mark.parametrize("name", [MANIFEST, *LISTED])
+@pytest.mark.parametrize("name", [MANIFEST, *LISTED_V2])
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 def test_one_byte_changed_names_the_file(members: dict[str, bytes], name: str, where: str) -> None:
     data = members[name]
@@ -164,7 +164,7 @@ def test_any_byte_changed_is_caught(members: dict[str, bytes], data: st.DataObje
     assert info.value.file == name
 
 
-@pytest.mark.parametrize("name", [MANIFEST, *LISTED])
+@pytest.mark.parametrize("name", [MANIFEST, *LISTED_V2])
 def test_removed_file_is_named(members: dict[str, bytes], name: str) -> None:
     rest = {k: v for k, v in members.items() if k != name}
     err = fails(rest)
@@ -172,7 +172,7 @@ def test_removed_file_is_named(members: dict[str, bytes], name: str) -> None:
     assert err.check in ("bundle.missing_file",)
 
 
-@pytest.mark.parametrize("name", LISTED)
+@pytest.mark.parametrize("name", LISTED_V2)
 def test_renamed_file_is_named(members: dict[str, bytes], name: str) -> None:
     rest = {k: v for k, v in members.items() if k != name}
     rest["renamed-" + name] = members[name]

@@ -16,6 +16,9 @@ from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.eventlog.writer import LogWriter
 
+# Processes, locks and timing bounds: run alone, not beside other tests under xdist.
+pytestmark = pytest.mark.serial
+
 CHILD = Path(__file__).with_name("child.py")
 SEEDS = "7,8,9,10,11"
 KEYS = [SigningKey(bytes([int(s)]) * 32, f"key-{s}") for s in SEEDS.split(",")]

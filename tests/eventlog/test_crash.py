@@ -25,6 +25,9 @@ from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.eventlog.writer import LogWriter
 
+# Processes, locks and timing bounds: run alone, not beside other tests under xdist.
+pytestmark = pytest.mark.serial
+
 CHILD = Path(__file__).with_name("child.py")
 KEY = SigningKey(bytes([7]) * 32, "key-7")
 KILLS_PER_MODE = 28

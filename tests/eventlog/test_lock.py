@@ -13,6 +13,9 @@ import pytest
 from mnemolog.eventlog.errors import LockTimeout
 from mnemolog.eventlog.lock import FileLock
 
+# Processes, locks and timing bounds: run alone, not beside other tests under xdist.
+pytestmark = pytest.mark.serial
+
 
 def test_reentrant_and_exclusive_between_threads(tmp_path: Path) -> None:
     lock = FileLock(tmp_path / ".lock", 0.2)
@@ -38,6 +41,7 @@ HOLD = """
 import sys, time
 from pathlib import Path
 from mnemolog.eventlog.lock import FileLock
+
 lock = FileLock(Path(sys.argv[1]), 5, fair=True)
 lock.acquire()
 print("held", flush=True)

@@ -54,7 +54,11 @@ def test_touched_ids(type_: str, data: dict[str, object], ids: list[str]) -> Non
 
 def test_update_takes_exactly_the_fields_memory_updated_carries() -> None:
     params = set(inspect.signature(Substrate.update).parameters) - {"self", "memory_id"}
-    assert params == set(v.MUTABLE_FIELDS) == set(MemoryUpdated.model_fields) - {"id", "migration_run"}
+    assert (
+        params
+        == set(v.MUTABLE_FIELDS)
+        == set(MemoryUpdated.model_fields) - {"id", "migration_run", v.TOUCH_PREV}
+    )
 
 
 def test_readers_are_total() -> None:

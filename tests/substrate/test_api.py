@@ -15,6 +15,7 @@ import pytest
 from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, UsageError
 from mnemolog.eventlog.log import Log
 from mnemolog.substrate.api import MAX_CONTENT_BYTES, Substrate
+from mnemolog.substrate.home import Home
 from tests.projections.kit import FakeClock, log_digest, new_home, open_sub
 
 
@@ -260,3 +261,14 @@ def test_hostile_argument_types_are_mnemolog_errors(
         call(sub)
     assert info.value.exit_code in (2, 64, 65)
     assert log_digest(sub.home) == before
+
+
+def test_a_populated_home_reads_back(populated_home: Home, open_substrate: Callable[..., Substrate]) -> None:
+    # The shared fixture (tests/conftest.py): four memories, a link, the last one archived.
+    s = open_substrate(populated_home)
+    visible = s.list(limit=10)
+    assert len(visible) == 3 and len(s.list(limit=10, include_archived=True)) == 4
+    checkout = s.list(limit=10, namespace="team/checkout", include_archived=True)
+    assert {m["kind"] for m in checkout} == {"decision", "observation"}
+    linked = [m for m in visible if s.get(m["id"])["links"]["outgoing"]]
+    assert [m["content"] for m in linked] == ["Rollback at 09:41 fixed checkout"]

@@ -64,8 +64,25 @@ def export(home: Home, memory_id: str, include_chain: bool = True) -> forensics.
 
 
 def touches(home: Home, ids: set[str], below: int) -> set[int]:
+    """The projection's view of which entries touch `ids` (a cross-check; the exporter never reads it)."""
     with Substrate.open(home, long_lived=False) as sub, sub.projections.session() as conn:
         return queries.touching_seqs(conn, ids, below)
+
+
+def test_a_deleted_projection_row_does_not_drop_an_entry(world: Atomised) -> None:
+    """Attack 5: delete one row of the projection's `touches` table; the bundle still holds the entry."""
+    before = export(world.home, world.parent, include_chain=False)
+    victim = before.seqs[len(before.seqs) // 2]
+    with Substrate.open(world.home, long_lived=False) as sub, sub.projections.session() as conn:
+        conn.execute("DELETE FROM touches WHERE seq = ?", [victim])
+        # And a forged row claiming an unrelated entry is about the memory.
+        stranger = next(s for s in range(1, before.tree_size) if s not in before.seqs)
+        conn.execute("INSERT INTO touches VALUES (?, ?, 'memory.updated')", [world.parent, stranger])
+        assert victim not in {r[0] for r in conn.execute("SELECT seq FROM touches").fetchall()}
+    after = export(world.home, world.parent, include_chain=False)
+    assert after.seqs == before.seqs
+    assert victim in after.seqs and stranger not in after.seqs
+    bundle.verify_members(members_of(after.data))
 
 
 # -- selection and chain ------------------------------------------------------------
@@ -164,12 +181,12 @@ def test_sparse_selection_at_far_apart_seqs(tmp_path: Path) -> None:
         pad_to(5000)
         ex = forensics.export_bundle(sub, mid)
     assert ex.seqs == [5, 90, 91, 200]
-    assert ex.tree_size == 5000
+    assert ex.tree_size == 5001  # the export committed the heads at seq 5000, then the checkpoint
     members = members_of(ex.data)
     proofs = codec.decode(members[bundle.PROOFS])["proofs"]
     assert [p[0] for p in proofs] == [0, 5, 90, 91, 200]
     # Each proof has one hash per level: size grows with entries x log(n), not with n.
-    assert all(len(p[1]) <= math.ceil(math.log2(5000)) for p in proofs)
+    assert all(len(p[1]) <= math.ceil(math.log2(5001)) for p in proofs)
     assert len(members[bundle.ENTRIES]) < 2000
     r = bundle.verify_members(members)
     assert r.seqs == [5, 90, 91, 200]
@@ -509,10 +526,11 @@ def test_replay_with_a_pinned_key(world: Atomised, tmp_path: Path) -> None:
 
 
 def test_bundle_exported_from_a_replayed_home_equals_the_original(world: Atomised, tmp_path: Path) -> None:
+    # The export commits the heads (an entry), so the log is exported after it and carries it.
+    original = export(world.home, world.parent)
     exp = log_export(world.home, tmp_path / "all.cbor")
     new = Home(tmp_path / "new")
     forensics.replay(exp, new.root, signing_key=world.home.signing_key_path)
-    original = export(world.home, world.parent)
     again = export(new, world.parent)
     assert peek_checkpoint(members_of(again.data)[bundle.CHECKPOINT]).size == original.tree_size
     assert again.data == original.data

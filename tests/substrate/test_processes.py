@@ -25,6 +25,9 @@ import pytest
 from mnemolog.eventlog.verify import verify_log
 from tests.projections.kit import check_invariants, new_home, open_sub, table_rows
 
+# Processes, locks and timing bounds: run alone, not beside other tests under xdist.
+pytestmark = pytest.mark.serial
+
 EXE = Path(sys.executable).with_name("mnemolog")
 ROOT = Path(__file__).resolve().parents[2]
 

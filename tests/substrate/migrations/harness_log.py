@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from mnemolog.substrate.events import MemoryUpdated
 from mnemolog.substrate.home import init_home
 from mnemolog.substrate.migrations.log_backend import LogMigrationBackend
 from mnemolog.substrate.migrations.protocol import MigrationEvent
-from mnemolog.substrate.vault import VAULT_KEY, encode_value
+from mnemolog.substrate.vault import VAULT_KEY, encode_value, midnight
 
 from .contract import UnitSpec, register_harness
 
@@ -28,10 +27,6 @@ SEEDED = (
     "confidence",
     "tags",
 )
-
-
-def _midnight(d: dt.date) -> int:
-    return int(dt.datetime(d.year, d.month, d.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
 
 
 class LogHarness:
@@ -71,8 +66,8 @@ class LogHarness:
                 tags=meta.get("tags", []),
                 source=f"harness:{name}",
                 metadata={VAULT_KEY: vault},
-                created_at=_midnight(meta["captured"]),
-                last_seen=_midnight(meta["last_seen"]),
+                created_at=midnight(meta["captured"]),
+                last_seen=midnight(meta["last_seen"]),
             )
 
     def corrupt(self, name: str) -> None:

@@ -1,0 +1,93 @@
+"""Which entries of a log touch given memories, found in the log itself and judged by the pure fold.
+
+A forensic bundle must hold every entry about its memories, so the exporter
+may not take the list from a projection table: a deleted row there would
+silently drop an entry from a signed bundle. Folding every entry of a large
+log for each export would be correct but slow, so this does the same fold
+in two steps that select exactly the same entries:
+
+1. Every memory id an entry touches is a text string in its payload, and a
+   CBOR text string holds its UTF-8 bytes verbatim; so an entry that touches
+   memory m contains m's bytes. Each segment is searched for them (a byte
+   search at memory speed), and each hit is mapped to the entry around it.
+2. Each such entry is read (its bytes checked against the log's leaf), decoded,
+   and kept only if the verifier's own rule (`touched`) says it touches one of
+   the memories: a memory id quoted in some content does not select an entry.
+
+A hit that falls outside every entry, or an entry that does not decode where
+the log says it is, stops the export (the log needs `mnemolog log verify`)
+rather than being skipped. The test suite holds step 1's premise as a
+property of the vocabulary: every touched id occurs in the entry's bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from mnemolog.eventlog.entry import Entry
+from mnemolog.eventlog.errors import DecodeError
+from mnemolog.eventlog.fsio import read_regular
+from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.segments import list_segments
+
+#: Segments are read whole here; none is larger than a writer ever rolls at (64 MiB by default).
+MAX_SEGMENT_READ = 1 << 32
+
+Touched = Callable[[Entry], Iterable[str]]
+
+
+def _positions(data: bytes, needle: bytes) -> Iterable[int]:
+    i = data.find(needle)
+    while i >= 0:
+        yield i
+        i = data.find(needle, i + 1)
+
+
+def _seq_at(log: Log, first: int, last: int, pos: int, path: Path) -> int:
+    """The seq in [first, last) of the segment `path` whose entry bytes contain offset `pos`."""
+    lo, hi = first, last - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if log.location(mid).offset <= pos:
+            lo = mid
+        else:
+            hi = mid - 1
+    loc = log.location(lo)
+    if not (loc.offset <= pos < loc.offset + loc.length):
+        raise DecodeError(
+            f"{path.name}: byte {pos} lies outside every entry the log knows of (run `mnemolog log verify`)",
+            file=str(path),
+        )
+    return lo
+
+
+def entries_touching(log: Log, memory_ids: Iterable[str], below: int, touched: Touched) -> dict[int, Entry]:
+    """Every entry with seq < `below` that `touched` says touches one of `memory_ids`, by seq."""
+    ids = {m for m in memory_ids if m}
+    needles = sorted({m.encode() for m in ids})
+    out: dict[int, Entry] = {}
+    if not needles or below <= 0:
+        return out
+    segs = list_segments(log.dir)
+    bounds = [first for first, _ in segs[1:]] + [log.size]
+    for (first, path), nxt in zip(segs, bounds, strict=True):
+        if first >= below:
+            break
+        last = min(nxt, below)
+        if last <= first:
+            continue
+        data = read_regular(path, MAX_SEGMENT_READ)
+        end = log.location(last - 1)
+        limit = end.offset + end.length
+        candidates: set[int] = set()
+        for needle in needles:
+            for pos in _positions(data, needle):
+                if pos >= limit:
+                    break  # beyond `below` (or a torn tail): not part of this selection
+                candidates.add(_seq_at(log, first, last, pos, path))
+        for seq in sorted(candidates):
+            e = log.entry(seq)
+            if ids.intersection(touched(e)):
+                out[seq] = e
+    return out
