@@ -57,6 +57,10 @@ TOOLS: list[dict[str, Any]] = [
                 "confidence": {"type": "number", "minimum": 0, "maximum": 1},
                 "source": {"type": "string"},
                 "metadata": {"type": "object"},
+                "id": {
+                    "type": "string",
+                    "description": "A ULID: stored at most once; a retry returns it with already_stored",
+                },
             },
             ["content"],
         ),
@@ -173,6 +177,7 @@ class Server:
                 a["content"],
                 **{k: a[k] for k in ("namespace", "kind", "title", "tags", "confidence", "source") if k in a},
                 metadata=a.get("metadata"),
+                memory_id=a.get("id"),
             ),
             "memory_recall": lambda a: {"results": self.sub.recall(a["query"], **_filters(a))},
             "memory_search": lambda a: {"results": self.sub.search(a["query"], **_filters(a))},

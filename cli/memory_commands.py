@@ -24,6 +24,8 @@ def opened(ctx: Ctx) -> Iterator[Substrate]:
         for t in s.recovered:
             ctx.info(f"mnemolog: recovery: {t.describe()}")
         yield s
+    for w in s.close_warnings:
+        ctx.info(f"mnemolog: warning: {w}")
 
 
 def warn(ctx: Ctx, result: Any) -> None:
@@ -127,6 +129,12 @@ def filter_options(f: Any) -> Any:
 @click.option("--meta", "meta_json", help="Metadata, a JSON object.")
 @click.option("--source", help="Where this came from (a URL, a file, a conversation id).")
 @click.option("--confidence", type=float, default=None, help="A number in [0, 1].")
+@click.option(
+    "--id",
+    "memory_id",
+    default=None,
+    help="The memory's id (a ULID): stored at most once; a retry returns it with already_stored.",
+)
 @json_option
 @click.pass_obj
 def store(
@@ -139,6 +147,7 @@ def store(
     meta_json: str | None,
     source: str | None,
     confidence: float | None,
+    memory_id: str | None,
 ) -> None:
     """Store TEXT (or standard input with '-') as a memory."""
     meta = parse_json_object(meta_json, "--meta") if meta_json is not None else None
@@ -153,8 +162,12 @@ def store(
             metadata=meta,
             source=source,
             confidence=confidence,
+            memory_id=memory_id,
         )
     warn(ctx, m)
+    if m.get("already_stored"):
+        ctx.emit({"memory": m}, f"already stored {m['id']}")
+        return
     extra = ""
     if m.get("atomise_mode"):
         extra = f" (auto-atomise {m['atomise_mode']}: {m.get('atomise_outcome')})"

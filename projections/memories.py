@@ -89,6 +89,7 @@ class Memory(TypedDict):
     atomise_outcome: NotRequired[str]
     atomise_error: NotRequired[dict[str, Any]]
     atomisation: NotRequired[dict[str, Any]]
+    already_stored: NotRequired[bool]
 
 
 def row_to_memory(row: tuple[Any, ...]) -> Memory:

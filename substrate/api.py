@@ -15,18 +15,19 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 from pydantic import ValidationError
 
-from mnemolog.eventlog.errors import BadInput, NotFound, UsageError
+from mnemolog.eventlog import memview
+from mnemolog.eventlog.errors import BadInput, NotFound, StorageError, UsageError
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
 from mnemolog.projections import queries
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
-from mnemolog.projections.memories import Edge, Memory
+from mnemolog.projections.memories import MEMORY_FIELDS, Edge, Memory
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate import governance, witnessing
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
@@ -51,7 +52,8 @@ from mnemolog.substrate.events.limits import (
 from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
-from mnemolog.substrate.session import Session
+from mnemolog.substrate.ids import looks_like_id
+from mnemolog.substrate.session import ProjectionBehind, Session
 
 __all__ = ["MAX_CONTENT_BYTES", "Edge", "Memory", "Substrate"]
 
@@ -95,6 +97,8 @@ class Substrate:
         self.hooks = HookChain(home.config.hooks, hooks)
         self._lock = threading.RLock()
         self._closed = False
+        #: Problems closing met that lose nothing (a closing checkpoint that could not be written).
+        self.close_warnings: list[str] = []
         self.atomiser = Atomiser(self.home, self, curator_options)
         if long_lived and worker:
             self.atomiser.start_worker()
@@ -138,7 +142,14 @@ class Substrate:
         self._closed = True
         self.atomiser.stop_worker()
         self.projections.close()
-        self.writer.close()
+        try:
+            self.writer.close()
+        except (StorageError, OSError) as exc:
+            # The closing checkpoint is a convenience: every acknowledged entry is durable
+            # already, and the next writer signs a checkpoint. It must not turn writes that
+            # succeeded into a failed command.
+            reason = exc.message if isinstance(exc, StorageError) else str(exc)
+            self.close_warnings.append(f"closing the log writer failed ({reason}); nothing written is lost")
         self.log.close()
         if self._witnesses is not None:
             self._witnesses.close()  # after the closing checkpoint, so it is sent too
@@ -188,7 +199,20 @@ class Substrate:
         `atomise_outcome`: "requested" (deferred: a worker will atomise it),
         "atomised" / "skipped_below_threshold" / "skipped_already_atomic" /
         "failed" (synchronous: the curator ran before this returned).
+
+        `memory_id` makes the store idempotent: an id is stored at most once. A
+        retry with the same id and the same memory returns the stored one with
+        `already_stored: true` (nothing is written); different content under an
+        id already stored is refused (BadInput, exit 65). Once the entry is
+        durable the store succeeds: a projection that cannot fold it is a
+        warning (the memory is then read from the log).
         """
+        if memory_id is not None and (not isinstance(memory_id, str) or not looks_like_id(memory_id)):
+            raise BadInput(
+                f"a memory id is a ULID (26 characters of Crockford base32), found {memory_id!r}",
+                field="id",
+                found=repr(memory_id)[:80],
+            )
         payload = MemoryStored.new(
             content,
             namespace=namespace,
@@ -211,8 +235,14 @@ class Substrate:
             planned.append((mode, action))
             return extra
 
-        with self.session() as s:
-            mem = s.with_warnings(s.write_memory(payload, follow=follow))
+        try:
+            with self.session() as s:
+                existing = s.get(payload.id) if memory_id is not None else None
+                if existing is not None:
+                    return self._already_stored(existing, payload)
+                mem = s.with_warnings(s.write_memory(payload, follow=follow))
+        except ProjectionBehind as exc:
+            return self._from_log(payload.id, exc)
         mode, action = planned[0]
         if action == "requested":
             self.atomiser.wake()
@@ -231,6 +261,45 @@ class Substrate:
         if "warnings" in mem:
             out["warnings"] = mem["warnings"]
         return out
+
+    #: What makes two stores of one id the same memory (the fields a client chooses).
+    SAME_STORE = (
+        "content",
+        "namespace",
+        "kind",
+        "title",
+        "tags",
+        "confidence",
+        "source",
+        "metadata",
+        "atom_of",
+    )
+
+    def _already_stored(self, existing: Memory, payload: MemoryStored) -> Memory:
+        """A retried store: the stored memory if the retry asks for the same one, else BadInput."""
+        original = self.log.entry(existing["stored_seq"])
+        first = upcast(original.type, original.tv, original.data)
+        asked = payload.to_data()
+        differ = [f for f in self.SAME_STORE if first.get(f) != asked.get(f)]
+        if differ:
+            raise BadInput(
+                f"memory {payload.id} is already stored with a different {', '.join(differ)}; an id "
+                "stores at most one memory (choose a new id, or `update` the memory)",
+                field=differ[0],
+                id=payload.id,
+                differ=differ,
+            )
+        existing["already_stored"] = True
+        return existing
+
+    def _from_log(self, memory_id: str, exc: ProjectionBehind) -> Memory:
+        """A durable store whose projection failed: the memory as the log has it, with a warning."""
+        self.log.refresh()
+        entries = [self.log.entry(r.seq) for r in exc.receipts]
+        view = memview.fold_views(entries, [memory_id])[memory_id]
+        mem = cast(Memory, {k: view[k] for k in MEMORY_FIELDS})
+        mem["warnings"] = [exc.message]
+        return mem
 
     def atomise(
         self,
