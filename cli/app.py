@@ -191,6 +191,9 @@ class MnemologGroup(click.Group):
             sys.exit(INTERNAL_ERROR_EXIT)
 
     def _main(self, argv: list[str], prog_name: str | None, **extra: Any) -> Any:
+        # Nothing this program creates (log, keys, projections, checkpoints) is for other
+        # users to read or write, whatever umask it was started with.
+        os.umask(os.umask(0o077) | 0o077)
         bound_integers(self)
         try:
             check_argv(argv)

@@ -99,6 +99,19 @@ TOOLS: list[dict[str, Any]] = [
         ),
     },
     {
+        "name": "memory_unlink",
+        "description": "Take back an edge (a signed link.removed; the edge stays in the log's history).",
+        "inputSchema": _schema(
+            {
+                "src": {"type": "string"},
+                "dst": {"type": "string"},
+                "relation": {"type": "string", "enum": list(RELATIONS), "default": "related_to"},
+                "reason": {"type": "string"},
+            },
+            ["src", "dst"],
+        ),
+    },
+    {
         "name": "memory_update",
         "description": "Change fields of a memory (metadata keys merge; null removes).",
         "inputSchema": _schema(
@@ -185,6 +198,9 @@ class Server:
             "memory_list": lambda a: {
                 "memories": self.sub.list(offset=a.get("offset", 0), **_filters({"limit": 50, **a}))
             },
+            "memory_unlink": lambda a: self.sub.unlink(
+                a["src"], a["dst"], a.get("relation", "related_to"), a.get("reason")
+            ),
             "memory_link": lambda a: self.sub.link(
                 a["src"], a["dst"], a.get("relation", "related_to"), a.get("metadata")
             ),

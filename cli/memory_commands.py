@@ -243,7 +243,25 @@ def link(ctx: Ctx, src: str, dst: str, relation: str, meta_json: str | None) -> 
     with opened(ctx) as s:
         e = s.link(src, dst, relation, meta)
     warn(ctx, e)
+    if e.get("already_linked"):
+        # Informational, like a repeated atomise: the edge exists, nothing was written.
+        ctx.emit({"link": e}, f"already linked {src} -[{relation}]-> {dst} (seq {e['seq']})")
+        sys.exit(1)
     ctx.emit({"link": e}, f"linked {src} -[{relation}]-> {dst} (seq {e['seq']})")
+
+
+@click.command()
+@click.argument("src")
+@click.argument("dst")
+@click.option("--relation", "-r", type=click.Choice(RELATIONS), default="related_to")
+@click.option("--reason", help="Why the edge is taken back (kept in the signed event).")
+@json_option
+@click.pass_obj
+def unlink(ctx: Ctx, src: str, dst: str, relation: str, reason: str | None) -> None:
+    """Take back the edge SRC -> DST (a signed link.removed; the edge stays in the log's history)."""
+    with opened(ctx) as s:
+        out = s.unlink(src, dst, relation, reason)
+    ctx.emit(out, f"unlinked {src} -[{relation}]-> {dst} (seq {out['seq']})")
 
 
 @click.command()
@@ -381,4 +399,4 @@ def rebuild(ctx: Ctx) -> None:
     ctx.emit(r, f"rebuilt projections from {r['replayed']} entries")
 
 
-COMMANDS = [store, get, update, link, archive, restore, recall, search, list_cmd, stats, rebuild]
+COMMANDS = [store, get, update, link, unlink, archive, restore, recall, search, list_cmd, stats, rebuild]

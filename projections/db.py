@@ -24,7 +24,6 @@ from __future__ import annotations
 import fcntl
 import functools
 import itertools
-import math
 import os
 import re
 import stat
@@ -99,8 +98,8 @@ def sql_literal(value: Any) -> str:
             return f"CAST({int(value)} AS BIGINT)"
         raise _Unbindable
     if isinstance(value, float):
-        if math.isfinite(value):
-            return f"CAST({float(value)!r} AS DOUBLE)"
+        # From text: a numeric literal is parsed as a DECIMAL first, whose conversion to
+        # DOUBLE can round the last bit; the text of repr() always reads back exactly.
         return f"CAST('{float(value)!r}' AS DOUBLE)"
     if isinstance(value, str):
         try:
@@ -395,6 +394,17 @@ class ProjectionStore:
         finally:
             self._lock.release()
 
+    def _private_files(self) -> None:
+        # DuckDB creates its files with the process's umask; under umask 000 they would be
+        # world-writable. They are ours alone.
+        for p in (self.path, Path(f"{self.path}.wal")):
+            try:
+                mode = os.stat(p).st_mode
+                if mode & 0o077:
+                    os.chmod(p, stat.S_IMODE(mode) & 0o700)
+            except OSError:
+                continue
+
     def _check_layout(self) -> None:
         """The directory, and the database file if there is one, must be what they claim (exit 6)."""
         advice = "projections are derived data: move it away and `mnemolog rebuild` recreates them"
@@ -427,6 +437,7 @@ class ProjectionStore:
             try:
                 base.execute(f"ATTACH '{path}' AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
                 base.execute(f"USE {CATALOG}")
+                self._private_files()
                 return
             except duckdb.IOException as exc:
                 last = exc

@@ -50,6 +50,7 @@ class Edge(TypedDict):
     metadata: dict[str, Any]
     created_at: int
     warnings: NotRequired[list[str]]
+    already_linked: NotRequired[bool]
 
 
 class Links(TypedDict):

@@ -33,6 +33,7 @@ from mnemolog.substrate import governance, witnessing
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.events import (
     LinkCreated,
+    LinkRemoved,
     MemoryArchived,
     MemoryRestored,
     MemoryStored,
@@ -363,12 +364,45 @@ class Substrate:
         relation: str = "related_to",
         metadata: Mapping[str, Any] | None = None,
     ) -> Edge:
-        """Draw an edge src -> dst (both must exist)."""
+        """Draw an edge src -> dst (both must exist, and differ).
+
+        An edge src -> dst of this relation that exists already is returned as it
+        is, with `already_linked: true` (nothing is written; the CLI exits 1).
+        """
         payload = LinkCreated.model_validate(
             {"src": src, "dst": dst, "relation": relation, "metadata": metadata}
         )
         with self.session() as s:
+            s.require(payload.src)
+            for edge in s.links(payload.src)["outgoing"]:
+                if edge["dst"] == payload.dst and edge["relation"] == payload.relation:
+                    edge["already_linked"] = True
+                    return edge
             return s.with_warnings(s.write_link(payload))
+
+    def unlink(
+        self, src: str, dst: str, relation: str = "related_to", reason: str | None = None
+    ) -> dict[str, Any]:
+        """Take back the edge src -> dst of this relation: a signed `link.removed` (NotFound if none)."""
+        payload = LinkRemoved.model_validate({"src": src, "dst": dst, "relation": relation, "reason": reason})
+        with self.session() as s:
+            m = s.require(payload.src)
+            gone = [
+                e
+                for e in s.links(payload.src)["outgoing"]
+                if e["dst"] == payload.dst and e["relation"] == payload.relation
+            ]
+            if not gone:
+                raise NotFound(
+                    f"no {payload.relation} link from {payload.src} to {payload.dst}",
+                    src=payload.src,
+                    dst=payload.dst,
+                    relation=payload.relation,
+                )
+            s.check_write(s.policy(m["namespace"]), m["namespace"])
+            r = s.append(payload)
+            return {"removed": gone, "seq": r.seq, "src": payload.src, "dst": payload.dst,
+                    "relation": payload.relation}  # fmt: skip
 
     def archive(self, memory_id: str, reason: str | None = None) -> Memory:
         """Hide a memory from recall (it stays in the log); archiving twice writes nothing."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.errors import BadInput, HomeMissing, SignerError, StorageError
+from mnemolog.eventlog.errors import BadInput, HomeMissing, SignerError, StorageError, UsageError
 from mnemolog.eventlog.fsio import FileTooLarge, atomic_write, fsync_dir, read_regular, stale_temps
 from mnemolog.eventlog.keys import (
     SigningKey,
@@ -195,6 +195,9 @@ class Home:
 
     @classmethod
     def resolve(cls, home: str | os.PathLike[str] | None = None) -> Home:
+        if home is not None and os.fspath(home) == "":
+            # An empty --home is a mistake (an unset shell variable), not a request for the default.
+            raise UsageError("--home is empty: give a directory, or leave --home out for the default home")
         return cls(Path(home) if home else default_home())
 
     def exists(self) -> bool:
@@ -436,6 +439,9 @@ def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clo
     log_existed = home.log_dir.exists()
     try:
         _make_dirs(root, created)
+        # A home holds a private key: only its owner may enter it, whatever the umask or
+        # the mode of a directory that was there before.
+        os.chmod(root, 0o700)
         log_id = os.urandom(16)
         # C2SP tlog-checkpoint: the log key's name should be the checkpoint origin, so
         # witnesses and note verifiers see one name for the log. Older homes keep theirs.

@@ -83,6 +83,19 @@ def test_a_literal_round_trips_exactly_as_the_binding_would(params: list[object]
             assert a == b and type(a) is type(b)
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.floats(allow_nan=False))
+def test_every_double_reads_back_bit_for_bit(x: float) -> None:
+    conn = Connection(duckdb.connect())
+    row = conn.execute("SELECT ?", [x]).fetchone()
+    assert row is not None and row[0] == x and math.copysign(1, row[0]) == math.copysign(1, x)
+
+
+def test_a_double_that_a_decimal_literal_would_round() -> None:
+    conn = Connection(duckdb.connect())
+    assert conn.execute("SELECT ?", [0.17107246076312801]).fetchone() == (0.17107246076312801,)
+
+
 def test_lists_of_text_bind_as_lists() -> None:
     conn = Connection(duckdb.connect())
     row = conn.execute("SELECT list_contains(?::VARCHAR[], ?), len(?::BIGINT[])", [["a", "it's"], "it's", []])
