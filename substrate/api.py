@@ -573,8 +573,10 @@ class Substrate:
     ) -> list[Memory]:
         """Memories newest first (by when they were stored)."""
         f = self._filters(namespace, descendants, kinds, tags, include_archived)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise UsageError("offset must not be negative")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < 2**63:
+            raise UsageError(
+                "offset must be an integer in [0, 2**63)", field="offset", found=repr(offset)[:40]
+            )
         with self.session() as s:
             return q.list_memories(s.conn, f, check_limit(limit), offset)
 

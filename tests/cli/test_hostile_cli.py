@@ -165,3 +165,30 @@ def test_every_integer_option_is_bounded() -> None:
 
     walk(cli)
     assert seen >= 10
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        (lambda sub: sub.list(offset=10**30), 64),
+        (lambda sub: sub.list(offset=-1), 64),
+        (lambda sub: sub.recall("db\ud800"), 65),
+        (lambda sub: sub.get("id\udcff"), 65),
+        (lambda sub: sub.store("x", title="t\ud800"), 65),
+        (lambda sub: sub.store("x", metadata={"k": "\udfff"}), 65),
+        (lambda sub: sub.archive("x", reason="\ud800"), 65),
+    ],
+)
+def test_the_same_inputs_through_the_api_are_usage_or_input_errors(
+    home: tuple[Path, str], call: Any, code: int
+) -> None:
+    """What MCP passes on: the API answers with the error class, never an internal error."""
+    from mnemolog.eventlog.errors import MnemologError
+    from mnemolog.substrate.api import Substrate
+
+    root, _ = home
+    before = log_digest(root)
+    with Substrate.open(root, long_lived=False, worker=False) as sub, pytest.raises(MnemologError) as caught:
+        call(sub)
+    assert caught.value.exit_code == code
+    assert log_digest(root) == before
