@@ -57,6 +57,10 @@ TOOLS: list[dict[str, Any]] = [
                 "confidence": {"type": "number", "minimum": 0, "maximum": 1},
                 "source": {"type": "string"},
                 "metadata": {"type": "object"},
+                "id": {
+                    "type": "string",
+                    "description": "A ULID: stored at most once; a retry returns it with already_stored",
+                },
             },
             ["content"],
         ),
@@ -90,6 +94,19 @@ TOOLS: list[dict[str, Any]] = [
                 "dst": {"type": "string"},
                 "relation": {"type": "string", "enum": list(RELATIONS), "default": "related_to"},
                 "metadata": {"type": "object"},
+            },
+            ["src", "dst"],
+        ),
+    },
+    {
+        "name": "memory_unlink",
+        "description": "Take back an edge (a signed link.removed; the edge stays in the log's history).",
+        "inputSchema": _schema(
+            {
+                "src": {"type": "string"},
+                "dst": {"type": "string"},
+                "relation": {"type": "string", "enum": list(RELATIONS), "default": "related_to"},
+                "reason": {"type": "string"},
             },
             ["src", "dst"],
         ),
@@ -173,6 +190,7 @@ class Server:
                 a["content"],
                 **{k: a[k] for k in ("namespace", "kind", "title", "tags", "confidence", "source") if k in a},
                 metadata=a.get("metadata"),
+                memory_id=a.get("id"),
             ),
             "memory_recall": lambda a: {"results": self.sub.recall(a["query"], **_filters(a))},
             "memory_search": lambda a: {"results": self.sub.search(a["query"], **_filters(a))},
@@ -180,6 +198,9 @@ class Server:
             "memory_list": lambda a: {
                 "memories": self.sub.list(offset=a.get("offset", 0), **_filters({"limit": 50, **a}))
             },
+            "memory_unlink": lambda a: self.sub.unlink(
+                a["src"], a["dst"], a.get("relation", "related_to"), a.get("reason")
+            ),
             "memory_link": lambda a: self.sub.link(
                 a["src"], a["dst"], a.get("relation", "related_to"), a.get("metadata")
             ),

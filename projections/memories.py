@@ -50,6 +50,7 @@ class Edge(TypedDict):
     metadata: dict[str, Any]
     created_at: int
     warnings: NotRequired[list[str]]
+    already_linked: NotRequired[bool]
 
 
 class Links(TypedDict):
@@ -89,6 +90,7 @@ class Memory(TypedDict):
     atomise_outcome: NotRequired[str]
     atomise_error: NotRequired[dict[str, Any]]
     atomisation: NotRequired[dict[str, Any]]
+    already_stored: NotRequired[bool]
 
 
 def row_to_memory(row: tuple[Any, ...]) -> Memory:
