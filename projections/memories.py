@@ -56,6 +56,7 @@ class Edge(TypedDict):
     metadata: dict[str, Any]
     created_at: int
     warnings: NotRequired[list[str]]
+    already_linked: NotRequired[bool]
 
 
 class Links(TypedDict):
@@ -109,6 +110,7 @@ class Memory(TypedDict):
     atomisation: NotRequired[dict[str, Any]]
     candidate: NotRequired[dict[str, Any]]  # what extraction and triage said (candidates list)
     decayed_confidence: NotRequired[float]  # confidence at the clock of the read (decay run)
+    already_stored: NotRequired[bool]
 
 
 def row_to_memory(row: tuple[Any, ...]) -> Memory:

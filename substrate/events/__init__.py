@@ -23,6 +23,7 @@ from mnemolog.substrate.events.atomisation import (
     AtomisationRequested,
 )
 from mnemolog.substrate.events.base import CURRENT_TV, REGISTRY, Payload, payload_class
+from mnemolog.substrate.events.links import LinkRemoved
 from mnemolog.substrate.events.memory import (
     Kind,
     LinkCreated,
@@ -52,6 +53,7 @@ __all__ = [
     "AutoAtomiseMode",
     "Kind",
     "LinkCreated",
+    "LinkRemoved",
     "MemoryArchived",
     "MemoryRestored",
     "MemoryStored",
