@@ -20,11 +20,15 @@ from mnemolog.substrate.events import KINDS, RELATIONS
 @contextmanager
 def opened(ctx: Ctx) -> Iterator[Substrate]:
     with Substrate.open(ctx.home, long_lived=False) as s:
-        for line in s.home.recovered_keys:
-            ctx.info(f"mnemolog: key recovery: {line}")
-        for t in s.recovered:
-            ctx.info(f"mnemolog: recovery: {t.describe()}")
-        yield s
+        # The writer (and with it key recovery and torn-tail repair) opens on the first
+        # write, inside the command: report what it did afterwards, failure or not.
+        try:
+            yield s
+        finally:
+            for line in s.home.recovered_keys:
+                ctx.info(f"mnemolog: key recovery: {line}")
+            for t in s.recovered:
+                ctx.info(f"mnemolog: recovery: {t.describe()}")
     for w in s.close_warnings:
         ctx.info(f"mnemolog: warning: {w}")
 

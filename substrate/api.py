@@ -98,6 +98,7 @@ class Substrate:
         worker: bool = True,
     ) -> None:
         self.home = home.require()
+        home.check_layout()
         self.clock = clock
         self._durability = durability
         self._progress = progress

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import stat
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -268,6 +269,14 @@ idle_release_ms = 250
 """
 
 
+def _regular_or_gone(path: Path) -> bool:
+    """A regular file, or removed meanwhile by a writer (a rebuild, a cut): not damage."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
+
+
 class Home:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -304,6 +313,47 @@ class Home:
                 file=str(self.root),
             )
         return self
+
+    def check_layout(self) -> None:
+        """Refuse a home whose directories or files are not of the kind they must be (exit 6).
+
+        A few lstat calls: a directory replaced by a file (or the reverse) is named
+        here, before anything reads around it or writes into it. Reads could get by
+        without a damaged index or checkpoint directory, but damage is reported, not
+        hidden; what is derived says how to recreate it. The Substrate checks it on
+        open; `log verify` does not need it (it reads the segments alone).
+        """
+        derived = {
+            self.log_dir / "index": "it is derived: move it away and the next command rebuilds it",
+            self.projections_dir: "it is derived: move it away and the next command rebuilds it",
+        }
+        for d in (self.log_dir, self.log_dir / "checkpoints", self.log_dir / "index", self.projections_dir,
+                  self.state_dir, self.keys_dir):  # fmt: skip
+            try:
+                mode = os.lstat(d).st_mode
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageError(f"cannot inspect {d}: {exc.strerror}", file=str(d)) from exc
+            if not stat.S_ISDIR(mode):
+                advice = derived.get(d, "the home is damaged: restore it from a copy")
+                raise StorageError(f"{d} is not a directory; {advice}", file=str(d))
+        index = self.log_dir / "index"
+        for name in os.listdir(index) if index.is_dir() else ():
+            if not _regular_or_gone(index / name):
+                raise StorageError(
+                    f"the log index file {index / name} is not a regular file; the index is derived: "
+                    "move it away and the next command rebuilds it",
+                    file=str(index / name),
+                )
+        for name in os.listdir(self.log_dir):
+            if name.endswith(".seg") and not _regular_or_gone(self.log_dir / name):
+                path = self.log_dir / name
+                raise StorageError(
+                    f"the log segment {path} is not a regular file; the home is damaged: "
+                    "restore it from a copy",
+                    file=str(path),
+                )
 
     @property
     def config(self) -> Config:
