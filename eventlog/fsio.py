@@ -152,6 +152,6 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
             tmp.unlink()
         if isinstance(exc, OSError) and exc.filename is None:
             # os.write names no file: say which one could not be written.
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
     fsync_dir(path.parent)

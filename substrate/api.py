@@ -310,7 +310,7 @@ class Substrate:
                     return self._already_stored(existing, payload)
                 mem = s.with_warnings(s.write_memory(payload, follow=follow))
         except ProjectionBehind as exc:
-            return self._from_log(payload.id, exc)
+            return self._from_log(payload, exc)
         mode, action = planned[0]
         if action == "requested":
             self.atomiser.wake()
@@ -362,12 +362,22 @@ class Substrate:
         existing["already_stored"] = True
         return existing
 
-    def _from_log(self, memory_id: str, exc: ProjectionBehind) -> Memory:
+    def _from_log(self, payload: MemoryStored, exc: ProjectionBehind) -> Memory:
         """A durable store whose projection failed: the memory as the log has it, with a warning."""
         self.log.refresh()
         entries = [self.log.entry(r.seq) for r in exc.receipts]
-        view = memview.fold_views(entries, [memory_id])[memory_id]
-        mem = cast(Memory, {k: view[k] for k in MEMORY_FIELDS})
+        view = memview.fold_views(entries, [payload.id])[payload.id]
+        # The bundle view knows the log's memory fields; the knowledge loop's are the
+        # stored payload's own (a memory just stored was never promoted or referenced).
+        view.update(
+            project=payload.project,
+            domains=list(payload.domains),
+            status=payload.status,
+            promoted_at=None,
+            reference_count=0,
+            last_referenced_at=None,
+        )
+        mem = cast(Memory, {k: view.get(k) for k in MEMORY_FIELDS})
         mem["warnings"] = [exc.message]
         return mem
 

@@ -135,9 +135,9 @@ def test_the_mcp_store_id(make_home: Callable[..., Home], mcp_server: Callable[[
     client.send("initialize", {"protocolVersion": "2025-06-18"})
     mid = new_id()
     err, first = client.tool("memory_store", content="via mcp", id=mid)
-    assert not err and first["id"] == mid
+    assert not err and first["memory"]["id"] == mid
     err, again = client.tool("memory_store", content="via mcp", id=mid)
-    assert not err and again["already_stored"] is True
+    assert not err and again["memory"]["already_stored"] is True
     err, out = client.tool("memory_store", content="something else", id=mid)
     assert err and out["exit_code"] == 65
 
