@@ -8,8 +8,11 @@ error, is turned into output and an exit code here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from mnemolog.eventlog.errors import MnemologError, UsageError
+from mnemolog.eventlog.errors import BadInput, MnemologError, StorageError, UsageError
 
 if TYPE_CHECKING:
     from mnemolog.substrate.home import Home
@@ -86,6 +89,85 @@ def _wants_json(args: Sequence[str]) -> bool:
     return "--json" in args
 
 
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+INTERNAL_ERROR_EXIT = 70
+DEBUG_ENV = "MNEMOLOG_DEBUG"
+
+
+def bound_integers(command: click.Command) -> None:
+    """Give every integer option and argument of `command` (and its subcommands) 64-bit bounds.
+
+    An integer beyond them is no seq, size, offset or count anything could
+    hold: it is a usage error (64) at parse time rather than an overflow deep
+    in the database or the codec.
+    """
+    for param in command.params:
+        t = param.type
+        if isinstance(t, click.IntRange):
+            if t.min is None or t.max is None:
+                param.type = click.IntRange(
+                    INT64_MIN if t.min is None else t.min,
+                    INT64_MAX if t.max is None else t.max,
+                    min_open=t.min_open,
+                    max_open=t.max_open,
+                    clamp=t.clamp,
+                )
+        elif t is click.INT:
+            param.type = click.IntRange(INT64_MIN, INT64_MAX)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            bound_integers(sub)
+
+
+def check_argv(argv: Sequence[str]) -> None:
+    """Refuse arguments that are not valid UTF-8 (exit 65) before any command runs.
+
+    Python hands undecodable argv bytes over as lone surrogates; no text field,
+    query, id or path mnemolog stores or prints can hold one.
+    """
+    for index, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raw = arg.encode("utf-8", "surrogateescape") if "\udc80" <= arg[exc.start] <= "\udcff" else None
+            shown = raw.decode("utf-8", "backslashreplace") if raw is not None else ascii(arg)
+            raise BadInput(
+                f"argument {index} ({shown}) is not valid UTF-8 text",
+                field=f"argv[{index}]",
+                expected="UTF-8",
+                found=ascii(arg)[:200],
+            ) from None
+
+
+def _internal_error(exc: BaseException, as_json: bool) -> None:
+    """The last resort: a bug, reported without a traceback unless MNEMOLOG_DEBUG is set."""
+    if os.environ.get(DEBUG_ENV):
+        traceback.print_exception(exc, file=sys.stderr)
+    message = "internal error (please report)"
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "ok": False,
+                    "error": "internal_error",
+                    "message": message,
+                    "exit_code": INTERNAL_ERROR_EXIT,
+                    "details": {"type": type(exc).__name__, "debug": f"set {DEBUG_ENV}=1 for a traceback"},
+                }
+            )
+        )
+    click.echo(f"mnemolog: {message}: {type(exc).__name__} (set {DEBUG_ENV}=1 for a traceback)", err=True)
+
+
+def _os_error(exc: OSError) -> MnemologError:
+    """An I/O failure nothing below caught: a storage error (exit 6) naming the path."""
+    where = exc.filename if exc.filename is not None else None
+    reason = exc.strerror or type(exc).__name__
+    message = f"storage error: {reason}" + (f": {where}" if where is not None else "")
+    return StorageError(message, file=None if where is None else str(where), errno=exc.errno)
+
+
 class MnemologGroup(click.Group):
     """Maps every error to its exit code, for this group and all subcommands."""
 
@@ -93,7 +175,33 @@ class MnemologGroup(click.Group):
         self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
+        as_json = _wants_json(argv)
         try:
+            return self._main(argv, prog_name, **extra)
+        except SystemExit:
+            raise
+        except BrokenPipeError:
+            # The reader went away (`mnemolog log show | head`): nothing left to say to it.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
+        except OSError as exc:
+            if os.environ.get(DEBUG_ENV):
+                traceback.print_exception(exc, file=sys.stderr)
+            err = _os_error(exc)
+            render_error(err, as_json)
+            sys.exit(err.exit_code)
+        except Exception as exc:
+            _internal_error(exc, as_json)
+            sys.exit(INTERNAL_ERROR_EXIT)
+
+    def _main(self, argv: list[str], prog_name: str | None, **extra: Any) -> Any:
+        # Nothing this program creates (log, keys, projections, checkpoints) is for other
+        # users to read or write, whatever umask it was started with.
+        os.umask(os.umask(0o077) | 0o077)
+        bound_integers(self)
+        try:
+            check_argv(argv)
             rv = super().main(args=argv, prog_name=prog_name, standalone_mode=False, **extra)
         except MnemologError as err:
             render_error(err, _wants_json(argv))
@@ -120,8 +228,11 @@ class MnemologGroup(click.Group):
 @contextmanager
 def writer_for(ctx: Ctx, **kw: Any) -> Iterator[Any]:
     """Open the home's log writer, report any torn tail it cut on open, close it."""
-    w = ctx.home.open_writer(**kw)
+    home = ctx.home
+    w = home.open_writer(**kw)
     try:
+        for line in home.recovered_keys:
+            ctx.info(f"mnemolog: key recovery: {line}")
         for t in w.recovered:
             ctx.info(f"mnemolog: recovery: {t.describe()}")
         yield w
@@ -132,10 +243,16 @@ def writer_for(ctx: Ctx, **kw: Any) -> Iterator[Any]:
 
 
 def parse_json_object(text: str, what: str) -> dict[str, Any]:
-    from mnemolog.eventlog.errors import BadInput
-
     if len(text) > 1024 * 1024:
         raise BadInput(f"{what}: larger than 1 MiB", field=what)
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise BadInput(
+            f"{what} nests {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted",
+            field=what,
+            expected=f"<= {MAX_JSON_DEPTH}",
+            found=depth,
+        )
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -143,3 +260,29 @@ def parse_json_object(text: str, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadInput(f"{what} must be a JSON object, found {type(value).__name__}", field=what)
     return value
+
+
+#: Deeper JSON is refused before it is parsed: the parser recurses once per level.
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON `text` (strings skipped), without recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest

@@ -292,6 +292,7 @@ ROUTES = [
         "GET", "/memory/{id}/history", "Every signed entry about a memory.", "memory_history", body=False
     ),
     Endpoint("POST", "/links", "Link two memories.", "memory_link", status=201),
+    Endpoint("POST", "/links/remove", "Take back a link (a signed link.removed).", "memory_unlink"),
     Endpoint("POST", "/recall", "Natural-language recall.", "memory_recall"),
     Endpoint("POST", "/search", "Keyword search.", "memory_search"),
     Endpoint("POST", "/list", "Memories, newest first.", "memory_list"),

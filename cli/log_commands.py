@@ -14,7 +14,9 @@ from mnemolog.cli.app import Ctx, json_option, parse_json_object, writer_for
 from mnemolog.eventlog import merkle
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import NotFound, UsageError
+from mnemolog.eventlog.fsio import read_regular
 from mnemolog.eventlog.log import CHECKPOINT_DIR, checkpoint_name
+from mnemolog.eventlog.note import MAX_NOTE_BYTES
 from mnemolog.eventlog.trust import TRUST_GENESIS, PinnedKey, TrustPolicy, parse_key_arg
 from mnemolog.eventlog.verify import verify_log
 from mnemolog.substrate.home import init_home
@@ -129,7 +131,7 @@ def log_checkpoint(ctx: Ctx) -> None:
     home = ctx.home
     results = publish_checkpoint(home.root, home.log_dir, home.keys_dir, cp.size)
     if results:
-        raw = (home.log_dir / CHECKPOINT_DIR / checkpoint_name(cp.size)).read_bytes()
+        raw = read_regular(home.log_dir / CHECKPOINT_DIR / checkpoint_name(cp.size), MAX_NOTE_BYTES)
     for r in results:
         if r.status != "cosigned":
             ctx.info(f"mnemolog: {r.describe()}")

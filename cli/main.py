@@ -113,6 +113,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("http_commands:serve", "Serve the local HTTP API (loopback unless [http] token is set)."),
     "stats": ("memory_commands:stats", "Counts of memories, links, events and the index."),
     "store": ("memory_commands:store", "Store TEXT (or standard input with '-') as a memory."),
+    "unlink": (
+        "memory_commands:unlink",
+        "Take back the edge SRC -> DST (a signed link.removed; the edge stays in the log's history).",
+    ),
     "update": ("memory_commands:update", "Change fields of a memory (a memory.updated event)."),
     "vault": ("vault_commands:vault", "Render the store as a vault, validate a vault, import one."),
     "verify": (

@@ -22,13 +22,18 @@ from mnemolog.substrate.importer import ImportFailed
 
 @contextmanager
 def opened(ctx: Ctx) -> Iterator[Substrate]:
-    s = Substrate.open(ctx.home, long_lived=False)
-    try:
-        for t in s.recovered:
-            ctx.info(f"mnemolog: recovery: {t.describe()}")
-        yield s
-    finally:
-        s.close()
+    with Substrate.open(ctx.home, long_lived=False) as s:
+        # The writer (and with it key recovery and torn-tail repair) opens on the first
+        # write, inside the command: report what it did afterwards, failure or not.
+        try:
+            yield s
+        finally:
+            for line in s.home.recovered_keys:
+                ctx.info(f"mnemolog: key recovery: {line}")
+            for t in s.recovered:
+                ctx.info(f"mnemolog: recovery: {t.describe()}")
+    for w in s.close_warnings:
+        ctx.info(f"mnemolog: warning: {w}")
 
 
 def warn(ctx: Ctx, result: Any) -> None:
@@ -126,6 +131,12 @@ def filter_options(f: Any) -> Any:
 @click.option("--confidence", type=float, default=None, help="A number in [0, 1].")
 @click.option("--project", default="", help="The project it belongs to (default: none, every project).")
 @click.option("--domain", "domains", multiple=True, help="A knowledge domain (repeatable).")
+@click.option(
+    "--id",
+    "memory_id",
+    default=None,
+    help="The memory's id (a ULID): stored at most once; a retry returns it with already_stored.",
+)
 @json_option
 @click.pass_obj
 def store(
@@ -140,6 +151,7 @@ def store(
     confidence: float | None,
     project: str,
     domains: tuple[str, ...],
+    memory_id: str | None,
 ) -> None:
     """Store TEXT (or standard input with '-') as a memory."""
     meta = parse_json_object(meta_json, "--meta") if meta_json is not None else None
@@ -156,8 +168,12 @@ def store(
             confidence=confidence,
             project=project,
             domains=domains,
+            memory_id=memory_id,
         )
     warn(ctx, m)
+    if m.get("already_stored"):
+        ctx.emit({"memory": m}, f"already stored {m['id']}")
+        return
     extra = ""
     if m.get("atomise_mode"):
         extra = f" (auto-atomise {m['atomise_mode']}: {m.get('atomise_outcome')})"
@@ -241,7 +257,25 @@ def link(ctx: Ctx, src: str, dst: str, relation: str, meta_json: str | None) -> 
     with opened(ctx) as s:
         e = s.link(src, dst, relation, meta)
     warn(ctx, e)
+    if e.get("already_linked"):
+        # Informational, like a repeated atomise: the edge exists, nothing was written.
+        ctx.emit({"link": e}, f"already linked {src} -[{relation}]-> {dst} (seq {e['seq']})")
+        sys.exit(1)
     ctx.emit({"link": e}, f"linked {src} -[{relation}]-> {dst} (seq {e['seq']})")
+
+
+@click.command()
+@click.argument("src")
+@click.argument("dst")
+@click.option("--relation", "-r", type=click.Choice(RELATIONS), default="related_to")
+@click.option("--reason", help="Why the edge is taken back (kept in the signed event).")
+@json_option
+@click.pass_obj
+def unlink(ctx: Ctx, src: str, dst: str, relation: str, reason: str | None) -> None:
+    """Take back the edge SRC -> DST (a signed link.removed; the edge stays in the log's history)."""
+    with opened(ctx) as s:
+        out = s.unlink(src, dst, relation, reason)
+    ctx.emit(out, f"unlinked {src} -[{relation}]-> {dst} (seq {out['seq']})")
 
 
 @click.command()
@@ -480,4 +514,18 @@ def rebuild(ctx: Ctx, accept_rollback: bool) -> None:
     ctx.emit(r, text)
 
 
-COMMANDS = [store, get, update, link, archive, restore, recall, search, list_cmd, stats, import_cmd, rebuild]
+COMMANDS = [
+    store,
+    get,
+    update,
+    link,
+    unlink,
+    archive,
+    restore,
+    recall,
+    search,
+    list_cmd,
+    stats,
+    import_cmd,
+    rebuild,
+]

@@ -83,6 +83,11 @@ class StoreArgs(Verbose):
     metadata: dict[str, Any] | None = Field(None, description="Any JSON object (at most 64 KiB).")
     project: str = Field("", description="The project it belongs to ('': every project).")
     domains: list[str] = Field(default_factory=list, description="Knowledge domains it is filed under.")
+    id: str | None = Field(
+        None,
+        description="A ULID chosen by the caller: stored at most once; a retry with the same content "
+        "returns the memory with already_stored, different content under it is refused (exit 65).",
+    )
 
 
 class QueryArgs(Filters):
@@ -112,6 +117,13 @@ class LinkArgs(Args):
     dst: str = Field(description="The memory it points to.")
     relation: Relation = "related_to"
     metadata: dict[str, Any] | None = None
+
+
+class UnlinkArgs(Args):
+    src: str = Field(description="The memory the edge starts at.")
+    dst: str = Field(description="The memory it points to.")
+    relation: Relation = "related_to"
+    reason: str | None = Field(None, description="Why the edge is taken back.")
 
 
 class UpdateArgs(Verbose):
@@ -252,6 +264,7 @@ def _store(s: Substrate, a: StoreArgs) -> dict[str, Any]:
         metadata=a.metadata,
         project=a.project,
         domains=list(a.domains),
+        memory_id=a.id,
     )
     return {"memory": views.memory_view(m, a.verbose)}
 
@@ -283,6 +296,12 @@ def _list(s: Substrate, a: ListArgs) -> dict[str, Any]:
 def _link(s: Substrate, a: LinkArgs) -> dict[str, Any]:
     e = s.link(a.src, a.dst, a.relation, a.metadata)
     return {"link": {**e, "created_at": views.iso(e.get("created_at"))}}
+
+
+def _unlink(s: Substrate, a: UnlinkArgs) -> dict[str, Any]:
+    out = s.unlink(a.src, a.dst, a.relation, a.reason)
+    removed = [{**e, "created_at": views.iso(e.get("created_at"))} for e in out["removed"]]
+    return {"unlinked": {**out, "removed": removed}}
 
 
 def _update(s: Substrate, a: UpdateArgs) -> dict[str, Any]:
@@ -437,6 +456,16 @@ OPERATIONS: dict[str, Operation] = {
             LinkArgs,
             ok_schema({"link": {"type": "object"}}, ["link"]),
             _link,
+        ),
+        Operation(
+            "memory_unlink",
+            "Take back a link",
+            "Remove the edge src -> dst of a relation (a signed link.removed; the edge stays in the "
+            "log's history). Not found (exit 2) when there is no such edge.",
+            UnlinkArgs,
+            ok_schema({"unlinked": {"type": "object"}}, ["unlinked"]),
+            _unlink,
+            destructive=True,
         ),
         Operation(
             "memory_update",

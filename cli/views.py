@@ -20,7 +20,7 @@ TIME_FIELDS = ("created_at", "updated_at", "last_seen", "archived_at", "atomisat
 COMPACT_FIELDS = (
     *("id", "namespace", "kind", "title", "content", "tags", "confidence", "source", "atom_of"),
     *("project", "domains"),
-    *("atomise_mode", "atomise_outcome", "embedding", "warnings"),
+    *("atomise_mode", "atomise_outcome", "embedding", "warnings", "already_stored"),
 )
 
 

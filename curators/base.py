@@ -45,11 +45,19 @@ def check_max_retries(n: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Atom:
-    """One accepted atom. ``over_budget`` marks an atom kept within the 25% tolerance."""
+    """One accepted atom. ``over_budget`` marks an atom kept within the 25% tolerance.
+
+    ``context`` is the heading of the section the atom comes from (what makes a
+    sentence in the middle of "Root cause" readable on its own) and ``title`` a
+    short title for the memory the atom becomes; a curator that cannot tell
+    leaves them None.
+    """
 
     text: str
     tokens: int
     over_budget: bool
+    title: str | None = None
+    context: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,7 @@ from mnemolog.eventlog.errors import (
     StorageError,
     VerificationError,
 )
+from mnemolog.eventlog.fsio import open_regular
 from mnemolog.eventlog.keys import VerifierKey, verify_signature
 from mnemolog.eventlog.note import Checkpoint
 from mnemolog.eventlog.trust import TRUST_GENESIS, KeySchedule, PinnedKey, TrustPolicy, parse_key_arg
@@ -315,7 +316,7 @@ class _Check:
 def read_members(path: Path, limits: tarball.Limits = tarball.DEFAULT_LIMITS) -> dict[str, bytes]:
     """The members of the archive at `path`, through the strict tar reader."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below; size is read from the same handle
+        f = open_regular(path)  # closed below; size is read from the same handle
     except FileNotFoundError as exc:
         raise NotFound(f"no bundle at {path}", file=str(path)) from exc
     except OSError as exc:

@@ -17,13 +17,13 @@
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from mnemolog.eventlog.errors import DecodeError, StorageError
+from mnemolog.eventlog.fsio import NotRegularFile, open_regular
 from mnemolog.eventlog.note import MAX_NOTE_BYTES, Checkpoint, peek_checkpoint
 
 CHECKPOINT_DIR = "checkpoints"
@@ -95,16 +95,12 @@ class HighWaterMark(NamedTuple):
 def read_high_water(path: Path) -> HighWaterMark | None:
     """The high-water note at `path`, None when there is none; never blocks on a special file."""
     try:
-        st = os.stat(path)
+        with open_regular(path) as f:
+            data = f.read(MAX_NOTE_BYTES + 1)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise StorageError(f"cannot read the high-water mark {path}: {exc}", file=str(path)) from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise StorageError(f"the high-water mark {path} is not a regular file", file=str(path))
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_NOTE_BYTES + 1)
+    except NotRegularFile as exc:
+        raise StorageError(f"the high-water mark {path} is not a regular file", file=str(path)) from exc
     except OSError as exc:
         raise StorageError(f"cannot read the high-water mark {path}: {exc}", file=str(path)) from exc
     return HighWaterMark(str(path), data)

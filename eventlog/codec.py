@@ -72,7 +72,10 @@ def _scan(value: Any, depth: int, path: Path) -> bool:
             if type(key) is not str:
                 where = _path(path)
                 raise DecodeError(f"map key at {where} is {type(key).__name__}, expected text", field=where)
-            kb = key.encode()
+            try:
+                kb = key.encode()
+            except UnicodeEncodeError:
+                raise _surrogate(key, (path, "<key>")) from None
             kl = len(kb)
             if plain and not (kl > pl or (kl == pl and kb > pb)):
                 plain = False
@@ -124,9 +127,36 @@ def encode(value: Any, path: str = "$", *, depth: int = 0) -> bytes:
     entry's payload sits at depth 1, inside the entry map): the nesting limit
     counts from the outermost map, wherever a value is checked.
     """
-    if _scan(value, depth, path):
-        return bytes(cbor2.dumps(value))
-    return bytes(cbor2.dumps(value, canonical=True))
+    plain = _scan(value, depth, path)
+    try:
+        return bytes(cbor2.dumps(value) if plain else cbor2.dumps(value, canonical=True))
+    except UnicodeEncodeError:
+        # Text must be Unicode scalar values; checking every string up front would
+        # cost every append, so the offender is looked for only once one exists.
+        raise _surrogate(value, path) from None
+
+
+def _surrogate(value: Any, path: Path) -> DecodeError:
+    stack: list[tuple[Any, Path]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                at = _path(where)
+                return DecodeError(
+                    f"text at {at} is not valid Unicode: lone surrogate U+{ord(item[exc.start]):04X} "
+                    f"at character {exc.start}",
+                    field=at,
+                )
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                stack.append((k, (where, "<key>")))
+                stack.append((v, (where, k)))
+        elif isinstance(item, list):
+            stack.extend((v, (where, i)) for i, v in enumerate(item))
+    return DecodeError(f"text under {_path(path)} is not valid Unicode", field=_path(path))
 
 
 def is_canonical(value: Any, raw: bytes, path: str = "$") -> bool:

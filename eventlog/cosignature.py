@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import nacl.bindings
 
 from mnemolog.eventlog.errors import DecodeError, SignerError, UsageError, VerificationError
-from mnemolog.eventlog.keys import ALG_ED25519, check_key_name, note_key_hash, verify_signature
+from mnemolog.eventlog.fsio import FileTooLarge, read_regular
+from mnemolog.eventlog.keys import ALG_ED25519, MAX_KEY_FILE, check_key_name, note_key_hash, verify_signature
 from mnemolog.eventlog.note import NoteSignature, SignedNote, parse_note
 
 ALG_COSIGNATURE_V1 = 0x04
@@ -270,10 +271,9 @@ def _read_key_arg(text: str) -> str:
     if "+" in text and not os.path.exists(text):
         return text
     try:
-        if os.path.getsize(text) > 4096:
-            raise SignerError(f"{text} is larger than a key file")
-        with open(text, encoding="utf-8") as f:
-            return f.read()
+        return read_regular(text, MAX_KEY_FILE).decode("utf-8")
+    except FileTooLarge as exc:
+        raise SignerError(f"{text} is larger than a key file") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise SignerError(f"{text!r} is neither a witness key nor a readable key file") from exc
 

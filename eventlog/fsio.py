@@ -1,9 +1,87 @@
-"""Small durable-file primitives shared by the log, keys, checkpoints and vault writers."""
+"""Small file primitives shared by the log, keys, checkpoints, bundles and vaults.
+
+Writes are durable (`atomic_write`, `fsync_dir`). Reads go through one guard,
+`open_regular`: nothing mnemolog reads from disk may be a FIFO (opening one
+blocks until a writer comes), a device (`/dev/zero` never ends) or a
+directory, and `read_regular` never reads more than its bound. The errors are
+OSError subclasses naming the path, so every caller's existing "unreadable"
+handling applies to them. Standard library only: the standalone verifier uses
+this module.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import re
+import stat
 from pathlib import Path
+from typing import BinaryIO
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class NotRegularFile(OSError):
+    """A path to read holds a FIFO, a device, a socket or a directory."""
+
+
+class FileTooLarge(OSError):
+    """A file to read is larger than the bound its reader set."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular_fd(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of `path`, which must be a regular file; never blocks.
+
+    O_NONBLOCK makes opening a FIFO return at once instead of waiting for a
+    writer; fstat on the descriptor then decides on the file actually opened
+    (no race with a rename between a stat and the open).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})", os.fspath(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """`path` opened for binary reading, refused unless it is a regular file."""
+    return os.fdopen(open_regular_fd(path), "rb")
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of the regular file `path`, refused (FileTooLarge) beyond `limit` bytes."""
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes ({size} bytes)", os.fspath(path))
+        # Sized by the file, not the bound: a generous bound must not allocate itself.
+        chunks = [f.read(size)]
+        total = len(chunks[0])
+        while chunk := f.read(min(1 << 20, limit + 1 - total)):
+            chunks.append(chunk)  # it grew while we read
+            total += len(chunk)
+            if total > limit:
+                raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+    return b"".join(chunks) if len(chunks) > 1 else chunks[0]
 
 
 def fsync_dir(path: Path) -> None:
@@ -15,6 +93,41 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.(?P<pid>\d+)\.tmp$")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one we may not signal still exists)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def stale_temps(directory: Path) -> list[tuple[Path, str]]:
+    """`atomic_write` temp files in `directory` whose writer is gone: (temp, the file it was for).
+
+    A writer killed between creating its temp file and renaming it leaves the
+    temp behind; its name carries the writer's pid, so a later writer can
+    tell a leftover from a write in progress.
+    """
+    out: list[tuple[Path, str]] = []
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for name in sorted(names):
+        m = _TEMP_NAME.match(name)
+        if m and not pid_alive(int(m["pid"])):
+            out.append((directory / name, m["target"]))
+    return out
+
+
 def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write `data` to `path` so a crash leaves either the old file or the new one.
 
@@ -24,16 +137,21 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        # A full disk or a kill between open and rename must not leave the temp file.
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError) and exc.filename is None:
+            # os.write names no file: say which one could not be written.
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
     fsync_dir(path.parent)

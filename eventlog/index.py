@@ -19,11 +19,14 @@ torn last record (the consistent prefix is used).
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mnemolog.eventlog.errors import StorageError
+from mnemolog.eventlog.fsio import open_regular_fd
 from mnemolog.eventlog.merkle import EMPTY_ROOT, hash_children, subtree_from_perfect
 
 LOC = struct.Struct(">QQI")
@@ -64,7 +67,7 @@ class Index:
     def _fd(self, name: str) -> int:
         fd = self._fds.get(name)
         if fd is None:
-            fd = os.open(self.path(name), os.O_RDONLY)
+            fd = open_regular_fd(self.path(name))
             self._fds[name] = fd
         return fd
 
@@ -129,12 +132,40 @@ class Index:
         return [s for (s,) in KEYREC.iter_unpack(raw) if s < below]
 
 
+def _check_layout(directory: Path) -> None:
+    """Refuse an index directory or sidecar that is not what it should be (exit 6, naming it).
+
+    The index is derived: moving the offending path away lets the next writer rebuild it.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        names = os.listdir(directory)
+    except OSError as exc:
+        raise StorageError(
+            f"the log index {directory} is not a directory ({exc.strerror}); it is derived data: "
+            "move it away and the next command rebuilds it",
+            file=str(directory),
+        ) from exc
+    for name in names:
+        path = directory / name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise StorageError(
+                f"the log index file {path} is not a regular file; the index is derived data: "
+                "move it away and the next command rebuilds it",
+                file=str(path),
+            )
+
+
 class IndexWriter(Index):
     """The writer's view: truncates to a consistent prefix and appends batches."""
 
     def __init__(self, log_dir: Path) -> None:
         super().__init__(log_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        _check_layout(self.dir)
         self._wfds: dict[str, int] = {}
         self._loc_path = str(self.path("loc"))
         self._loc_ino: int | None = None
@@ -215,8 +246,16 @@ class IndexWriter(Index):
             n += 1
         # Nodes first, then locations: count() takes the consistent prefix of all.
         for level in sorted(levels, reverse=True):
-            os.write(self._wfd(self.level_name(level)), levels[level])
+            self._write(self.level_name(level), levels[level])
         if keys:
-            os.write(self._wfd("keys"), keys)
-        os.write(self._wfd("loc"), loc)
+            self._write("keys", keys)
+        self._write("loc", loc)
         self.n = n
+
+    def _write(self, name: str, data: bytes | bytearray) -> None:
+        try:
+            os.write(self._wfd(name), data)
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(self.path(name))) from exc

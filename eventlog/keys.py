@@ -26,7 +26,7 @@ import nacl.bindings
 import nacl.exceptions
 
 from mnemolog.eventlog.errors import SignerError
-from mnemolog.eventlog.fsio import atomic_write
+from mnemolog.eventlog.fsio import atomic_write, read_regular
 
 ALG_ED25519 = 0x01
 MAX_KEY_FILE = 4096
@@ -195,7 +195,7 @@ def load_private_key(path: Path) -> SigningKey:
     if st.st_size > MAX_KEY_FILE:
         raise SignerError(f"private key {path} is {st.st_size} bytes; too large", file=str(path))
     try:
-        text = path.read_text("utf-8")
+        text = read_regular(path, MAX_KEY_FILE).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SignerError(f"cannot read private key {path}: {exc}", file=str(path)) from exc
     try:
@@ -210,7 +210,7 @@ def load_verifier_key(text_or_path: str) -> VerifierKey:
     text = text_or_path
     if "+" not in text_or_path or candidate.exists():
         try:
-            text = candidate.read_text("utf-8")
+            text = read_regular(candidate, MAX_KEY_FILE).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SignerError(f"{text_or_path!r} is neither a verifier key nor a readable key file") from exc
     return VerifierKey.from_vkey(text)

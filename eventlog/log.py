@@ -22,9 +22,10 @@ from mnemolog.eventlog.errors import (
     StorageError,
     VerificationError,
 )
+from mnemolog.eventlog.fsio import open_regular, read_regular
 from mnemolog.eventlog.index import Index, Location
 from mnemolog.eventlog.keys import VerifierKey
-from mnemolog.eventlog.note import Checkpoint, open_checkpoint
+from mnemolog.eventlog.note import MAX_NOTE_BYTES, Checkpoint, open_checkpoint
 from mnemolog.eventlog.segments import list_segments, scan_file
 from mnemolog.eventlog.trust import (
     GENESIS_TYPE,
@@ -95,7 +96,7 @@ class Log:
             if c == 0:
                 return 0
             loc = self.index.location(c - 1)
-            with open(self.dir / segment_file(loc.segment), "rb") as f:
+            with open_regular(self.dir / segment_file(loc.segment)) as f:
                 raw = os.pread(f.fileno(), loc.length, loc.offset)
             if len(raw) != loc.length or merkle.hash_leaf(raw) != self.index.leaf(c - 1):
                 return 0
@@ -158,7 +159,7 @@ class Log:
 
     def _read(self, loc: Location, seq: int) -> bytes:
         try:
-            with open(self.dir / segment_file(loc.segment), "rb") as f:
+            with open_regular(self.dir / segment_file(loc.segment)) as f:
                 data = os.pread(f.fileno(), loc.length, loc.offset)
         except OSError as exc:
             raise StorageError(f"entry {seq}: cannot read its segment: {exc}", seq=seq) from exc
@@ -326,7 +327,7 @@ class Log:
     def checkpoint_bytes(self, size: int) -> bytes:
         path = self.dir / CHECKPOINT_DIR / checkpoint_name(size)
         try:
-            return path.read_bytes()
+            return read_regular(path, MAX_NOTE_BYTES)
         except FileNotFoundError as exc:
             raise NotFound(f"no checkpoint of size {size}", file=str(path)) from exc
 

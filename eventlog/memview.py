@@ -269,6 +269,12 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
                 links[edge["src"]]["outgoing"].append(edge)
             if edge["dst"] in wanted:
                 links[edge["dst"]]["incoming"].append(edge)
+        elif e.type == "link.removed":
+            gone = (_id(d.get("src")), _id(d.get("dst")), str(d.get("relation", "")))
+            for end, side in ((gone[0], "outgoing"), (gone[1], "incoming")):
+                if end in wanted:
+                    kept = [x for x in links[end][side] if (x["src"], x["dst"], x["relation"]) != gone]
+                    links[end][side] = kept
     for mid, v in views.items():
         v["seqs"] = seqs[mid]
         v["links"] = links[mid]

@@ -40,10 +40,10 @@ from mnemolog.eventlog.checkpoints import (
 )
 from mnemolog.eventlog.entry import ZERO_HASH, Entry, entry_from_map, leaf_hash, parse_entry
 from mnemolog.eventlog.errors import DecodeError, MnemologError, VerificationError
-from mnemolog.eventlog.fsio import atomic_write
+from mnemolog.eventlog.fsio import atomic_write, open_regular, read_regular
 from mnemolog.eventlog.index import IndexRecord, IndexWriter
 from mnemolog.eventlog.keys import key_id
-from mnemolog.eventlog.note import Checkpoint, open_checkpoint, peek_checkpoint
+from mnemolog.eventlog.note import MAX_NOTE_BYTES, Checkpoint, open_checkpoint, peek_checkpoint
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.segments import list_segments, read_file, segment_name, split_items
 from mnemolog.eventlog.trust import GENESIS_TYPE, ROTATION_TYPE, KeySchedule, is_key_event
@@ -91,7 +91,7 @@ class Loaded(NamedTuple):
 
 
 def read_raw(log_dir: Path, segment: int, offset: int, length: int) -> bytes:
-    with open(log_dir / segment_name(segment), "rb") as f:
+    with open_regular(log_dir / segment_name(segment)) as f:
         return os.pread(f.fileno(), length, offset)
 
 
@@ -117,7 +117,7 @@ def _index_matches_checkpoint(log_dir: Path, idx: IndexWriter, count: int) -> bo
     for size in reversed([n for n in checkpoint_sizes(log_dir) if 0 < n <= count]):
         path = log_dir / CHECKPOINT_DIR / checkpoint_name(size)
         try:
-            cp = peek_checkpoint(path.read_bytes(), str(path))
+            cp = peek_checkpoint(read_regular(path, MAX_NOTE_BYTES), str(path))
         except (OSError, MnemologError):
             continue  # damaged checkpoints are the anchor check's and verify's to report
         if cp.size != size:
@@ -320,7 +320,11 @@ def _statements(log_dir: Path, high_water: Sequence[Path]) -> list[HighWaterMark
     if sizes:
         path = log_dir / CHECKPOINT_DIR / checkpoint_name(sizes[-1])
         try:
-            out.append(HighWaterMark(f"{CHECKPOINT_DIR}/{checkpoint_name(sizes[-1])}", path.read_bytes()))
+            out.append(
+                HighWaterMark(
+                    f"{CHECKPOINT_DIR}/{checkpoint_name(sizes[-1])}", read_regular(path, MAX_NOTE_BYTES)
+                )
+            )
         except OSError as exc:
             raise diverged(f"the newest checkpoint {path} cannot be read: {exc}", file=str(path)) from exc
     for p in high_water:
@@ -456,7 +460,7 @@ def set_aside_rolled_back(log_dir: Path, idx: IndexWriter, size: int) -> list[st
     for n in checkpoint_sizes(log_dir):
         path = log_dir / CHECKPOINT_DIR / checkpoint_name(n)
         try:
-            body = peek_checkpoint(path.read_bytes(), str(path))
+            body = peek_checkpoint(read_regular(path, MAX_NOTE_BYTES), str(path))
             keep = n <= size and body.size == n and idx.root(n) == body.root
         except (OSError, DecodeError):
             keep = False
@@ -473,5 +477,5 @@ def latest_checkpoint(log_dir: Path) -> tuple[Checkpoint, bytes] | None:
     if not sizes:
         return None
     path = log_dir / CHECKPOINT_DIR / checkpoint_name(sizes[-1])
-    raw = path.read_bytes()
+    raw = read_regular(path, MAX_NOTE_BYTES)
     return peek_checkpoint(raw, str(path)), raw

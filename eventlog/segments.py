@@ -20,6 +20,8 @@ from typing import Any
 
 import cbor2
 
+from mnemolog.eventlog.fsio import open_regular
+
 SEG_SUFFIX = ".seg"
 SEG_RE = re.compile(r"^(\d{20})\.seg$")
 # Larger than any entry we write; a "partial entry" claiming more is damage.
@@ -179,7 +181,7 @@ def iter_items(buf: bytes, start: int = 0) -> Iterator[tuple[int, int, Any]]:
 
 def read_file(path: Path, offset: int = 0) -> bytes:
     """The bytes of a file from `offset` to its end."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         if offset:
             f.seek(offset)
         return f.read()
@@ -190,7 +192,7 @@ READ_CHUNK = 8 * 1024 * 1024
 
 def scan_file(path: Path, offset: int = 0) -> Iterator[tuple[int, int, Any, bytes]]:
     """(start, end, value, raw) of each complete item of a file from `offset`, in chunks."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         f.seek(offset)
         buf = b""
         base = offset

@@ -27,8 +27,12 @@ from pathlib import Path
 
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import DecodeError
+from mnemolog.eventlog.fsio import read_regular
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.segments import list_segments
+
+#: Segments are read whole here; none is larger than a writer ever rolls at (64 MiB by default).
+MAX_SEGMENT_READ = 1 << 32
 
 Touched = Callable[[Entry], Iterable[str]]
 
@@ -73,7 +77,7 @@ def entries_touching(log: Log, memory_ids: Iterable[str], below: int, touched: T
         last = min(nxt, below)
         if last <= first:
             continue
-        data = path.read_bytes()
+        data = read_regular(path, MAX_SEGMENT_READ)
         end = log.location(last - 1)
         limit = end.offset + end.length
         candidates: set[int] = set()

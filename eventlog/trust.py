@@ -32,6 +32,7 @@ from typing import Any
 
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import DecodeError, SignerError, UsageError, VerificationError
+from mnemolog.eventlog.fsio import open_regular
 from mnemolog.eventlog.keys import MAX_KEY_FILE, VerifierKey, verify_signature
 
 GENESIS_TYPE = "log.created"
@@ -378,7 +379,7 @@ def parse_key_arg(text: str, option: str = "--trusted-key") -> VerifierKey:
                 f"{option}: {text} is larger than a key file ({MAX_KEY_FILE} bytes)", field=option.lstrip("-")
             )
         try:
-            with open(text, "rb") as f:
+            with open_regular(text) as f:
                 body = f.read(MAX_KEY_FILE + 1).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"{option}: cannot read {text}: {exc}", field=option.lstrip("-")) from exc

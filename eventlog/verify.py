@@ -48,8 +48,9 @@ from mnemolog.eventlog import merkle
 from mnemolog.eventlog.checkpoints import CHECKPOINT_DIR, HighWaterMark, checkpoint_name, list_checkpoints
 from mnemolog.eventlog.entry import ZERO_HASH, entry_from_map
 from mnemolog.eventlog.errors import DecodeError, VerificationError
+from mnemolog.eventlog.fsio import open_regular, read_regular
 from mnemolog.eventlog.keys import VerifierKey
-from mnemolog.eventlog.note import open_checkpoint
+from mnemolog.eventlog.note import MAX_NOTE_BYTES, open_checkpoint
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.segments import MAX_ENTRY_BYTES, is_entry_prefix, list_segments
 from mnemolog.eventlog.trust import (
@@ -279,7 +280,7 @@ class _Verifier:
                 expected=f"{self.seq:020d}.seg",
                 found=path.name,
             )
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             if start:
                 f.seek(start)
             buf = f.read()
@@ -415,7 +416,7 @@ class _Verifier:
     def _checkpoint(self, size: int) -> None:
         rel = f"{CHECKPOINT_DIR}/{checkpoint_name(size)}"
         try:
-            raw = (self.dir / CHECKPOINT_DIR / checkpoint_name(size)).read_bytes()
+            raw = read_regular(self.dir / CHECKPOINT_DIR / checkpoint_name(size), MAX_NOTE_BYTES)
         except OSError as exc:
             raise self.fail(f"{rel}: unreadable: {exc}", "checkpoint.read", file=rel, seq=size - 1) from exc
         try:

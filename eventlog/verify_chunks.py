@@ -32,6 +32,7 @@ from mnemolog.eventlog.entry import (
     tbs_from_raw,
 )
 from mnemolog.eventlog.errors import DecodeError, VerificationError
+from mnemolog.eventlog.fsio import open_regular
 from mnemolog.eventlog.index import LOC
 from mnemolog.eventlog.keys import verify_signature
 from mnemolog.eventlog.segments import MAX_ENTRY_BYTES
@@ -98,7 +99,7 @@ def check_entry_bytes(raw: bytes, value: Any, seq: int, public_key: bytes) -> No
 
 def verify_span(path: str, start: int, end: int, first_seq: int, schedule: Packed) -> Failure | None:
     """Sequential-pass task: canonical bytes and signatures of the entries in path[start:end]."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         buf = os.pread(f.fileno(), end - start, start)
     stream = io.BytesIO(buf)
     dec = cbor2.CBORDecoder(stream)
@@ -142,7 +143,7 @@ def check_hinted_chunk(
     if end <= start or end - start > n * MAX_ENTRY_BYTES:
         return ChunkDoubt(first_seq, "location hint out of order")
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             buf = os.pread(f.fileno(), end - start, start)
     except OSError as exc:
         return ChunkDoubt(first_seq, f"cannot read {path}: {exc}")

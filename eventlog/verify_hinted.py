@@ -27,6 +27,7 @@ import cbor2
 
 from mnemolog.eventlog.entry import HASH_LEN, entry_from_map
 from mnemolog.eventlog.errors import VerificationError
+from mnemolog.eventlog.fsio import open_regular, read_regular
 from mnemolog.eventlog.index import KEYREC, LOC
 from mnemolog.eventlog.trust import GENESIS_TYPE, ROTATION_TYPE, KeySchedule
 from mnemolog.eventlog.verify_chunks import ChunkDoubt, ChunkOk, ChunkResult, check_hinted_chunk_safely
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 
 CHUNK_ENTRIES = 2048  # entries per worker task
 PARALLEL_MIN_ENTRIES = 12_000  # below this, workers cost more to start than they save
+#: The index files are hints read whole: a billion entries' locations at most.
+MAX_HINT_BYTES = 1 << 35
 
 
 class Mismatch(Exception):
@@ -60,8 +63,8 @@ def read_hint(log_dir: Path) -> Hint | None:
     try:
         # loc first: the writer appends a key event's record to `keys` before
         # the entry's location, so every hinted entry's key event is listed.
-        locs = (idx / "loc").read_bytes()
-        keys_raw = (idx / "keys").read_bytes()
+        locs = read_regular(idx / "loc", MAX_HINT_BYTES)
+        keys_raw = read_regular(idx / "keys", MAX_HINT_BYTES)
     except OSError:
         return None
     n = len(locs) // LOC.size
@@ -114,7 +117,7 @@ def _hinted_schedule(segs: list[tuple[int, Path]], hint: Hint) -> KeySchedule:
         if p is None:
             raise Mismatch("a key event in no segment")
         try:
-            with open(p, "rb") as f:
+            with open_regular(p) as f:
                 raw = os.pread(f.fileno(), length, off)
             e = entry_from_map(cbor2.loads(raw), raw, f"entry {s}")
             if e.seq != s or (s == 0) != (e.type == GENESIS_TYPE) or (s != 0 and e.type != ROTATION_TYPE):

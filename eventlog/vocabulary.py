@@ -47,6 +47,7 @@ __all__ = [
     "INTERACTION_CAPTURED",
     "KINDS",
     "LINK_CREATED",
+    "LINK_REMOVED",
     "MEMORY_ARCHIVED",
     "MEMORY_PROMOTED",
     "MEMORY_REINFORCED",
@@ -101,6 +102,7 @@ MEMORY_UPDATED: Final = "memory.updated"
 MEMORY_ARCHIVED: Final = "memory.archived"
 MEMORY_RESTORED: Final = "memory.restored"
 LINK_CREATED: Final = "link.created"
+LINK_REMOVED: Final = "link.removed"
 POLICY_SET: Final = "policy.set"
 ATOMISATION_REQUESTED: Final = "atomisation.requested"
 ATOMISATION_COMPLETED: Final = "atomisation.completed"
@@ -282,6 +284,7 @@ TOUCHES: dict[str, Touches] = {
     MEMORY_ARCHIVED: Touches(ids=("id",)),
     MEMORY_RESTORED: Touches(ids=("id",)),
     LINK_CREATED: Touches(ids=("src", "dst")),
+    LINK_REMOVED: Touches(ids=("src", "dst")),
     ATOMISATION_REQUESTED: Touches(ids=("source_id",)),
     ATOMISATION_COMPLETED: Touches(ids=("source_id",), lists=("atom_ids",)),
     ATOMISATION_FAILED: Touches(ids=("source_id",)),

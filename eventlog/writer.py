@@ -49,7 +49,7 @@ from mnemolog.eventlog.checkpoints import (
 )
 from mnemolog.eventlog.entry import ZERO_HASH, Entry, leaf_hash, make_entry, sign_raw
 from mnemolog.eventlog.errors import MnemologError, SignerError, StorageError, VerificationError
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.fsio import atomic_write, fsync_dir, read_regular
 from mnemolog.eventlog.group_commit import (
     IDLE_SLICE,
     MAX_PAYLOAD_BYTES,
@@ -64,7 +64,7 @@ from mnemolog.eventlog.group_commit import (
 from mnemolog.eventlog.index import IndexRecord, IndexWriter
 from mnemolog.eventlog.keys import SigningKey
 from mnemolog.eventlog.lock import FileLock
-from mnemolog.eventlog.note import Checkpoint, peek_checkpoint
+from mnemolog.eventlog.note import MAX_NOTE_BYTES, Checkpoint, peek_checkpoint
 from mnemolog.eventlog.recovery import TornTail, WriterState
 from mnemolog.eventlog.segments import segment_name
 from mnemolog.eventlog.trust import GENESIS_TYPE, ROTATION_TYPE, genesis_log_id, origin_for
@@ -522,7 +522,7 @@ class LogWriter:
                 raise
             path = self.dir / CHECKPOINT_DIR / checkpoint_name(n)
             if path.exists():
-                raw = path.read_bytes()
+                raw = read_regular(path, MAX_NOTE_BYTES)
                 cp = peek_checkpoint(raw, str(path))
             else:
                 cp = Checkpoint(self._origin, n, self._index.root(n))

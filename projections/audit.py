@@ -64,6 +64,22 @@ COMPARED = [
     Compared("event_counts", "SELECT * FROM {c}.event_counts", ("type",)),
     Compared("migration_undo", "SELECT * FROM {c}.migration_undo", ("seq", "run", "memory_id")),
     Compared("embedders", "SELECT * FROM {c}.embedders", ("seq",)),
+    # The knowledge loop: statuses, projects, trusted state, interactions, candidates.
+    Compared("inactive", "SELECT * FROM {c}.inactive", ("id", "doc")),
+    Compared("projects", "SELECT * FROM {c}.projects", ("name",)),
+    Compared("project_aliases", "SELECT * FROM {c}.project_aliases", ("alias_key",)),
+    Compared("project_state", "SELECT * FROM {c}.project_state", ("seq", "project", "category", "key")),
+    Compared("interactions", "SELECT * FROM {c}.interactions", ("id",)),
+    Compared("candidates", "SELECT * FROM {c}.candidates", ("id",)),
+    # Documents, their chunks and chunk index, recorded context packs.
+    Compared("ctx_documents", "SELECT * FROM {c}.ctx_documents", ("document_id",)),
+    Compared("ctx_document_versions", "SELECT * FROM {c}.ctx_document_versions", ("seq", "document_id")),
+    Compared("ctx_chunks", "SELECT * FROM {c}.ctx_chunks", ("doc",)),
+    Compared("ctx_chunk_postings", "SELECT * FROM {c}.ctx_chunk_postings", ("term", "doc")),
+    Compared("ctx_packs", "SELECT * FROM {c}.ctx_packs", ("seq", "pack_id")),
+    Compared(
+        "ctx_pack_members", "SELECT * FROM {c}.ctx_pack_members", ("seq", "tier", "source", "id", "included")
+    ),
 ]
 COVERED_TABLES = {"postings_delta"} | {c.name for c in COMPARED}
 

@@ -524,6 +524,14 @@ class Fold:
         )
         self._refresh_hidden(mid)
 
+    def unlinked(self, e: Entry, d: dict[str, Any]) -> None:
+        """link.removed: the edges src -> dst of that relation created before it leave the graph."""
+        self.flush()
+        self.conn.execute(
+            "DELETE FROM links WHERE src = ? AND dst = ? AND relation = ? AND seq < ?",
+            [read_id(d.get("src")), read_id(d.get("dst")), str(d.get("relation", "")), e.seq],
+        )
+
     def linked(self, e: Entry, d: dict[str, Any]) -> None:
         meta = d.get("metadata")
         self.buf.links.append(
@@ -689,6 +697,7 @@ _HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {
     v.MEMORY_ARCHIVED: Fold.archived,
     v.MEMORY_RESTORED: Fold.restored,
     v.LINK_CREATED: Fold.linked,
+    v.LINK_REMOVED: Fold.unlinked,
     v.POLICY_SET: Fold.policy,
     v.ATOMISATION_REQUESTED: Fold.atomisation,
     v.ATOMISATION_COMPLETED: Fold.atomisation,

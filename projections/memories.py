@@ -57,6 +57,7 @@ class Edge(TypedDict):
     metadata: dict[str, Any]
     created_at: int
     warnings: NotRequired[list[str]]
+    already_linked: NotRequired[bool]
 
 
 class Links(TypedDict):
@@ -112,6 +113,7 @@ class Memory(TypedDict):
     decayed_confidence: NotRequired[float]  # confidence at the clock of the read (decay run)
     embedding: NotRequired[str]
     explain: NotRequired[dict[str, Any]]
+    already_stored: NotRequired[bool]
 
 
 def row_to_memory(row: tuple[Any, ...]) -> Memory:

@@ -19,6 +19,7 @@ from mnemolog.projections.memories import MEMORY_SELECT, Memory, row_to_memory
 from mnemolog.projections.schema import visible
 
 __all__ = [
+    "all_own_policies",
     "atom_parent",
     "atomisation_counts",
     "is_hidden",
@@ -27,11 +28,12 @@ __all__ = [
     "memory_by_source",
     "migration_snapshot_sizes",
     "migration_undo_ids",
-    "orphan_atoms",
     "own_policies",
     "pending_atomisations",
     "supersedes_links",
     "touching_seqs",
+    "unarchived_completions",
+    "unfinished_atoms",
 ]
 
 
@@ -114,6 +116,13 @@ def own_policies(conn: duckdb.DuckDBPyConnection, namespaces: Sequence[str]) -> 
     return {str(ns): json.loads(p) for ns, p in rows}
 
 
+def all_own_policies(conn: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
+    """Every policy a namespace set itself, by namespace."""
+    return {
+        str(ns): json.loads(p) for ns, p in conn.execute("SELECT namespace, policy FROM policies").fetchall()
+    }
+
+
 # -- atomisations ----------------------------------------------------------------------
 
 
@@ -142,22 +151,50 @@ def pending_atomisations(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]
     return [{"seq": r[0], "source_id": r[1], **json.loads(r[2])} for r in rows]
 
 
+def unfinished_atoms(conn: duckdb.DuckDBPyConnection, source_id: str) -> list[Memory]:
+    """Atoms of `source_id` that no completed atomisation lists and nobody archived, oldest first.
+
+    What an interrupted atomisation left: a re-run reuses them or archives them.
+    """
+    done: set[str] = set()
+    for (detail,) in conn.execute(
+        "SELECT detail FROM atomisations WHERE source_id = ? AND status = 'completed'", [source_id]
+    ).fetchall():
+        done.update(json.loads(detail).get("atom_ids", []))
+    rows = conn.execute(
+        f"SELECT {MEMORY_SELECT} FROM memories m WHERE m.atom_of = ? AND m.archived_at IS NULL "
+        "ORDER BY m.stored_seq",
+        [source_id],
+    ).fetchall()
+    return [m for m in map(row_to_memory, rows) if m["id"] not in done]
+
+
+def unarchived_completions(
+    conn: duckdb.DuckDBPyConnection, source_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Latest completed atomisations whose parent was neither archived nor restored since.
+
+    A writer stopped between `atomisation.completed` and the parent's archive
+    leaves one: `{seq, source_id, **completion}`, oldest first.
+    """
+    rows = conn.execute(
+        """SELECT a.seq, a.source_id, a.detail FROM atomisations a
+           WHERE a.status = 'completed' AND (? IS NULL OR a.source_id = ?)
+             AND a.seq = (SELECT max(b.seq) FROM atomisations b
+                          WHERE b.source_id = a.source_id AND b.status = 'completed')
+             AND NOT EXISTS (SELECT 1 FROM touches t
+                             WHERE t.memory_id = a.source_id AND t.seq > a.seq
+                               AND t.type IN ('memory.archived', 'memory.restored'))
+           ORDER BY a.seq""",
+        [source_id, source_id],
+    ).fetchall()
+    return [{"seq": r[0], "source_id": r[1], **json.loads(r[2])} for r in rows]
+
+
 def atomisation_counts(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """How many atomisation records of each status (requested, completed, failed)."""
     rows = dict(conn.execute("SELECT status, count(*) FROM atomisations GROUP BY status").fetchall())
     return {s: int(rows.get(s, 0)) for s in ("requested", "completed", "failed")}
-
-
-def orphan_atoms(
-    conn: duckdb.DuckDBPyConnection, source_id: str, after_seq: int, keep: Sequence[str]
-) -> list[str]:
-    """Atoms of `source_id` stored after `after_seq`, not archived, and not among `keep`."""
-    rows = conn.execute(
-        "SELECT id FROM memories WHERE atom_of = ? AND stored_seq > ? AND archived_at IS NULL "
-        "AND id NOT IN (SELECT unnest(?::VARCHAR[]))",
-        [source_id, after_seq, list(keep)],
-    ).fetchall()
-    return [str(r[0]) for r in rows]
 
 
 # -- migrations ------------------------------------------------------------------------

@@ -11,18 +11,20 @@ deadlock, and two writers of the same home see each other's effects.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import duckdb
 from pydantic import ValidationError
 
 from mnemolog.curators.embed import Embedder, EmbedderFailed
+from mnemolog.eventlog import memview
 from mnemolog.eventlog.errors import (
     BadInput,
     MnemologError,
@@ -34,18 +36,19 @@ from mnemolog.eventlog.errors import (
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
 from mnemolog.eventlog.vocabulary_knowledge import DEFAULT_STATUS, check_statuses
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
-from mnemolog.projections import audit, hybrid, vectors
+from mnemolog.projections import audit, hybrid, queries, vectors
 from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
-from mnemolog.projections.memories import Edge, Memory
+from mnemolog.projections.memories import MEMORY_FIELDS, Edge, Memory
 from mnemolog.projections.recall import Filters
-from mnemolog.substrate import agentfolder, witnessing
+from mnemolog.substrate import agentfolder, governance, witnessing
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion, require_vectors
 from mnemolog.substrate.events import (
     LinkCreated,
+    LinkRemoved,
     MemoryArchived,
     MemoryRestored,
     MemoryStored,
@@ -67,9 +70,10 @@ from mnemolog.substrate.events.log import RollbackAccepted
 from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
+from mnemolog.substrate.ids import looks_like_id
 from mnemolog.substrate.importer import BATCH, ImportReport, import_jsonl
 from mnemolog.substrate.knowledge import Knowledge
-from mnemolog.substrate.session import Session
+from mnemolog.substrate.session import ProjectionBehind, Session
 
 __all__ = ["MAX_CONTENT_BYTES", "Edge", "Memory", "RecallReport", "Substrate"]
 
@@ -113,6 +117,7 @@ class Substrate:
         embedder: Embedder | None = None,
     ) -> None:
         self.home = home.require()
+        home.check_layout()
         self.clock = clock
         self._durability = durability
         self._progress = progress
@@ -132,6 +137,8 @@ class Substrate:
         self.hooks = HookChain(home.config.hooks, hooks)
         self._lock = threading.RLock()
         self._closed = False
+        #: Problems closing met that lose nothing (a closing checkpoint that could not be written).
+        self.close_warnings: list[str] = []
         self.atomiser = Atomiser(self.home, self, curator_options)
         self.knowledge = Knowledge(
             self.home, self, clock=clock, checkpoint=self._checkpoint_now, options=curator_options
@@ -192,7 +199,16 @@ class Substrate:
         self.projections.close()
         with self._lock:
             if self._writer is not None:
-                self._writer.close()
+                try:
+                    self._writer.close()
+                except (StorageError, OSError) as exc:
+                    # The closing checkpoint is a convenience: every acknowledged entry is
+                    # durable already, and the next writer signs a checkpoint. It must not
+                    # turn writes that succeeded into a failed command.
+                    reason = exc.message if isinstance(exc, StorageError) else str(exc)
+                    self.close_warnings.append(
+                        f"closing the log writer failed ({reason}); nothing written is lost"
+                    )
         self.log.close()
         if self._witnesses is not None:
             self._witnesses.close()  # after the closing checkpoint, so it is sent too
@@ -200,8 +216,14 @@ class Substrate:
     def __enter__(self) -> Substrate:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Already failing: the first failure is the one to report, not one closing adds
+        # (a checkpoint that cannot be written to the same full disk, say).
+        with contextlib.suppress(Exception):
+            self.close()
 
     def _checkpoint_now(self) -> tuple[int, bytes]:
         cp, _raw = self.writer.checkpoint()
@@ -267,7 +289,20 @@ class Substrate:
         `atomise_outcome`: "requested" (deferred: a worker will atomise it),
         "atomised" / "skipped_below_threshold" / "skipped_already_atomic" /
         "failed" (synchronous: the curator ran before this returned).
+
+        `memory_id` makes the store idempotent: an id is stored at most once. A
+        retry with the same id and the same memory returns the stored one with
+        `already_stored: true` (nothing is written); different content under an
+        id already stored is refused (BadInput, exit 65). Once the entry is
+        durable the store succeeds: a projection that cannot fold it is a
+        warning (the memory is then read from the log).
         """
+        if memory_id is not None and (not isinstance(memory_id, str) or not looks_like_id(memory_id)):
+            raise BadInput(
+                f"a memory id is a ULID (26 characters of Crockford base32), found {memory_id!r}",
+                field="id",
+                found=repr(memory_id)[:80],
+            )
         payload = MemoryStored.new(
             content,
             namespace=namespace,
@@ -296,15 +331,21 @@ class Substrate:
                 s.skip_embedding[payload.id] = "skipped_synchronous_atomise"
             return extra
 
-        with self.session() as s:
-            if payload.project:
-                payload = payload.model_copy(
-                    update={"project": self.knowledge.canonical_project(s, payload.project)}
-                )
-            mem = s.with_warnings(s.write_memory(payload, follow=follow))
-            embedded = s.embedded.get(payload.id, "off")
-            if embedded != "off":  # only where embeddings are in play, like the atomise_* keys
-                mem["embedding"] = embedded
+        try:
+            with self.session() as s:
+                if payload.project:
+                    payload = payload.model_copy(
+                        update={"project": self.knowledge.canonical_project(s, payload.project)}
+                    )
+                existing = s.get(payload.id) if memory_id is not None else None
+                if existing is not None:
+                    return self._already_stored(existing, payload)
+                mem = s.with_warnings(s.write_memory(payload, follow=follow))
+                embedded = s.embedded.get(payload.id, "off")
+                if embedded != "off":  # only where embeddings are in play, like the atomise_* keys
+                    mem["embedding"] = embedded
+        except ProjectionBehind as exc:
+            return self._from_log(payload, exc)
         mode, action = planned[0]
         if action == "requested":
             self.atomiser.wake()
@@ -328,6 +369,57 @@ class Substrate:
         if "warnings" in mem:
             out["warnings"] = mem["warnings"]
         return out
+
+    #: What makes two stores of one id the same memory (the fields a client chooses).
+    SAME_STORE = (
+        "content",
+        "namespace",
+        "kind",
+        "title",
+        "tags",
+        "confidence",
+        "source",
+        "metadata",
+        "atom_of",
+        "project",
+        "domains",
+    )
+
+    def _already_stored(self, existing: Memory, payload: MemoryStored) -> Memory:
+        """A retried store: the stored memory if the retry asks for the same one, else BadInput."""
+        original = self.log.entry(existing["stored_seq"])
+        first = upcast(original.type, original.tv, original.data)
+        asked = payload.to_data()
+        differ = [f for f in self.SAME_STORE if first.get(f) != asked.get(f)]
+        if differ:
+            raise BadInput(
+                f"memory {payload.id} is already stored with a different {', '.join(differ)}; an id "
+                "stores at most one memory (choose a new id, or `update` the memory)",
+                field=differ[0],
+                id=payload.id,
+                differ=differ,
+            )
+        existing["already_stored"] = True
+        return existing
+
+    def _from_log(self, payload: MemoryStored, exc: ProjectionBehind) -> Memory:
+        """A durable store whose projection failed: the memory as the log has it, with a warning."""
+        self.log.refresh()
+        entries = [self.log.entry(r.seq) for r in exc.receipts]
+        view = memview.fold_views(entries, [payload.id])[payload.id]
+        # The bundle view knows the log's memory fields; the knowledge loop's are the
+        # stored payload's own (a memory just stored was never promoted or referenced).
+        view.update(
+            project=payload.project,
+            domains=list(payload.domains),
+            status=payload.status,
+            promoted_at=None,
+            reference_count=0,
+            last_referenced_at=None,
+        )
+        mem = cast(Memory, {k: view.get(k) for k in MEMORY_FIELDS})
+        mem["warnings"] = [exc.message]
+        return mem
 
     def atomise(
         self,
@@ -414,13 +506,47 @@ class Substrate:
         relation: str = "related_to",
         metadata: Mapping[str, Any] | None = None,
     ) -> Edge:
-        """Draw an edge src -> dst (both must exist)."""
+        """Draw an edge src -> dst (both must exist, and differ).
+
+        An edge src -> dst of this relation that exists already is returned as it
+        is, with `already_linked: true` (nothing is written; the CLI exits 1).
+        """
         payload = LinkCreated.model_validate(
             {"src": src, "dst": dst, "relation": relation, "metadata": metadata}
         )
         self.require_writer()
         with self.session() as s:
+            s.require(payload.src)
+            for edge in s.links(payload.src)["outgoing"]:
+                if edge["dst"] == payload.dst and edge["relation"] == payload.relation:
+                    edge["already_linked"] = True
+                    return edge
             return s.with_warnings(s.write_link(payload))
+
+    def unlink(
+        self, src: str, dst: str, relation: str = "related_to", reason: str | None = None
+    ) -> dict[str, Any]:
+        """Take back the edge src -> dst of this relation: a signed `link.removed` (NotFound if none)."""
+        payload = LinkRemoved.model_validate({"src": src, "dst": dst, "relation": relation, "reason": reason})
+        self.require_writer()
+        with self.session() as s:
+            m = s.require(payload.src)
+            gone = [
+                e
+                for e in s.links(payload.src)["outgoing"]
+                if e["dst"] == payload.dst and e["relation"] == payload.relation
+            ]
+            if not gone:
+                raise NotFound(
+                    f"no {payload.relation} link from {payload.src} to {payload.dst}",
+                    src=payload.src,
+                    dst=payload.dst,
+                    relation=payload.relation,
+                )
+            s.check_write(s.policy(m["namespace"]), m["namespace"])
+            r = s.append(payload)
+            return {"removed": gone, "seq": r.seq, "src": payload.src, "dst": payload.dst,
+                    "relation": payload.relation}  # fmt: skip
 
     def archive(self, memory_id: str, reason: str | None = None) -> Memory:
         """Hide a memory from recall (it stays in the log); archiving twice writes nothing."""
@@ -480,8 +606,23 @@ class Substrate:
         payload = PolicySet(namespace=namespace, changes=changes, unset=list(unset))
         self.require_writer()
         with self.session() as s:
+            after = {**(s.own_policy(namespace) or {}), **changes}
+            for name in unset:
+                after.pop(name, None)
+            self._check_atomisable(s, namespace, after)
             s.append(payload)
             return s.policy(namespace).to_json()
+
+    @staticmethod
+    def _check_atomisable(s: Session, namespace: str, after: dict[str, Any] | None) -> None:
+        """Refuse a policy change that leaves this namespace or one below it unable to atomise."""
+        own: dict[str, Any] = queries.all_own_policies(s.conn)
+        if after is None:
+            own.pop(namespace, None)
+        else:
+            own[namespace] = after
+        below = [n for n in own if namespace in governance.ancestors(n)]
+        governance.check_atomisable(own, [namespace, *below])
 
     def clear_policy(self, namespace: str) -> dict[str, Any]:
         """Drop a namespace's own policy: every field inherits again."""
@@ -489,6 +630,7 @@ class Substrate:
         with self.session() as s:
             if s.own_policy(namespace) is None:
                 raise NotFound(f"namespace {namespace!r} has no policy of its own")
+            self._check_atomisable(s, namespace, None)
             s.append(PolicySet(namespace=namespace, clear=True))
             return s.policy(namespace).to_json()
 
@@ -844,8 +986,10 @@ class Substrate:
     ) -> list[Memory]:
         """Memories newest first (by when stored); active ones unless ``statuses`` says otherwise."""
         f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise UsageError("offset must not be negative")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < 2**63:
+            raise UsageError(
+                "offset must be an integer in [0, 2**63)", field="offset", found=repr(offset)[:40]
+            )
         with self.session() as s:
             return q.list_memories(s.conn, self._scoped(s, f), check_limit(limit), offset)
 

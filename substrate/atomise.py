@@ -101,6 +101,11 @@ class AtomiseResult:
     warnings: list[str] = field(default_factory=list)
     dropped: list[dict[str, Any]] = field(default_factory=list)
     completion_seq: int | None = None
+    #: An interrupted atomisation was finished (its completion was in the log) rather than redone.
+    resumed: bool = False
+    #: Atoms an interrupted run had written that this one reused; orphans it archived.
+    reused: list[str] = field(default_factory=list)
+    archived_orphans: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -126,7 +131,23 @@ class AtomiseResult:
             out["dropped"] = self.dropped
         if self.completion_seq is not None:
             out["completion_seq"] = self.completion_seq
+        if self.resumed:
+            out["resumed"] = True
+        if self.reused:
+            out["reused_atom_ids"] = self.reused
+        if self.archived_orphans:
+            out["archived_orphan_ids"] = self.archived_orphans
         return out
+
+
+def _same_atom(m: Memory, atom: Any, index: int, count: int) -> bool:
+    meta = m["metadata"] or {}
+    return (
+        m["content"] == atom.text
+        and m["title"] == atom.title
+        and meta.get("atom_index") == index
+        and meta.get("atom_count") == count
+    )
 
 
 def find_span(parent: str, atom: str) -> list[int] | None:
@@ -215,6 +236,10 @@ class Atomiser:
                     depth=depth,
                     max_depth=MAX_DEPTH,
                 )
+            finished = self._finish(s, memory_id)
+            if finished is not None and not force:
+                return finished
+            parent = s.require(memory_id)
             if (parent["atomised_into"] or 0) > 0 and not force:
                 return AtomiseResult(
                     memory_id,
@@ -256,6 +281,48 @@ class Atomiser:
             res.warnings += s.warnings
             return res
 
+    def _finish(self, s: Session, memory_id: str) -> AtomiseResult | None:
+        """Finish an atomisation whose completion is in the log but whose archives are not.
+
+        The completion names the atoms and the atoms it supersedes: what is
+        left to write is the archive of each superseded atom not yet archived,
+        then the parent's. None when there is nothing to finish.
+        """
+        todo = queries.unarchived_completions(s.conn, memory_id)
+        if not todo:
+            return None
+        done = todo[0]
+        for old in done.get("previous_atom_ids", []):
+            m = s.get(old)
+            if m is not None and m["archived_at"] is None:
+                s.append(
+                    MemoryArchived(
+                        id=old, by="reatomisation", reason=f"superseded by atomisation {done['seq']}"
+                    )
+                )
+        atom_ids = list(done.get("atom_ids", []))
+        s.append(MemoryArchived(id=memory_id, by="atomisation", atomised_into=len(atom_ids)))
+        after = s.require(memory_id)
+        return AtomiseResult(
+            memory_id,
+            atom_ids,
+            iso(after["atomisation_archived_at"]),
+            curator=done.get("curator"),
+            model=done.get("model"),
+            completion_seq=int(done["seq"]),
+            resumed=True,
+        )
+
+    def finish_pending(self) -> list[dict[str, Any]]:
+        """Finish every atomisation left completed but not archived (what a killed writer left)."""
+        out: list[dict[str, Any]] = []
+        with self.sessions.session() as s:
+            for done in queries.unarchived_completions(s.conn):
+                res = self._finish(s, done["source_id"])
+                if res is not None:
+                    out.append({"outcome": "finished", **res.envelope()})
+        return out
+
     def _write(
         self,
         s: Session,
@@ -270,11 +337,27 @@ class Atomiser:
         pid = parent["id"]
         atom_ids: list[str] = []
         n = len(result.atoms)
+        # What an interrupted run of this atomisation already wrote: an atom with the
+        # same place, count, text and title is reused (a deterministic curator gives
+        # the same atoms again); every other one is archived, once, with the reason.
+        leftovers = queries.unfinished_atoms(s.conn, pid)
+        reused: list[str] = []
+        orphans: list[str] = []
         for i, atom in enumerate(result.atoms):
+            match = next((m for m in leftovers if _same_atom(m, atom, i, n)), None)
+            if match is not None:
+                leftovers.remove(match)
+                atom_ids.append(match["id"])
+                reused.append(match["id"])
+                edges = s.links(match["id"])["outgoing"]
+                if not any(e["dst"] == pid and e["relation"] == "derives_from" for e in edges):
+                    s.write_link(LinkCreated(src=match["id"], dst=pid, relation="derives_from"), atom_index=i)
+                continue
             payload = MemoryStored.new(
                 atom.text,
                 namespace=parent["namespace"],
                 kind="observation",
+                title=atom.title,
                 tags=parent["tags"],
                 atom_of=pid,
                 # An atom is knowledge of the same project and domains as its parent.
@@ -286,9 +369,15 @@ class Atomiser:
                     "atom_count": n,
                     "atom_tokens": atom.tokens,
                     **({"over_budget": True} if atom.over_budget else {}),
+                    **({"section": atom.context} if atom.context else {}),
                 },
             )
             try:
+                if i == len(reused) and leftovers:
+                    # Orphans go before the first new atom: a run killed from here on
+                    # never finds the same orphan twice.
+                    orphans += self._archive_orphans(s, pid, leftovers)
+                    leftovers = []
                 s.write_memory(payload, atom_index=i)
                 atom_ids.append(payload.id)
                 s.write_link(LinkCreated(src=payload.id, dst=pid, relation="derives_from"), atom_index=i)
@@ -309,6 +398,8 @@ class Atomiser:
                 exc.details["atom_ids"] = list(atom_ids)
                 exc.details["source_id"] = pid
                 raise
+        if leftovers:
+            orphans += self._archive_orphans(s, pid, leftovers)
         completed = AtomisationCompleted(
             source_id=pid,
             atom_ids=atom_ids,
@@ -342,7 +433,21 @@ class Atomiser:
             warnings=list(result.warnings),
             dropped=completed.dropped,
             completion_seq=r.seq,
+            reused=reused,
+            archived_orphans=orphans,
         )
+
+    @staticmethod
+    def _archive_orphans(s: Session, pid: str, orphans: list[Memory]) -> list[str]:
+        for m in orphans:
+            s.append(
+                MemoryArchived(
+                    id=m["id"],
+                    by="reatomisation",
+                    reason=f"orphan of an interrupted atomisation of {pid}, not among its atoms",
+                )
+            )
+        return [m["id"] for m in orphans]
 
     def _failed(
         self,
@@ -419,7 +524,8 @@ class Atomiser:
 
     def counts(self, s: Session) -> dict[str, int]:
         """Atomisation records by status, and the requests still pending."""
-        return {**queries.atomisation_counts(s.conn), "pending": len(queries.pending_atomisations(s.conn))}
+        pending = len(queries.pending_atomisations(s.conn)) + len(queries.unarchived_completions(s.conn))
+        return {**queries.atomisation_counts(s.conn), "pending": pending}
 
     def drain(self, *, limit: int | None = None, block: bool = True) -> list[dict[str, Any]]:
         """Process pending requests (one worker per home at a time); report each outcome."""
@@ -433,26 +539,17 @@ class Atomiser:
             self._worker_lock.release()
 
     def _drain(self, limit: int | None) -> list[dict[str, Any]]:
-        done: list[dict[str, Any]] = []
+        # First what a killed writer left half done: completions without their archives.
+        done: list[dict[str, Any]] = self.finish_pending()
         while limit is None or len(done) < limit:
             with self.sessions.session() as s:
                 todo = queries.pending_atomisations(s.conn)
                 if not todo:
                     return done
                 req = todo[0]
-                self._discard_partial(s, req)
+            # Atoms a killed run wrote for this request are reused or archived by atomise().
             done.append(self._run_request(req))
         return done
-
-    def _discard_partial(self, s: Session, req: dict[str, Any]) -> None:
-        """Atoms a killed worker wrote for this request are archived before it is redone."""
-        keep = queries.latest_atoms(s.conn, req["source_id"])
-        for aid in queries.orphan_atoms(s.conn, req["source_id"], req["seq"], keep):
-            s.append(
-                MemoryArchived(
-                    id=aid, by="reatomisation", reason=f"incomplete atomisation of request {req['seq']}"
-                ),
-            )
 
     def _run_request(self, req: dict[str, Any]) -> dict[str, Any]:
         sid = req["source_id"]

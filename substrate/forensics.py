@@ -31,7 +31,14 @@ from mnemolog.eventlog import bundle, bundle_build, bundle_format, codec, logexp
 from mnemolog.eventlog.checkpoints import write_high_water
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, SignerError, StorageError, UsageError
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.fsio import (
+    FileTooLarge,
+    NotRegularFile,
+    atomic_write,
+    fsync_dir,
+    pid_alive,
+    read_regular,
+)
 from mnemolog.eventlog.heads import HeadsMap
 from mnemolog.eventlog.index import IndexWriter
 from mnemolog.eventlog.keys import load_private_key, write_private_key, write_public_key
@@ -125,7 +132,7 @@ class CurrentHeads:
 def _load_heads_cache(path: Path, log: Log) -> CurrentHeads:
     """The cached heads, if they hash to the root a heads.committed entry of this log commits to."""
     try:
-        doc = codec.decode(path.read_bytes(), str(path))
+        doc = codec.decode(read_regular(path, 1 << 30), str(path))
         size, seq, heads = doc["size"], doc["heads_seq"], doc["heads"]
         e = log.entry(seq)
         ok = (
@@ -314,14 +321,32 @@ class ReplayReport:
 
 def read_export(path: Path) -> bytes:
     try:
-        size = path.stat().st_size
-        if size > MAX_EXPORT_BYTES:
-            raise BadInput(f"{path} is {size} bytes, more than an export may be", file=str(path))
-        return path.read_bytes()
+        return read_regular(path, MAX_EXPORT_BYTES)
+    except FileTooLarge as exc:
+        raise BadInput(f"{path} is {exc.strerror}: more than an export may be", file=str(path)) from exc
+    except NotRegularFile as exc:
+        raise BadInput(f"{path} is {exc.strerror}: an export is a file", file=str(path)) from exc
     except FileNotFoundError as exc:
         raise NotFound(f"no export at {path}", file=str(path)) from exc
     except OSError as exc:
         raise StorageError(f"cannot read {path}: {exc}", file=str(path)) from exc
+
+
+def _remove_abandoned(parent: Path, prefix: str) -> None:
+    """Build directories of replays that were killed (their pid, in the name, is gone)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        pid = name[len(prefix) :].split("-", 1)[0]
+        path = parent / name
+        if pid.isdigit() and pid_alive(int(pid)):
+            continue  # a replay in progress
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def replay(
@@ -362,7 +387,9 @@ def replay(
             )
     parent = new_home.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{new_home.name}.replay-", dir=parent))
+    prefix = f".{new_home.name}.replay-"
+    _remove_abandoned(parent, prefix)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     try:
         built = Home(tmp)
         checkpoint = _build_home(built, ex, key, progress)
@@ -380,6 +407,17 @@ def replay(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if key is not None:
+        # The private key is copied only into the finished home: a replay killed
+        # while building leaves no copy of it in a temporary directory.
+        try:
+            write_private_key(Home(new_home).signing_key_path, key)
+        except OSError as exc:
+            raise StorageError(
+                f"the home {new_home} was built but its signing key could not be written "
+                f"({exc.strerror}); copy {signing_key} to {Home(new_home).signing_key_path} (mode 0600)",
+                file=str(Home(new_home).signing_key_path),
+            ) from exc
     return ReplayReport(
         str(new_home), ex.count, ex.tree_size, checkpoint, key is not None, replayed, ex.summary()
     )
@@ -419,14 +457,13 @@ def _build_home(home: Home, ex: logexport.VerifiedExport, key: Any, progress: bo
     atomic_write(home.config_path, default_config_text(current.name, ex.log_id).encode())
     if checkpoint is not None:
         write_high_water(home.high_water_path, ex.checkpoint, checkpoint)
-    if key is not None:
-        write_private_key(home.signing_key_path, key)
-        if checkpoint is None:
-            # A shorter log than the export's checkpoint: sign one for what was replayed
-            # (every entry was verified on the way in, and the key is the one that signs next).
-            root = merkle.root_of([e.leaf for e in ex.entries])
-            raw = Checkpoint(ex.keys.origin, ex.count, root).sign(key)
-            atomic_write(log_dir / CHECKPOINT_DIR / checkpoint_name(ex.count), raw)
-            write_high_water(home.high_water_path, raw, ex.count)
-            checkpoint = ex.count
+    if key is not None and checkpoint is None:
+        # A shorter log than the export's checkpoint: sign one for what was replayed
+        # (every entry was verified on the way in, and the key is the one that signs next).
+        # The private key itself is copied only into the finished home (see replay).
+        root = merkle.root_of([e.leaf for e in ex.entries])
+        raw = Checkpoint(ex.keys.origin, ex.count, root).sign(key)
+        atomic_write(log_dir / CHECKPOINT_DIR / checkpoint_name(ex.count), raw)
+        write_high_water(home.high_water_path, raw, ex.count)
+        checkpoint = ex.count
     return checkpoint

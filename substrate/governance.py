@@ -9,13 +9,24 @@ namespaces set themselves (the session reads those from the projection).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mnemolog.eventlog.errors import BadInput
 from mnemolog.substrate.events.limits import ROOT_NAMESPACE, check_namespace
 
-__all__ = ["DEFAULTS", "MODE_RETRIES", "ROOT", "ResolvedPolicy", "ancestors", "check_namespace", "resolve"]
+__all__ = [
+    "DEFAULTS",
+    "MODE_RETRIES",
+    "ROOT",
+    "PolicyConflict",
+    "ResolvedPolicy",
+    "ancestors",
+    "check_atomisable",
+    "check_namespace",
+    "resolve",
+]
 
 ROOT = ROOT_NAMESPACE
 
@@ -75,3 +86,40 @@ def resolve(own: Mapping[str, Mapping[str, Any]], ns: str) -> ResolvedPolicy:
             values[k] = v
             sources[k] = "(default)"
     return ResolvedPolicy(ns, values, sources)
+
+
+class PolicyConflict(BadInput):
+    """A policy whose fields contradict each other once inherited (exit 65)."""
+
+    slug = "policy_conflict"
+
+
+def check_atomisable(own: Mapping[str, Mapping[str, Any]], namespaces: Sequence[str]) -> None:
+    """Refuse policies under which automatic atomisation could only fail.
+
+    A memory is atomised when it has at least the threshold's tokens, and split
+    only when it is longer than one atom: a threshold at or below the atom
+    budget would queue memories that fit in one atom, each ending as a
+    `too_small` failure. `own` holds the policies as they would be after the
+    change (by namespace); every namespace in `namespaces` is checked.
+    """
+    for name in sorted(set(namespaces)):
+        p = resolve(own, name)
+        if p["auto_atomise_mode"] == "off":
+            continue
+        threshold = int(p["auto_atomise_threshold_cl100k"])
+        budget = int(p["auto_atomise_max_atom_tokens"])
+        if threshold <= budget:
+            where = "root" if name == ROOT else repr(name)
+            raise PolicyConflict(
+                f"policy of {where}: auto_atomise_threshold_cl100k={threshold} (set on "
+                f"{p.sources['auto_atomise_threshold_cl100k']!r}) must be above "
+                f"auto_atomise_max_atom_tokens={budget} (set on "
+                f"{p.sources['auto_atomise_max_atom_tokens']!r}): a memory at the threshold fits in "
+                f"one atom, so {p['auto_atomise_mode']} atomisation would fail as too small; raise the "
+                "threshold or lower the atom budget",
+                field="auto_atomise_threshold_cl100k",
+                namespace=name,
+                expected=f"> {budget}",
+                found=threshold,
+            )

@@ -16,8 +16,11 @@ $XDG_DATA_HOME/mnemolog, else ~/.local/share/mnemolog.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shutil
+import stat
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,8 +35,15 @@ from mnemolog.eventlog.checkpoints import (
     read_high_water,
     write_high_water,
 )
-from mnemolog.eventlog.errors import BadInput, HomeMissing, SignerError, StorageError, VerificationError
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.errors import (
+    BadInput,
+    HomeMissing,
+    SignerError,
+    StorageError,
+    UsageError,
+    VerificationError,
+)
+from mnemolog.eventlog.fsio import FileTooLarge, atomic_write, fsync_dir, read_regular, stale_temps
 from mnemolog.eventlog.keys import (
     MAX_KEY_FILE,
     SigningKey,
@@ -42,6 +52,7 @@ from mnemolog.eventlog.keys import (
     write_private_key,
     write_public_key,
 )
+from mnemolog.eventlog.lock import FileLock
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.trust import ORIGIN_PREFIX, HomeAnchor, origin_for
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, system_clock
@@ -258,9 +269,18 @@ idle_release_ms = 250
 """
 
 
+def _regular_or_gone(path: Path) -> bool:
+    """A regular file, or removed meanwhile by a writer (a rebuild, a cut): not damage."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
+
+
 class Home:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.recovered_keys: list[str] = []
         self.log_dir = root / "log"
         self.keys_dir = root / "keys"
         self.projections_dir = root / "projections"
@@ -273,6 +293,9 @@ class Home:
 
     @classmethod
     def resolve(cls, home: str | os.PathLike[str] | None = None) -> Home:
+        if home is not None and os.fspath(home) == "":
+            # An empty --home is a mistake (an unset shell variable), not a request for the default.
+            raise UsageError("--home is empty: give a directory, or leave --home out for the default home")
         return cls(Path(home) if home else default_home())
 
     def exists(self) -> bool:
@@ -291,20 +314,64 @@ class Home:
             )
         return self
 
+    def check_layout(self) -> None:
+        """Refuse a home whose directories or files are not of the kind they must be (exit 6).
+
+        A few lstat calls: a directory replaced by a file (or the reverse) is named
+        here, before anything reads around it or writes into it. Reads could get by
+        without a damaged index or checkpoint directory, but damage is reported, not
+        hidden; what is derived says how to recreate it. The Substrate checks it on
+        open; `log verify` does not need it (it reads the segments alone).
+        """
+        derived = {
+            self.log_dir / "index": "it is derived: move it away and the next command rebuilds it",
+            self.projections_dir: "it is derived: move it away and the next command rebuilds it",
+        }
+        for d in (self.log_dir, self.log_dir / "checkpoints", self.log_dir / "index", self.projections_dir,
+                  self.state_dir, self.keys_dir):  # fmt: skip
+            try:
+                mode = os.lstat(d).st_mode
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageError(f"cannot inspect {d}: {exc.strerror}", file=str(d)) from exc
+            if not stat.S_ISDIR(mode):
+                advice = derived.get(d, "the home is damaged: restore it from a copy")
+                raise StorageError(f"{d} is not a directory; {advice}", file=str(d))
+        index = self.log_dir / "index"
+        for name in os.listdir(index) if index.is_dir() else ():
+            if not _regular_or_gone(index / name):
+                raise StorageError(
+                    f"the log index file {index / name} is not a regular file; the index is derived: "
+                    "move it away and the next command rebuilds it",
+                    file=str(index / name),
+                )
+        for name in os.listdir(self.log_dir):
+            if name.endswith(".seg") and not _regular_or_gone(self.log_dir / name):
+                path = self.log_dir / name
+                raise StorageError(
+                    f"the log segment {path} is not a regular file; the home is damaged: "
+                    "restore it from a copy",
+                    file=str(path),
+                )
+
     @property
     def config(self) -> Config:
         if self._config is None:
+            where = str(self.config_path)
             try:
-                st = self.config_path.stat()
+                raw = read_regular(self.config_path, MAX_CONFIG_BYTES)
             except FileNotFoundError:
                 self._config = Config()
                 return self._config
-            if st.st_size > MAX_CONFIG_BYTES:
-                raise BadInput(f"{self.config_path} is larger than {MAX_CONFIG_BYTES} bytes")
+            except FileTooLarge as exc:
+                raise BadInput(f"{where}: {exc.strerror}", file=where) from exc
+            except OSError as exc:  # a FIFO, a device, a directory: damage, not input
+                raise StorageError(f"cannot read {where}: {exc.strerror}", file=where) from exc
             try:
-                text = self.config_path.read_text("utf-8")
+                text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise BadInput(f"{self.config_path} is not UTF-8", file=str(self.config_path)) from exc
+                raise BadInput(f"{where} is not UTF-8", file=where) from exc
             self._config = parse_config(text, str(self.config_path))
         return self._config
 
@@ -368,10 +435,10 @@ class Home:
             return out
         for name in names:
             path = self.keys_dir / name
-            if not name.endswith(".pub") or not path.is_file() or path.stat().st_size > MAX_KEY_FILE:
+            if not name.endswith(".pub"):
                 continue
             try:
-                out.append(VerifierKey.from_vkey(path.read_text("utf-8")))
+                out.append(VerifierKey.from_vkey(read_regular(path, MAX_KEY_FILE).decode("utf-8")))
             except (OSError, UnicodeDecodeError, SignerError):
                 continue
         return out
@@ -420,22 +487,105 @@ class Home:
             keys.append(load_private_key(self.next_key_path))
         return keys
 
-    def _finish_rotation(self, active: SigningKey) -> None:
-        """After a rotation is in the log, make the incoming key the active one."""
-        if not self.next_key_path.exists():
-            return
-        nxt = load_private_key(self.next_key_path)
-        if nxt.kid != active.kid:
-            # The rotation never reached the log: the incoming key was not used.
-            self.next_key_path.unlink()
-            return
-        retired = self.keys_dir / "retired"
-        retired.mkdir(exist_ok=True, mode=0o700)
-        old = load_private_key(self.signing_key_path)
-        if old.kid != nxt.kid:
-            os.replace(self.signing_key_path, retired / f"{old.kid.hex()}.key")
-        os.replace(self.next_key_path, self.signing_key_path)
+    @property
+    def retired_dir(self) -> Path:
+        return self.keys_dir / "retired"
+
+    def _keys_lock(self) -> FileLock:
+        # Rotation and its recovery exclude each other across processes: a recovery
+        # must never judge a rotation that another process is still carrying out.
+        return FileLock(self.keys_dir / ".lock", self.config.log.lock_timeout_s, "key rotation lock")
+
+    def _keys_settled(self) -> bool:
+        if stale_temps(self.keys_dir) or self.next_key_path.exists():
+            return False
+        if self.signing_key_path.is_file():
+            return True
+        # No private key at all (a copy made for audits, a home replayed without
+        # --signing-key): nothing to recover, and `signing_keys` names what is missing.
+        try:
+            return not any(p.suffix == ".key" for p in self.retired_dir.iterdir())
+        except OSError:
+            return True
+
+    def recover_keys(self) -> list[str]:
+        """Finish or roll back an interrupted key rotation, deciding from the log.
+
+        A rotation saves the incoming key as `next.key` (and its `.pub`), appends
+        `key.rotated`, then retires `signing.key` and renames `next.key` over it.
+        A kill can stop it anywhere. The log's newest key (read without any
+        private key) says which way to go: if the rotation is in the log, the
+        incoming key becomes `signing.key` and the old one is retired; if not,
+        the incoming key never signed anything and is removed. Temp files of
+        interrupted key writes are removed, and every key of the history gets
+        its `.pub`. Returns what was done, one line per step (empty if nothing).
+        """
+        if self._keys_settled():
+            return []
+        with self._keys_lock():
+            return self._recover_keys_locked()
+
+    def _recover_keys_locked(self) -> list[str]:
+        done: list[str] = []
+        for temp, target in stale_temps(self.keys_dir):
+            temp.unlink(missing_ok=True)
+            done.append(f"removed {temp.name}, an interrupted write of {target}")
+        with Log(self.log_dir) as log:
+            history = [ep.key for ep in log.key_history()]
+        current = history[-1]
+        announced = {k.kid for k in history}
+        active = self._load_if_there(self.signing_key_path)
+        incoming = self._load_if_there(self.next_key_path)
+        if active is None or active.kid != current.kid:
+            source = None
+            if incoming is not None and incoming.kid == current.kid:
+                source = self.next_key_path
+            elif (self.retired_dir / f"{current.kid.hex()}.key").is_file():
+                source = self.retired_dir / f"{current.kid.hex()}.key"
+            if source is None:
+                raise SignerError(
+                    f"no private key for the log's current key {current.vkey()}: it is in none of "
+                    f"{self.signing_key_path}, "
+                    f"{self.next_key_path} or {self.retired_dir}; restore its private key as "
+                    f"{self.signing_key_path}",
+                    file=str(self.signing_key_path),
+                    expected=current.kid.hex(),
+                )
+            if active is not None:
+                self._retire(self.signing_key_path, active)
+                done.append(f"retired {active.kid.hex()}")
+            os.replace(source, self.signing_key_path)
+            done.append(f"made {current.kid.hex()} the signing key (the rotation to it is in the log)")
+            if source == self.next_key_path:
+                incoming = None
+        if incoming is not None:
+            if incoming.kid in announced:
+                self._retire(self.next_key_path, incoming)
+                done.append(f"retired {incoming.kid.hex()}")
+            else:
+                # Never in the log: it signed nothing, so nothing can need it.
+                self.next_key_path.unlink()
+                pub = self.keys_dir / f"{incoming.kid.hex()}.pub"
+                pub.unlink(missing_ok=True)
+                done.append(f"removed {incoming.kid.hex()}, a rotation that never reached the log")
+        for key in history:
+            pub = self.keys_dir / f"{key.kid.hex()}.pub"
+            if not pub.is_file():
+                write_public_key(pub, key)
+                done.append(f"wrote {pub.name}")
         fsync_dir(self.keys_dir)
+        return done
+
+    @staticmethod
+    def _load_if_there(path: Path) -> SigningKey | None:
+        if not path.exists():
+            return None
+        return load_private_key(path)
+
+    def _retire(self, path: Path, key: SigningKey) -> None:
+        self.retired_dir.mkdir(exist_ok=True, mode=0o700)
+        os.replace(path, self.retired_dir / f"{key.kid.hex()}.key")
+        fsync_dir(self.retired_dir)
 
     # -- the log -------------------------------------------------------------
 
@@ -459,12 +609,13 @@ class Home:
         here (SignerError, exit 6) before anything on disk is touched.
         """
         self.require()
+        self.recovered_keys = self.recover_keys()
         cfg = self.config.log
         dur = durability or Durability(cfg.durability, cfg.group_max_entries, cfg.group_max_ms)  # type: ignore[arg-type]
         policy = None
         if periodic_checkpoints:
             policy = CheckpointPolicy(cfg.checkpoint_max_entries, cfg.checkpoint_max_s)
-        w = LogWriter(
+        return LogWriter(
             self.log_dir,
             self.signing_keys(),
             durability=dur,
@@ -479,16 +630,26 @@ class Home:
             key_loader=self.signing_keys,
             accept_rollback=accept_rollback,
         )
-        self._finish_rotation(w.key)
-        return w
 
     def rotate_key(self, writer: LogWriter, name: str | None = None) -> tuple[SigningKey, int]:
-        """Rotate to a fresh key: saved first, then announced in the log, then made active."""
-        new = SigningKey.generate(name or writer.key.name)
-        write_private_key(self.next_key_path, new)
-        receipt = writer.rotate_key(new)
-        self._finish_rotation(new)
-        write_public_key(self.keys_dir / f"{new.kid.hex()}.pub", new.verifier)
+        """Rotate to a fresh key: saved first, then announced in the log, then made active.
+
+        Each step is durable before the next, so a kill anywhere leaves a state
+        `recover_keys` finishes or rolls back on the next open. A failure here
+        does the same at once.
+        """
+        with self._keys_lock():
+            self._recover_keys_locked()
+            new = SigningKey.generate(name or writer.key.name)
+            try:
+                write_private_key(self.next_key_path, new)
+                write_public_key(self.keys_dir / f"{new.kid.hex()}.pub", new.verifier)
+                receipt = writer.rotate_key(new)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self._recover_keys_locked()
+                raise
+            self._recover_keys_locked()
         return new, receipt.seq
 
 
@@ -503,34 +664,69 @@ class InitReport:
 
 
 def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clock) -> InitReport:
-    """Create a home: config, a fresh key (0600), the genesis entry, the first checkpoint."""
+    """Create a home: config, a fresh key (0600), the genesis entry, the first checkpoint.
+
+    Directories are created 0700. A failed init removes everything it created
+    (and nothing else), so it can simply be run again.
+    """
     home = Home(root)
+    if root.is_symlink() and not root.exists():
+        raise StorageError(
+            f"{root} is a symbolic link to {os.readlink(root)}, which does not exist; "
+            "create the target or give the directory itself",
+            file=str(root),
+        )
     if home.exists():
         raise StorageError(f"{root} already holds a mnemolog log", file=str(root))
     if root.exists() and not root.is_dir():
         raise StorageError(f"{root} exists and is not a directory", file=str(root))
-    for sub in ("log", "keys", "projections"):
-        if (root / sub).exists() and any((root / sub).iterdir()):
+    for sub in ("log", "keys", "projections", "state"):
+        path = root / sub
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise StorageError(f"{path} exists and is not a directory", file=str(path))
+        if path.exists() and any(path.iterdir()):
             raise StorageError(
-                f"{root / sub} is not empty; refusing to initialise over existing files",
-                file=str(root / sub),
+                f"{path} is not empty; refusing to initialise over existing files",
+                file=str(path),
             )
-    root.mkdir(parents=True, exist_ok=True)
-    log_id = os.urandom(16)
-    # C2SP tlog-checkpoint: the log key's name should be the checkpoint origin, so
-    # witnesses and note verifiers see one name for the log. Older homes keep theirs.
-    name = key_name or origin_for(log_id)
-    key = SigningKey.generate(name)
-    home.keys_dir.mkdir(exist_ok=True, mode=0o700)
-    if not home.config_path.exists():
-        atomic_write(home.config_path, default_config_text(name, log_id).encode())
-    if home.signing_key_path.exists():
-        raise SignerError(f"{home.signing_key_path} exists already", file=str(home.signing_key_path))
-    write_private_key(home.signing_key_path, key)
-    write_public_key(home.keys_dir / f"{key.kid.hex()}.pub", key.verifier)
-    home.projections_dir.mkdir(exist_ok=True)
-    _, cp = LogWriter.create(home.log_dir, key, clock=clock, log_id=log_id)
-    write_high_water(home.high_water_path, cp, 1)
+    created: list[Path] = []
+    log_existed = home.log_dir.exists()
+    try:
+        _make_dirs(root, created)
+        # A home holds a private key: only its owner may enter it, whatever the umask or
+        # the mode of a directory that was there before.
+        os.chmod(root, 0o700)
+        log_id = os.urandom(16)
+        # C2SP tlog-checkpoint: the log key's name should be the checkpoint origin, so
+        # witnesses and note verifiers see one name for the log. Older homes keep theirs.
+        name = key_name or origin_for(log_id)
+        key = SigningKey.generate(name)
+        _make_dirs(home.keys_dir, created)
+        if not home.config_path.exists():
+            created.append(home.config_path)
+            atomic_write(home.config_path, default_config_text(name, log_id).encode(), mode=0o600)
+        if home.signing_key_path.exists():
+            raise SignerError(f"{home.signing_key_path} exists already", file=str(home.signing_key_path))
+        created.append(home.signing_key_path)
+        write_private_key(home.signing_key_path, key)
+        pub = home.keys_dir / f"{key.kid.hex()}.pub"
+        created.append(pub)
+        write_public_key(pub, key.verifier)
+        _make_dirs(home.projections_dir, created)
+        _make_dirs(home.state_dir, created)
+        # The log directory may exist (empty): whatever is in it after a failure is ours.
+        created.append(home.log_dir)
+        _, cp = LogWriter.create(home.log_dir, key, clock=clock, log_id=log_id)
+        created.append(home.high_water_path)
+        write_high_water(home.high_water_path, cp, 1)
+    except BaseException as exc:
+        _remove_created(created, home.log_dir, log_existed)
+        if isinstance(exc, OSError):
+            where = exc.filename if exc.filename is not None else root
+            raise StorageError(
+                f"cannot initialise {root}: {exc.strerror or exc}: {where}", file=str(where)
+            ) from exc
+        raise
     return InitReport(
         home=str(root),
         log_id=log_id.hex(),
@@ -539,3 +735,36 @@ def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clo
         vkey=key.verifier.vkey(),
         checkpoint=cp.decode(),
     )
+
+
+def _make_dirs(path: Path, created: list[Path]) -> None:
+    """mkdir -p with mode 0700, recording each directory it made (outermost first)."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists() and not p.is_symlink():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700)
+        created.append(d)
+
+
+def _remove_created(created: list[Path], log_dir: Path, log_existed: bool) -> None:
+    """Undo a failed init: remove what it made, newest first (a log directory that existed
+    before, empty as init requires, is emptied rather than removed)."""
+    for path in reversed(created):
+        try:
+            if path == log_dir and log_existed:
+                for child in path.iterdir():
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
+            elif path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            continue

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 import duckdb
 
 from mnemolog.eventlog import vocabulary as v
-from mnemolog.eventlog.errors import NotFound
+from mnemolog.eventlog.errors import MnemologError, NotFound, StorageError
 from mnemolog.eventlog.writer import LogWriter, Receipt
 from mnemolog.projections import heads as heads_q
 from mnemolog.projections import queries
@@ -36,7 +36,7 @@ from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
 
-__all__ = ["Follow", "Session", "Sessions"]
+__all__ = ["Follow", "ProjectionBehind", "Session", "Sessions"]
 
 _Out = TypeVar("_Out", Memory, Edge)
 
@@ -49,6 +49,28 @@ class BeforeAppend(Protocol):
     """Runs on every batch before it is appended (embed-on-insert: substrate.embedding)."""
 
     def before_append(self, s: Session, payloads: Sequence[Payload]) -> list[Payload]: ...
+
+
+class ProjectionBehind(StorageError):
+    """Entries are durable in the log but could not be folded into the projection.
+
+    The write happened: callers report it as done, with this as a warning. The
+    projection is derived data and catches up on the next session (or `mnemolog
+    rebuild`).
+    """
+
+    slug = "projection_behind"
+
+    def __init__(self, receipts: Sequence[Receipt], cause: BaseException) -> None:
+        reason = cause.message if isinstance(cause, MnemologError) else str(cause)
+        first, last = receipts[0].seq, receipts[-1].seq
+        super().__init__(
+            f"entries {first}..{last} are durable in the log, but the projection could not fold them "
+            f"({reason}); it catches up on the next command, or run `mnemolog rebuild`",
+            first_seq=first,
+            last_seq=last,
+        )
+        self.receipts = list(receipts)
 
 
 class Session:
@@ -107,7 +129,11 @@ class Session:
         # What went wrong without failing the write (a derived index, a listener) is reported
         # with the command's result, like a post hook's failure.
         self.warnings += writer.take_warnings()
-        self._projections.catch_up(self._conn)
+        try:
+            self._projections.catch_up(self._conn)
+        except (MnemologError, OSError, duckdb.Error) as exc:
+            # Durable already: the projection is derived and catches up later.
+            raise ProjectionBehind(receipts, exc) from exc
         if base is not None and receipts and receipts[0].seq != base:
             self.warnings.append(
                 f"another writer appended while entries {receipts[0].seq}..{receipts[-1].seq} were "

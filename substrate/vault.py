@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.eventlog.fsio import read_regular
 from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import queries
 from mnemolog.projections.memories import Memory
@@ -455,5 +456,5 @@ def digest(root: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(root.rglob("*")):
         if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+            h.update(str(p.relative_to(root)).encode() + b"\0" + read_regular(p, 1 << 30))
     return h.hexdigest()

@@ -8,7 +8,9 @@ from typing import Any
 
 from mnemolog.eventlog.cosignature import WitnessPolicy, require_cosignatures
 from mnemolog.eventlog.errors import MnemologError, VerificationError
+from mnemolog.eventlog.fsio import read_regular
 from mnemolog.eventlog.log import CHECKPOINT_DIR, checkpoint_name
+from mnemolog.eventlog.note import MAX_NOTE_BYTES
 from mnemolog.substrate.witness_config import WitnessConfig
 
 __all__ = ["SCAN_CHECKPOINTS", "newest_cosigned", "require_witnessed"]
@@ -26,7 +28,7 @@ def require_witnessed(log_dir: Path, size: int, policy: WitnessPolicy) -> dict[s
     """
     rel = f"{CHECKPOINT_DIR}/{checkpoint_name(size)}"
     try:
-        raw = (log_dir / rel).read_bytes()
+        raw = read_regular(log_dir / rel, MAX_NOTE_BYTES)
     except FileNotFoundError:
         raw = None
     if raw is None:
@@ -64,7 +66,7 @@ def _newest_witnessed(log_dir: Path, below: int, policy: WitnessPolicy) -> int:
         if s > below:
             continue
         try:
-            require_cosignatures((cp_dir / checkpoint_name(s)).read_bytes(), policy, str(s))
+            require_cosignatures(read_regular(cp_dir / checkpoint_name(s), MAX_NOTE_BYTES), policy, str(s))
             return s
         except (MnemologError, OSError):
             continue

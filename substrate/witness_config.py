@@ -23,7 +23,7 @@ from typing import Any
 
 from mnemolog.eventlog.cosignature import CosignerVerifier
 from mnemolog.eventlog.errors import BadInput, NotFound, SignerError, UsageError
-from mnemolog.eventlog.fsio import atomic_write
+from mnemolog.eventlog.fsio import FileTooLarge, atomic_write, read_regular
 
 __all__ = [
     "DEFAULT_OVERLAP_HOURS",
@@ -91,11 +91,11 @@ def load_settings(root: Path) -> WitnessSettings:
     """The home's witness settings; no file means no witnesses."""
     p = _path(root)
     try:
-        if p.stat().st_size > MAX_FILE:
-            raise BadInput(f"{p} is larger than {MAX_FILE} bytes", file=str(p))
-        text = p.read_text("utf-8")
+        text = read_regular(p, MAX_FILE).decode("utf-8")
     except FileNotFoundError:
         return WitnessSettings()
+    except FileTooLarge as exc:
+        raise BadInput(f"{p} is larger than {MAX_FILE} bytes", file=str(p)) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"cannot read {p}: {exc}", file=str(p)) from exc
     try:

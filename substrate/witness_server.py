@@ -39,7 +39,7 @@ from typing import Any
 
 from mnemolog.eventlog.cosignature import CosignerKey
 from mnemolog.eventlog.errors import BadInput, DecodeError, SignerError, StorageError, UsageError
-from mnemolog.eventlog.fsio import atomic_write
+from mnemolog.eventlog.fsio import FileTooLarge, atomic_write, read_regular
 from mnemolog.eventlog.keys import SigningKey, VerifierKey, load_private_key, write_private_key
 from mnemolog.eventlog.note import parse_note
 from mnemolog.eventlog.witness import (
@@ -141,10 +141,10 @@ class WitnessDir:
     def configured_logs(self, extra: Sequence[tuple[str, VerifierKey]] = ()) -> dict[str, WitnessedLog]:
         pairs: list[tuple[str, VerifierKey]] = []
         if self.logs_path.exists():
-            if self.logs_path.stat().st_size > MAX_LOGS_FILE:
-                raise BadInput(f"{self.logs_path} is larger than {MAX_LOGS_FILE} bytes")
             try:
-                text = self.logs_path.read_text("utf-8")
+                text = read_regular(self.logs_path, MAX_LOGS_FILE).decode("utf-8")
+            except FileTooLarge as exc:
+                raise BadInput(f"{self.logs_path} is larger than {MAX_LOGS_FILE} bytes") from exc
             except (OSError, UnicodeDecodeError) as exc:
                 raise BadInput(f"cannot read {self.logs_path}: {exc}", file=str(self.logs_path)) from exc
             pairs.extend(parse_logs_file(text, str(self.logs_path)))
@@ -171,9 +171,7 @@ class WitnessDir:
             )
 
         try:
-            if p.stat().st_size > MAX_STATE_FILE:
-                raise bad("too large")
-            d = json.loads(p.read_text("utf-8"))
+            d = json.loads(read_regular(p, MAX_STATE_FILE).decode("utf-8"))
             note = parse_note(d["checkpoint"].encode(), str(p))
             body = parse_checkpoint_body(note.text)
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:

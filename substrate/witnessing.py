@@ -49,11 +49,11 @@ from mnemolog.eventlog.errors import (
     SignerError,
     VerificationError,
 )
-from mnemolog.eventlog.fsio import atomic_write
+from mnemolog.eventlog.fsio import atomic_write, read_regular
 from mnemolog.eventlog.keys import SigningKey, load_private_key
 from mnemolog.eventlog.lock import FileLock
 from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name
-from mnemolog.eventlog.note import MAX_SIGS, NoteSignature, open_checkpoint, parse_note
+from mnemolog.eventlog.note import MAX_NOTE_BYTES, MAX_SIGS, NoteSignature, open_checkpoint, parse_note
 from mnemolog.eventlog.witness import (
     MAX_RESPONSE_BYTES,
     AddCheckpoint,
@@ -80,7 +80,7 @@ def keep_signatures(log_dir: Path, size: int, lines: Sequence[NoteSignature]) ->
     """
     path = log_dir / CHECKPOINT_DIR / checkpoint_name(size)
     with FileLock(log_dir / ".cosign.lock", 30.0, "cosignature lock"):
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_NOTE_BYTES)
         merged = add_signature_lines(raw, lines, MAX_SIGS)
         if merged is None:
             return raw

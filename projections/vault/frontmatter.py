@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import re
-import stat
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -37,6 +35,7 @@ from typing import Any, Final
 import yaml
 
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, read_regular
 
 MAX_FILE_BYTES: Final = 1 << 20
 MAX_FRONTMATTER_BYTES: Final = 64 << 10
@@ -232,26 +231,14 @@ def read_document(path: Path, *, source: str | None = None) -> Document:
     """
     name = source if source is not None else str(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        data = read_regular(path, MAX_FILE_BYTES)
+    except NotRegularFile:
+        raise FrontmatterError("expected a regular file", file=name) from None
+    except FileTooLarge as exc:
+        raise FrontmatterError(f"file is {exc.strerror}: the limit is {MAX_FILE_BYTES}", file=name) from None
     except OSError as exc:
         raise FrontmatterError(f"cannot open: {exc.strerror}", file=name) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FrontmatterError("expected a regular file", file=name)
-        if st.st_size > MAX_FILE_BYTES:
-            raise FrontmatterError(f"file is {st.st_size} bytes, the limit is {MAX_FILE_BYTES}", file=name)
-        chunks: list[bytes] = []
-        remaining = MAX_FILE_BYTES + 1
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-    finally:
-        os.close(fd)
-    return parse(b"".join(chunks), source=name)
+    return parse(data, source=name)
 
 
 # -- dumping -----------------------------------------------------------------

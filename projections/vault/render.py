@@ -23,6 +23,7 @@ Mapping (docs/vault.md has the full table):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -35,7 +36,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, StorageError, UsageError
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.fsio import (
+    FileTooLarge,
+    NotRegularFile,
+    atomic_write,
+    fsync_dir,
+    read_regular,
+    stale_temps,
+)
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.vocabulary import KINDS, RELATIONS
 from mnemolog.projections.vault import index as index_format
@@ -455,16 +463,15 @@ def plan_vault(agent: str, records: Sequence[NoteRecord]) -> dict[str, bytes]:
 
 
 def _read_manifest(path: Path) -> set[str]:
+    where = {"file": str(path)}
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MANIFEST_MAX_BYTES + 1)
+        data = read_regular(path, MANIFEST_MAX_BYTES)
     except FileNotFoundError:
         return set()
+    except FileTooLarge:
+        raise BadInput(f"{path}: manifest exceeds {MANIFEST_MAX_BYTES} bytes", **where) from None
     except OSError as exc:
-        raise StorageError(f"cannot read the vault manifest {path}: {exc}") from exc
-    where = {"file": str(path)}
-    if len(data) > MANIFEST_MAX_BYTES:
-        raise BadInput(f"{path}: manifest exceeds {MANIFEST_MAX_BYTES} bytes", **where)
+        raise StorageError(f"cannot read the vault manifest {path}: {exc}", **where) from exc
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -497,12 +504,24 @@ def _same_bytes(path: Path, data: bytes) -> bool | None:
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
             return False
-        with open(path, "rb") as fh:
-            return fh.read(len(data) + 1) == data
+        return read_regular(path, len(data)) == data
+    except (FileTooLarge, NotRegularFile):
+        return False  # replaced since the lstat: rewrite it
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         raise StorageError(f"cannot read {path}: {exc}") from exc
+
+
+def _remove_leftovers(agent_dir: Path, managed: set[str]) -> None:
+    """Temp files a killed render left next to files it manages (or its manifest)."""
+    dirs = {agent_dir, *(agent_dir / rel for rel in {str(Path(r).parent) for r in managed} if rel != ".")}
+    for d in sorted(dirs):
+        for temp, target in stale_temps(d):
+            rel = str((d / target).relative_to(agent_dir))
+            if rel in managed or rel == MANIFEST_NAME:
+                with contextlib.suppress(FileNotFoundError):
+                    temp.unlink()
 
 
 def render_vault(
@@ -524,6 +543,7 @@ def render_vault(
     agent_dir = root / agent
     manifest = agent_dir / MANIFEST_NAME
     owned = _read_manifest(manifest)
+    _remove_leftovers(agent_dir, owned | set(files))
     state = {rel: _same_bytes(agent_dir / rel, data) for rel, data in files.items()}
     conflicts = sorted(rel for rel, same in state.items() if same is False and rel not in owned)
     if conflicts and not overwrite_unmanaged:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mnemolog.eventlog.errors import BadInput, NotFound
+from mnemolog.eventlog.fsio import FileTooLarge, read_regular
 from mnemolog.projections.vault import agentfiles, naming, schema
 from mnemolog.projections.vault import index as index_format
 from mnemolog.projections.vault.frontmatter import (
@@ -165,13 +166,12 @@ class _Agent:
         if path is None:
             return None
         try:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_FILE_BYTES + 1)
+            data = read_regular(path, MAX_FILE_BYTES)
+        except FileTooLarge:
+            self.add(rel, [("file", f"index exceeds {MAX_FILE_BYTES} bytes", "error")])
+            return None
         except OSError as exc:
             self.add(rel, [("file", f"cannot read: {exc.strerror}", "error")])
-            return None
-        if len(data) > MAX_FILE_BYTES:
-            self.add(rel, [("file", f"index exceeds {MAX_FILE_BYTES} bytes", "error")])
             return None
         try:
             return data.decode("utf-8")

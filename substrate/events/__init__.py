@@ -24,6 +24,7 @@ from mnemolog.substrate.events.atomisation import (
 )
 from mnemolog.substrate.events.base import CURRENT_TV, REGISTRY, Payload, payload_class
 from mnemolog.substrate.events.embedding import EmbedderConfigured
+from mnemolog.substrate.events.links import LinkRemoved
 from mnemolog.substrate.events.memory import (
     Kind,
     LinkCreated,
@@ -54,6 +55,7 @@ __all__ = [
     "EmbedderConfigured",
     "Kind",
     "LinkCreated",
+    "LinkRemoved",
     "MemoryArchived",
     "MemoryRestored",
     "MemoryStored",

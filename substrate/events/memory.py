@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from mnemolog.eventlog import vocabulary as v
+from mnemolog.eventlog.errors import BadInput
 from mnemolog.eventlog.vocabulary_knowledge import check_project_name
 from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.events.limits import (
@@ -249,3 +250,10 @@ class LinkCreated(Chained):
     @classmethod
     def _metadata(cls, meta: Any) -> Any:
         return check_metadata(meta)
+
+    @model_validator(mode="after")
+    def _not_to_itself(self) -> LinkCreated:
+        if self.src == self.dst:
+            # An edge from a memory to itself relates nothing (and a supersedes loop hides it).
+            raise BadInput(f"a link from {self.src} to itself relates nothing", field="dst", found=self.dst)
+        return self

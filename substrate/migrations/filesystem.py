@@ -53,7 +53,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Final
 
 from mnemolog.eventlog.errors import BadInput, MnemologError
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir
+from mnemolog.eventlog.fsio import atomic_write, fsync_dir, open_regular
 from mnemolog.projections.vault import naming, schema
 from mnemolog.projections.vault.frontmatter import (
     Document,
@@ -380,7 +380,7 @@ class FilesystemMigrationBackend:
         if not self.audit_path.exists():
             return []
         events = []
-        with open(self.audit_path, "rb") as fh:
+        with open_regular(self.audit_path) as fh:
             for number, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
@@ -462,7 +462,7 @@ class FilesystemMigrationBackend:
                             tar.addfile(info)
                         elif stat.S_ISREG(st.st_mode):
                             info.size = st.st_size
-                            with open(path, "rb") as fh:
+                            with open_regular(path) as fh:
                                 tar.addfile(info, fh)
                         else:
                             raise MigrationError(f"cannot snapshot {path}: not a file, directory or symlink")
@@ -585,7 +585,7 @@ def _copy_stream(src: IO[bytes], dest: Path, mode: int) -> None:
 def _extract(source: Path, staging: Path) -> None:
     """Regular files and directories of a snapshot into `staging`, then its symlinks."""
     links: dict[str, str] = {}
-    with tarfile.open(source, mode="r:gz") as tar:
+    with open_regular(source) as packed, tarfile.open(fileobj=packed, mode="r:gz") as tar:
         for member in tar:
             if member.name == SIDECAR and member.isfile():
                 fh = tar.extractfile(member)

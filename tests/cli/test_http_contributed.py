@@ -98,7 +98,41 @@ def test_served_on_http_with_typed_query_parameters(contributed: None, sub: Subs
     doc = client.get("/openapi.json").json()
     show = doc["paths"]["/context/{pack_id}"]["get"]
     assert [p["name"] for p in show["parameters"]] == ["pack_id", "full"]
-    assert "/interactions" not in doc["paths"]  # its operation is not installed here
+    # The knowledge loop is part of this installation: its routes are served too.
+    assert doc["paths"]["/interactions"]["post"]["operationId"] == "capture_interaction"
+
+
+def test_a_route_is_served_only_when_its_operation_is(
+    monkeypatch: pytest.MonkeyPatch, sub: Substrate
+) -> None:
+    def paths() -> dict[str, Any]:
+        http_api.openapi_document.cache_clear()
+        client = TestClient(http_api.app(sub, http_api.HttpSettings()), base_url="http://127.0.0.1")
+        return dict(client.get("/openapi.json").json()["paths"])
+
+    optional = {ep.path for ep in http_api.ROUTES if ep.optional}
+    try:
+        assert optional <= set(paths())  # every contributing module is installed here
+        # An installation without the knowledge loop: its module cannot be imported, so it
+        # contributes no operation and none of its routes is served.
+        spec = next(c for c in operations.CONTRIBUTED if c[0].endswith(".mcp_knowledge"))
+        hints = spec[3]
+        monkeypatch.setitem(sys.modules, spec[0], None)
+        assert operations.contributed_operations(*spec) == []
+        for name in hints:
+            monkeypatch.delitem(operations.OPERATIONS, name)
+        served = set(paths())
+        gone = {ep.path for ep in http_api.ROUTES if ep.operation in hints}
+        assert gone >= {"/interactions", "/project/state", "/candidates", "/memory/{id}/promote"}
+        assert not gone & served
+        assert {"/context/build", "/memory/{id}", "/recall"} <= served  # the rest stays
+        client = TestClient(http_api.app(sub, http_api.HttpSettings()), base_url="http://127.0.0.1")
+        r = client.post("/interactions", json={"prompt": "q"})
+        assert r.status_code == 404 and r.json()["error"] == "no_route"
+        r = client.get("/candidates")
+        assert r.status_code == 404 and r.json()["error"] == "no_route"
+    finally:
+        http_api.openapi_document.cache_clear()  # built again, with every operation, when next asked
 
 
 def test_served_as_mcp_tools(contributed: None, sub: Substrate) -> None:

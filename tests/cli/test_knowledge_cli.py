@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from mnemolog.cli import mcp_server
 from mnemolog.cli.main import cli
-from mnemolog.cli.mcp import Server
-from mnemolog.substrate.api import MAX_CONTENT_BYTES
+from mnemolog.substrate.api import MAX_CONTENT_BYTES, Substrate
 from tests.projections.kit import log_digest, new_home, open_sub
 
 EXE = Path(sys.executable).with_name("mnemolog")
@@ -192,32 +192,35 @@ def test_capture_from_stdin_in_a_real_process(home: Path) -> None:
 # -- MCP tools ----------------------------------------------------------------------------------------
 
 
-def call(server: Server, name: str, **args: Any) -> tuple[bool, dict[str, Any]]:
-    resp = server.handle(
-        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}}
-    )
-    assert resp is not None
-    result = resp["result"]
-    return result["isError"], json.loads(result["content"][0]["text"])
+def call(sub: Substrate, name: str, **args: Any) -> tuple[bool, dict[str, Any]]:
+    """A tool call as the MCP server answers it: (is_error, the structured result or error object)."""
+    result = mcp_server.call(sub, name, args)
+    assert result.structured_content is not None
+    assert json.loads(result.content[0].text) == result.structured_content  # type: ignore[union-attr]
+    return result.is_error, result.structured_content
 
 
 def test_mcp_tools(home: Path) -> None:
+    names = {t.name for t in mcp_server.TOOLS}
+    assert {"capture_interaction", "project_state_get", "project_state_set", "candidates_list",
+            "candidate_promote", "candidate_reject"} <= names  # fmt: skip
     with open_sub(home) as sub:
-        server = Server(sub)
-        names = {
-            t["name"]
-            for t in server.handle({"jsonrpc": "2.0", "id": 0, "method": "tools/list"})["result"]["tools"]
-        }  # type: ignore[index]
-        assert {"capture_interaction", "project_state_get", "project_state_set", "candidates_list",
-                "candidate_promote", "candidate_reject"} <= names  # fmt: skip
-        err, out = call(server, "project_state_set", project="p04", category="decision", key="k", value="v")
+        err, out = call(sub, "project_state_set", project="p04", category="decision", key="k", value="v")
         assert not err and out["project"] == "p04"
-        err, out = call(server, "project_state_get", project="p04")
+        err, out = call(sub, "project_state_get", project="p04")
         assert not err and [e["value"] for e in out["entries"]] == ["v"]
-        err, out = call(server, "project_state_set", project="p04", category="notes", key="k", value="v")
-        assert err and out["exit_code"] == 65
+        # A category outside the tool's schema is a usage error naming the field, as every tool's is;
+        # a value the schema admits but the knowledge loop refuses is bad input.
+        err, out = call(sub, "project_state_set", project="p04", category="notes", key="k", value="v")
+        assert err and out["exit_code"] == 64 and out["details"]["field"] == "category"
         err, out = call(
-            server,
+            sub, "project_state_set", project="no spaces", category="decision", key="k", value="v"
+        )
+        assert err and out["exit_code"] == 65 and out["error"] == "bad_input"
+        err, out = call(sub, "memory_store", content="x", domains=["alchemy"])
+        assert err and out["exit_code"] == 65 and out["error"] == "bad_input"
+        err, out = call(
+            sub,
             "capture_interaction",
             prompt="What did we decide?",
             response="Decision: we keep the whiffletree for the M1 mirror.\nLesson: Zerodur CTE gradient "
@@ -226,18 +229,22 @@ def test_mcp_tools(home: Path) -> None:
         )
         assert not err and out["id"]
         sub.extract(pending=True, extractor="rules")
-        err, out = call(server, "candidates_list")
+        err, out = call(sub, "candidates_list")
         assert not err and len(out["candidates"]) == 2
         first, second = (c["id"] for c in out["candidates"])
-        err, out = call(server, "candidate_promote", id=first, domains=["mechanics"])
+        err, out = call(sub, "candidate_promote", id=first, domains=["mechanics"])
         assert not err and out["status"] == "active" and out["domains"] == ["mechanics"]
-        err, out = call(server, "candidate_reject", id=second, reason="common knowledge")
+        err, out = call(sub, "candidate_reject", id=second, reason="common knowledge")
         assert not err and out["status"] == "invalid"
-        err, out = call(server, "candidate_reject", id=second)
-        assert err and out["error"] == "usage"
-        err, out = call(server, "memory_store", content="A global insight", domains=["optics"], project="")
-        assert not err and out["domains"] == ["optics"]
-        err, out = call(server, "memory_recall", query="insight", domains=["optics"])
+        err, out = call(sub, "candidate_reject", id=second)
+        assert err and out["error"] == "usage" and out["exit_code"] == 64
+        err, out = call(sub, "memory_store", content="A global insight", domains=["optics"], project="p04")
+        assert not err and (out["memory"]["project"], out["memory"]["domains"]) == ("p04", ["optics"])
+        err, out = call(sub, "memory_update", id=out["memory"]["id"], project="", verbose=True)
+        assert not err and (out["memory"]["project"], out["memory"]["domains"]) == ("", ["optics"])
+        err, out = call(sub, "memory_recall", query="insight", domains=["optics"])
         assert not err and [m["content"] for m in out["results"]] == ["A global insight"]
-        err, out = call(server, "candidates_list", statuses=["promoted", "rejected"])
+        err, out = call(sub, "memory_list", statuses=["invalid"])
+        assert not err and [m["id"] for m in out["memories"]] == [second]
+        err, out = call(sub, "candidates_list", statuses=["promoted", "rejected"])
         assert not err and {c["status"] for c in out["candidates"]} == {"active", "invalid"}

@@ -159,7 +159,8 @@ BAD: list[tuple[str, list[str], bytes | None, int, str]] = [
     ("unknown id update", ["update", GHOST, "--title", "t"], None, 2, "not_found"),
     ("unknown id archive", ["archive", GHOST], None, 2, "not_found"),
     ("unknown id restore", ["restore", GHOST], None, 2, "not_found"),
-    ("unknown id link", ["link", GHOST, GHOST], None, 2, "not_found"),
+    ("unknown id link", ["link", GHOST, "01YYYYYYYYYYYYYYYYYYYYYYYY"], None, 2, "not_found"),
+    ("self-link", ["link", GHOST, GHOST], None, 65, "bad_input"),
     ("update without fields", ["update", GHOST], None, 64, "usage"),
     # The payload models hold every limit, so update refuses what store refuses (before any read).
     ("update title with NUL", ["update", GHOST, "--title", "a\x00b"], None, 65, "bad_input"),

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mnemolog.curators.base import CurationResult, Curator, CuratorFailed, SourceTooSmall
-from mnemolog.curators.rules import RulesCurator
+from mnemolog.curators.rules import MAX_SOURCE_TOKENS, RulesCurator, _blocks, _sections
 from mnemolog.curators.tokens import (
     MAX_ATOM_TOKENS,
     MIN_ATOM_TOKENS,
@@ -18,6 +18,7 @@ from mnemolog.curators.tokens import (
     tolerated_tokens,
 )
 from mnemolog.eventlog.errors import UsageError
+from tests.support.long_texts import LONG_POST_MORTEM
 
 RULES = RulesCurator()
 
@@ -26,9 +27,21 @@ def atoms(text: str, **kw: int) -> list[str]:
     return [a.text for a in RULES.curate(text, **kw).atoms]
 
 
+def _heading_chars(text: str) -> set[int]:
+    out: set[int] = set()
+    for block in _blocks(text):
+        if block.kind == "heading":
+            out.update(range(block.start, block.end))
+    return out
+
+
 def check_result(text: str, result: CurationResult, budget: int) -> None:
     """The invariants every successful rules curation satisfies."""
     assert 2 <= len(result.atoms) <= 10
+    selected = any(w.startswith("selected ") for w in result.warnings)
+    blocks = _blocks(text)
+    of_block, contexts = _sections(text, blocks)
+    headings = _heading_chars(text)
     position = 0
     for atom in result.atoms:
         assert atom.text, "no empty atoms"
@@ -39,15 +52,28 @@ def check_result(text: str, result: CurationResult, budget: int) -> None:
         # Verbatim, in order, non-overlapping.
         found = text.find(atom.text, position)
         assert found >= 0, f"atom is not a verbatim slice of the source: {atom.text!r}"
-        position = found + len(atom.text)
-    # Nothing with a letter or digit is lost between atoms.
-    rest, position = [], 0
-    for atom in result.atoms:
-        found = text.find(atom.text, position)
-        rest.append(text[position:found])
-        position = found + len(atom.text)
-    rest.append(text[position:])
-    assert not re.search(r"\w", "".join(rest)), "content outside every atom"
+        end = found + len(atom.text)
+        # Never only a heading, never two sections.
+        assert any(c not in headings for c in range(found, end) if re.match(r"\w", text[c])), atom.text
+        inside = {of_block[i] for i, b in enumerate(blocks) if b.start < end and b.end > found}
+        assert len(inside) == 1, f"atom spans sections {inside}: {atom.text!r}"
+        assert atom.context == contexts[inside.pop()]
+        assert atom.title and len(atom.title) <= 80
+        assert not re.search(r"[\x00-\x1f\x7f]", atom.title), atom.title
+        position = end
+    # Nothing with a letter or digit is lost between atoms but headings (the
+    # atoms' context), unless the curator says it selected.
+    if not selected:
+        position = 0
+        for atom in result.atoms:
+            found = text.find(atom.text, position)
+            for c in range(position, found):
+                assert c in headings or not re.match(r"\w", text[c]), f"content outside every atom at {c}"
+            position = found + len(atom.text)
+        for c in range(position, len(text)):
+            assert c in headings or not re.match(r"\w", text[c]), f"content outside every atom at {c}"
+    else:
+        assert all(not a.over_budget for a in result.atoms), "selection stays within the budget"
     assert result.curator == "rules"
     assert result.model is None
     assert result.prompt_sha256 is None
@@ -261,17 +287,27 @@ def test_over_budget_only_when_ten_atoms_cannot_hold_the_text() -> None:
     assert any("kept over budget" in w for w in result.warnings)
 
 
-@pytest.mark.parametrize("count", [100, 400], ids=["after-splitting", "early"])
-def test_text_beyond_ten_atoms_fails_with_envelope(count: int) -> None:
+@pytest.mark.parametrize("count", [100, 400])
+def test_text_beyond_ten_atoms_is_selected_from_within_budget(count: int) -> None:
     text = sentences(count)
+    result = RULES.curate(text, max_atom_tokens=50)
+    check_result(text, result, 50)
+    assert len(result.atoms) == 10
+    assert any(
+        w.startswith("selected 10 atoms") and "the archived parent keeps the full text" in w
+        for w in result.warnings
+    )
+
+
+def test_text_beyond_the_selection_limit_fails_with_envelope() -> None:
+    text = sentences(12_000)
+    assert count_tokens(text) > MAX_SOURCE_TOKENS
     with pytest.raises(CuratorFailed) as caught:
         RULES.curate(text, max_atom_tokens=50)
     failure = caught.value
     assert failure.reason == "envelope"
     assert failure.exit_code == 4
-    assert failure.details["max_atom_tokens"] == 50
-    assert failure.details["needed_atoms"] > 10
-    assert "max_atom_tokens=50" in failure.message
+    assert failure.details["limit"] == MAX_SOURCE_TOKENS
 
 
 def test_a_long_sentence_is_split_at_clause_boundaries() -> None:
@@ -425,5 +461,105 @@ def test_two_to_ten_real_sentences_always_atomise(parts: list[str], budget: int)
     text = " ".join(p.rstrip('.!?:"') + "." for p in parts)
     result = outcome(text, budget)
     assert isinstance(result, CurationResult) or result == "too_small"
+    if isinstance(result, CurationResult):
+        check_result(text, result, budget)
+
+
+# -- long, sectioned memories (issue: most long memories never atomised) ---------------------
+
+
+def test_a_long_post_mortem_atomises_within_the_default_budget() -> None:
+    text = LONG_POST_MORTEM
+    assert count_tokens(text) > 2600  # far beyond ten atoms of 200 tokens
+    result = RULES.curate(text)
+    check_result(text, result, 200)
+    assert all(not a.over_budget for a in result.atoms)
+    contexts = [a.context for a in result.atoms]
+    assert "Root cause" in contexts, "the densest sections are kept"
+    assert "Why it was so bad" in contexts
+    assert "Action items" in contexts
+    for atom in result.atoms:
+        assert atom.title is not None and atom.context is not None
+        assert atom.title.startswith(atom.context)
+
+
+def test_no_atom_runs_from_one_section_into_the_next() -> None:
+    text = (
+        "Impact\n\nCustomers could not pay for three hours, and support received two thousand "
+        "tickets in the first hour. No data was lost.\n\n"
+        "Why it was so bad.\n\n"
+        "The primary refused every write it could not replicate. Nobody on the team knew that "
+        "this safe mode existed, and the runbook did not mention it."
+    )
+    result = RULES.curate(text, max_atom_tokens=200)
+    check_result(text, result, 200)
+    assert all(not ("No data was lost." in a.text and "Why it was so bad" in a.text) for a in result.atoms)
+    assert [a.context for a in result.atoms][-1] == "Why it was so bad"
+
+
+def test_setext_markdown_and_title_headings_are_context_not_atoms() -> None:
+    text = (
+        "Release notes for version 4\n\n"
+        "Storage\n=======\n\nThe segment size is now configurable. Old segments are read as before.\n\n"
+        "## Network\n\nConnections are reused across requests. The pool size defaults to eight.\n\n"
+        "## Trailing heading with nothing under it\n"
+    )
+    result = RULES.curate(text)
+    check_result(text, result, 200)
+    # The title has no body of its own: it is the outer part of the first section's context.
+    assert {a.context for a in result.atoms} == {"Release notes for version 4 › Storage", "Network"}
+    assert all("Trailing heading" not in a.text for a in result.atoms)
+    assert all(a.title and a.context and a.title.startswith(a.context + ": ") for a in result.atoms)
+
+
+def test_an_empty_section_lends_its_heading_to_the_next() -> None:
+    text = (
+        "# Part two\n## Costs\n\nThe bill rose by a third in May. It fell again in June.\n\n"
+        "More text follows here."
+    )
+    result = RULES.curate(text)
+    check_result(text, result, 200)
+    assert result.atoms[0].context == "Part two › Costs"
+
+
+def test_a_lead_in_heads_only_its_list() -> None:
+    text = (
+        "## Follow-up\n\nThe review took two hours and everyone attended it.\n\n"
+        "Action items:\n- Document the safe mode in the runbook.\n- Page on unlabelled alerts.\n\n"
+        "The next review is in a month, and it will check the items above."
+    )
+    result = RULES.curate(text, max_atom_tokens=50)
+    check_result(text, result, 50)
+    by_text = {a.text.split("\n")[0]: a.context for a in result.atoms}
+    assert by_text["Action items:"] == "Action items"
+    assert by_text["The next review is in a month, and it will check the items above."] == "Follow-up"
+
+
+def test_a_heading_and_one_sentence_is_too_small() -> None:
+    with pytest.raises(SourceTooSmall):
+        RULES.curate("# Incident 42\n\nThe disk filled up on db1.")
+
+
+def test_titles_are_short_and_printable() -> None:
+    text = "\x1b[1m" + " ".join(["Averyveryverylongword"] * 30) + ". The second sentence is here."
+    result = RULES.curate(text)
+    check_result(text, result, 200)
+    assert all(a.title and a.title.endswith("…") for a in result.atoms[:1])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["# ", "## ", ""]), st.lists(sentence, min_size=1, max_size=12)),
+        min_size=1,
+        max_size=16,
+    ),
+    budgets,
+)
+def test_sectioned_documents_keep_every_invariant(sections: list[tuple[str, list[str]]], budget: int) -> None:
+    text = "\n\n".join(
+        f"{mark}Section {i} heading\n\n" + " ".join(body) for i, (mark, body) in enumerate(sections)
+    )
+    result = outcome(text, budget)
     if isinstance(result, CurationResult):
         check_result(text, result, budget)

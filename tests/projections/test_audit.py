@@ -50,6 +50,60 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Home:
     return home
 
 
+RESPONSE = (
+    "## Decisions\n- We keep the 18-point whiffletree for the M1 mirror.\n\n"
+    "Lesson learned: Zerodur CTE gradient dominates WFE at fast focal ratios (3 nm at F/1.2)."
+)
+KNOWLEDGE_AND_CONTEXT = [
+    "inactive", "projects", "project_aliases", "project_state", "interactions", "candidates",
+    "ctx_documents", "ctx_document_versions", "ctx_chunks", "ctx_chunk_postings", "ctx_packs",
+    "ctx_pack_members",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory) -> Home:
+    """A home with the knowledge loop's and the context packs' rows, folded over several sessions."""
+    root = tmp_path_factory.mktemp("audit-loop")
+    home = new_home(root / "home")
+    docs = root / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "polisher.md").write_text(
+        "# Polisher\n\n## Thermal\nPolishing accuracy drifts with tool temperature.\n\n"
+        "## Vendors\nTwyman-Green.\n"
+    )
+    (docs / "sub" / "notes.txt").write_text("plain notes on thermal drift\n")
+    with open_sub(home) as s:
+        s.register_project("p04-gigabit", aliases=["p04"], description="1.2 m telescope")
+        s.alias_project("p04", "gigabit")
+        s.set_state("p04", "decision", "vendor_path", "Zygo", source="review")
+        s.set_state("p04", "decision", "vendor_path", "Twyman-Green", source="review")  # replaces
+        s.set_state("p04", "status", "phase", "design")
+        s.invalidate_state("p04", "status", "phase", reason="superseded by the plan")
+        s.ingest([docs], project="p04")
+    with open_sub(home) as s:
+        pack = s.build_context("thermal effects on polishing accuracy", project="p04")
+        for i in range(2):
+            s.capture(f"What did we decide? ({i})", RESPONSE, project="p04", context_id=pack["pack_id"])
+        s.extract(pending=True, extractor="rules")
+    with open_sub(home) as s:
+        s.triage(pending=True, triager="rules")
+        waiting = s.candidates(queues=["needs_human"])
+        assert len(waiting) >= 2
+        s.promote(waiting[0]["id"], domains=["materials"], reason="earned on p04")
+        s.reject(waiting[1]["id"], reason="a duplicate")
+        s.capture("the whiffletree again", "We keep the 18-point whiffletree for the M1 mirror.",
+                  project="p04", reinforce=True)  # fmt: skip
+        (docs / "polisher.md").write_text("# Polisher\n\n## Thermal\nNow about coolant flow instead.\n")
+        (docs / "sub" / "notes.txt").unlink()
+        s.ingest([docs], project="p04")  # a second version and a removal
+    with open_sub(home) as s:
+        s.build_context("coolant flow", project="p04", budget=200)
+        s.store("A memory decay will retire", project="p04")
+        s.decay(now=4_102_444_800_000_000)  # 2100-01-01: everything decays below the floor
+    return home
+
+
 def verify(home: Home) -> dict[str, Any]:
     with open_sub(home, worker=False) as s:
         return s.verify_projections()
@@ -63,6 +117,13 @@ def test_an_honest_projection_passes(populated: Home) -> None:
     r = verify(populated)
     assert r["entries"] > 20 and r["tables"]["memories"] >= 13 and r["tables"]["postings"] > 100
     assert all(r["tables"][t] > 0 for t in ("links", "touches", "event_counts", "policies", "proj_state"))
+
+
+def test_an_honest_projection_with_knowledge_and_context_passes(loop: Home) -> None:
+    r = verify(loop)
+    assert {t: n for t, n in r["tables"].items() if t in KNOWLEDGE_AND_CONTEXT and n == 0} == {}
+    assert r["tables"]["ctx_document_versions"] > r["tables"]["ctx_documents"]  # a file changed
+    assert r["tables"]["interactions"] == 3
 
 
 def forge(home: Home, sql: str, *params: Any) -> None:
@@ -167,6 +228,61 @@ def _state(h: Home) -> tuple[str, str | None]:
     return "proj_state", "docs"
 
 
+def _inactive(h: Home) -> tuple[str, str | None]:
+    forge(h, "DELETE FROM inactive WHERE id = ?", first_id(h, "inactive", "id"))  # a retired memory recalls
+    return "inactive", None
+
+
+def _project_alias(h: Home) -> tuple[str, str | None]:
+    forge(h, "UPDATE project_aliases SET name = 'p09-other' WHERE alias_key = 'gigabit'")
+    return "project_aliases", "name"
+
+
+def _project_state(h: Home) -> tuple[str, str | None]:
+    forge(h, "UPDATE project_state SET value = 'Forged' WHERE key = 'vendor_path' AND state = 'current'")
+    return "project_state", "value"
+
+
+def _interaction(h: Home) -> tuple[str, str | None]:
+    forge(h, "UPDATE interactions SET response = 'forged' WHERE id = ?", first_id(h, "interactions", "id"))
+    return "interactions", "response"
+
+
+def _candidate(h: Home) -> tuple[str, str | None]:
+    forge(h, "UPDATE candidates SET verdict = 'promote' WHERE verdict <> 'promote'")
+    return "candidates", "verdict"
+
+
+def _chunk_text(h: Home) -> tuple[str, str | None]:
+    forge(h, "UPDATE ctx_chunks SET text = 'forged' WHERE doc = ?", first_id(h, "ctx_chunks", "doc"))
+    return "ctx_chunks", "text"
+
+
+def _chunk_posting(h: Home) -> tuple[str, str | None]:
+    forge(h, "INSERT INTO ctx_chunk_postings SELECT 'forgedterm', doc, 1, dl FROM ctx_chunk_postings LIMIT 1")
+    return "ctx_chunk_postings", None
+
+
+def _document(h: Home) -> tuple[str, str | None]:
+    forge(h, "UPDATE ctx_documents SET removed_seq = NULL WHERE removed_seq IS NOT NULL")
+    return "ctx_documents", "removed_seq"
+
+
+def _document_version(h: Home) -> tuple[str, str | None]:
+    forge(h, "DELETE FROM ctx_document_versions WHERE version = 2")
+    return "ctx_document_versions", None
+
+
+def _pack(h: Home) -> tuple[str, str | None]:
+    forge(h, "UPDATE ctx_packs SET sha256 = repeat('0', 64)")
+    return "ctx_packs", "sha256"
+
+
+def _pack_member(h: Home) -> tuple[str, str | None]:
+    forge(h, "UPDATE ctx_pack_members SET included = NOT included")
+    return "ctx_pack_members", None  # the key holds `included`: the row is missing and another extra
+
+
 FORGERIES: list[Forgery] = [
     _content,
     _unarchive,
@@ -185,12 +301,33 @@ FORGERIES: list[Forgery] = [
 ]
 
 
-@pytest.mark.parametrize("forgery", FORGERIES, ids=lambda f: f.__name__.strip("_"))
-def test_every_forgery_is_reported(populated: Home, tmp_path: Path, forgery: Forgery) -> None:
+LOOP_FORGERIES: list[Forgery] = [
+    _inactive,
+    _project_alias,
+    _project_state,
+    _interaction,
+    _candidate,
+    _chunk_text,
+    _chunk_posting,
+    _document,
+    _document_version,
+    _pack,
+    _pack_member,
+]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "forgery"),
+    [("populated", f) for f in FORGERIES] + [("loop", f) for f in LOOP_FORGERIES],
+    ids=lambda v: v.__name__.strip("_") if callable(v) else v,
+)
+def test_every_forgery_is_reported(
+    request: pytest.FixtureRequest, fixture: str, tmp_path: Path, forgery: Forgery
+) -> None:
     import shutil
 
     home = Home(tmp_path / "home")
-    shutil.copytree(populated.root, home.root)
+    shutil.copytree(request.getfixturevalue(fixture).root, home.root)
     table, column = forgery(home)
     with pytest.raises(VerificationError) as info:
         verify(home)

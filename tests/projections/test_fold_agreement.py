@@ -142,6 +142,12 @@ event = st.one_of(
         ),
     ),
     st.tuples(
+        st.just(v.LINK_REMOVED),
+        st.fixed_dictionaries(
+            {"src": field(IDS), "dst": field(IDS), "relation": field(st.sampled_from(v.RELATIONS))}
+        ),
+    ),
+    st.tuples(
         st.just(v.ATOMISATION_COMPLETED),
         st.fixed_dictionaries({"source_id": field(IDS), "atom_ids": field(st.lists(IDS, max_size=3))}),
     ),

@@ -205,7 +205,7 @@ def ollama_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOllama]:
 SYNC_POLICY: dict[str, Any] = {
     "auto_atomise_mode": "synchronous",
     "curator": "ollama",
-    "auto_atomise_threshold_cl100k": 100,
+    "auto_atomise_threshold_cl100k": 201,
 }
 ATOMS = [
     "The checkout service returned HTTP 500 for 40% of requests from 09:12 UTC on 14 March.",
@@ -218,7 +218,7 @@ def test_synchronous_store_atomises_before_returning(home: Path, ollama_env: Fak
     sleeps: list[float] = []
     with ollama_substrate(home, ollama_env, sleeps) as sub:
         sub.set_policy(
-            "ops", auto_atomise_mode="synchronous", curator="ollama", auto_atomise_threshold_cl100k=100
+            "ops", auto_atomise_mode="synchronous", curator="ollama", auto_atomise_threshold_cl100k=201
         )
         ollama_env.push(atoms_json(ATOMS))
         m = sub.store(POST_MORTEM, namespace="ops")
@@ -242,7 +242,7 @@ def test_synchronous_failure_is_an_event_and_respects_retry_budget(
     sleeps: list[float] = []
     with ollama_substrate(home, ollama_env, sleeps) as sub:
         sub.set_policy(
-            "ops", auto_atomise_mode="synchronous", curator="ollama", auto_atomise_threshold_cl100k=100
+            "ops", auto_atomise_mode="synchronous", curator="ollama", auto_atomise_threshold_cl100k=201
         )
         ollama_env.push("not json at all", "still not json", "nope", "never")
         m = sub.store(POST_MORTEM, namespace="ops")
@@ -292,7 +292,7 @@ def test_deferred_store_queues_and_worker_completes_once(sub: Substrate) -> None
 
 def test_deferred_failure_is_visible(sub: Substrate, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MNEMOLOG_OLLAMA_MODEL", raising=False)
-    sub.set_policy("team", auto_atomise_mode="deferred", curator="ollama", auto_atomise_threshold_cl100k=100)
+    sub.set_policy("team", auto_atomise_mode="deferred", curator="ollama", auto_atomise_threshold_cl100k=201)
     sub.store(POST_MORTEM * 2, namespace="team")
     done = sub.drain_atomisations()
     assert done[0]["outcome"] == "failed" and done[0]["error"]["error"] == "TIER_LOCKED"

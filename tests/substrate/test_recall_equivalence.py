@@ -122,7 +122,9 @@ def apply(sub: Substrate, ids: list[str], cmd: tuple[Any, ...]) -> Substrate:
         else:
             sub.update(mid, **fields)
     elif op == "link":
-        sub.link(mid, ids[cmd[2] % len(ids)], cmd[3])
+        dst = ids[cmd[2] % len(ids)]
+        if dst != mid:  # a self-link is refused (it relates nothing)
+            sub.link(mid, dst, cmd[3])
     elif op == "archive":
         sub.archive(mid, reason="because")
     elif op == "restore":

@@ -83,7 +83,7 @@ class LogHarness:
         others = [m["id"] for m in self.sub.list(limit=100) if m["id"] != mid]
         self.sub.link(mid, others[0], "related_to")
         self.sub.link(others[0], mid, "related_to")
-        self.sub.link(mid, mid, "reflects_on")
+        self.sub.link(mid, others[-1], "reflects_on")
 
     def add_index(self) -> None:
         """The log keeps no INDEX sidecar among its units (its index is derived tables)."""

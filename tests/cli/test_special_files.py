@@ -1,0 +1,124 @@
+"""Special files where mnemolog reads: commands end promptly with a documented exit code naming the path.
+
+Each case runs in a real process with a timeout: a FIFO in place of a file
+would block an open forever and /dev/zero would be read without end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mnemolog.eventlog.log import CHECKPOINT_DIR
+from tests.projections.kit import new_home
+
+EXE = Path(sys.executable).with_name("mnemolog")
+TIMEOUT = 60
+
+
+def mnemolog(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
+    try:
+        return subprocess.run(
+            [str(EXE), "--home", str(home), *args],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`mnemolog {' '.join(args)}` hung")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("special") / "home"
+    new_home(home)
+    for i in range(3):
+        assert mnemolog(home, "store", f"memory {i} about harbours").returncode == 0
+    return home
+
+
+@pytest.fixture
+def home(base: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "home"
+    shutil.copytree(base, copy, ignore=shutil.ignore_patterns(".lock", ".want-*"))
+    return copy
+
+
+def newest_checkpoint(home: Path) -> Path:
+    return max((home / "log" / CHECKPOINT_DIR).iterdir())
+
+
+def clean(p: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr
+
+
+def test_a_fifo_as_the_newest_checkpoint(home: Path) -> None:
+    cp = newest_checkpoint(home)
+    cp.unlink()
+    os.mkfifo(cp)
+    p = mnemolog(home, "log", "verify")
+    clean(p)
+    assert p.returncode == 8 and cp.name in p.stderr
+    for args in (["store", "one more memory"], ["recall", "harbours"]):
+        p = mnemolog(home, *args)
+        clean(p)
+        assert p.returncode in (0, 6, 8), p.stderr
+
+
+def test_a_fifo_config(home: Path) -> None:
+    (home / "config.toml").unlink()
+    os.mkfifo(home / "config.toml")
+    p = mnemolog(home, "stats")
+    clean(p)
+    assert p.returncode == 6 and "config.toml" in p.stderr and "FIFO" in p.stderr
+
+
+def test_verify_bundle_of_dev_zero(home: Path) -> None:
+    p = mnemolog(home, "verify-bundle", "/dev/zero")
+    clean(p)
+    assert p.returncode in (6, 8, 65) and "/dev/zero" in p.stderr
+
+
+def test_replay_of_dev_zero(home: Path, tmp_path: Path) -> None:
+    p = mnemolog(home, "replay", "/dev/zero", "--home", str(tmp_path / "new"))
+    clean(p)
+    assert p.returncode == 65 and "/dev/zero" in p.stderr
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("command", [["log", "verify"], ["verify-bundle", "b.tar"]])
+def test_a_trusted_key_of_dev_zero(home: Path, command: list[str]) -> None:
+    p = mnemolog(home, *command, "--trusted-key", "/dev/zero")
+    clean(p)
+    assert p.returncode in (6, 64, 65)
+
+
+def test_a_fifo_as_an_index_file(home: Path) -> None:
+    idx = home / "log" / "index" / "loc"
+    idx.unlink()
+    os.mkfifo(idx)
+    for args in (["store", "x y z"], ["stats"]):
+        p = mnemolog(home, *args)
+        clean(p)
+        assert p.returncode == 6 and "index/loc" in p.stderr, p.stderr
+    p = mnemolog(home, "log", "verify")  # reads never need the index
+    clean(p)
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_fifo_as_a_segment(home: Path) -> None:
+    seg = home / "log" / "00000000000000000000.seg"
+    seg.unlink()
+    os.mkfifo(seg)
+    for args in (["stats"], ["log", "verify"], ["store", "x"]):
+        p = mnemolog(home, *args)
+        clean(p)
+        assert p.returncode in (6, 8) and "00000000000000000000.seg" in p.stderr, p.stderr
