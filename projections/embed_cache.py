@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
+
+from mnemolog.eventlog.errors import StorageError
 
 Vector = npt.NDArray[np.float32]
 
@@ -46,6 +49,19 @@ class EmbedCache:
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
 
+    @contextmanager
+    def _locked(self) -> Iterator[sqlite3.Connection]:
+        """The connection under the lock; SQLite's failures (a full disk, a damaged file) as StorageError."""
+        with self._lock:
+            try:
+                yield self._conn()
+            except sqlite3.Error as exc:
+                raise StorageError(
+                    f"the embedding cache {self.path} failed: {exc}; it is derived (vectors are "
+                    "embedded again when it is gone)",
+                    file=str(self.path),
+                ) from exc
+
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
@@ -66,8 +82,7 @@ class EmbedCache:
         """The cached vectors of these text hashes (those of `dim` dimensions) under this model."""
         keys = list(dict.fromkeys(shas))
         out: dict[bytes, Vector] = {}
-        with self._lock:
-            db = self._conn()
+        with self._locked() as db:
             for lo in range(0, len(keys), LOOKUP_CHUNK):
                 part = keys[lo : lo + LOOKUP_CHUNK]
                 rows = db.execute(
@@ -87,8 +102,7 @@ class EmbedCache:
         if not pairs:
             return
         rows = [(model_id, sha, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for sha, v in pairs]
-        with self._lock:
-            db = self._conn()
+        with self._locked() as db:
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.executemany("INSERT OR IGNORE INTO cache VALUES (?, ?, ?)", rows)
@@ -98,8 +112,7 @@ class EmbedCache:
                 raise
 
     def count(self, model_id: str | None = None) -> int:
-        with self._lock:
-            db = self._conn()
+        with self._locked() as db:
             if model_id is None:
                 row = db.execute("SELECT count(*) FROM cache").fetchone()
             else:

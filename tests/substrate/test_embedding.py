@@ -27,7 +27,11 @@ def test_a_synchronous_auto_atomise_source_is_not_embedded_but_its_atoms_are(tmp
     fake = FakeEmbedder()
     with open_sub(new_home(tmp_path / "h"), embedder=fake) as s:
         s.set_policy(
-            "ops", auto_atomise_mode="synchronous", curator="rules", auto_atomise_threshold_cl100k=100
+            "ops",
+            auto_atomise_mode="synchronous",
+            curator="rules",
+            auto_atomise_threshold_cl100k=100,
+            auto_atomise_max_atom_tokens=60,
         )
         m = s.store(POST_MORTEM, namespace="ops")
         assert m["atomise_outcome"] == "atomised" and m["atomised_into"]

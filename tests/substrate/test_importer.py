@@ -198,7 +198,11 @@ def test_a_deferred_policy_requests_atomisation_in_the_batch(tmp_path: Path) -> 
     )
     with open_sub(new_home(tmp_path / "h")) as s:
         s.set_policy(
-            "ops", auto_atomise_mode="synchronous", curator="rules", auto_atomise_threshold_cl100k=50
+            "ops",
+            auto_atomise_mode="synchronous",
+            curator="rules",
+            auto_atomise_threshold_cl100k=80,
+            auto_atomise_max_atom_tokens=50,
         )
         r = s.import_jsonl(f)
         assert r["atomisation_requested"] == 1
