@@ -194,7 +194,7 @@ def test_the_first_line_by_the_logs_key_decides_a_checkpoint(tmp_path: Path) -> 
 def test_prove_and_consistency_json_are_as_documented(tmp_path: Path) -> None:
     from mnemolog.cli.main import cli
 
-    assert "## 11. The JSON of `log prove` and `log consistency`" in doc()
+    assert "## 10. The JSON of `log prove` and `log consistency`" in doc()
     home = tmp_path / "home"
 
     def run(*args: str) -> dict[str, Any]:
