@@ -14,17 +14,14 @@ curator's retry rules.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
-import ollama
+from mnemolog.eventlog.vocabulary_knowledge import PROJECT_NAME, Verdict
 
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS, PROJECT_NAME, Verdict
-
-from .ollama_ask import DEFAULT_TIMEOUT, Failed, OllamaAsker
+from .ollama_ask import DomainAsker, Failed
 from .parse import MalformedOutput, _json_values
 from .triage import TriageFailure, TriageItem, TriageOutcome, TriageVerdict, one_sentence
 from .triage_prompt import prompt_sha256, render_messages, triage_schema
@@ -149,33 +146,14 @@ def _domains(raw: Any, known: Sequence[str], warnings: list[str]) -> tuple[str, 
     return tuple(out)
 
 
-class OllamaTriager:
+class OllamaTriager(DomainAsker):
     """Triager backed by ``model`` at ``host``; ``domains`` is the home's domain vocabulary."""
 
-    name: Final = "ollama"
     version: Final = VERSION
 
-    def __init__(
-        self,
-        host: str,
-        model: str,
-        *,
-        domains: Sequence[str] = DOMAINS,
-        sleep: Callable[[float], object] = time.sleep,
-        timeout: float = DEFAULT_TIMEOUT,
-        client: ollama.Client | None = None,
-    ) -> None:
-        self._asker = OllamaAsker(host, model, sleep=sleep, timeout=timeout, client=client)
-        self.domains = tuple(domains)
-        self._sha = prompt_sha256(self.domains)
-
-    @property
-    def model(self) -> str:
-        return self._asker.model
-
-    @property
-    def host(self) -> str:
-        return self._asker.host
+    @staticmethod
+    def _prompt_sha256(domains: tuple[str, ...]) -> str:
+        return prompt_sha256(domains)
 
     def triage(self, item: TriageItem, *, max_retries: int = 3) -> TriageOutcome:
         messages = render_messages(
