@@ -21,7 +21,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, resolve_llm
 from mnemolog.curators.extract import Extraction, ExtractionFailure, InteractionText
@@ -75,6 +75,9 @@ from mnemolog.substrate.home import Home
 from mnemolog.substrate.ids import new_id
 from mnemolog.substrate.knowledge_config import KnowledgeSettings, parse_knowledge
 from mnemolog.substrate.session import Session, Sessions
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = ["ExtractionFailedError", "Knowledge", "TriageFailedError"]
 
@@ -329,6 +332,31 @@ class Knowledge:
 
     # -- extraction ------------------------------------------------------------------------------
 
+    def _work(
+        self,
+        given: Sequence[str],
+        pending: bool,
+        limit: int,
+        waiting: Callable[[duckdb.DuckDBPyConnection, int], list[str]],
+        known: Callable[[duckdb.DuckDBPyConnection, Sequence[str]], set[str]],
+        noun: str,
+        step: str,
+    ) -> list[str]:
+        """The ids a step works on: the ``given`` ones (each must exist) or up to ``limit`` waiting.
+
+        NotFound (exit 2) for a given id that is not a ``noun``; Informational
+        (exit 1) when there is nothing to do.
+        """
+        with self.sessions.session() as s:
+            ids = waiting(s.conn, check_limit(limit)) if pending else list(given)
+            found = known(s.conn, [i for i in ids if isinstance(i, str)])
+            for i in ids:
+                if i not in found:
+                    raise NotFound(f"no {noun} with id {i!r}", id=i)
+        if not ids:
+            raise Informational(f"no {noun} is waiting for {step}")
+        return ids
+
     def extract(
         self,
         *,
@@ -350,14 +378,15 @@ class Knowledge:
         ex = make_extractor(
             name, self.llm() if name == "ollama" else None, domains=self.settings.domains, **self.options
         )
-        with self.sessions.session() as s:
-            ids = kq.pending_interactions(s.conn, check_limit(limit)) if pending else list(interaction_ids)
-            known = kq.known_interactions(s.conn, [i for i in ids if isinstance(i, str)])
-            for iid in ids:
-                if iid not in known:
-                    raise NotFound(f"no interaction with id {iid!r}", id=iid)
-        if not ids:
-            raise Informational("no interaction is waiting for extraction")
+        ids = self._work(
+            interaction_ids,
+            pending,
+            limit,
+            kq.pending_interactions,
+            kq.known_interactions,
+            "interaction",
+            "extraction",
+        )
         results: list[dict[str, Any]] = []
         # In chunks: one read and one write (one sync) per chunk, the model called between them
         # with no lock held, and a crash loses at most one chunk's answers.
@@ -518,14 +547,9 @@ class Knowledge:
         tr = make_triager(
             name, self.llm() if name == "ollama" else None, domains=self.settings.domains, **self.options
         )
-        with self.sessions.session() as s:
-            ids = kq.pending_candidates(s.conn, check_limit(limit)) if pending else list(candidate_ids)
-            known = kq.known_candidates(s.conn, [i for i in ids if isinstance(i, str)])
-            for cid in ids:
-                if cid not in known:
-                    raise NotFound(f"no candidate with id {cid!r}", id=cid)
-        if not ids:
-            raise Informational("no candidate is waiting for triage")
+        ids = self._work(
+            candidate_ids, pending, limit, kq.pending_candidates, kq.known_candidates, "candidate", "triage"
+        )
         results: list[dict[str, Any]] = []
         for start in range(0, len(ids), CHUNK):
             with self.sessions.session() as s:
