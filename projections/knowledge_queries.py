@@ -15,6 +15,7 @@ import duckdb
 from mnemolog.eventlog.vocabulary_knowledge import PERSONAL_KINDS
 from mnemolog.projections import recall as q
 from mnemolog.projections.knowledge import ProjectRegistry
+from mnemolog.projections.knowledge_fold import INTERACTION_COLUMNS
 from mnemolog.projections.memories import MEMORY_SELECT, Memory, row_to_memory
 from mnemolog.projections.schema import visible
 
@@ -72,23 +73,6 @@ _CANDIDATE_COLS: Final = (
     "triage_failures",
     "decided_by",
     "decided_seq",
-)
-_INTERACTION_COLS: Final = (
-    "id",
-    "namespace",
-    "project",
-    "client",
-    "session",
-    "context_id",
-    "prompt",
-    "response",
-    "reinforce",
-    "captured_at",
-    "seq",
-    "extraction",
-    "extracted_seq",
-    "failures",
-    "reinforced",
 )
 
 
@@ -182,12 +166,12 @@ def state_entries(
 
 
 def _interaction(row: tuple[Any, ...]) -> dict[str, Any]:
-    return dict(zip(_INTERACTION_COLS, row, strict=True))
+    return dict(zip(INTERACTION_COLUMNS, row, strict=True))
 
 
 def interaction(conn: duckdb.DuckDBPyConnection, interaction_id: str) -> dict[str, Any] | None:
     row = conn.execute(
-        f"SELECT {', '.join(_INTERACTION_COLS)} FROM interactions WHERE id = ?", [interaction_id]
+        f"SELECT {', '.join(INTERACTION_COLUMNS)} FROM interactions WHERE id = ?", [interaction_id]
     ).fetchone()
     return _interaction(row) if row else None
 
@@ -213,7 +197,7 @@ def interactions(
         where.append("captured_at >= ?")
         args.append(since)
     rows = conn.execute(
-        f"SELECT {', '.join(_INTERACTION_COLS)} FROM interactions WHERE {' AND '.join(where)} "
+        f"SELECT {', '.join(INTERACTION_COLUMNS)} FROM interactions WHERE {' AND '.join(where)} "
         "ORDER BY seq DESC LIMIT ?",
         [*args, limit],
     ).fetchall()
