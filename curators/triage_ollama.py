@@ -22,7 +22,7 @@ from typing import Any, Final
 from mnemolog.eventlog.vocabulary_knowledge import PROJECT_NAME, Verdict
 
 from .ollama_ask import DomainAsker, Failed
-from .parse import MalformedOutput, _json_values
+from .parse import first_answer
 from .triage import TriageFailure, TriageItem, TriageOutcome, TriageVerdict, one_sentence
 from .triage_prompt import prompt_sha256, render_messages, triage_schema
 
@@ -64,26 +64,21 @@ class ParsedVerdict:
 
 def parse_verdict(content: str, *, item: TriageItem, domains: Sequence[str]) -> ParsedVerdict:
     """The verdict in ``content``, or MalformedOutput saying what was found instead."""
-    found: list[str] = []
-    for value in _json_values(content):
+
+    def read(value: Any) -> tuple[ParsedVerdict | None, str]:
         if not isinstance(value, dict):
-            found.append(f"a JSON {type(value).__name__}")
-            continue
+            return None, f"a JSON {type(value).__name__}"
         raw = value.get("verdict")
         verdict = _SYNONYMS.get(raw.strip().lower()) if isinstance(raw, str) else None
         if verdict is None:
-            found.append(
+            return None, (
                 f"a JSON object whose verdict is {str(raw)[:40]!r}"
                 if "verdict" in value
                 else f"a JSON object with keys {sorted(map(str, value))[:8]!r} and no 'verdict'"
             )
-            continue
-        return _read(value, verdict, item=item, domains=domains)
-    if not found:
-        raise MalformedOutput(
-            f"expected {_SHAPE}; found no JSON value in {len(content)} characters of output"
-        )
-    raise MalformedOutput(f"expected {_SHAPE}; found {found[0]}")
+        return _read(value, verdict, item=item, domains=domains), ""
+
+    return first_answer(content, _SHAPE, read)
 
 
 def _read(
