@@ -56,6 +56,7 @@ from mnemolog.substrate.events import (
     Payload,
 )
 from mnemolog.substrate.events.knowledge import (
+    MAX_MESSAGE_CHARS,
     CandidateExtracted,
     CandidateTriaged,
     ExtractionFailed,
@@ -111,6 +112,19 @@ class TriageFailedError(MnemologError):
 
 def _iso(us: int) -> datetime:
     return datetime.fromtimestamp(us / 1_000_000, UTC)
+
+
+def _failure_fields(failure: ExtractionFailure | TriageFailure) -> dict[str, Any]:
+    """What an extraction.failed or triage.failed keeps of a curator's failure, beside whose it was."""
+    return {
+        "version": failure.version,
+        "model": failure.model,
+        "prompt_sha256": failure.prompt_sha256,
+        "reason": failure.reason,
+        "message": failure.message[:MAX_MESSAGE_CHARS],
+        "attempts": failure.attempts,
+        "responses": list(failure.responses),
+    }
 
 
 class Knowledge:
@@ -442,15 +456,7 @@ class Knowledge:
             if isinstance(outcome, ExtractionFailure):
                 events.append(
                     ExtractionFailed(
-                        interaction_id=iid,
-                        extractor=outcome.extractor,
-                        version=outcome.version,
-                        model=outcome.model,
-                        prompt_sha256=outcome.prompt_sha256,
-                        reason=outcome.reason,
-                        message=outcome.message[:8192],
-                        attempts=outcome.attempts,
-                        responses=list(outcome.responses),
+                        interaction_id=iid, extractor=outcome.extractor, **_failure_fields(outcome)
                     )
                 )
                 results.append(
@@ -633,19 +639,7 @@ class Knowledge:
                 results.append({"id": cid, "outcome": "already_decided", "status": now.get(cid)})
                 continue
             if isinstance(verdict, TriageFailure):
-                events.append(
-                    TriageFailed(
-                        id=cid,
-                        triager=verdict.triager,
-                        version=verdict.version,
-                        model=verdict.model,
-                        prompt_sha256=verdict.prompt_sha256,
-                        reason=verdict.reason,
-                        message=verdict.message[:8192],
-                        attempts=verdict.attempts,
-                        responses=list(verdict.responses),
-                    )
-                )
+                events.append(TriageFailed(id=cid, triager=verdict.triager, **_failure_fields(verdict)))
                 results.append(
                     {"id": cid, "outcome": "failed", "reason": verdict.reason, "message": verdict.message}
                 )

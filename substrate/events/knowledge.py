@@ -29,6 +29,7 @@ from mnemolog.substrate.events.limits import (
 
 __all__ = [
     "MAX_KEY_CHARS",
+    "MAX_MESSAGE_CHARS",
     "MAX_RESPONSE_BYTES",
     "MAX_VALUE_CHARS",
     "CandidateExtracted",
@@ -54,6 +55,8 @@ MAX_RESPONSE_BYTES: Final = MAX_CONTENT_BYTES
 MAX_RESPONSES: Final = 16
 MAX_WARNINGS: Final = 64
 MAX_CANDIDATES_PER_EVENT: Final = 64
+#: A failure's message (longer than a reason: it may quote the model).
+MAX_MESSAGE_CHARS: Final = 8192
 
 
 def _label(value: Any, what: str) -> Any:
@@ -69,7 +72,7 @@ def _reason(value: Any) -> Any:
 
 
 def _message(value: Any) -> Any:
-    return check_text(value, "message", 8192)
+    return check_text(value, "message", MAX_MESSAGE_CHARS)
 
 
 #: A project name; "" is a memory of no project.
@@ -77,7 +80,6 @@ ProjectField = Annotated[str, BeforeValidator(_project)]
 DomainsField = Annotated[list[str], BeforeValidator(check_domain_names)]
 ReasonField = Annotated[str, BeforeValidator(_reason)]
 OptionalReasonField = Annotated[str | None, BeforeValidator(_reason)]
-#: A failure's message (longer than a reason: it may quote the model).
 MessageField = Annotated[str, BeforeValidator(_message)]
 
 
