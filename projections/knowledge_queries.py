@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
 
-from mnemolog.eventlog.vocabulary_knowledge import PERSONAL_KINDS
+from mnemolog.eventlog.vocabulary_knowledge import PERSONAL_KINDS, STATE_CATEGORIES
 from mnemolog.projections import recall as q
 from mnemolog.projections.knowledge import ProjectRegistry
 from mnemolog.projections.knowledge_fold import INTERACTION_COLUMNS
@@ -48,6 +48,9 @@ __all__ = [
 #: The queues `candidates list --status` shows: untriaged (or every triage failed),
 #: waiting for a person, and decided either way.
 CANDIDATE_QUEUES: Final = ("pending", "needs_human", "promoted", "rejected")
+
+#: The state categories in the vocabulary's order, as a SQL list (constants, not input).
+_CATEGORY_ORDER: Final = "[" + ", ".join(f"'{c}'" for c in STATE_CATEGORIES) + "]"
 
 #: A bracketed word opening a memory's content: the old way of tagging a domain.
 PREFIX_PATTERN: Final = r"^\s*\[([A-Za-z][A-Za-z0-9_-]{0,31})\]\s*"
@@ -143,8 +146,7 @@ def state_entries(
     rows = conn.execute(
         "SELECT project, category, key, value, source, state, seq, set_at, ended_seq, ended_at, reason "
         f"FROM project_state WHERE {' AND '.join(where)} "
-        "ORDER BY array_position(['status', 'decision', 'requirement', 'contact', 'milestone', 'fact', "
-        "'config'], category), key, seq",
+        f"ORDER BY array_position({_CATEGORY_ORDER}, category), key, seq",
         args,
     ).fetchall()
     names = (
