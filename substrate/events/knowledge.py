@@ -346,7 +346,7 @@ class CandidateTriaged(_ModelOutput):
     version: str
     model: str | None = None
     prompt_sha256: str
-    verdict: Literal["promote", "reject", "needs_human", "contradicts"]
+    verdict: vk.Verdict
     confidence: float = Field(ge=0.0, le=1.0)
     reason: ReasonField
     project: ProjectField = ""
@@ -354,7 +354,7 @@ class CandidateTriaged(_ModelOutput):
     conflicts_with: str | None = None
     duplicate_of: str | None = None
     thresholds: dict[str, Any] = Field(default_factory=dict)
-    action: Literal["promote", "reject", "wait"]
+    action: vk.Action
     why: ReasonField
 
     @field_validator("triager", "version", "model", "prompt_sha256", mode="before")
