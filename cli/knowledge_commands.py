@@ -12,7 +12,7 @@ import click
 
 from mnemolog.cli.app import Ctx, json_option, parse_json_object
 from mnemolog.cli.memory_commands import opened, warn
-from mnemolog.cli.tables import date, memory_line
+from mnemolog.cli.tables import date, memory_line, one_line
 from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.eventlog.vocabulary_knowledge import DOMAIN_DESCRIPTIONS, STATE_CATEGORIES
 from mnemolog.projections.knowledge_queries import CANDIDATE_QUEUES
@@ -51,11 +51,6 @@ def parse_time(value: str, what: str) -> int:
     if us < 0:
         raise UsageError(f"{what}: a time before 1970 is not a clock reading; found {value!r}", field=what)
     return us
-
-
-def _one_line(text: str, width: int = 80) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
 # -- projects ---------------------------------------------------------------------------------
@@ -294,7 +289,7 @@ def interactions_list(
         return (
             "\n".join(
                 f"{r['id']}  {date(r['captured_at'])}  {r['project'] or '-':<16} {r['extraction']:<9} "
-                f"{_one_line(r['prompt'], 60)}"
+                f"{one_line(r['prompt'], 60)}"
                 for r in rows
             )
             or "(no interactions)"
@@ -371,7 +366,7 @@ def extract(
             lines.append(f"{r['interaction']}: {r['outcome']}")
             for c in r.get("candidates", []):
                 where = c["project"] or ",".join(c["domains"]) or "-"
-                lines.append(f"  {c['id']}  {c['layer']:<10} {where:<16} {_one_line(c['content'], 60)}")
+                lines.append(f"  {c['id']}  {c['layer']:<10} {where:<16} {one_line(c['content'], 60)}")
         return "\n".join(lines)
 
     ctx.emit(out, text)

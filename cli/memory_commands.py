@@ -3,11 +3,12 @@ import, rebuild."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import click
 
@@ -102,22 +103,54 @@ def memory_text(m: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+class Scope(TypedDict):
+    """The filter options as the substrate's recall, search and list take them."""
+
+    limit: int
+    namespace: str | None
+    descendants: bool
+    kinds: tuple[str, ...]
+    tags: tuple[str, ...]
+    include_archived: bool
+    statuses: tuple[str, ...]
+    project: str | None
+    domains: tuple[str, ...]
+
+
 def filter_options(f: Any) -> Any:
-    f = click.option("--namespace", "-n", default=None, help="Only this namespace (and below).")(f)
-    f = click.option("--exact-namespace", is_flag=True, help="Not the namespaces below --namespace.")(f)
-    f = click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds.")(f)
-    f = click.option("--tag", "tags", multiple=True, help="Only memories with all these tags.")(f)
-    f = click.option("--include-archived", is_flag=True, help="Show archived memories too.")(f)
-    f = click.option("--project", default=None, help="Only this project ('' for memories of no project).")(f)
-    f = click.option("--domain", "domains", multiple=True, help="Only memories with all these domains.")(f)
-    f = click.option(
+    """The filter options, handed to the command as one ``scope`` (a Scope)."""
+
+    @functools.wraps(f)
+    def scoped(*args: Any, **kw: Any) -> Any:
+        scope = Scope(
+            limit=kw.pop("limit"),
+            namespace=kw.pop("namespace"),
+            descendants=not kw.pop("exact_namespace"),
+            kinds=kw.pop("kinds"),
+            tags=kw.pop("tags"),
+            include_archived=kw.pop("include_archived"),
+            statuses=kw.pop("statuses") or ("active",),
+            project=kw.pop("project"),
+            domains=kw.pop("domains"),
+        )
+        return f(*args, scope=scope, **kw)
+
+    g: Any = scoped
+    g = click.option("--namespace", "-n", default=None, help="Only this namespace (and below).")(g)
+    g = click.option("--exact-namespace", is_flag=True, help="Not the namespaces below --namespace.")(g)
+    g = click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds.")(g)
+    g = click.option("--tag", "tags", multiple=True, help="Only memories with all these tags.")(g)
+    g = click.option("--include-archived", is_flag=True, help="Show archived memories too.")(g)
+    g = click.option("--project", default=None, help="Only this project ('' for memories of no project).")(g)
+    g = click.option("--domain", "domains", multiple=True, help="Only memories with all these domains.")(g)
+    g = click.option(
         "--status",
         "statuses",
         multiple=True,
         type=click.Choice(STATUSES),
         help="Only memories of these statuses (repeatable; default: active).",
-    )(f)
-    return click.option("--limit", type=click.IntRange(1, 1000), default=10, help="At most N results.")(f)
+    )(g)
+    return click.option("--limit", type=click.IntRange(1, 1000), default=10, help="At most N results.")(g)
 
 
 @click.command()
@@ -341,15 +374,7 @@ def explained(results: Sequence[Mapping[str, Any]]) -> str:
 def recall(
     ctx: Ctx,
     query: str,
-    limit: int,
-    include_archived: bool,
-    tags: tuple[str, ...],
-    kinds: tuple[str, ...],
-    exact_namespace: bool,
-    namespace: str | None,
-    project: str | None,
-    domains: tuple[str, ...],
-    statuses: tuple[str, ...],
+    scope: Scope,
     mode: str | None,
     explain: bool,
 ) -> None:
@@ -357,15 +382,7 @@ def recall(
     with opened(ctx) as s:
         report = s.recall_report(
             query,
-            limit=limit,
-            namespace=namespace,
-            descendants=not exact_namespace,
-            kinds=kinds,
-            tags=tags,
-            include_archived=include_archived,
-            statuses=statuses or ("active",),
-            project=project,
-            domains=domains,
+            **scope,
             mode=mode,  # type: ignore[arg-type]
             explain=explain,
         )
@@ -389,30 +406,11 @@ def recall(
 def search(
     ctx: Ctx,
     query: str,
-    limit: int,
-    include_archived: bool,
-    tags: tuple[str, ...],
-    kinds: tuple[str, ...],
-    exact_namespace: bool,
-    namespace: str | None,
-    project: str | None,
-    domains: tuple[str, ...],
-    statuses: tuple[str, ...],
+    scope: Scope,
 ) -> None:
     """Memories holding every keyword as a word (of title, tags or content), ranked by BM25."""
     with opened(ctx) as s:
-        results = s.search(
-            query,
-            limit=limit,
-            namespace=namespace,
-            descendants=not exact_namespace,
-            kinds=kinds,
-            tags=tags,
-            include_archived=include_archived,
-            statuses=statuses or ("active",),
-            project=project,
-            domains=domains,
-        )
+        results = s.search(query, **scope)
     ctx.emit({"query": query, "results": results}, lambda: tables.memories(results, "(no matches)"))
 
 
@@ -423,31 +421,12 @@ def search(
 @click.pass_obj
 def list_cmd(
     ctx: Ctx,
-    limit: int,
-    include_archived: bool,
-    tags: tuple[str, ...],
-    kinds: tuple[str, ...],
-    exact_namespace: bool,
-    namespace: str | None,
+    scope: Scope,
     offset: int,
-    project: str | None,
-    domains: tuple[str, ...],
-    statuses: tuple[str, ...],
 ) -> None:
     """List memories, newest first."""
     with opened(ctx) as s:
-        rows = s.list(
-            limit=limit,
-            offset=offset,
-            namespace=namespace,
-            descendants=not exact_namespace,
-            kinds=kinds,
-            tags=tags,
-            include_archived=include_archived,
-            statuses=statuses or ("active",),
-            project=project,
-            domains=domains,
-        )
+        rows = s.list(offset=offset, **scope)
     ctx.emit({"memories": rows}, lambda: tables.memories(rows, "(none)"))
 
 

@@ -47,10 +47,19 @@ def flags(m: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def clip(text: str, width: int = 80) -> str:
+    """``text`` cut to ``width`` characters, the cut marked with "..."."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def one_line(text: str, width: int = 80) -> str:
+    """``text`` with its white space (line breaks too) folded to single spaces, clipped."""
+    return clip(" ".join(text.split()), width)
+
+
 def title_of(m: Mapping[str, Any], limit: int = 80) -> str:
     lines = str(m.get("content") or "").strip().splitlines()
-    title = m.get("title") or (lines[0] if lines else "")
-    return title if len(title) <= limit else title[: limit - 3] + "..."
+    return clip(m.get("title") or (lines[0] if lines else ""), limit)
 
 
 def memory_line(m: Mapping[str, Any]) -> str:

@@ -9,9 +9,9 @@ decides whether that is an error (TierLocked) or a fall back to rules.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from mnemolog.eventlog.errors import UsageError
 
@@ -24,6 +24,8 @@ DEFAULT_OLLAMA_HOST: Final = "http://127.0.0.1:11434"
 
 CURATOR_NAMES: Final = ("ollama", "rules")
 _OLLAMA_OPTIONS: Final = frozenset(("sleep", "timeout", "client"))
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,5 +83,42 @@ def make_curator(name: str, llm: LlmConfig | None, **kw: Any) -> Curator:
     raise UsageError(
         f"unknown curator {name!r}; expected one of {list(CURATOR_NAMES)}",
         expected=list(CURATOR_NAMES),
+        found=name,
+    )
+
+
+def rules_or_ollama(
+    role: str,
+    name: str,
+    names: Sequence[str],
+    llm: LlmConfig | None,
+    *,
+    rules: Callable[[], T],
+    ollama: Callable[[LlmConfig, float], T],
+    timeout: float | None,
+) -> T:
+    """The ``role`` (extractor, triager) called ``name``: ``rules()`` or ``ollama(llm, timeout)``.
+
+    TierLocked (exit 3) for ``ollama`` without a model, UsageError for a name
+    not in ``names``. ``timeout`` None means the asker's default; the ollama
+    modules are imported only here, once a model is known to be configured,
+    so a command that never asks a model never imports the client.
+    """
+    if name == "rules":
+        return rules()
+    if name == "ollama":
+        if llm is None:
+            raise TierLocked(
+                f"the ollama {role} needs an LLM and none is configured: set {MODEL_ENV} "
+                f"(and {HOST_ENV}, default {DEFAULT_OLLAMA_HOST}), or use --{role} rules",
+                **{role: name},
+                env=[MODEL_ENV, HOST_ENV],
+            )
+        from .ollama_ask import DEFAULT_TIMEOUT
+
+        return ollama(llm, DEFAULT_TIMEOUT if timeout is None else timeout)
+    raise UsageError(
+        f"unknown {role} {name!r}; expected one of {list(names)}",
+        expected=list(names),
         found=name,
     )

@@ -141,6 +141,19 @@ def deduplicated(candidates: list[Candidate]) -> tuple[list[Candidate], int]:
     return out, len(candidates) - len(out)
 
 
+def kept(candidates: list[Candidate], warnings: list[str]) -> list[Candidate]:
+    """What an extraction keeps: no repeats, at most MAX_CANDIDATES; each cut noted in ``warnings``."""
+    unique, repeats = deduplicated(candidates)
+    if repeats:
+        warnings.append(f"{repeats} repeated candidate(s) kept once")
+    if len(unique) > MAX_CANDIDATES:
+        warnings.append(
+            f"{len(unique) - MAX_CANDIDATES} candidate(s) past the first {MAX_CANDIDATES} dropped"
+        )
+        unique = unique[:MAX_CANDIDATES]
+    return unique
+
+
 __all__ = [
     "DOMAINS",
     "LAYERS",
@@ -156,4 +169,5 @@ __all__ = [
     "InteractionText",
     "Layer",
     "deduplicated",
+    "kept",
 ]

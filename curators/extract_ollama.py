@@ -9,50 +9,25 @@ result is a value: an ``Extraction`` with every raw reply, or an
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Final
-
-import ollama
-
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
 
 from .extract import Extraction, ExtractionFailure, ExtractionOutcome, InteractionText
 from .extract_parse import ParsedCandidates, parse_candidates
 from .extract_prompt import extraction_schema, prompt_sha256, render_messages
-from .ollama_ask import DEFAULT_TIMEOUT, Failed, OllamaAsker
+from .ollama_ask import DomainAsker, Failed
 
 VERSION: Final = "1"
 
 
-class OllamaExtractor:
+class OllamaExtractor(DomainAsker):
     """Extractor backed by ``model`` at ``host``; ``domains`` is the home's domain vocabulary."""
 
-    name: Final = "ollama"
     version: Final = VERSION
 
-    def __init__(
-        self,
-        host: str,
-        model: str,
-        *,
-        domains: Sequence[str] = DOMAINS,
-        sleep: Callable[[float], object] = time.sleep,
-        timeout: float = DEFAULT_TIMEOUT,
-        client: ollama.Client | None = None,
-    ) -> None:
-        self._asker = OllamaAsker(host, model, sleep=sleep, timeout=timeout, client=client)
-        self.domains = tuple(domains)
-        self._sha = prompt_sha256(self.domains)
-
-    @property
-    def model(self) -> str:
-        return self._asker.model
-
-    @property
-    def host(self) -> str:
-        return self._asker.host
+    @staticmethod
+    def _prompt_sha256(domains: tuple[str, ...]) -> str:
+        return prompt_sha256(domains)
 
     def extract(self, interaction: InteractionText, *, max_retries: int = 3) -> ExtractionOutcome:
         messages = render_messages(

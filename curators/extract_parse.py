@@ -30,13 +30,12 @@ from mnemolog.eventlog.vocabulary_knowledge import PROJECT_NAME
 from .extract import (
     LAYER_KIND,
     MAX_CANDIDATE_CHARS,
-    MAX_CANDIDATES,
     MIN_CANDIDATE_CHARS,
     Candidate,
     Layer,
-    deduplicated,
+    kept,
 )
-from .parse import MalformedOutput, _json_values
+from .parse import MalformedOutput, first_answer
 
 DEFAULT_CONFIDENCE: Final = 0.5
 
@@ -61,18 +60,14 @@ class ParsedCandidates:
 
 def parse_candidates(content: str, *, project: str, domains: Sequence[str]) -> ParsedCandidates:
     """The candidates in ``content``, or MalformedOutput saying what was found instead."""
-    found: list[str] = []
-    for value in _json_values(content):
+
+    def read(value: Any) -> tuple[ParsedCandidates | None, str]:
         items, problem = _items(value)
         if items is None:
-            found.append(problem)
-            continue
-        return _read_items(items, project=project, domains=domains)
-    if not found:
-        raise MalformedOutput(
-            f"expected {_SHAPE}; found no JSON value in {len(content)} characters of output"
-        )
-    raise MalformedOutput(f"expected {_SHAPE}; found {found[0]}")
+            return None, problem
+        return _read_items(items, project=project, domains=domains), ""
+
+    return first_answer(content, _SHAPE, read)
 
 
 def _items(value: Any) -> tuple[list[Any] | None, str]:
@@ -101,14 +96,7 @@ def _read_items(items: list[Any], *, project: str, domains: Sequence[str]) -> Pa
         raise MalformedOutput(
             f"expected {_SHAPE}; found {len(items)} item(s) and none usable ({'; '.join(warnings[:3])})"
         )
-    unique, repeats = deduplicated(out)
-    if repeats:
-        warnings.append(f"{repeats} repeated candidate(s) kept once")
-    if len(unique) > MAX_CANDIDATES:
-        warnings.append(
-            f"{len(unique) - MAX_CANDIDATES} candidate(s) past the first {MAX_CANDIDATES} dropped"
-        )
-        unique = unique[:MAX_CANDIDATES]
+    unique = kept(out, warnings)
     return ParsedCandidates(tuple(unique), tuple(warnings))
 
 

@@ -48,7 +48,7 @@ from .extract import (
     Extraction,
     InteractionText,
     Layer,
-    deduplicated,
+    kept,
 )
 
 VERSION: Final = "1"
@@ -545,16 +545,9 @@ class RulesExtractor:
                     skipped += 1
                     continue
                 candidates.append(candidate)
-        unique, repeats = deduplicated(candidates)
         if skipped:
             warnings.append(f"{skipped} marked passage(s) outside the length rules or phrased as questions")
-        if repeats:
-            warnings.append(f"{repeats} repeated candidate(s) kept once")
-        if len(unique) > MAX_CANDIDATES:
-            warnings.append(
-                f"{len(unique) - MAX_CANDIDATES} candidate(s) past the first {MAX_CANDIDATES} dropped"
-            )
-            unique = unique[:MAX_CANDIDATES]
+        unique = kept(candidates, warnings)
         return Extraction(
             candidates=tuple(unique),
             extractor=self.name,

@@ -1,9 +1,9 @@
 """The LLM curator: atomisation by a model served by Ollama.
 
-Owns the conversation with the server (the real ``ollama`` client, one
-non-streaming chat per attempt with the output constrained to the atoms JSON
-schema), the retry loop for malformed or out-of-envelope replies, and the
-mapping of transport failures to CuratorFailed reasons. Parsing and the token
+Owns the retry loop for malformed or out-of-envelope atomisations and the
+CuratorFailed raised when none is usable. Each attempt is one schema-constrained
+chat through ``ollama_ask.OllamaAsker.chat``, which owns the conversation with
+the server and the mapping of transport failures to failure reasons. Parsing and the token
 budget are pure functions in ``parse`` and ``budget``.
 """
 
@@ -26,11 +26,10 @@ from .base import (
     check_max_retries,
 )
 from .budget import enforce_token_budget
+from .ollama_ask import DEFAULT_TIMEOUT, Failed, OllamaAsker
 from .parse import MalformedOutput, extract_atoms
 from .prompt import ATOMS_SCHEMA, prompt_sha256, render_messages
-from .tokens import DEFAULT_ATOM_TOKENS, check_max_atom_tokens, count_tokens, tolerated_tokens
-
-DEFAULT_TIMEOUT = 120.0
+from .tokens import DEFAULT_ATOM_TOKENS, check_max_atom_tokens, tolerated_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +64,7 @@ class OllamaCurator:
         self._model = model
         self.timeout = timeout
         self._sleep = sleep
-        self._client = client if client is not None else ollama.Client(host=host, timeout=timeout)
+        self._asker = OllamaAsker(host, model, sleep=sleep, timeout=timeout, client=client)
 
     def curate(
         self, text: str, *, max_atom_tokens: int = DEFAULT_ATOM_TOKENS, max_retries: int = 3
@@ -128,88 +127,15 @@ class OllamaCurator:
         )
 
     def _chat(self, messages: list[dict[str, str]], *, attempt: int, responses: list[str]) -> _Reply:
-        where = f"{self._model} at {self.host}"
-        try:
-            response = self._client.chat(
-                model=self._model, messages=messages, format=ATOMS_SCHEMA, stream=False
-            )
-        except ollama.ResponseError as exc:
-            raise self._failure(
-                f"the Ollama server answered HTTP {exc.status_code} for {where}: {exc.error}",
-                "server_error",
-                attempt,
-                responses,
-                status_code=exc.status_code,
-            ) from exc
-        except ConnectionError as exc:
-            # The client turns a refused or failed connect into ConnectionError.
-            # Retrying a server that is not there only delays the verdict.
-            raise self._failure(
-                f"the Ollama server at {self.host} is unreachable ({exc})",
-                "unreachable",
-                attempt,
-                responses,
-            ) from exc
-        except Exception as exc:
-            reason = _transport_reason(exc)
-            if reason is None:
-                raise
-            raise self._failure(
-                _transport_message(reason, where, self.timeout, exc), reason, attempt, responses
-            ) from exc
-        content = response.message.content or ""
-        input_tokens = response.prompt_eval_count
-        if input_tokens is None:
-            input_tokens = sum(count_tokens(m["content"]) for m in messages)
-        output_tokens = response.eval_count
-        if output_tokens is None:
-            output_tokens = count_tokens(content)
+        reply = self._asker.chat(messages, ATOMS_SCHEMA)
+        if isinstance(reply, Failed):
+            # reply.details name the model and host (and the HTTP status where there is one).
+            raise CuratorFailed(
+                reply.message,
+                reason=reply.reason,
+                attempts=attempt + 1,
+                responses=tuple(responses),
+                **reply.details,
+            ) from reply.cause
+        content, input_tokens, output_tokens = reply
         return _Reply(content=content, input_tokens=input_tokens, output_tokens=output_tokens)
-
-    def _failure(
-        self,
-        message: str,
-        reason: FailureReason,
-        attempt: int,
-        responses: list[str],
-        **details: object,
-    ) -> CuratorFailed:
-        return CuratorFailed(
-            message,
-            reason=reason,
-            attempts=attempt + 1,
-            responses=tuple(responses),
-            model=self._model,
-            host=self.host,
-            **details,
-        )
-
-
-def _transport_reason(exc: BaseException) -> FailureReason | None:
-    """Classify an exception escaping the ollama client, or None when it is not transport.
-
-    The client's transport is httpx, which is ollama's dependency rather than
-    ours; its exception classes are recognised by name along the MRO so this
-    package imports only ollama.
-    """
-    httpx_names = {cls.__name__ for cls in type(exc).__mro__ if cls.__module__.startswith("httpx")}
-    if "TimeoutException" in httpx_names or isinstance(exc, TimeoutError):
-        return "timeout"
-    if "ProtocolError" in httpx_names or "DecodingError" in httpx_names:
-        return "server_error"
-    if "TransportError" in httpx_names:
-        return "unreachable"
-    if isinstance(exc, ValueError):
-        # A 200 whose body is not JSON (JSONDecodeError) or not a chat
-        # response (pydantic's ValidationError): both subclass ValueError.
-        return "server_error"
-    return None
-
-
-def _transport_message(reason: FailureReason, where: str, timeout: float, exc: BaseException) -> str:
-    detail = f"{type(exc).__name__}: {exc}"
-    if reason == "timeout":
-        return f"the Ollama server did not answer within {timeout:g} s for {where} ({detail})"
-    if reason == "server_error":
-        return f"the Ollama server sent a broken or non-chat response for {where} ({detail})"
-    return f"the Ollama server for {where} could not be reached ({detail})"

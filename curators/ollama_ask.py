@@ -1,7 +1,8 @@
 """Asking an Ollama model for one JSON answer, with the curator's retry and backoff rules.
 
 The extractor and the triager both ask a model one question and parse its
-answer. This module owns that conversation for them: one non-streaming chat
+answer; the atomising curator asks the same way and keeps its own retry
+rules. This module owns that conversation for them: one non-streaming chat
 per attempt with the reply constrained to a JSON schema, a retry after
 ``backoff_delay`` when the reply does not parse (``MalformedOutput``), no
 retry when the server is unreachable, errs or times out (asking again only
@@ -16,14 +17,16 @@ loop records them as events instead of losing them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
 
 import ollama
 
+from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
+
 from .base import FailureReason, backoff_delay, check_max_retries
-from .ollama import _transport_message, _transport_reason
 from .parse import MalformedOutput
 from .tokens import count_tokens
 
@@ -48,6 +51,8 @@ class Failed:
     attempts: int
     responses: tuple[str, ...]
     details: dict[str, object]
+    #: The transport exception behind a failure to get any reply (kept for ``raise ... from``).
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
 
 
 class OllamaAsker:
@@ -86,7 +91,7 @@ class OllamaAsker:
         for attempt in range(retries + 1):
             if attempt:
                 self._sleep(backoff_delay(attempt - 1))
-            reply = self._chat(messages, schema)
+            reply = self.chat(messages, schema)
             if isinstance(reply, Failed):
                 return Failed(reply.reason, reply.message, attempt + 1, tuple(responses), reply.details)
             content, used_in, used_out = reply
@@ -109,7 +114,11 @@ class OllamaAsker:
             {"model": self.model, "host": self.host},
         )
 
-    def _chat(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> tuple[str, int, int] | Failed:
+    def chat(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> tuple[str, int, int] | Failed:
+        """One attempt: the reply's content and its input and output tokens, or why there is none.
+
+        ``Failed.attempts`` is 0 here; the caller knows which attempt it was.
+        """
         where = f"{self.model} at {self.host}"
         details: dict[str, object] = {"model": self.model, "host": self.host}
         try:
@@ -121,16 +130,19 @@ class OllamaAsker:
                 0,
                 (),
                 {**details, "status_code": exc.status_code},
+                exc,
             )
         except ConnectionError as exc:
+            # The client turns a refused or failed connect into ConnectionError.
+            # Retrying a server that is not there only delays the verdict.
             return Failed(
-                "unreachable", f"the Ollama server at {self.host} is unreachable ({exc})", 0, (), details
+                "unreachable", f"the Ollama server at {self.host} is unreachable ({exc})", 0, (), details, exc
             )
         except Exception as exc:
             reason = _transport_reason(exc)
             if reason is None:
                 raise
-            return Failed(reason, _transport_message(reason, where, self.timeout, exc), 0, (), details)
+            return Failed(reason, _transport_message(reason, where, self.timeout, exc), 0, (), details, exc)
         content = response.message.content or ""
         used_in = response.prompt_eval_count
         if used_in is None:
@@ -139,3 +151,69 @@ class OllamaAsker:
         if used_out is None:
             used_out = count_tokens(content)
         return content, used_in, used_out
+
+
+class DomainAsker(ABC):
+    """What the ollama extractor and triager share: one asker and the home's domain vocabulary.
+
+    A subclass names its prompt's fingerprint (``_prompt_sha256``), which
+    depends on the domains the prompt lists.
+    """
+
+    name: Final = "ollama"
+
+    def __init__(
+        self,
+        host: str,
+        model: str,
+        *,
+        domains: Sequence[str] = DOMAINS,
+        sleep: Callable[[float], object] = time.sleep,
+        timeout: float = DEFAULT_TIMEOUT,
+        client: ollama.Client | None = None,
+    ) -> None:
+        self._asker = OllamaAsker(host, model, sleep=sleep, timeout=timeout, client=client)
+        self.domains = tuple(domains)
+        self._sha = self._prompt_sha256(self.domains)
+
+    @staticmethod
+    @abstractmethod
+    def _prompt_sha256(domains: tuple[str, ...]) -> str: ...
+
+    @property
+    def model(self) -> str:
+        return self._asker.model
+
+    @property
+    def host(self) -> str:
+        return self._asker.host
+
+
+def _transport_reason(exc: BaseException) -> FailureReason | None:
+    """Classify an exception escaping the ollama client, or None when it is not transport.
+
+    The client's transport is httpx, which is ollama's dependency rather than
+    ours; its exception classes are recognised by name along the MRO so this
+    package imports only ollama.
+    """
+    httpx_names = {cls.__name__ for cls in type(exc).__mro__ if cls.__module__.startswith("httpx")}
+    if "TimeoutException" in httpx_names or isinstance(exc, TimeoutError):
+        return "timeout"
+    if "ProtocolError" in httpx_names or "DecodingError" in httpx_names:
+        return "server_error"
+    if "TransportError" in httpx_names:
+        return "unreachable"
+    if isinstance(exc, ValueError):
+        # A 200 whose body is not JSON (JSONDecodeError) or not a chat
+        # response (pydantic's ValidationError): both subclass ValueError.
+        return "server_error"
+    return None
+
+
+def _transport_message(reason: FailureReason, where: str, timeout: float, exc: BaseException) -> str:
+    detail = f"{type(exc).__name__}: {exc}"
+    if reason == "timeout":
+        return f"the Ollama server did not answer within {timeout:g} s for {where} ({detail})"
+    if reason == "server_error":
+        return f"the Ollama server sent a broken or non-chat response for {where} ({detail})"
+    return f"the Ollama server for {where} could not be reached ({detail})"

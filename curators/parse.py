@@ -1,10 +1,11 @@
 """Finding the atom list in a model's reply.
 
 Models asked for JSON still wrap it in code fences or prose now and then. This
-module owns the tolerant reading: the JSON values embedded in the reply are
-decoded left to right (fences and prose are just text between them), and the
-first one with the expected shape, ``{"atoms": [string, ...]}`` or a bare
-``[string, ...]``, is the answer. A value nested inside another is never taken
+module owns the tolerant reading (``first_answer``, also used for the
+extractor's candidates and the triager's verdict): the JSON values embedded in
+the reply are decoded left to right (fences and prose are just text between
+them), and the first one with the expected shape, here ``{"atoms": [string,
+...]}`` or a bare ``[string, ...]``, is the answer. A value nested inside another is never taken
 on its own. Anything else is malformed output, described well enough to debug
 a prompt.
 """
@@ -13,14 +14,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from typing import Any, Final
+from collections.abc import Callable, Iterator
+from typing import Any, Final, TypeVar
 
 #: Cap on embedded-JSON decode attempts: a hostile reply full of brackets must
 #: not turn parsing into a quadratic scan.
 MAX_DECODE_ATTEMPTS = 512
 
 _OPENERS = re.compile(r"[\[{]")
+
+T = TypeVar("T")
 
 
 class MalformedOutput(ValueError):
@@ -29,20 +32,25 @@ class MalformedOutput(ValueError):
 
 def extract_atoms(content: str) -> list[str]:
     """The atom strings in ``content``, or MalformedOutput."""
+    return first_answer(content, 'a JSON object {"atoms": [string, ...]} or a JSON list of strings', _shape)
+
+
+def first_answer(content: str, shape: str, read: Callable[[Any], tuple[T | None, str]]) -> T:
+    """The first JSON value in ``content`` that ``read`` accepts, read.
+
+    ``read`` returns the answer, or None and what the value held instead.
+    MalformedOutput names ``shape`` and what the first value held (or that
+    there was no JSON value at all).
+    """
     found: list[str] = []
     for value in _json_values(content):
-        atoms, problem = _shape(value)
-        if atoms is not None:
-            return atoms
+        answer, problem = read(value)
+        if answer is not None:
+            return answer
         found.append(problem)
     if not found:
-        raise MalformedOutput(
-            f'expected a JSON object {{"atoms": [string, ...]}} or a JSON list of strings; '
-            f"found no JSON value in {len(content)} characters of output"
-        )
-    raise MalformedOutput(
-        f'expected a JSON object {{"atoms": [string, ...]}} or a JSON list of strings; found {found[0]}'
-    )
+        raise MalformedOutput(f"expected {shape}; found no JSON value in {len(content)} characters of output")
+    raise MalformedOutput(f"expected {shape}; found {found[0]}")
 
 
 def _json_values(content: str) -> Iterator[Any]:

@@ -16,10 +16,10 @@ everything else waits for a person.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.vocabulary_knowledge import Verdict
+from mnemolog.eventlog.vocabulary_knowledge import Action, Verdict
 
 from .base import FailureReason
 
@@ -120,9 +120,6 @@ class TriagePolicy:
             "promote_confidence": self.promote_confidence,
             "duplicate_similarity": self.duplicate_similarity,
         }
-
-
-Action = Literal["promote", "reject", "wait"]
 
 
 @dataclass(frozen=True, slots=True)

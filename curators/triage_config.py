@@ -6,11 +6,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from mnemolog.eventlog.errors import UsageError
 from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
 
-from .base import TierLocked
-from .config import DEFAULT_OLLAMA_HOST, HOST_ENV, MODEL_ENV, LlmConfig
+from .config import LlmConfig, rules_or_ollama
 from .triage import Triager
 from .triage_rules import RulesTriager
 
@@ -30,26 +28,14 @@ def make_triager(
     client: ollama.Client | None = None,
 ) -> Triager:
     """Triager ``name``; TierLocked (exit 3) for ``ollama`` without a model, UsageError for others."""
-    if name == "rules":
-        return RulesTriager()
-    if name == "ollama":
-        if llm is None:
-            raise TierLocked(
-                f"the ollama triager needs an LLM and none is configured: set {MODEL_ENV} "
-                f"(and {HOST_ENV}, default {DEFAULT_OLLAMA_HOST}), or use --triager rules",
-                triager=name,
-                env=[MODEL_ENV, HOST_ENV],
-            )
-        from .ollama_ask import DEFAULT_TIMEOUT
+
+    def with_model(llm: LlmConfig, timeout: float) -> Triager:
         from .triage_ollama import OllamaTriager
 
-        if timeout is None:
-            timeout = DEFAULT_TIMEOUT
         return OllamaTriager(
             llm.host, llm.model, domains=domains, sleep=sleep, timeout=timeout, client=client
         )
-    raise UsageError(
-        f"unknown triager {name!r}; expected one of {list(TRIAGER_NAMES)}",
-        expected=list(TRIAGER_NAMES),
-        found=name,
+
+    return rules_or_ollama(
+        "triager", name, TRIAGER_NAMES, llm, rules=RulesTriager, ollama=with_model, timeout=timeout
     )

@@ -14,18 +14,15 @@ curator's retry rules.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
-import ollama
+from mnemolog.eventlog.vocabulary_knowledge import PROJECT_NAME, Verdict
 
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS, PROJECT_NAME, Verdict
-
-from .ollama_ask import DEFAULT_TIMEOUT, Failed, OllamaAsker
-from .parse import MalformedOutput, _json_values
+from .ollama_ask import DomainAsker, Failed
+from .parse import first_answer
 from .triage import TriageFailure, TriageItem, TriageOutcome, TriageVerdict, one_sentence
 from .triage_prompt import prompt_sha256, render_messages, triage_schema
 
@@ -67,26 +64,21 @@ class ParsedVerdict:
 
 def parse_verdict(content: str, *, item: TriageItem, domains: Sequence[str]) -> ParsedVerdict:
     """The verdict in ``content``, or MalformedOutput saying what was found instead."""
-    found: list[str] = []
-    for value in _json_values(content):
+
+    def read(value: Any) -> tuple[ParsedVerdict | None, str]:
         if not isinstance(value, dict):
-            found.append(f"a JSON {type(value).__name__}")
-            continue
+            return None, f"a JSON {type(value).__name__}"
         raw = value.get("verdict")
         verdict = _SYNONYMS.get(raw.strip().lower()) if isinstance(raw, str) else None
         if verdict is None:
-            found.append(
+            return None, (
                 f"a JSON object whose verdict is {str(raw)[:40]!r}"
                 if "verdict" in value
                 else f"a JSON object with keys {sorted(map(str, value))[:8]!r} and no 'verdict'"
             )
-            continue
-        return _read(value, verdict, item=item, domains=domains)
-    if not found:
-        raise MalformedOutput(
-            f"expected {_SHAPE}; found no JSON value in {len(content)} characters of output"
-        )
-    raise MalformedOutput(f"expected {_SHAPE}; found {found[0]}")
+        return _read(value, verdict, item=item, domains=domains), ""
+
+    return first_answer(content, _SHAPE, read)
 
 
 def _read(
@@ -149,33 +141,14 @@ def _domains(raw: Any, known: Sequence[str], warnings: list[str]) -> tuple[str, 
     return tuple(out)
 
 
-class OllamaTriager:
+class OllamaTriager(DomainAsker):
     """Triager backed by ``model`` at ``host``; ``domains`` is the home's domain vocabulary."""
 
-    name: Final = "ollama"
     version: Final = VERSION
 
-    def __init__(
-        self,
-        host: str,
-        model: str,
-        *,
-        domains: Sequence[str] = DOMAINS,
-        sleep: Callable[[float], object] = time.sleep,
-        timeout: float = DEFAULT_TIMEOUT,
-        client: ollama.Client | None = None,
-    ) -> None:
-        self._asker = OllamaAsker(host, model, sleep=sleep, timeout=timeout, client=client)
-        self.domains = tuple(domains)
-        self._sha = prompt_sha256(self.domains)
-
-    @property
-    def model(self) -> str:
-        return self._asker.model
-
-    @property
-    def host(self) -> str:
-        return self._asker.host
+    @staticmethod
+    def _prompt_sha256(domains: tuple[str, ...]) -> str:
+        return prompt_sha256(domains)
 
     def triage(self, item: TriageItem, *, max_retries: int = 3) -> TriageOutcome:
         messages = render_messages(

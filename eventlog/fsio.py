@@ -20,14 +20,29 @@ from pathlib import Path
 from typing import BinaryIO
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOCTTY = getattr(os, "O_NOCTTY", 0)
 
 
 class NotRegularFile(OSError):
-    """A path to read holds a FIFO, a device, a socket or a directory."""
+    """A path to read holds a FIFO, a device, a socket or a directory (``kind`` says which)."""
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", os.fspath(path))
+        self.kind = kind
 
 
 class FileTooLarge(OSError):
-    """A file to read is larger than the bound its reader set."""
+    """A file to read is larger than the bound its reader set.
+
+    ``size`` is the file's size, or, for a file that grew while it was read,
+    the bytes read when the bound was passed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], limit: int, size: int, *, grew: bool = False) -> None:
+        what = f"larger than {limit} bytes" if grew else f"larger than {limit} bytes ({size} bytes)"
+        super().__init__(errno.EFBIG, what, os.fspath(path))
+        self.limit = limit
+        self.size = size
 
 
 def _kind(mode: int) -> str:
@@ -50,11 +65,11 @@ def open_regular_fd(path: str | os.PathLike[str]) -> int:
     writer; fstat on the descriptor then decides on the file actually opened
     (no race with a rename between a stat and the open).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})", os.fspath(path))
+            raise NotRegularFile(path, _kind(st.st_mode))
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -72,7 +87,7 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     with open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         if size > limit:
-            raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes ({size} bytes)", os.fspath(path))
+            raise FileTooLarge(path, limit, size)
         # Sized by the file, not the bound: a generous bound must not allocate itself.
         chunks = [f.read(size)]
         total = len(chunks[0])
@@ -80,7 +95,7 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
             chunks.append(chunk)  # it grew while we read
             total += len(chunk)
             if total > limit:
-                raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+                raise FileTooLarge(path, limit, total, grew=True)
     return b"".join(chunks) if len(chunks) > 1 else chunks[0]
 
 

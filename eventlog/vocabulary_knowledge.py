@@ -106,6 +106,9 @@ STATE_CATEGORIES: Final[tuple[str, ...]] = (
 
 Verdict = Literal["promote", "reject", "needs_human", "contradicts"]
 VERDICTS: Final[tuple[str, ...]] = ("promote", "reject", "needs_human", "contradicts")
+#: What a verdict leads to: a promotion, a rejection, or a wait for a person.
+Action = Literal["promote", "reject", "wait"]
+ACTIONS: Final[tuple[str, ...]] = ("promote", "reject", "wait")
 
 
 def domain_vocabulary(extra: Iterable[str] = ()) -> tuple[str, ...]:
@@ -175,6 +178,7 @@ def check_statuses(values: Iterable[str]) -> tuple[str, ...]:
 
 
 __all__ = [
+    "ACTIONS",
     "CANDIDATE_EXTRACTED",
     "CANDIDATE_TRIAGED",
     "DEFAULT_STATUS",
@@ -198,6 +202,7 @@ __all__ = [
     "TRANSITIONS",
     "TRIAGE_FAILED",
     "VERDICTS",
+    "Action",
     "StateCategory",
     "Status",
     "Verdict",

@@ -246,7 +246,7 @@ def extraction_failed(f: Fold, e: Entry, d: dict[str, Any]) -> None:
 def candidate_triaged(f: Fold, e: Entry, d: dict[str, Any]) -> None:
     f.flush()
     action = d.get("action")
-    if action not in ("promote", "reject", "wait"):
+    if action not in vk.ACTIONS:
         return
     f.conn.execute(
         "UPDATE candidates SET triage = ?, verdict = ?, verdict_confidence = ?, reason = ?, "

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
 
-from mnemolog.eventlog.vocabulary_knowledge import PERSONAL_KINDS
+from mnemolog.eventlog.vocabulary_knowledge import PERSONAL_KINDS, STATE_CATEGORIES
 from mnemolog.projections import recall as q
 from mnemolog.projections.knowledge import ProjectRegistry
+from mnemolog.projections.knowledge_fold import INTERACTION_COLUMNS
 from mnemolog.projections.memories import MEMORY_SELECT, Memory, row_to_memory
 from mnemolog.projections.schema import visible
 
@@ -48,6 +49,9 @@ __all__ = [
 #: waiting for a person, and decided either way.
 CANDIDATE_QUEUES: Final = ("pending", "needs_human", "promoted", "rejected")
 
+#: The state categories in the vocabulary's order, as a SQL list (constants, not input).
+_CATEGORY_ORDER: Final = "[" + ", ".join(f"'{c}'" for c in STATE_CATEGORIES) + "]"
+
 #: A bracketed word opening a memory's content: the old way of tagging a domain.
 PREFIX_PATTERN: Final = r"^\s*\[([A-Za-z][A-Za-z0-9_-]{0,31})\]\s*"
 
@@ -72,23 +76,6 @@ _CANDIDATE_COLS: Final = (
     "triage_failures",
     "decided_by",
     "decided_seq",
-)
-_INTERACTION_COLS: Final = (
-    "id",
-    "namespace",
-    "project",
-    "client",
-    "session",
-    "context_id",
-    "prompt",
-    "response",
-    "reinforce",
-    "captured_at",
-    "seq",
-    "extraction",
-    "extracted_seq",
-    "failures",
-    "reinforced",
 )
 
 
@@ -159,8 +146,7 @@ def state_entries(
     rows = conn.execute(
         "SELECT project, category, key, value, source, state, seq, set_at, ended_seq, ended_at, reason "
         f"FROM project_state WHERE {' AND '.join(where)} "
-        "ORDER BY array_position(['status', 'decision', 'requirement', 'contact', 'milestone', 'fact', "
-        "'config'], category), key, seq",
+        f"ORDER BY array_position({_CATEGORY_ORDER}, category), key, seq",
         args,
     ).fetchall()
     names = (
@@ -182,12 +168,12 @@ def state_entries(
 
 
 def _interaction(row: tuple[Any, ...]) -> dict[str, Any]:
-    return dict(zip(_INTERACTION_COLS, row, strict=True))
+    return dict(zip(INTERACTION_COLUMNS, row, strict=True))
 
 
 def interaction(conn: duckdb.DuckDBPyConnection, interaction_id: str) -> dict[str, Any] | None:
     row = conn.execute(
-        f"SELECT {', '.join(_INTERACTION_COLS)} FROM interactions WHERE id = ?", [interaction_id]
+        f"SELECT {', '.join(INTERACTION_COLUMNS)} FROM interactions WHERE id = ?", [interaction_id]
     ).fetchone()
     return _interaction(row) if row else None
 
@@ -213,7 +199,7 @@ def interactions(
         where.append("captured_at >= ?")
         args.append(since)
     rows = conn.execute(
-        f"SELECT {', '.join(_INTERACTION_COLS)} FROM interactions WHERE {' AND '.join(where)} "
+        f"SELECT {', '.join(INTERACTION_COLUMNS)} FROM interactions WHERE {' AND '.join(where)} "
         "ORDER BY seq DESC LIMIT ?",
         [*args, limit],
     ).fetchall()

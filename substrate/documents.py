@@ -24,12 +24,12 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
-import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, read_regular
 from mnemolog.projections.context.decode import DEFAULT_FALLBACKS, DocumentRefused, decode_document
 
 DEFAULT_GLOBS: Final = ("*.md", "*.markdown", "*.txt")
@@ -60,21 +60,7 @@ class DocumentText:
     text: str
 
 
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _not_regular(path: str, mode: int) -> DocumentRefused:
-    what = _kind(mode)
+def _not_regular(path: str, what: str) -> DocumentRefused:
     return DocumentRefused(
         f"{path}: is {what}, not a regular file; only regular files are ingested",
         file=path,
@@ -96,46 +82,17 @@ def _too_large(path: str, size: int, limit: int) -> DocumentRefused:
 def read_bytes(path: str, max_bytes: int) -> bytes:
     """The bytes of a regular file of at most `max_bytes`, or DocumentRefused."""
     try:
-        st = os.stat(path)
+        return read_regular(path, max_bytes)
     except FileNotFoundError:
         raise DocumentRefused(f"{path}: no such file", file=path, reason="missing") from None
-    except OSError as exc:
-        raise DocumentRefused(
-            f"{path}: cannot stat: {exc.strerror}", file=path, reason="unreadable"
-        ) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise _not_regular(path, st.st_mode)
-    if st.st_size > max_bytes:
-        raise _too_large(path, st.st_size, max_bytes)
-    try:
-        # O_NONBLOCK: if the path was swapped for a FIFO since the stat, open must not hang.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise DocumentRefused(
-            f"{path}: cannot open: {exc.strerror}", file=path, reason="unreadable"
-        ) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _not_regular(path, st.st_mode)
-        parts = []
-        left = max_bytes + 1
-        while left > 0:
-            part = os.read(fd, min(left, 1 << 20))
-            if not part:
-                break
-            parts.append(part)
-            left -= len(part)
-        data = b"".join(parts)
+    except NotRegularFile as exc:
+        raise _not_regular(path, exc.kind) from None
+    except FileTooLarge as exc:
+        raise _too_large(path, exc.size, max_bytes) from None
     except OSError as exc:
         raise DocumentRefused(
             f"{path}: cannot read: {exc.strerror}", file=path, reason="unreadable"
         ) from None
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:
-        raise _too_large(path, len(data), max_bytes)
-    return data
 
 
 def read_document(

@@ -21,7 +21,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, resolve_llm
 from mnemolog.curators.extract import Extraction, ExtractionFailure, InteractionText
@@ -56,6 +56,7 @@ from mnemolog.substrate.events import (
     Payload,
 )
 from mnemolog.substrate.events.knowledge import (
+    MAX_MESSAGE_CHARS,
     CandidateExtracted,
     CandidateTriaged,
     ExtractionFailed,
@@ -75,6 +76,9 @@ from mnemolog.substrate.home import Home
 from mnemolog.substrate.ids import new_id
 from mnemolog.substrate.knowledge_config import KnowledgeSettings, parse_knowledge
 from mnemolog.substrate.session import Session, Sessions
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = ["ExtractionFailedError", "Knowledge", "TriageFailedError"]
 
@@ -108,6 +112,19 @@ class TriageFailedError(MnemologError):
 
 def _iso(us: int) -> datetime:
     return datetime.fromtimestamp(us / 1_000_000, UTC)
+
+
+def _failure_fields(failure: ExtractionFailure | TriageFailure) -> dict[str, Any]:
+    """What an extraction.failed or triage.failed keeps of a curator's failure, beside whose it was."""
+    return {
+        "version": failure.version,
+        "model": failure.model,
+        "prompt_sha256": failure.prompt_sha256,
+        "reason": failure.reason,
+        "message": failure.message[:MAX_MESSAGE_CHARS],
+        "attempts": failure.attempts,
+        "responses": list(failure.responses),
+    }
 
 
 class Knowledge:
@@ -329,6 +346,31 @@ class Knowledge:
 
     # -- extraction ------------------------------------------------------------------------------
 
+    def _work(
+        self,
+        given: Sequence[str],
+        pending: bool,
+        limit: int,
+        waiting: Callable[[duckdb.DuckDBPyConnection, int], list[str]],
+        known: Callable[[duckdb.DuckDBPyConnection, Sequence[str]], set[str]],
+        noun: str,
+        step: str,
+    ) -> list[str]:
+        """The ids a step works on: the ``given`` ones (each must exist) or up to ``limit`` waiting.
+
+        NotFound (exit 2) for a given id that is not a ``noun``; Informational
+        (exit 1) when there is nothing to do.
+        """
+        with self.sessions.session() as s:
+            ids = waiting(s.conn, check_limit(limit)) if pending else list(given)
+            found = known(s.conn, [i for i in ids if isinstance(i, str)])
+            for i in ids:
+                if i not in found:
+                    raise NotFound(f"no {noun} with id {i!r}", id=i)
+        if not ids:
+            raise Informational(f"no {noun} is waiting for {step}")
+        return ids
+
     def extract(
         self,
         *,
@@ -350,14 +392,15 @@ class Knowledge:
         ex = make_extractor(
             name, self.llm() if name == "ollama" else None, domains=self.settings.domains, **self.options
         )
-        with self.sessions.session() as s:
-            ids = kq.pending_interactions(s.conn, check_limit(limit)) if pending else list(interaction_ids)
-            known = kq.known_interactions(s.conn, [i for i in ids if isinstance(i, str)])
-            for iid in ids:
-                if iid not in known:
-                    raise NotFound(f"no interaction with id {iid!r}", id=iid)
-        if not ids:
-            raise Informational("no interaction is waiting for extraction")
+        ids = self._work(
+            interaction_ids,
+            pending,
+            limit,
+            kq.pending_interactions,
+            kq.known_interactions,
+            "interaction",
+            "extraction",
+        )
         results: list[dict[str, Any]] = []
         # In chunks: one read and one write (one sync) per chunk, the model called between them
         # with no lock held, and a crash loses at most one chunk's answers.
@@ -413,15 +456,7 @@ class Knowledge:
             if isinstance(outcome, ExtractionFailure):
                 events.append(
                     ExtractionFailed(
-                        interaction_id=iid,
-                        extractor=outcome.extractor,
-                        version=outcome.version,
-                        model=outcome.model,
-                        prompt_sha256=outcome.prompt_sha256,
-                        reason=outcome.reason,
-                        message=outcome.message[:8192],
-                        attempts=outcome.attempts,
-                        responses=list(outcome.responses),
+                        interaction_id=iid, extractor=outcome.extractor, **_failure_fields(outcome)
                     )
                 )
                 results.append(
@@ -518,14 +553,9 @@ class Knowledge:
         tr = make_triager(
             name, self.llm() if name == "ollama" else None, domains=self.settings.domains, **self.options
         )
-        with self.sessions.session() as s:
-            ids = kq.pending_candidates(s.conn, check_limit(limit)) if pending else list(candidate_ids)
-            known = kq.known_candidates(s.conn, [i for i in ids if isinstance(i, str)])
-            for cid in ids:
-                if cid not in known:
-                    raise NotFound(f"no candidate with id {cid!r}", id=cid)
-        if not ids:
-            raise Informational("no candidate is waiting for triage")
+        ids = self._work(
+            candidate_ids, pending, limit, kq.pending_candidates, kq.known_candidates, "candidate", "triage"
+        )
         results: list[dict[str, Any]] = []
         for start in range(0, len(ids), CHUNK):
             with self.sessions.session() as s:
@@ -609,19 +639,7 @@ class Knowledge:
                 results.append({"id": cid, "outcome": "already_decided", "status": now.get(cid)})
                 continue
             if isinstance(verdict, TriageFailure):
-                events.append(
-                    TriageFailed(
-                        id=cid,
-                        triager=verdict.triager,
-                        version=verdict.version,
-                        model=verdict.model,
-                        prompt_sha256=verdict.prompt_sha256,
-                        reason=verdict.reason,
-                        message=verdict.message[:8192],
-                        attempts=verdict.attempts,
-                        responses=list(verdict.responses),
-                    )
-                )
+                events.append(TriageFailed(id=cid, triager=verdict.triager, **_failure_fields(verdict)))
                 results.append(
                     {"id": cid, "outcome": "failed", "reason": verdict.reason, "message": verdict.message}
                 )

@@ -54,11 +54,11 @@ from typing import Any, Final, TypeVar
 
 from mnemolog.eventlog import packview
 from mnemolog.eventlog.packview import TIERS
+from mnemolog.eventlog.vocabulary_knowledge import STATE_CATEGORIES
 from mnemolog.projections.context.config import PackConfig
 
 Measure = Callable[[str], int]
 
-STATE_CATEGORIES: Final = ("status", "decision", "requirement", "contact", "milestone", "fact", "config")
 TIER_NUMBER: Final = {t: i + 1 for i, t in enumerate(TIERS)}
 SCORE_DIGITS: Final = 6
 

@@ -11,9 +11,9 @@ the `candidate.extracted` that names them.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from mnemolog.eventlog import vocabulary_knowledge as vk
 from mnemolog.eventlog.errors import BadInput
@@ -29,6 +29,7 @@ from mnemolog.substrate.events.limits import (
 
 __all__ = [
     "MAX_KEY_CHARS",
+    "MAX_MESSAGE_CHARS",
     "MAX_RESPONSE_BYTES",
     "MAX_VALUE_CHARS",
     "CandidateExtracted",
@@ -54,6 +55,8 @@ MAX_RESPONSE_BYTES: Final = MAX_CONTENT_BYTES
 MAX_RESPONSES: Final = 16
 MAX_WARNINGS: Final = 64
 MAX_CANDIDATES_PER_EVENT: Final = 64
+#: A failure's message (longer than a reason: it may quote the model).
+MAX_MESSAGE_CHARS: Final = 8192
 
 
 def _label(value: Any, what: str) -> Any:
@@ -62,6 +65,22 @@ def _label(value: Any, what: str) -> Any:
 
 def _project(value: Any, *, allow_empty: bool = True) -> str:
     return check_project_name(value, allow_empty=allow_empty)
+
+
+def _reason(value: Any) -> Any:
+    return check_text(value, "reason")
+
+
+def _message(value: Any) -> Any:
+    return check_text(value, "message", MAX_MESSAGE_CHARS)
+
+
+#: A project name; "" is a memory of no project.
+ProjectField = Annotated[str, BeforeValidator(_project)]
+DomainsField = Annotated[list[str], BeforeValidator(check_domain_names)]
+ReasonField = Annotated[str, BeforeValidator(_reason)]
+OptionalReasonField = Annotated[str | None, BeforeValidator(_reason)]
+MessageField = Annotated[str, BeforeValidator(_message)]
 
 
 def clip_response(text: str) -> str:
@@ -206,12 +225,7 @@ class StateInvalidated(_StateKey):
     TYPE = vk.STATE_INVALIDATED
     TV = 1
 
-    reason: str | None = None
-
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _reason(cls, reason: Any) -> Any:
-        return check_text(reason, "reason")
+    reason: OptionalReasonField = None
 
 
 # -- capture ----------------------------------------------------------------------------
@@ -229,18 +243,13 @@ class InteractionCaptured(Chained):
 
     id: str
     namespace: str = "default"
-    project: str = ""
+    project: ProjectField = ""
     prompt: str
     response: str = ""
     client: str | None = None
     session: str | None = None
     context_id: str | None = None
     reinforce: bool = False
-
-    @field_validator("project", mode="before")
-    @classmethod
-    def _p(cls, project: Any) -> Any:
-        return _project(project)
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -310,17 +319,12 @@ class ExtractionFailed(_ModelOutput):
     model: str | None = None
     prompt_sha256: str
     reason: str
-    message: str
+    message: MessageField
 
     @field_validator("extractor", "version", "model", "prompt_sha256", "reason", mode="before")
     @classmethod
     def _labels(cls, value: Any) -> Any:
         return _label(value, "extractor/version/model/prompt_sha256/reason")
-
-    @field_validator("message", mode="before")
-    @classmethod
-    def _message(cls, value: Any) -> Any:
-        return check_text(value, "message", 8192)
 
 
 # -- triage -----------------------------------------------------------------------------
@@ -342,36 +346,21 @@ class CandidateTriaged(_ModelOutput):
     version: str
     model: str | None = None
     prompt_sha256: str
-    verdict: Literal["promote", "reject", "needs_human", "contradicts"]
+    verdict: vk.Verdict
     confidence: float = Field(ge=0.0, le=1.0)
-    reason: str
-    project: str = ""
-    domains: list[str] = Field(default_factory=list)
+    reason: ReasonField
+    project: ProjectField = ""
+    domains: DomainsField = Field(default_factory=list)
     conflicts_with: str | None = None
     duplicate_of: str | None = None
     thresholds: dict[str, Any] = Field(default_factory=dict)
-    action: Literal["promote", "reject", "wait"]
-    why: str
+    action: vk.Action
+    why: ReasonField
 
     @field_validator("triager", "version", "model", "prompt_sha256", mode="before")
     @classmethod
     def _labels(cls, value: Any) -> Any:
         return _label(value, "triager/version/model/prompt_sha256")
-
-    @field_validator("reason", "why", mode="before")
-    @classmethod
-    def _reason(cls, value: Any) -> Any:
-        return check_text(value, "reason")
-
-    @field_validator("project", mode="before")
-    @classmethod
-    def _p(cls, project: Any) -> Any:
-        return _project(project)
-
-    @field_validator("domains", mode="before")
-    @classmethod
-    def _d(cls, domains: Any) -> Any:
-        return check_domain_names(domains)
 
 
 class TriageFailed(_ModelOutput):
@@ -386,17 +375,12 @@ class TriageFailed(_ModelOutput):
     model: str | None = None
     prompt_sha256: str
     reason: str
-    message: str
+    message: MessageField
 
     @field_validator("triager", "version", "model", "prompt_sha256", "reason", mode="before")
     @classmethod
     def _labels(cls, value: Any) -> Any:
         return _label(value, "triager/version/model/prompt_sha256/reason")
-
-    @field_validator("message", mode="before")
-    @classmethod
-    def _message(cls, value: Any) -> Any:
-        return check_text(value, "message", 8192)
 
 
 class MemoryPromoted(Chained):
@@ -411,24 +395,9 @@ class MemoryPromoted(Chained):
 
     id: str
     by: Literal["triage", "person"]
-    project: str = ""
-    domains: list[str] = Field(default_factory=list)
-    reason: str | None = None
-
-    @field_validator("project", mode="before")
-    @classmethod
-    def _p(cls, project: Any) -> Any:
-        return _project(project)
-
-    @field_validator("domains", mode="before")
-    @classmethod
-    def _d(cls, domains: Any) -> Any:
-        return check_domain_names(domains)
-
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _reason(cls, value: Any) -> Any:
-        return check_text(value, "reason")
+    project: ProjectField = ""
+    domains: DomainsField = Field(default_factory=list)
+    reason: OptionalReasonField = None
 
 
 class MemoryRejected(Chained):
@@ -486,16 +455,11 @@ class MemorySuperseded(Chained):
 
     id: str
     by: Literal["decay", "person", "memory"]
-    reason: str | None = None
+    reason: OptionalReasonField = None
     superseded_by: str | None = None
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
     now: int | None = None
     policy: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _reason(cls, value: Any) -> Any:
-        return check_text(value, "reason")
 
     @model_validator(mode="after")
     def _coherent(self) -> MemorySuperseded:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.eventlog.vocabulary_knowledge import (
+    ACTIONS,
     DOMAINS,
     STATE_CATEGORIES,
     STATUSES,
     VERDICTS,
+    Action,
+    Verdict,
     check_category,
     check_domains,
     check_project_name,
@@ -37,6 +42,12 @@ def test_the_ten_domains_and_seven_categories() -> None:
     assert STATE_CATEGORIES == ("status", "decision", "requirement", "contact", "milestone", "fact", "config")
     assert STATUSES == ("candidate", "active", "superseded", "invalid")
     assert VERDICTS == ("promote", "reject", "needs_human", "contradicts")
+    assert ACTIONS == ("promote", "reject", "wait")
+
+
+def test_the_literal_types_hold_the_same_names_as_the_tuples() -> None:
+    assert get_args(Verdict) == VERDICTS
+    assert get_args(Action) == ACTIONS
 
 
 def test_configuration_extends_the_domains_after_the_built_in_ones() -> None:
