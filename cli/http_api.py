@@ -39,11 +39,14 @@ import anyio.to_thread
 import pydantic_core
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mnemolog.cli import operations
+from mnemolog.cli.listen import loopback_host_header
 from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, UsageError
 from mnemolog.substrate.api import Substrate
 
@@ -440,7 +443,6 @@ class Api:
 
         async def guarded(request: Request) -> Response:
             try:
-                self.check_request(request)
                 return await inner(request)
             except MnemologError as exc:
                 return error_response(exc)
@@ -461,12 +463,29 @@ class Api:
                 )
         if self.settings.loopback_only:
             host = request.headers.get("host", "")
-            name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]", 1)[0] + "]"
-            if name not in ("127.0.0.1", "localhost", "[::1]") and not name.startswith("127."):
+            if not loopback_host_header(host):
                 raise HttpError(
                     "forbidden_host",
                     f"Host {host[:80]!r} is not a loopback name; this server answers only on this machine",
                 )
+
+
+class Guard:
+    """The token and Host checks, before routing: an unknown path or method is refused by
+    the same guard as a known one, so nothing about the server answers an unguarded caller."""
+
+    def __init__(self, app: ASGIApp, api: Api) -> None:
+        self.app = app
+        self.api = api
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                self.api.check_request(Request(scope))
+            except MnemologError as exc:
+                await error_response(exc)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def app(sub: Substrate, settings: HttpSettings) -> Starlette:
@@ -483,7 +502,11 @@ def app(sub: Substrate, settings: HttpSettings) -> Starlette:
             )
         return error_response(HttpError("bad_request", str(getattr(exc, "detail", "bad request"))))
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    return Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: not_found},
+        middleware=[Middleware(Guard, api=api)],
+    )
 
 
 # -- OpenAPI -----------------------------------------------------------------------------------

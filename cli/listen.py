@@ -34,6 +34,42 @@ class Listen:
         return f"[{self.host}]" if ":" in self.host else self.host
 
 
+def loopback_host_header(value: str) -> bool:
+    """Whether an HTTP Host header names this machine: `localhost`, a literal loopback IPv4
+    address or `[::1]`, each with an optional port, and nothing else.
+
+    The header is parsed, never matched by prefix: `127.evil.com` and
+    `127.0.0.1.attacker.example` are names an attacker's DNS can point at 127.0.0.1,
+    which is exactly what a DNS-rebinding page relies on.
+    """
+    v = value.strip()
+    if not v or len(v) > 300 or not v.isascii():
+        return False
+    if v.startswith("["):
+        inside, sep, rest = v[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            return False
+        host, port = inside, rest[1:] if rest else None
+        try:
+            addr = ipaddress.IPv6Address(host)
+        except ValueError:
+            return False
+        ok = addr == ipaddress.IPv6Address("::1")
+    else:
+        host, sep, port_s = v.partition(":")
+        port = port_s if sep else None
+        if host.lower() == "localhost":
+            ok = True
+        else:
+            try:
+                ok = ipaddress.IPv4Address(host).is_loopback
+            except ValueError:
+                return False
+    if port is not None and not (port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
+        return False
+    return ok
+
+
 def parse_listen(text: str, *, allow_remote: bool, what: str = "--listen") -> Listen:
     """`HOST:PORT`, `[V6]:PORT` or `:PORT` (loopback); refuses non-loopback unless allowed."""
     t = text.strip()

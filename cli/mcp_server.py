@@ -253,9 +253,17 @@ async def serve_stdio(sub: Substrate) -> None:
 
 
 def http_app(sub: Substrate, host: str) -> Any:
-    """The streamable HTTP app (Starlette), at /mcp."""
+    """The streamable HTTP app (Starlette), at /mcp, answering loopback Hosts only.
+
+    The SDK's own rebinding check matches Host by prefix and is off for loopback
+    addresses other than 127.0.0.1; ours parses the header, whatever was bound.
+    """
+    from mnemolog.cli.hostguard import LoopbackHostOnly
+
     server = build_server(sub)
-    return server.streamable_http_app(streamable_http_path="/mcp", host=host)
+    inner = server.streamable_http_app(streamable_http_path="/mcp", host=host)
+    inner.add_middleware(LoopbackHostOnly)
+    return inner
 
 
 class _Stop(Exception):

@@ -206,6 +206,13 @@ def test_errors_are_the_cli_objects_with_statuses(http: httpx.Client) -> None:
     err(http.get("/nope"), 404, 64)
     err(http.delete("/stats"), 405, 64)
     err(http.get("/stats", headers={"host": "attacker.example"}), 421, 64)
+    # DNS rebinding: names an attacker's DNS can point at 127.0.0.1 are refused on every route.
+    for host in ("127.evil.com", "127.0.0.1.attacker.example", "[::1]attacker.example", "localhost.evil:80"):
+        err(http.get("/list", headers={"host": host}), 421, 64)
+        err(http.post("/memory", json={"content": "planted"}, headers={"host": host}), 421, 64)
+        err(http.get("/no/such/route", headers={"host": host}), 421, 64)
+    for host in ("localhost:8100", "127.0.0.2", "[::1]:8100"):
+        assert http.get("/stats", headers={"host": host}).status_code == 200, host
     # None of it wrote anything.
     assert http.get("/stats").json()["stats"]["memories"] == 0
 

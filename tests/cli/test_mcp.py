@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
@@ -318,6 +319,16 @@ def test_streamable_http_both_eras_beside_the_cli(home: Path, http_server: str) 
     code, _out = cli(home, "store", "The CLI stored this note about kafka consumers.")
     assert code == 0
     with_client(http_server, handshake, mode="legacy")
+
+
+def test_streamable_http_refuses_rebinding_hosts(http_server: str) -> None:
+    init = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    for host in ("127.evil.com", "127.0.0.1.attacker.example", "[::1]attacker.example", "attacker.example"):
+        r = httpx.post(http_server, json=init, headers={**headers, "host": host}, timeout=30)
+        assert r.status_code == 421 and r.json()["error"] == "forbidden_host", host
+        r = httpx.get(http_server.replace("/mcp", "/elsewhere"), headers={"host": host}, timeout=30)
+        assert r.status_code == 421, host
 
 
 def test_http_refuses_a_non_loopback_address(home: Path) -> None:

@@ -1,0 +1,61 @@
+"""The DNS-rebinding guard for servers that answer only on this machine.
+
+A web page can point a name it controls (`127.evil.com`) at 127.0.0.1 and make
+the browser send requests to a loopback server; the request then carries that
+name in its Host header. A server without a bearer token therefore answers only
+requests whose Host parses as a loopback name (cli.listen.loopback_host_header),
+before any routing, and 421 (Misdirected Request) otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mnemolog.cli.listen import loopback_host_header
+
+
+def host_of(scope: Scope) -> str:
+    for name, value in scope.get("headers", ()):
+        if name == b"host":
+            return bytes(value).decode("latin-1")
+    return ""
+
+
+def refusal_body(host: str) -> bytes:
+    return json.dumps(
+        {
+            "ok": False,
+            "error": "forbidden_host",
+            "message": f"Host {host[:80]!r} is not a loopback name; this server answers only on this machine",
+            "exit_code": 64,
+            "details": {},
+        }
+    ).encode()
+
+
+class LoopbackHostOnly:
+    """An ASGI wrapper: HTTP requests whose Host is not a loopback name get 421 and reach nothing."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = host_of(scope)
+            if not loopback_host_header(host):
+                body = refusal_body(host)
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 421,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
