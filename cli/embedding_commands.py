@@ -23,7 +23,7 @@ def embeddings_group() -> None:
 @json_option
 @click.pass_obj
 def set_cmd(ctx: Ctx, kind: str, model: str | None, no_sync: bool) -> None:
-    """Record KIND (wordllama, ollama MODEL, or off) as the home's embedder, then re-embed."""
+    """Record KIND (minilm, wordllama, ollama MODEL, or off) as the home's embedder, then re-embed."""
     with opened(ctx) as s:
         record = s.set_embedder(kind, model)
         synced = None if no_sync or kind == "off" else s.embed_pending(progress=None)

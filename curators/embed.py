@@ -5,9 +5,10 @@ check every embedder's output passes before anything is stored (count,
 dimension, finite, non-zero), the error an embedder raises, and the
 embeddings configuration (the `[embeddings]` table of a home's config.toml
 and the MNEMOLOG_EMBED_* environment variables) with the factory that builds
-an embedder from it. The embedders themselves live in `embed_wordllama`
-(offline, the default), `embed_minilm` (offline, all-MiniLM-L6-v2 in numpy,
-installed on request) and `embed_ollama` (an Ollama server).
+an embedder from it. The embedders themselves live in `embed_minilm`
+(offline, the default: all-MiniLM-L6-v2 as an int8 ONNX network),
+`embed_wordllama` (offline, lighter and weaker) and `embed_ollama` (an
+Ollama server).
 
 Vectors are float32 arrays of shape (n, dim), L2-normalised, so cosine
 similarity is a dot product and cosine distance is 1 - dot.
@@ -69,7 +70,7 @@ class Embedder(Protocol):
 
     @property
     def kind(self) -> str:
-        """ "wordllama" or "ollama"."""
+        """ "minilm", "wordllama" or "ollama"."""
         ...
 
     @property
@@ -164,7 +165,7 @@ class EmbedConfig:
     this says how to reach an Ollama server and how hard to try.
     """
 
-    kind: EmbedKind = "wordllama"
+    kind: EmbedKind = "minilm"
     model: str | None = None
     host: str = DEFAULT_OLLAMA_HOST
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -205,7 +206,7 @@ def parse_embed_config(
     unknown = sorted(set(t) - {"kind", "model", "host", "timeout_s", "batch_size", "max_retries"})
     if unknown:
         raise BadInput(f"unknown key(s) in [embeddings]: {unknown}", field="embeddings", found=unknown)
-    kind = _kind(env.get(KIND_ENV) or t.get("kind", "wordllama"), "embeddings.kind")
+    kind = _kind(env.get(KIND_ENV) or t.get("kind", "minilm"), "embeddings.kind")
     model = env.get(MODEL_ENV) or t.get("model")
     if model is not None and (not isinstance(model, str) or not model.strip()):
         raise BadInput("embeddings.model must be a model name", field="embeddings.model")

@@ -2,7 +2,7 @@
 
 Which embedder a home uses is the last `embedder.configured` in its log. A
 home that has recorded none uses the one its configuration asks for
-(`[embeddings]` in config.toml, MNEMOLOG_EMBED*; WordLlama by default), and
+(`[embeddings]` in config.toml, MNEMOLOG_EMBED*; MiniLM by default), and
 its first write that needs a vector records that choice in the same batch:
 every vector of a home is derived under a signed choice. `set` records a
 new choice; the configuration never switches a home by itself (two
@@ -460,7 +460,7 @@ def require_vectors(rec: vectors.Recorded | None, mode: str) -> vectors.Recorded
         raise TierLocked(
             f"recall --mode {mode} needs an embedder, and this home has "
             f"{'none recorded' if rec is None else 'embeddings off'}; "
-            "`mnemolog embeddings set wordllama` turns on the offline one",
+            "`mnemolog embeddings set minilm` turns on the offline one",
             mode=mode,
         )
     return rec

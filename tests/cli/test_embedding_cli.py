@@ -52,7 +52,7 @@ def test_a_new_home_embeds_offline_and_recalls_by_meaning(tmp_path: Path) -> Non
     assert kafka["embedding"] == "embedded"
     ok(home, "store", "The disk on db-3 is full")
     status = ok(home, "embeddings", "status")["embeddings"]
-    assert status["recorded"]["kind"] == "wordllama" and status["recorded"]["dim"] == 256
+    assert status["recorded"]["kind"] == "minilm" and status["recorded"]["dim"] == 384
     assert (status["vectors"], status["pending"]) == (2, 0)
 
     r = ok(home, "recall", "what message queue did we pick", "--explain")
@@ -64,7 +64,7 @@ def test_a_new_home_embeds_offline_and_recalls_by_meaning(tmp_path: Path) -> Non
     assert [m["id"] for m in ok(home, "search", "flaky")["results"]] == [kafka["id"]]
     assert ok(home, "search", "flak")["results"] == []  # search stays exact
 
-    fails(home, 1, "embeddings", "set", "wordllama")  # unchanged
+    fails(home, 1, "embeddings", "set", "minilm")  # unchanged
     fails(home, 64, "embeddings", "set", "ollama")  # no model named
     down = {"MNEMOLOG_EMBED_HOST": "http://127.0.0.1:9"}
     assert (
@@ -76,13 +76,13 @@ def test_a_new_home_embeds_offline_and_recalls_by_meaning(tmp_path: Path) -> Non
     assert off["embedder"]["kind"] == "off"
     assert ok(home, "recall", "kafka")["mode"] == "bm25"
     err = fails(home, 3, "recall", "kafka", "--mode", "vector")
-    assert "embeddings set wordllama" in err["message"]
+    assert "embeddings set minilm" in err["message"]
 
-    again = ok(home, "embeddings", "set", "wordllama")
+    again = ok(home, "embeddings", "set", "minilm")
     assert again["sync"] == {"embedded": 0, "filled": 0, "pending": 0}  # all from the cache
-    # log.created, the first write's embedder.configured, two stores, off, wordllama again
+    # log.created, the first write's embedder.configured, two stores, off, minilm again
     rebuilt = ok(home, "rebuild")
     assert rebuilt["replayed"] == rebuilt["log_size"] == 6
     assert ok(home, "embeddings", "status")["embeddings"]["vectors"] == 2
     hist = ok(home, "embeddings", "status")["embeddings"]["history"]
-    assert [h["kind"] for h in hist] == ["wordllama", "off", "wordllama"]
+    assert [h["kind"] for h in hist] == ["minilm", "off", "minilm"]

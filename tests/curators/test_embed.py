@@ -75,10 +75,10 @@ def test_any_finite_nonzero_batch_normalises(rows: list[list[float]]) -> None:
     assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
 
 
-def test_config_defaults_to_offline_wordllama() -> None:
+def test_config_defaults_to_offline_minilm() -> None:
     cfg = parse_embed_config(None, environ={})
     assert cfg == EmbedConfig()
-    assert cfg.kind == "wordllama"
+    assert cfg.kind == "minilm"
     assert cfg.host == DEFAULT_OLLAMA_HOST
 
 
