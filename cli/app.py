@@ -9,8 +9,10 @@ error, is turned into output and an exit code here and nowhere else.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -168,6 +170,28 @@ def _os_error(exc: OSError) -> MnemologError:
     return StorageError(message, file=None if where is None else str(where), errno=exc.errno)
 
 
+NO_SUCH_COMMAND = re.compile(r"No such command '(.*?)'\.")
+
+
+def with_suggestion(e: click.ClickException) -> str:
+    """The error's message; for a mistyped subcommand of any group, with the nearest names."""
+    message = e.format_message()
+    m = NO_SUCH_COMMAND.match(message)
+    ctx = getattr(e, "ctx", None)
+    if m is None or ctx is None or not isinstance(ctx.command, click.Group):
+        return message
+    # click may add its own, looser "(Did you mean one of: ...)"; ours replaces it.
+    message = m.group(0)
+    typed = m.group(1)
+    names = [n for n in ctx.command.list_commands(ctx) if n not in ("help",)]
+    near = difflib.get_close_matches(typed, names, n=3, cutoff=0.7)
+    if not near and len(typed) >= 3:
+        near = sorted(n for n in names if n.startswith(typed[:3]))[:3]
+    if not near:
+        return message
+    return f"{message} Did you mean {' or '.join(repr(n) for n in near)}?"
+
+
 class MnemologGroup(click.Group):
     """Maps every error to its exit code, for this group and all subcommands."""
 
@@ -212,13 +236,13 @@ class MnemologGroup(click.Group):
             click.echo("mnemolog: aborted", err=True)
             sys.exit(130)
         except click.ClickException as e:
-            usage = UsageError(e.format_message())
+            usage = UsageError(with_suggestion(e))
             if _wants_json(argv):
                 render_error(usage, True)
             else:
                 if isinstance(e, click.UsageError) and e.ctx is not None:
                     click.echo(e.ctx.get_usage(), err=True)
-                click.echo(f"mnemolog: {e.format_message()}", err=True)
+                click.echo(f"mnemolog: {usage.message}", err=True)
             sys.exit(usage.exit_code)
         if isinstance(rv, int) and rv:
             sys.exit(rv)

@@ -78,7 +78,12 @@ def policy() -> None:
 @policy.command("set")
 @click.argument("namespace")
 @click.option("--write", type=click.Choice(["any", "none"]), default=None, help="Accept writes or not.")
-@click.option("--auto-atomise-mode", type=click.Choice(["off", "deferred", "synchronous"]), default=None)
+@click.option(
+    "--auto-atomise-mode",
+    type=click.Choice(["off", "deferred", "synchronous"]),
+    default=None,
+    help="Atomise long stores: not at all, by the worker later, or before store returns.",
+)
 @click.option(
     "--threshold",
     "auto_atomise_threshold_cl100k",
@@ -87,7 +92,11 @@ def policy() -> None:
     help="Auto-atomise memories of at least this many cl100k tokens (default 500).",
 )
 @click.option(
-    "--max-atom-tokens", "auto_atomise_max_atom_tokens", type=click.IntRange(50, 1000), default=None
+    "--max-atom-tokens",
+    "auto_atomise_max_atom_tokens",
+    type=click.IntRange(50, 1000),
+    default=None,
+    help="Per-atom budget (cl100k tokens).",
 )
 @click.option(
     "--max-retries",
@@ -96,7 +105,7 @@ def policy() -> None:
     default=None,
     help="Curator retries for synchronous runs (deferred always uses 3).",
 )
-@click.option("--curator", type=click.Choice(CURATORS), default=None)
+@click.option("--curator", type=click.Choice(CURATORS), default=None, help="Who atomises: rules or ollama.")
 @click.option(
     "--unset", "unset_fields", multiple=True, metavar="FIELD",
     help="Drop a field of this namespace's own policy, so it inherits again (repeatable).",

@@ -108,7 +108,7 @@ def context_show(ctx: Ctx, pack_id: str) -> None:
 
 @context.command("why")
 @click.argument("entry_id")
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--limit", type=int, default=50, show_default=True, help="At most N packs.")
 @json_option
 @click.pass_obj
 def context_why(ctx: Ctx, entry_id: str, limit: int) -> None:

@@ -274,7 +274,7 @@ def interactions_group() -> None:
 @click.option("--project", help="Only this project.")
 @click.option("--session", "session_id", help="Only this conversation.")
 @click.option("--since", help="Only from this time on (ISO 8601, or microseconds).")
-@click.option("--limit", type=click.IntRange(1, 1000), default=50)
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="At most N.")
 @json_option
 @click.pass_obj
 def interactions_list(
@@ -430,7 +430,7 @@ def candidates_group() -> None:
     help="pending (untriaged), needs_human, promoted, rejected (repeatable; default: the first two).",
 )
 @click.option("--project", help="Only this project.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=50)
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="At most N.")
 @json_option
 @click.pass_obj
 def candidates_list(ctx: Ctx, queues: tuple[str, ...], project: str | None, limit: int) -> None:

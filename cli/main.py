@@ -136,6 +136,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 _EXTRA_SUBCOMMANDS: dict[str, list[str]] = {"log": ["bundle_commands:log_export"]}
 
+#: How `mnemolog --help` groups the commands; every command is in exactly one section.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "Memories": (
+        "store", "get", "update", "archive", "restore", "link", "unlink", "import", "atomise", "policy",
+        "worker",
+    ),
+    "Recall": ("recall", "search", "list", "embeddings"),
+    "Knowledge": (
+        "capture", "interactions", "extract", "triage", "candidates", "promote", "reject", "supersede",
+        "decay", "domains", "project", "state",
+    ),
+    "Context": ("context", "ingest", "persona", "vault"),
+    "Audit": ("verify", "log", "export-forensic-bundle", "verify-bundle", "replay", "witness"),
+    "Admin": ("init", "stats", "rebuild", "key", "migrate", "mcp", "serve"),
+}  # fmt: skip
+
 
 def _load(ref: str) -> click.Command:
     module, _, attr = ref.partition(":")
@@ -145,13 +161,33 @@ def _load(ref: str) -> click.Command:
     return cmd
 
 
-def _shorten(text: str, limit: int) -> str:
-    """Click's own truncation of a help line (at a word, with an ellipsis)."""
-    limit = max(limit, 45)
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 3].rsplit(" ", 1)[0]
-    return cut.rstrip(" ,;:") + "..."
+def _write_rows(formatter: click.HelpFormatter, rows: list[tuple[str, str]]) -> None:
+    """Name and help in two columns, the help wrapped at spaces only.
+
+    click's own wrapping breaks at hyphens, which splits an option name
+    (`--include-` / `archived`) across lines.
+    """
+    import textwrap
+
+    first = max(len(name) for name, _ in rows) + 2
+    width = max((formatter.width or 80) - formatter.current_indent - first, 30)
+    pad = " " * (formatter.current_indent + first)
+    for name, text in rows:
+        lines = textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False) or [""]
+        formatter.write(f"{' ' * formatter.current_indent}{name:<{first}}{lines[0]}\n")
+        for line in lines[1:]:
+            formatter.write(f"{pad}{line}\n")
+
+
+def _with_examples(cmd: click.Command, path: str) -> None:
+    """Give `cmd` and its subcommands their example (cli.examples) as the help's last lines."""
+    from mnemolog.cli.examples import epilog
+
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            _with_examples(sub, f"{path} {name}")
+    elif cmd.epilog is None:
+        cmd.epilog = epilog(path)
 
 
 class LazyGroup(MnemologGroup):
@@ -172,23 +208,20 @@ class LazyGroup(MnemologGroup):
                 sub = _load(extra)
                 if sub.name not in cmd.commands:
                     cmd.add_command(sub)
+        _with_examples(cmd, cmd_name)
         self.add_command(cmd, cmd_name)
         return cmd
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # The table's help lines, so that listing the commands imports none of them.
-        rows = []
-        for name in self.list_commands(ctx):
-            if name in self.commands:
-                cmd = self.commands[name]
-                if cmd.hidden:
-                    continue
-                rows.append((name, cmd.get_short_help_str(formatter.width - 6 - len(name))))
-            else:
-                rows.append((name, _shorten(COMMANDS[name][1], formatter.width - 6 - len(name))))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+        # The table's help lines, whole (wrapped, never cut), so that listing the commands
+        # imports none of them.
+        sections = {title: [(n, COMMANDS[n][1]) for n in names] for title, names in SECTIONS.items()}
+        others = [n for n in self.list_commands(ctx) if n not in COMMANDS and not self.commands[n].hidden]
+        if others:
+            sections["Other"] = [(n, self.commands[n].get_short_help_str(10**6)) for n in others]
+        for title, rows in sections.items():
+            with formatter.section(title):
+                _write_rows(formatter, rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -156,8 +156,14 @@ def filter_options(f: Any) -> Any:
 @click.command()
 @click.argument("text")
 @click.option("--namespace", "-n", default="default", help="Namespace, e.g. team/project.")
-@click.option("--kind", type=click.Choice(KINDS), default="observation")
-@click.option("--title")
+@click.option(
+    "--kind",
+    type=click.Choice(KINDS),
+    default="observation",
+    show_default=True,
+    help="What sort of memory it is.",
+)
+@click.option("--title", help="A short title (default: the content's first line, cut).")
 @click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
 @click.option("--meta", "meta_json", help="Metadata, a JSON object.")
 @click.option("--source", help="Where this came from (a URL, a file, a conversation id).")
@@ -229,12 +235,12 @@ def get(ctx: Ctx, memory_id: str) -> None:
 @click.command()
 @click.argument("memory_id")
 @click.option("--content", help="New content ('-' for standard input).")
-@click.option("--title")
-@click.option("--kind", type=click.Choice(KINDS))
-@click.option("--namespace")
+@click.option("--title", help="A new title.")
+@click.option("--kind", type=click.Choice(KINDS), help="A new kind.")
+@click.option("--namespace", help="Move it to this namespace.")
 @click.option("--tag", "tags", multiple=True, help="Replace the tags (repeatable).")
 @click.option("--meta", "meta_json", help="Metadata keys to set (JSON object; null removes a key).")
-@click.option("--source")
+@click.option("--source", help="A new source (a URL, a file, a conversation id).")
 @click.option("--confidence", type=float, default=None, help="A number in [0, 1].")
 @click.option("--seen", is_flag=True, help="Mark as seen now (last_seen).")
 @click.option("--project", default=None, help="Move it to this project ('' for none).")
@@ -280,7 +286,14 @@ def update(
 @click.command()
 @click.argument("src")
 @click.argument("dst")
-@click.option("--relation", "-r", type=click.Choice(RELATIONS), default="related_to")
+@click.option(
+    "--relation",
+    "-r",
+    type=click.Choice(RELATIONS),
+    default="related_to",
+    show_default=True,
+    help="The edge's kind.",
+)
 @click.option("--meta", "meta_json", help="Edge metadata, a JSON object.")
 @json_option
 @click.pass_obj
@@ -300,7 +313,14 @@ def link(ctx: Ctx, src: str, dst: str, relation: str, meta_json: str | None) -> 
 @click.command()
 @click.argument("src")
 @click.argument("dst")
-@click.option("--relation", "-r", type=click.Choice(RELATIONS), default="related_to")
+@click.option(
+    "--relation",
+    "-r",
+    type=click.Choice(RELATIONS),
+    default="related_to",
+    show_default=True,
+    help="The edge's kind.",
+)
 @click.option("--reason", help="Why the edge is taken back (kept in the signed event).")
 @json_option
 @click.pass_obj
@@ -313,7 +333,7 @@ def unlink(ctx: Ctx, src: str, dst: str, relation: str, reason: str | None) -> N
 
 @click.command()
 @click.argument("memory_id")
-@click.option("--reason")
+@click.option("--reason", help="Why (kept in the signed event).")
 @json_option
 @click.pass_obj
 def archive(ctx: Ctx, memory_id: str, reason: str | None) -> None:
@@ -325,7 +345,7 @@ def archive(ctx: Ctx, memory_id: str, reason: str | None) -> None:
 
 @click.command()
 @click.argument("memory_id")
-@click.option("--reason")
+@click.option("--reason", help="Why (kept in the signed event).")
 @json_option
 @click.pass_obj
 def restore(ctx: Ctx, memory_id: str, reason: str | None) -> None:
@@ -416,7 +436,7 @@ def search(
 
 @click.command("list")
 @filter_options
-@click.option("--offset", type=click.IntRange(min=0), default=0)
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip the first N (for paging).")
 @json_option
 @click.pass_obj
 def list_cmd(
