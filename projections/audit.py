@@ -64,6 +64,7 @@ COMPARED = [
     Compared("event_counts", "SELECT * FROM {c}.event_counts", ("type",)),
     Compared("migration_undo", "SELECT * FROM {c}.migration_undo", ("seq", "run", "memory_id")),
     Compared("embedders", "SELECT * FROM {c}.embedders", ("seq",)),
+    Compared("model_calls", "SELECT * FROM {c}.model_calls", ("seq",)),
     # The knowledge loop: statuses, projects, trusted state, interactions, candidates.
     Compared("inactive", "SELECT * FROM {c}.inactive", ("id", "doc")),
     Compared("projects", "SELECT * FROM {c}.projects", ("name",)),

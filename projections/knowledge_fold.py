@@ -21,6 +21,7 @@ from mnemolog.eventlog import vocabulary_knowledge as vk
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.vocabulary import read_float, read_id, read_str, read_tags
 from mnemolog.eventlog.vocabulary_knowledge import PROJECT_NAME, STATE_CATEGORIES, status_after
+from mnemolog.projections.model_calls import recorded
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -391,10 +392,11 @@ HANDLERS: Final[dict[str, Callable[[Fold, Entry, dict[str, Any]], None]]] = {
     vk.STATE_SET: state_set,
     vk.STATE_INVALIDATED: state_invalidated,
     vk.INTERACTION_CAPTURED: interaction_captured,
-    vk.CANDIDATE_EXTRACTED: candidate_extracted,
-    vk.EXTRACTION_FAILED: extraction_failed,
-    vk.CANDIDATE_TRIAGED: candidate_triaged,
-    vk.TRIAGE_FAILED: triage_failed,
+    # Each extraction and triage call is also a row of model_calls (the run logs read it).
+    vk.CANDIDATE_EXTRACTED: recorded(candidate_extracted),
+    vk.EXTRACTION_FAILED: recorded(extraction_failed),
+    vk.CANDIDATE_TRIAGED: recorded(candidate_triaged),
+    vk.TRIAGE_FAILED: recorded(triage_failed),
     vk.MEMORY_PROMOTED: promoted,
     vk.MEMORY_REJECTED: rejected,
     vk.MEMORY_REINFORCED: reinforced,

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 8  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors
+from mnemolog.projections.model_calls import DDL as MODEL_CALLS_DDL
+
+SCHEMA_VERSION = 9  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls
 
 # The one archive guard, shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -149,6 +151,7 @@ CONTEXT_DDL = [
         tier VARCHAR NOT NULL, included BOOLEAN NOT NULL, reason VARCHAR)""",
 ]
 DDL += CONTEXT_DDL
+DDL.append(MODEL_CALLS_DDL)
 
 TABLES = [
     "memories",
@@ -175,6 +178,7 @@ TABLES = [
     "ctx_packs",
     "ctx_pack_members",
     "embedders",
+    "model_calls",
     "proj_state",
 ]
 

@@ -3,8 +3,9 @@
 `render_agent_folder` gathers, in one projection session, the memories
 promoted to persona (the vault's `promoted_to_persona` date, with an
 optional `persona_file` / `persona_section` target), every curator call
-(`projections.agentlog`) and, once interactions are captured, the day's
-interactions with what was promoted from them; the home's configuration
+(`projections.agentlog`) and, for every UTC day with captured
+interactions, the day's interactions with what was promoted from them and
+what still waits for a person (the journal); the home's configuration
 fills model.md and tools.md. The pure planners in `projections.vault`
 shape the files and `agentfiles.write_agent_files` merges them on disk,
 keeping every hand edit.
@@ -17,6 +18,7 @@ persona files read.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -89,9 +91,13 @@ def render_agent_folder(
     with sessions.session() as s:
         recs = vault.records(s, namespace)
         runs = agentlog.run_records(s.conn)
+        interactions, captured, questions = agentlog.journal_rows(s.conn, namespace)
+    # A captured memory is named by the note it renders to, when this render holds it.
+    notes = {mid: path.split("/", 1)[1] for mid, path in note_paths(recs).items()}
+    captured = [dataclasses.replace(c, note=notes.get(c.memory_id)) for c in captured]
     merged = {
         **plan_persona(agent, persona_items(recs), persona_config(config, root, agent)),
-        **plan_journal(agent, []),
+        **plan_journal(agent, interactions, captured, questions),
     }
     return write_agent_files(root, agent, merged, plan_runlogs(runs))
 

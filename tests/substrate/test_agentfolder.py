@@ -86,3 +86,79 @@ def test_promote_refuses_unknown_targets(sub: Substrate) -> None:
         sub.promote_to_persona(m, file="USER.md")
     with pytest.raises(NotFound):
         sub.promote_to_persona("01NOSUCHMEMORY000000000000")
+
+
+def test_captured_days_become_journal_files_with_what_was_promoted(sub: Substrate, tmp_path: Path) -> None:
+    from mnemolog.substrate import vault as v
+
+    i = sub.capture(
+        "How do we calibrate the polisher?",
+        "We decided to always calibrate the polisher with the Preston coefficient kp = 1.2e-13 "
+        "before each run.",
+        project="p06",
+        client="claude",
+    )
+    sub.extract(pending=True, extractor="rules")
+    (cand,) = sub.candidates()
+    sub.promote(cand["id"])
+    other = sub.capture("Is the coolant at 22 °C?", "I am not sure; someone should check.", project="p06")
+    root = tmp_path / "vault"
+    v.render(sub, root, "atlas")
+    report = sub.render_agent_folder(root, "atlas")
+    (captured,) = [e for e in sub.log.iter_entries() if e.seq == i["seq"]]
+    day = datetime.datetime.fromtimestamp(captured.ts / 1e6, datetime.UTC).date()
+    path = f"atlas/journal/{day:%Y-%m}/{day.isoformat()}.md"
+    assert path in report["written"]
+    text = (root / path).read_text()
+    assert text.startswith(f"# {day.isoformat()} — atlas journal\n")
+    happened = text.split("## What happened\n", 1)[1].split("##", 1)[0]
+    assert f"· p06 · claude · `{i['id']}`: How do we calibrate the polisher? →" in happened
+    # (read from every day: the two captures may straddle midnight UTC)
+    every_day = "".join(p.read_text() for p in sorted((root / "atlas" / "journal").rglob("*.md")))
+    assert f"`{other['id']}`: Is the coolant at 22 °C? →" in every_day
+    note = next(p.name for p in (root / "atlas" / "memory").glob("decision_*.md"))
+    for section in ("Captured to memory", "Decisions made"):
+        body = text.split(f"## {section}\n", 1)[1].split("##", 1)[0]
+        assert f"- {note} — We decided to always calibrate the polisher" in body, section
+    assert errors(validate_vault(root)) == []
+    # A person's line around the managed regions survives the next render.
+    (root / path).write_text(text.replace("## Open questions\n", "## Open questions\nAsk Bob.\n"))
+    assert path not in sub.render_agent_folder(root, "atlas")["written"]
+    assert "Ask Bob.\n" in (root / path).read_text()
+
+
+def test_no_interactions_no_journal(sub: Substrate, tmp_path: Path) -> None:
+    sub.store("Nothing was captured", kind="observation")
+    sub.render_agent_folder(tmp_path / "vault", "atlas")
+    assert not (tmp_path / "vault" / "atlas" / "journal").exists()
+
+
+def test_extraction_and_triage_calls_become_run_log_lines(sub: Substrate, tmp_path: Path) -> None:
+    sub.capture(
+        "How do we calibrate the polisher?",
+        "We decided to always calibrate the polisher with kp = 1.2e-13 before each run.",
+        project="p06",
+    )
+    sub.extract(pending=True, extractor="rules")
+    sub.triage(pending=True, triager="rules")
+    sub.render_agent_folder(tmp_path / "vault", "atlas")
+    lines = [
+        json.loads(x)
+        for p in sorted((tmp_path / "vault" / "atlas" / "logs").rglob("*.jsonl"))
+        for x in p.read_text().splitlines()
+    ]
+    by_type = {e.seq: e.type for e in sub.log.iter_entries()}
+    calls = [(by_type[x["event_seq"]], x["model"], x["status"]) for x in lines]
+    assert calls == [("candidate.extracted", "rules", "ok"), ("candidate.triaged", "rules", "ok")]
+    assert lines[0]["summary"].endswith(": 1 candidate(s) (rules)")
+    assert "promote" in lines[1]["summary"]
+    assert all(isinstance(x["input_tokens"], int) and isinstance(x["output_tokens"], int) for x in lines)
+    assert errors(validate_vault(tmp_path / "vault")) == []
+    # The table is a projection like any other: rebuilt from the log, it is the same.
+    sub.rebuild()
+    again = [
+        json.loads(x)
+        for p in sorted((tmp_path / "vault" / "atlas" / "logs").rglob("*.jsonl"))
+        for x in p.read_text().splitlines()
+    ]
+    assert again == lines
