@@ -2,7 +2,10 @@
 
 A script is a Python file named `v{N}_to_v{N+1}.py` (no leading zeros) that
 defines FROM_VERSION = N, TO_VERSION = N+1, `applies_to(unit)` and
-`migrate(unit)`, the seed's per-unit handle contract. Files starting with `_`
+`migrate(unit)`, the per-unit handle contract of docs/vault.md. A script
+written for the Atomic Agents runner, which imports its handle type with
+`from atomic_agents.migration import MigratableUnit`, runs unchanged: that
+import resolves, inside the script only, to this package's protocol. Files starting with `_`
 and files not named like a script are ignored (helpers, README.md).
 Scripts are operator-authored code and are executed as such.
 
@@ -14,6 +17,7 @@ are added (so an empty summary on a dry run counts as a skip).
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import importlib.util
 import re
@@ -23,6 +27,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from mnemolog.eventlog.errors import MnemologError
+from mnemolog.eventlog.fsio import read_regular
 from mnemolog.substrate.migrations.protocol import (
     MigratableUnit,
     MigrationError,
@@ -34,6 +40,7 @@ from mnemolog.substrate.migrations.protocol import (
 )
 
 _NAME_RE = re.compile(r"v(\d+)_to_v(\d+)\.py")
+MAX_SCRIPT_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,14 +62,57 @@ class LoadedScript:
         return fn(unit)
 
 
+#: The module names a script written for the Atomic Agents runner imports its handle type
+#: from; such a script runs here unchanged.
+COMPAT_MODULES = ("atomic_agents", "atomic_agents.migration")
+
+
+def _compat_module() -> ModuleType:
+    """`atomic_agents.migration` as a script written for that runner sees it: the same names."""
+    from mnemolog.substrate.migrations import protocol
+
+    mod = ModuleType("atomic_agents.migration", "mnemolog's migration protocol under its Atomic Agents name")
+    for name in ("MigratableUnit", "MigrationBackend", "MigrationEvent", "MigrationSnapshotRef",
+                 "MigrationCapabilities", "MigrationScript"):  # fmt: skip
+        setattr(mod, name, getattr(protocol, name))
+    mod.AtomicAgentsError = protocol.MigrationError  # type: ignore[attr-defined]
+    return mod
+
+
+def _script_builtins() -> dict[str, Any]:
+    """The builtins a script runs with: the real ones, but `import atomic_agents.migration`
+    finds the compat module.
+
+    Only the script's own namespace sees this `__import__`; nothing global (sys.modules,
+    sys.meta_path) is touched, so a host that has a real `atomic_agents` package keeps it.
+    """
+    real_import = builtins.__import__
+    compat = _compat_module()
+    parent = ModuleType("atomic_agents")
+    parent.migration = compat  # type: ignore[attr-defined]
+
+    def script_import(
+        name: str, globals_: Any = None, locals_: Any = None, fromlist: Any = (), level: int = 0
+    ) -> Any:
+        if level == 0 and name in COMPAT_MODULES:
+            return compat if fromlist and name == "atomic_agents.migration" else parent
+        return real_import(name, globals_, locals_, fromlist, level)
+
+    return {**vars(builtins), "__import__": script_import}
+
+
 def _load(path: Path, from_v: int, to_v: int) -> LoadedScript:
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(f"_mnemolog_migration_{digest}", path)
     if spec is None or spec.loader is None:
         raise MigrationScriptError(f"{path}: cannot be loaded as a Python module", file=str(path))
     module = importlib.util.module_from_spec(spec)
+    module.__dict__["__builtins__"] = _script_builtins()
     try:
-        spec.loader.exec_module(module)
+        source = read_regular(path, MAX_SCRIPT_BYTES)
+        exec(compile(source, str(path), "exec"), module.__dict__)
+    except MnemologError as exc:
+        raise MigrationScriptError(f"{path}: {exc.message}", file=str(path)) from exc
     except (Exception, SystemExit) as exc:
         raise MigrationScriptError(
             f"{path}: loading it raised {type(exc).__name__}: {exc}", file=str(path)

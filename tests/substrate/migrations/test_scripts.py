@@ -170,3 +170,63 @@ def test_script_contract_violations(tmp_path: Path, body: str, error: type[Excep
 def test_must7_is_skipped_on_dry_runs(tmp_path: Path) -> None:
     s = loaded(tmp_path, "def applies_to(u): return True\ndef migrate(u): return {'would': 'bump'}\n")
     assert apply_script(FakeUnit({"schema_version": 1}, dry_run=True), s)["would"] == "bump"
+
+
+# A v1 -> v2 script exactly as a vault written for the Atomic Agents runner keeps it: it imports
+# its handle type from `atomic_agents.migration`, which mnemolog does not install.
+ATOMIC_AGENTS_SCRIPT = '''"""Migrate atomic memory frontmatter from schema_version 1 → 2."""
+from atomic_agents.migration import MigratableUnit
+
+FROM_VERSION = 1
+TO_VERSION = 2
+
+
+def applies_to(unit: MigratableUnit) -> bool:
+    meta = unit.read_frontmatter()
+    return meta.get("schema_version") == FROM_VERSION
+
+
+def migrate(unit: MigratableUnit) -> dict:
+    meta = unit.read_frontmatter()
+    changes = []
+    meta["schema_version"] = TO_VERSION
+    changes.append("schema_version 1 → 2")
+    if "sources" in meta:
+        meta["evidence"] = meta.pop("sources")
+        changes.append("renamed sources → evidence")
+    if "provenance" not in meta:
+        meta["provenance"] = "v1_migrated"
+        changes.append("added provenance: v1_migrated")
+    unit.write_frontmatter(meta)
+    return {"unit_id": unit.unit_id, "changes": changes}
+'''
+
+
+def test_a_script_written_for_atomic_agents_runs_unchanged(tmp_path: Path) -> None:
+    import sys
+
+    write(tmp_path, "v1_to_v2.py", ATOMIC_AGENTS_SCRIPT)
+    (s,) = load_scripts(tmp_path)
+    assert s.module.MigratableUnit.__module__ == "mnemolog.substrate.migrations.protocol"
+    unit = FakeUnit({"schema_version": 1, "sources": ["a.md"]}, dry_run=False)
+    out = apply_script(unit, s)
+    assert unit.meta == {"schema_version": 2, "evidence": ["a.md"], "provenance": "v1_migrated"}
+    assert out["changes"] == [
+        "schema_version 1 → 2",
+        "renamed sources → evidence",
+        "added provenance: v1_migrated",
+    ]
+    # Only the script saw the name: the host's imports are untouched.
+    assert "atomic_agents" not in sys.modules and "atomic_agents.migration" not in sys.modules
+    for other in ("import atomic_agents.migration as m\nassert m.MigratableUnit\n",
+                  "from atomic_agents import migration\nassert migration.MigratableUnit\n",
+                  "import json, os.path\n"):  # fmt: skip
+        write(tmp_path / "more", "v1_to_v2.py", other + BUMP)
+        assert load_scripts(tmp_path / "more")[0].from_version == 1
+
+
+def test_a_fifo_named_like_a_script_never_blocks(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "v1_to_v2.py")
+    assert load_scripts(tmp_path) == []
