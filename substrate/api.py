@@ -1044,7 +1044,10 @@ class Substrate:
         unit: str | None = None,
         record: bool = True,
     ) -> dict[str, Any]:
-        """The context pack for `query`: five tiers under a budget; recorded as `context.built`."""
+        """The context pack for `query`: five tiers under a budget; recorded as `context.built`.
+
+        `project` is a registered name or any of its aliases; memories are ranked as `recall` ranks.
+        """
         cfg = ctx.pack_config(self.home.config.raw)
         return ctx.build_context(
             self,
@@ -1055,6 +1058,8 @@ class Substrate:
             budget=budget,
             unit=unit,
             record=record,
+            embedding=self.embedding,
+            fusion=self.fusion,
         )
 
     def show_context(self, pack_id: str) -> dict[str, Any]:
