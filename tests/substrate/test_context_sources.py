@@ -64,6 +64,8 @@ def test_tier_one_is_the_project_state_in_category_order_without_invalidated_ent
         "- config/pad: polyurethane\n\n"
     )
     assert {"source": "state", "id": "p06-polisher/fact/zeta", "reason": "invalid"} in pack["excluded"]
+    why = sub.context_why("p06-polisher/decision/vendor_path")
+    assert [(w["pack_id"], w["tier"], w["included"]) for w in why] == [(pack["pack_id"], "state", True)]
     assert "integration" not in pack["text"] and "no longer true" not in pack["text"]
     # No project, no state.
     assert tier(sub.build_context(QUERY, record=False), "state") == []
