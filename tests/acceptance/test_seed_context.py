@@ -42,8 +42,6 @@ RESPONSE = (
 )
 VENDOR_PATH = "Twyman-Green preferred, 4D technical lead but cost-challenged"
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture
 def seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, str]]:
