@@ -17,8 +17,8 @@ assembles the pack (`projections.context.assemble`, pure) and, unless told
 not to, records it as a signed `context.built` event. `show_context`
 re-renders a recorded pack from its log entry alone, checks the hash the
 entry signed, and checks every memory, chunk and state text it quoted
-against the log as it was when the pack was built. `context_why` lists the packs an
-entry went into (or was trimmed from).
+against the log as it was when the pack was built. `context_why` lists the
+packs an entry went into (or was trimmed from).
 """
 
 from __future__ import annotations
