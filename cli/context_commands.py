@@ -73,7 +73,9 @@ def context() -> None:
 
 @context.command("build")
 @click.argument("query")
-@click.option("--project", "-p", default=None, help="The project in scope (its state and memories).")
+@click.option(
+    "--project", "-p", default=None, help="The project in scope, by name or alias (its state and memories)."
+)
 @click.option("--budget", type=int, default=None, help="The pack's size (default from config: 3000).")
 @click.option("--unit", type=click.Choice(["chars", "tokens"]), default=None, help="chars, or cl100k tokens.")
 @click.option("--no-record", is_flag=True, help="Do not write a context.built event.")

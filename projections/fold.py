@@ -53,6 +53,7 @@ from mnemolog.eventlog.vocabulary import (
 )
 from mnemolog.projections import knowledge_fold
 from mnemolog.projections.context import store as context_store
+from mnemolog.projections.knowledge import project_key
 from mnemolog.projections.schema import visible
 from mnemolog.projections.text import ONE_DOC_POSTINGS, doc_text_py, drop_staged, stage_postings
 
@@ -439,8 +440,7 @@ class Fold:
         """The registered project ``name`` stands for, as of this point of the log."""
         if self.project_index is None:
             self.project_index = knowledge_fold.load_project_index(self.conn)
-        stripped = name.strip()
-        return self.project_index.get(stripped.lower(), stripped)
+        return self.project_index.get(project_key(name), name.strip())
 
     def updated(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()

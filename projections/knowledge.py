@@ -58,8 +58,7 @@ class ProjectRegistry:
         """The registered name ``name`` stands for; unknown names come back stripped, unchanged."""
         if name is None:
             return ""
-        stripped = name.strip()
-        return self.index.get(stripped.lower(), stripped)
+        return self.index.get(project_key(name), name.strip())
 
     def resolve(self, name: str) -> Project:
         """The registered project ``name`` (or one of its aliases) names, else NotFound."""

@@ -21,6 +21,7 @@ from mnemolog.eventlog import vocabulary_knowledge as vk
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.vocabulary import read_float, read_id, read_str, read_tags
 from mnemolog.eventlog.vocabulary_knowledge import PROJECT_NAME, STATE_CATEGORIES, status_after
+from mnemolog.projections.knowledge import project_key
 from mnemolog.projections.model_calls import recorded
 
 if TYPE_CHECKING:
@@ -50,8 +51,8 @@ _PROJECT_TABLES: Final = ("memories", "interactions", "project_state")
 
 
 def load_project_index(conn: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """Every registered name and alias, lowercased, to its project's name."""
-    index = {str(n).lower(): str(n) for (n,) in conn.execute("SELECT name FROM projects").fetchall()}
+    """Every registered name and alias, by its `project_key`, to its project's name."""
+    index = {project_key(str(n)): str(n) for (n,) in conn.execute("SELECT name FROM projects").fetchall()}
     aliases = conn.execute("SELECT alias_key, name FROM project_aliases").fetchall()
     index.update({str(k): str(n) for k, n in aliases})
     return index
@@ -73,13 +74,13 @@ def _recanonicalise(f: Fold, key: str, name: str) -> None:
 
 def _add_alias(f: Fold, e: Entry, name: str, alias: Any) -> None:
     alias_name = _name(alias)
-    if alias_name is None or f.project_index is None or alias_name.lower() in f.project_index:
+    if alias_name is None or f.project_index is None or project_key(alias_name) in f.project_index:
         return
     f.conn.execute(
-        "INSERT INTO project_aliases VALUES (?, ?, ?, ?)", [alias_name.lower(), alias_name, name, e.seq]
+        "INSERT INTO project_aliases VALUES (?, ?, ?, ?)", [project_key(alias_name), alias_name, name, e.seq]
     )
-    f.project_index[alias_name.lower()] = name
-    _recanonicalise(f, alias_name.lower(), name)
+    f.project_index[project_key(alias_name)] = name
+    _recanonicalise(f, project_key(alias_name), name)
 
 
 def project_registered(f: Fold, e: Entry, d: dict[str, Any]) -> None:
@@ -87,15 +88,15 @@ def project_registered(f: Fold, e: Entry, d: dict[str, Any]) -> None:
     name = _name(d.get("name"))
     if f.project_index is None:
         f.project_index = load_project_index(f.conn)
-    if name is None or name.lower() in f.project_index:
+    if name is None or project_key(name) in f.project_index:
         return
     description = d.get("description")
     f.conn.execute(
         "INSERT INTO projects VALUES (?, ?, ?, ?)",
         [name, description if isinstance(description, str) else "", e.seq, e.ts],
     )
-    f.project_index[name.lower()] = name
-    _recanonicalise(f, name.lower(), name)
+    f.project_index[project_key(name)] = name
+    _recanonicalise(f, project_key(name), name)
     aliases = d.get("aliases")
     for alias in aliases if isinstance(aliases, list) else []:
         _add_alias(f, e, name, alias)
@@ -106,7 +107,7 @@ def project_aliased(f: Fold, e: Entry, d: dict[str, Any]) -> None:
     if f.project_index is None:
         f.project_index = load_project_index(f.conn)
     given = _name(d.get("name"))
-    name = f.project_index.get(given.lower()) if given else None
+    name = f.project_index.get(project_key(given)) if given else None
     if name is not None:
         _add_alias(f, e, name, d.get("alias"))
 

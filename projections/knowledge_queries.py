@@ -27,6 +27,7 @@ __all__ = [
     "candidate",
     "candidate_ids",
     "candidates",
+    "canonical_project",
     "decay_rows",
     "extraction_states",
     "interaction",
@@ -41,6 +42,7 @@ __all__ = [
     "projects",
     "reinforcement_pool",
     "similar_active",
+    "state_at",
     "state_entries",
     "statuses_of",
 ]
@@ -92,6 +94,16 @@ def project_registry(conn: duckdb.DuckDBPyConnection) -> ProjectRegistry:
     ).fetchall():
         registry = registry.applied("project.aliased", {"name": name, "alias": alias})
     return registry
+
+
+def canonical_project(conn: duckdb.DuckDBPyConnection, name: str | None) -> str:
+    """The registered project ``name`` (a name or an alias, any case) stands for; "" for none.
+
+    ``ProjectRegistry.canonical`` over the registry as the log built it: the
+    canonicalisation every boundary uses, for the callers that hold only a
+    connection.
+    """
+    return project_registry(conn).canonical(name)
 
 
 def projects(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -162,6 +174,19 @@ def state_entries(
         "ended_at",
     )
     return [{**dict(zip(names, r[:10], strict=True)), "reason": r[10]} for r in rows]
+
+
+def state_at(conn: duckdb.DuckDBPyConnection, project: str, category: str, key: str, seq: int) -> int | None:
+    """The seq of the `state.set` that was the current value of (project, category, key) at ``seq``.
+
+    None when the entry had no current value then (never set, or invalidated).
+    """
+    row = conn.execute(
+        "SELECT seq FROM project_state WHERE project = ? AND category = ? AND key = ? AND seq < ? "
+        "AND (ended_seq IS NULL OR ended_seq > ?) ORDER BY seq DESC LIMIT 1",
+        [project, category, key, seq, seq],
+    ).fetchone()
+    return int(row[0]) if row else None
 
 
 # -- interactions -----------------------------------------------------------------------

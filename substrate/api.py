@@ -23,7 +23,7 @@ from typing import Any, TypedDict, cast
 import duckdb
 from pydantic import ValidationError
 
-from mnemolog.curators.embed import Embedder, EmbedderFailed
+from mnemolog.curators.embed import Embedder
 from mnemolog.eventlog import memview
 from mnemolog.eventlog.errors import (
     BadInput,
@@ -36,16 +36,16 @@ from mnemolog.eventlog.errors import (
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
 from mnemolog.eventlog.vocabulary_knowledge import DEFAULT_STATUS, check_statuses
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
-from mnemolog.projections import audit, hybrid, queries, vectors
+from mnemolog.projections import audit, hybrid, queries
 from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
 from mnemolog.projections.memories import MEMORY_FIELDS, Edge, Memory
 from mnemolog.projections.recall import Filters
-from mnemolog.substrate import agentfolder, governance, witnessing
+from mnemolog.substrate import agentfolder, governance, recall_policy, witnessing
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
-from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion, require_vectors
+from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion
 from mnemolog.substrate.events import (
     LinkCreated,
     LinkRemoved,
@@ -892,51 +892,20 @@ class Substrate:
         f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
         if not isinstance(query, str) or not query.strip():
             raise BadInput("the query is empty", field="query")
-        if mode is not None and mode not in hybrid.MODES:
-            raise UsageError(f"unknown recall mode {mode!r}; expected one of {', '.join(hybrid.MODES)}")
+        recall_policy.check_mode(mode)
         n = check_limit(limit)
+        plan = recall_policy.plan(self, self.embedding, query, mode)
         with self.session() as s:
-            rec = vectors.recorded(s.conn)
-            meta = vectors.read_meta(s.conn)
-        used: hybrid.Mode = mode or (
-            "hybrid" if rec is not None and rec.embeds and meta is not None else "bm25"
-        )
-        fallback: str | None = None
-        qvec = None
-        if used != "bm25":
-            rec = require_vectors(rec, used)
-            try:
-                # Embedded outside the projection lock: a remote embedder may take a while.
-                qvec = self.embedding.query_vector(rec, query)
-            except EmbedderFailed as exc:
-                if mode is not None:
-                    raise
-                used, fallback = "bm25", f"the query could not be embedded: {exc.message}"
-        with self.session() as s:
-            meta = vectors.read_meta(s.conn)
-            if used != "bm25" and meta is None:
-                used, fallback = "bm25", fallback or "the home has no vectors yet"
-            use_index = meta is not None and used != "bm25" and vectors.maintain_index(s.conn, meta)
-            ranked = hybrid.rank(
-                s.conn,
-                query,
-                qvec,
-                self._scoped(s, f),
-                n,
-                mode=used,
-                fusion=self.fusion,
-                meta=meta,
-                use_index=use_index,
-            )
+            plan, found = recall_policy.rank(s, plan, query, self._scoped(s, f), n, self.fusion)
             results: list[Memory] = []
-            for m, r in hybrid.with_memories(s.conn, ranked):
+            for m, r in found:
                 m["score"] = r.score
                 if explain:
-                    m["explain"] = {"mode": used, **r.explain()}
-                    if used == "hybrid":
+                    m["explain"] = {"mode": plan.mode, **r.explain()}
+                    if plan.mode == "hybrid":
                         m["explain"]["fusion"] = self.fusion.method
                 results.append(m)
-        return {"mode": used, "requested": mode, "fallback": fallback, "results": results}
+        return {"mode": plan.mode, "requested": plan.requested, "fallback": plan.fallback, "results": results}
 
     def search(
         self,
@@ -1075,7 +1044,10 @@ class Substrate:
         unit: str | None = None,
         record: bool = True,
     ) -> dict[str, Any]:
-        """The context pack for `query`: five tiers under a budget; recorded as `context.built`."""
+        """The context pack for `query`: five tiers under a budget; recorded as `context.built`.
+
+        `project` is a registered name or any of its aliases; memories are ranked as `recall` ranks.
+        """
         cfg = ctx.pack_config(self.home.config.raw)
         return ctx.build_context(
             self,
@@ -1086,6 +1058,8 @@ class Substrate:
             budget=budget,
             unit=unit,
             record=record,
+            embedding=self.embedding,
+            fusion=self.fusion,
         )
 
     def show_context(self, pack_id: str) -> dict[str, Any]:

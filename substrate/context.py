@@ -8,13 +8,17 @@ Files are read outside the projection lock and written in batches (one
 sync per batch), so a large tree neither holds other processes up nor
 needs its whole text in memory.
 
-`build_context` gathers candidate rows (`projections.context.sources`),
+`build_context` resolves the project in scope as every entry point does
+(a registered name or alias, any case: `knowledge_queries.canonical_project`),
+so the CLI, MCP, HTTP and the Python API all get it; gathers candidate rows
+(`projections.context.sources`) ranked by the recall policy `recall` uses
+(`substrate.recall_policy`: hybrid when the home embeds, else BM25);
 assembles the pack (`projections.context.assemble`, pure) and, unless told
 not to, records it as a signed `context.built` event. `show_context`
 re-renders a recorded pack from its log entry alone, checks the hash the
-entry signed, and checks every memory and chunk text it quoted against the
-log as it was when the pack was built. `context_why` lists the packs an
-entry went into (or was trimmed from).
+entry signed, and checks every memory, chunk and state text it quoted
+against the log as it was when the pack was built. `context_why` lists the
+packs an entry went into (or was trimmed from).
 """
 
 from __future__ import annotations
@@ -33,12 +37,17 @@ from mnemolog.eventlog.errors import BadInput, NotFound, UsageError, Verificatio
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.vocabulary import upcast
 from mnemolog.eventlog.writer import MAX_PAYLOAD_BYTES
+from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections import queries
 from mnemolog.projections.context import sources, store
 from mnemolog.projections.context.assemble import assemble
 from mnemolog.projections.context.chunker import DEFAULT_MAX_CHARS, check_max_chars, chunk_text, is_markdown
 from mnemolog.projections.context.config import PackConfig
 from mnemolog.projections.context.decode import DEFAULT_FALLBACKS, DocumentRefused, check_fallbacks
+from mnemolog.projections.hybrid import Fusion
+from mnemolog.projections.memories import Memory
+from mnemolog.projections.recall import Filters
+from mnemolog.substrate import recall_policy
 from mnemolog.substrate.documents import (
     DEFAULT_GLOBS,
     DEFAULT_MAX_FILE_BYTES,
@@ -48,6 +57,7 @@ from mnemolog.substrate.documents import (
     matches,
     read_document,
 )
+from mnemolog.substrate.embedding import Embedding
 from mnemolog.substrate.events.context import (
     MAX_QUERY_CHARS,
     ChunkRecord,
@@ -268,6 +278,7 @@ def _write_batch(
     if not batch:
         return
     with sessions.session() as s:
+        project = kq.canonical_project(s.conn, project)
         out: list[DocumentIngested] = []
         claimed: set[str] = set()
         known_by_path = store.documents_by_path(s.conn, [f.path for f, _ in batch])
@@ -326,14 +337,34 @@ def build_context(
     budget: int | None = None,
     unit: str | None = None,
     record: bool = True,
+    embedding: Embedding | None = None,
+    fusion: Fusion | None = None,
 ) -> dict[str, Any]:
-    """The pack for `query` as JSON (with `pack_id` and `seq` when recorded)."""
+    """The pack for `query` as JSON (with `pack_id` and `seq` when recorded).
+
+    `project` may be a registered name or any alias of it. Memories are
+    ranked by the recall policy (`embedding` and `fusion` as `recall` has
+    them; BM25 without an `embedding`).
+    """
     check_query(query)
-    proj = check_project(project) or None
+    name = check_project(project)
     cfg = config.with_request(budget, unit)
     measure = measure_for(cfg.unit)
+    plan = (
+        recall_policy.plan(sessions, embedding, query)
+        if embedding is not None
+        else recall_policy.Plan("bm25")
+    )
     with sessions.session() as s:
-        c = sources.candidates(s.conn, query, proj, cfg)
+        proj = kq.canonical_project(s.conn, name) or None
+        used = plan
+
+        def rank(q: str, f: Filters, limit: int) -> list[tuple[Memory, float]]:
+            nonlocal used
+            used, found = recall_policy.rank(s, plan, q, f, limit, fusion or Fusion())
+            return [(m, r.score) for m, r in found]
+
+        c = sources.candidates(s.conn, query, proj, cfg, rank)
         pack = assemble(
             query,
             proj,
@@ -344,20 +375,43 @@ def build_context(
             chunks=c.chunks,
             measure=measure,
         )
+        # The mode decided which memories were candidates: recorded with the other settings.
+        policy = {"recall_mode": used.mode}
         out = pack.to_json()
+        out["config"] = {**out["config"], **policy}
+        out["recall_fallback"] = used.fallback
         if not record:
             return {"pack_id": None, "seq": None, **out}
+        recorded = pack.record()
+        recorded["config"] = {**recorded["config"], **policy}
         payload = ContextBuilt(
             pack_id=new_id(),
             memory_ids=[e.id for e in pack.entries() if e.source == "memory"],
-            **pack.record(),
+            **recorded,
         )
         r = s.append(payload)
         return {"pack_id": payload.pack_id, "seq": r.seq, **out}
 
 
+def _state_then(conn: Any, log: Log, entry_id: str, seq: int) -> str | None:
+    """The value the log held at ``seq`` for a state entry id PROJECT/CATEGORY/KEY (None: none then).
+
+    The project is canonicalised again: a name registered after the pack may have renamed it.
+    """
+    parts = entry_id.split("/", 2)
+    if len(parts) != 3:
+        return None
+    project, category, key = parts
+    at = kq.state_at(conn, kq.canonical_project(conn, project), category, key, seq)
+    if at is None:
+        return None
+    entry = log.entry(at)
+    value = upcast(entry.type, entry.tv, entry.data).get("value")
+    return value if isinstance(value, str) else None
+
+
 def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> int:
-    """Every memory and chunk text the pack quotes equals the log's as of the pack; how many checked."""
+    """Every memory, chunk and state text the pack quotes equals the log's as of the pack; how many."""
     entries = packview.recorded_entries(data, seq)
     quoted = [e for es in entries.values() for e in es]
     mids = sorted({e["id"] for e in quoted if e["source"] == "memory"})
@@ -385,8 +439,10 @@ def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> in
                     and isinstance(chunks[parsed[2]], dict)
                 ):
                     have = chunks[parsed[2]].get("text")
+        elif e["source"] == "state":
+            have = _state_then(conn, log, e["id"], seq)
         else:
-            continue  # state entries: checked once project state is in the log
+            continue
         if have != e["text"]:
             raise VerificationError(
                 f"pack at seq {seq} quotes {e['source']} {e['id']} as {e['text']!r:.60}, but the log "

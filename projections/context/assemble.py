@@ -24,8 +24,9 @@ The rules, in order:
    for each of its domains the query evokes (the domain's name or one of
    its words appears in the query); a chunk of the project in scope is
    multiplied by `1 + project_boost`. Project memories, domain knowledge
-   and chunks need a relevance above zero; identity memories do not (they
-   are always loaded when they fit). Ties break by id.
+   and chunks need a relevance above zero, or (memories) to be a recall
+   hit for the query; identity memories do not (they are always loaded
+   when they fit). Ties break by id.
 4. **Shares and flow-down.** Each tier may fill its share of the budget
    plus whatever the tiers before it left unused; an entry that does not
    fit is trimmed (`tier_share`) and smaller ones after it still may.
@@ -93,6 +94,9 @@ class MemoryRow:
     pinned: bool = False
     expires_at: int | None = None  # µs since the epoch
     score: float = 0.0
+    # Recall returned it for the query: relevant even at the lowest fused score (0 after
+    # hybrid recall's min-max normalisation), which says "least related", not "unrelated".
+    hit: bool = False
 
 
 @dataclass(frozen=True)
@@ -368,7 +372,7 @@ def _classify(
             rel = m.score / top if top > 0 and m.score > 0 else 0.0
             if tier == "domain":
                 rel += cfg.domain_weight * _domain_hits(m.domains, evoked)
-            if tier != "identity" and rel <= 0:
+            if tier != "identity" and rel <= 0 and not m.hit:
                 excluded.append(Excluded("memory", m.id, "not_relevant"))
                 continue
             label = ", ".join(sorted(set(m.domains))) if tier == "domain" and m.domains else m.kind

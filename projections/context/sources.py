@@ -1,12 +1,28 @@
 """Where a pack's rows come from: the named queries that turn the projection into assembly input.
 
-`candidates(conn, query, project, cfg)` gathers everything `assemble` may
-rank, as plain rows: the project's state entries, the memories recall
-ranks for the query plus the always-wanted ones (pinned notes, identity
-and preference memories), and the chunks the chunk index ranks. This is the
-one place that knows which tables hold them, so a richer source (another
-ranking, state from another table) swaps in here without touching the
-assembly.
+`candidates(conn, query, project, cfg, rank)` gathers everything `assemble`
+may rank, as plain rows. This is the one place that knows which tables hold
+them, so a richer source swaps in here without touching the assembly.
+
+- State (tier 1): the project's trusted state, the newest version of each
+  (category, key) that is current or invalidated (an invalidated one is
+  listed as excluded, `invalid`).
+- Memories: each ranked tier draws its own candidates, so one tier cannot
+  crowd another out. `rank` is the recall policy (the substrate passes the
+  one `recall` uses; BM25 recall when none is given). Project memories
+  (tier 3) are ranked *with the project filter*, so thirty memories of
+  another project cannot push the project's own out of the candidates;
+  global memories (tiers 2 and 4) are ranked with the "no project" filter.
+  Tier 4 also takes the global memories of the domains the query evokes,
+  whatever their words, so knowledge earned on another project enters by
+  its domain. And the always-wanted ones: pinned notes and the newest
+  identity and preference memories.
+- Chunks (tier 5): the chunk index's BM25 ranking, the project's best ones
+  included (`store.chunk_candidates`).
+
+A memory the ranker returned is a *hit*: recall found it relevant to the
+query, even when its fused score is the lowest of its candidates (0 after
+hybrid recall's normalisation).
 
 What a memory row says beyond its columns:
 
@@ -20,18 +36,27 @@ What a memory row says beyond its columns:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
+from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections.context import store
-from mnemolog.projections.context.assemble import ChunkRow, MemoryRow, StateRow
+from mnemolog.projections.context.assemble import ChunkRow, MemoryRow, StateRow, evoked_domains
 from mnemolog.projections.context.config import PackConfig
 from mnemolog.projections.memories import MEMORY_SELECT, Memory, row_to_memory
 from mnemolog.projections.recall import Filters, recall
 from mnemolog.projections.schema import visible
+
+#: A recall ranking: (memory, score) best first for (query, filters, limit).
+Ranker = Callable[[str, Filters, int], list[tuple[Memory, float]]]
+
+
+def bm25_ranker(conn: duckdb.DuckDBPyConnection) -> Ranker:
+    """BM25 recall on this connection (what a pack ranks with when no policy is given)."""
+    return lambda query, filters, limit: recall(conn, query, filters, limit)
 
 
 @dataclass(frozen=True)
@@ -132,7 +157,7 @@ def _always_now(conn: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], limit: 
     return _fetch(conn, list(dict.fromkeys(ids)))
 
 
-def to_row(m: Memory, score: float, superseded: set[str]) -> MemoryRow:
+def to_row(m: Memory, score: float, superseded: set[str], hit: bool = False) -> MemoryRow:
     v = _vault(m)
     extra: dict[str, Any] = dict(m)
     project = extra.get("project")
@@ -149,31 +174,75 @@ def to_row(m: Memory, score: float, superseded: set[str]) -> MemoryRow:
         pinned=v.get("pinned") is True,
         expires_at=expiry_us(v.get("expires_at")),
         score=score,
+        hit=hit,
     )
 
 
+def domain_memories(conn: duckdb.DuckDBPyConnection, domains: Iterable[str], limit: int) -> list[Memory]:
+    """Active, visible global memories of any of ``domains``: most domains matched, then newest."""
+    wanted = sorted({d.lower() for d in domains})
+    if not wanted:
+        return []
+    ids = [
+        str(r[0])
+        for r in conn.execute(
+            f"""SELECT m.id FROM memories m
+                WHERE m.project = '' AND m.status = 'active' AND {visible("m")}
+                  AND list_has_any(list_transform(m.domains, d -> lower(d)), ?::VARCHAR[])
+                ORDER BY len(list_intersect(list_transform(m.domains, d -> lower(d)), ?::VARCHAR[])) DESC,
+                         m.stored_seq DESC
+                LIMIT ?""",
+            [wanted, wanted, limit],
+        ).fetchall()
+    ]
+    return _fetch(conn, ids)
+
+
 def memory_candidates(
-    conn: duckdb.DuckDBPyConnection, query: str, project: str | None, cfg: PackConfig
+    conn: duckdb.DuckDBPyConnection,
+    query: str,
+    project: str | None,
+    cfg: PackConfig,
+    rank: Ranker | None = None,
 ) -> list[MemoryRow]:
-    scored: dict[str, tuple[Memory, float]] = {}
-    for m, s in recall(conn, query, Filters(), limit=cfg.candidates):
-        scored[m["id"]] = (m, s)
+    """Every memory a pack may rank: per-tier recall hits, evoked-domain ones, the always-wanted."""
+    rank = rank or bm25_ranker(conn)
+    scored: dict[str, tuple[Memory, float, bool]] = {}
+    for scope in ("", project) if project else ("",):
+        for m, s in rank(query, Filters(project=scope), cfg.candidates):
+            scored[m["id"]] = (m, s, True)
+    for m in domain_memories(conn, evoked_domains(query, dict(cfg.domain_terms)), cfg.candidates):
+        scored.setdefault(m["id"], (m, 0.0, False))
     for m in _always(conn, cfg.identity_kinds, cfg.candidates):
-        scored.setdefault(m["id"], (m, 0.0))
+        scored.setdefault(m["id"], (m, 0.0, False))
     gone = _superseded(conn, scored)
-    return [to_row(m, s, gone) for m, s in scored.values()]
+    return [to_row(m, s, gone, hit) for m, s, hit in scored.values()]
 
 
 def state_rows(conn: duckdb.DuckDBPyConnection, project: str | None) -> list[StateRow]:
-    """The project's current state entries (none until a project state table exists)."""
-    return []
+    """The project's state: the newest version of each entry, current (enters) or invalidated (listed)."""
+    if not project:
+        return []
+    newest: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in kq.state_entries(conn, project, history=True):
+        newest[(r["category"], r["key"])] = r  # ordered by seq within an entry: the last is the newest
+    return [
+        StateRow(project=project, category=c, key=k, value=r["value"], active=r["state"] == "current")
+        for (c, k), r in newest.items()
+        if r["state"] in ("current", "invalid")
+    ]
 
 
 def candidates(
-    conn: duckdb.DuckDBPyConnection, query: str, project: str | None, cfg: PackConfig
+    conn: duckdb.DuckDBPyConnection,
+    query: str,
+    project: str | None,
+    cfg: PackConfig,
+    rank: Ranker | None = None,
 ) -> Candidates:
+    """What a pack for ``query`` may hold; ``project`` is canonical (the caller resolved any alias)."""
     return Candidates(
         state=state_rows(conn, project),
-        memories=memory_candidates(conn, query, project, cfg),
+        memories=memory_candidates(conn, query, project, cfg, rank),
         chunks=store.chunk_candidates(conn, query, project, cfg.candidates),
     )

@@ -62,3 +62,18 @@ def test_refusals_and_usage_errors(tmp_path: Path) -> None:
         if code != 64 or p.stdout:
             assert json.loads(p.stdout)["ok"] is False
         assert log_digest(home) == before
+
+
+def test_an_alias_names_the_project_in_scope(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    new_home(home)
+    ok(home, "project", "add", "p06-polisher", "--alias", "p06")
+    ok(home, "state", "set", "p06", "decision", "vendor_path", "Twyman-Green preferred")
+    mid = ok(home, "store", "Polishing accuracy drifts with pad temperature", "--kind", "project",
+             "--project", "p06-polisher")["memory"]["id"]  # fmt: skip
+    pack = ok(home, "context", "build", "thermal effects on polishing accuracy", "--project", "P06")
+    assert pack["project"] == "p06-polisher"
+    by_tier = {t["name"]: [e["id"] for e in t["entries"]] for t in pack["tiers"]}
+    assert by_tier["state"] == ["p06-polisher/decision/vendor_path"] and by_tier["project"] == [mid]
+    assert pack["text"].startswith("## Trusted project state (p06-polisher)\n- decision/vendor_path: Twyman")
+    assert ok(home, "context", "show", pack["pack_id"])["sources_checked"] == 2

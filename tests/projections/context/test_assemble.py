@@ -466,3 +466,64 @@ def test_config_is_validated() -> None:
     assert cfg.budget == 500 and cfg.shares["chunks"] == 0.3 and cfg.shares["state"] == 0.2
     assert "invar" in cfg.domain_terms["materials"] and cfg.domain_terms["botany"] == ("leaf",)
     assert cfg.with_request(budget=50, unit="tokens").unit == "tokens"
+
+
+def test_the_pack_docs_context_md_shows_is_what_assembly_renders() -> None:
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "context.md").read_text()
+    section = doc[doc.index("## 3. The pack's bytes") :]
+    shown = re.search(r"```\n(## Trusted project state.*?)```", section, re.S)
+    assert shown is not None
+    pack = assemble(
+        QUERY,
+        P06,
+        now=NOW,
+        config=PackConfig(),
+        state=[
+            StateRow(
+                P06,
+                "decision",
+                "vendor_path",
+                "Twyman-Green preferred, 4D technical lead but cost-challenged",
+            )
+        ],
+        memories=[
+            MemoryRow("u", "user", "Antoine Letarte, mechanical/optical engineer at Atomaste"),
+            MemoryRow(
+                "c", "project", "Calibration loop adjusts Preston kp from surface measurements", P06, hit=True
+            ),
+            MemoryRow(
+                "z",
+                "knowledge",
+                "Zerodur CTE gradient dominates WFE contribution at fast focal ratios (F/1.2 = ~3nm)",
+                domains=("materials",),
+            ),
+            MemoryRow("p", "project", "CTE gradient analysis drove the M1 support pad", P04, score=2.0),
+        ],
+        chunks=[
+            ChunkRow(
+                "d/1/0",
+                "Polishing accuracy drifts with tool temperature.",
+                "polisher.md",
+                ("Thermal", "Drift"),
+                P06,
+                score=3.0,
+            )
+        ],
+    )
+    assert pack.text == shown.group(1)
+    assert excluded(pack) == {"p": "other_project"}
+
+
+def test_a_recall_hit_is_relevant_at_score_zero_and_a_mere_candidate_is_not() -> None:
+    rows = [
+        MemoryRow("a", "project", "found by meaning, least similar", P06, hit=True),
+        MemoryRow("b", "project", "fetched, never matched", P06),
+        MemoryRow("c", "project", "the best match", P06, score=1.0, hit=True),
+        MemoryRow("g", "knowledge", "a global hit of no evoked domain", hit=True),
+    ]
+    pack = assemble(QUERY, P06, now=NOW, config=PackConfig(), memories=rows)
+    assert ids(pack, "project") == ["c", "a"] and ids(pack, "domain") == ["g"]
+    assert excluded(pack) == {"b": "not_relevant"}
