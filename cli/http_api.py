@@ -83,6 +83,7 @@ STATUS_BY_SLUG = {
     "unsupported_media_type": 415,
     "request_timeout": 408,
     "lock_timeout": 503,
+    "path_not_allowed": 403,
 }
 
 
@@ -398,8 +399,8 @@ class Api:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            args = {"path": name, **({"trusted_key": trusted} if trusted else {})}
-            out = operations.invoke(self.sub, "bundle_verify", args)
+            # The server's own temp file, not a path a client named: no confinement to apply.
+            out = {"ok": True, **operations.verify_bundle_file(self.sub, Path(name), trusted or None)}
             out["file"] = "(uploaded)"
             return out
         finally:
