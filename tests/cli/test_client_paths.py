@@ -145,3 +145,22 @@ def test_malformed_settings_are_bad_input(table: str, tmp_path: Path) -> None:
 
 def test_http_status_of_a_refused_path() -> None:
     assert http_api.status_for(PathNotAllowed("path: outside", field="path")) == 403
+
+
+def test_http_key_files_are_confined(home: Path, memory_id: str) -> None:
+    from starlette.testclient import TestClient
+
+    pub = next((home / "keys").glob("*.pub"))
+    with _open(home) as s:
+        client = TestClient(http_api.app(s, http_api.HttpSettings()), base_url="http://127.0.0.1")
+        for key in (str(pub), "/dev/zero", "/proc/self/mem"):
+            r = client.post("/verify", json={"trusted_key": key})
+            assert r.status_code == 403 and r.json()["error"] == "path_not_allowed", r.text
+        assert client.post("/verify", json={"trusted_key": pub.read_text().strip()}).status_code == 200
+        tar = client.post("/bundles", json={"memory_id": memory_id}).content
+        tar_type = {"Content-Type": "application/x-tar"}
+        r = client.post("/verify", params={"trusted_key": "/dev/zero"}, content=tar, headers=tar_type)
+        assert r.status_code == 403 and r.json()["error"] == "path_not_allowed", r.text
+        key = pub.read_text().strip()
+        r = client.post("/verify", params={"trusted_key": key}, content=tar, headers=tar_type)
+        assert r.status_code == 200 and r.json()["file"] == "(uploaded)", r.text
