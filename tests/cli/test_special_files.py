@@ -196,3 +196,30 @@ def test_import_of_malformed_and_truncated_files(home: Path, tmp_path: Path) -> 
     p = mnemolog(home, "import", str(binary))
     clean(p)
     assert p.returncode == 65
+
+
+def test_import_of_an_oversized_file_is_refused_before_reading(home: Path, tmp_path: Path) -> None:
+    from mnemolog.substrate.importer import MAX_IMPORT_BYTES
+
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:
+        f.truncate(MAX_IMPORT_BYTES + 1)  # sparse: nothing is written to disk
+    p = mnemolog(home, "import", str(big))
+    clean(p)
+    assert p.returncode == 64 and str(big) in p.stderr and "split the file" in p.stderr, p.stderr
+
+
+def test_an_import_that_grows_past_its_bound_is_refused(tmp_path: Path) -> None:
+    import io
+
+    from mnemolog.eventlog.errors import UsageError
+    from mnemolog.substrate.importer import _lines
+
+    data = b'{"content": "a line"}\n' * 100
+    with pytest.raises(UsageError, match="split the file"):
+        list(_lines(io.BytesIO(data), 1000, tmp_path / "f.jsonl"))
+    assert len(list(_lines(io.BytesIO(data), len(data), tmp_path / "f.jsonl"))) == 100
+    # One endless line (what /dev/zero would have been): skipped in bounded reads, then refused.
+    endless = io.BytesIO(b"x" * (1 << 22))
+    with pytest.raises(UsageError):
+        list(_lines(endless, 1 << 21, tmp_path / "f.jsonl"))
