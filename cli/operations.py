@@ -414,7 +414,7 @@ def client_key(s: Substrate, text: str, field: str) -> VerifierKey:
     try:
         return VerifierKey.from_vkey(text)
     except SignerError as exc:
-        if "/" not in text:  # meant as a key, not a path: say what is wrong with it
+        if text.count("+") >= 2:  # shaped as name+hash+key: say what is wrong with it
             raise UsageError(f"{field}: {exc.message}", field=field) from exc
     return parse_key_arg(str(client_paths(s).resolve(text, field)), field)
 

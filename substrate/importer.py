@@ -187,11 +187,11 @@ def _lines(f: BinaryIO, limit: int, path: Path) -> Iterator[tuple[int, bytes]]:
                 raw = f.readline(1 << 20)
                 total += len(raw)
                 if total > limit:
-                    raise _too_large(path, total)
+                    raise _too_large(path, total, limit)
             yield n, b"\0" * (MAX_LINE_BYTES + 1)
             continue
         if total > limit:
-            raise _too_large(path, total)
+            raise _too_large(path, total, limit)
         line = raw.rstrip(b"\r\n")
         if line.strip():
             yield n, line
@@ -211,9 +211,9 @@ class _Checked:
             self.bad.append({"line": line, "error": exc.slug, "message": exc.message})
 
 
-def _too_large(path: Path, size: int) -> UsageError:
+def _too_large(path: Path, size: int, limit: int = MAX_IMPORT_BYTES) -> UsageError:
     return UsageError(
-        f"{path} is {size} bytes; an import reads at most {MAX_IMPORT_BYTES} (split the file)",
+        f"{path} is {size} bytes; an import reads at most {limit} (split the file)",
         file=str(path),
     )
 

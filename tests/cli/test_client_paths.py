@@ -118,6 +118,7 @@ def test_a_trusted_key_file_is_confined_too(home: Path, tmp_path: Path) -> None:
     with _open(home) as s:
         assert call(s, "log_verify", trusted_key=key_text)["ok"]
         assert call(s, "log_verify", trusted_key=str(home / "bundles" / "key.pub"))["ok"]
+        assert call(s, "log_verify", trusted_key="key.pub")["ok"]  # relative: from the exchange folder
         for outside in (str(pub), "/dev/zero", "/proc/self/mem"):
             body = call(s, "log_verify", trusted_key=outside)
             assert body["error"] == "path_not_allowed", body
