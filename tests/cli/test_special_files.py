@@ -223,3 +223,26 @@ def test_an_import_that_grows_past_its_bound_is_refused(tmp_path: Path) -> None:
     endless = io.BytesIO(b"x" * (1 << 22))
     with pytest.raises(UsageError):
         list(_lines(endless, 1 << 21, tmp_path / "f.jsonl"))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["import", "{x}"],
+        ["verify-bundle", "{x}"],
+        ["replay", "{x}", "--home", "{new}"],
+        ["ingest", "{x}"],
+        ["log", "verify", "--trusted-key", "{x}"],
+        ["verify-bundle", "b.tar", "--trusted-key", "{x}"],
+    ],
+)
+def test_every_user_named_input_refuses_a_fifo(home: Path, tmp_path: Path, command: list[str]) -> None:
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    args = [a.format(x=fifo, new=tmp_path / "new") for a in command]
+    p = mnemolog(home, *args)  # a FIFO opened for reading would block without a writer
+    clean(p)
+    assert p.returncode in (6, 64, 65), p.stderr
+    if command[0] != "ingest":  # ingest lists what it skipped on stdout
+        assert str(fifo) in p.stderr, p.stderr
+    assert fifo.is_fifo() and not (tmp_path / "new").exists()
