@@ -10,6 +10,7 @@ from mnemolog.cli.app import Ctx, json_option
 from mnemolog.eventlog import bundle
 from mnemolog.eventlog.cosignature import WitnessPolicy
 from mnemolog.eventlog.errors import UsageError
+from mnemolog.eventlog.fsio import check_replaceable
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 
@@ -36,6 +37,7 @@ from mnemolog.substrate.api import Substrate
 def export_forensic_bundle(ctx: Ctx, memory_id: str, include_chain: bool, output: Path | None) -> None:
     """Write a sparse, signed, offline-verifiable bundle of everything about one memory."""
     out = output or Path(f"bundle-{memory_id}.tar")
+    check_replaceable(out)  # refused before the bundle is built, not after
     with Substrate.open(ctx.home, long_lived=False) as sub:
         for t in sub.recovered:
             ctx.info(f"mnemolog: recovery: {t.describe()}")

@@ -56,6 +56,10 @@ MAX_JSON_BYTES = 2 * 1024 * 1024  # a 256 KiB memory, escaped at worst, and its 
 MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 BODY_TIMEOUT_S = 30.0
 HEADER_TIMEOUT_S = 10.0
+#: Connections one client address may hold open at once (`[http] max_connections_per_peer`).
+MAX_CONNECTIONS_PER_PEER = 32
+#: Connections and requests the server takes at once, over all peers (uvicorn's limit).
+MAX_CONNECTIONS = 256
 MIN_TOKEN_CHARS = 16
 
 
@@ -83,6 +87,8 @@ STATUS_BY_SLUG = {
     "unsupported_media_type": 415,
     "request_timeout": 408,
     "lock_timeout": 503,
+    "path_not_allowed": 403,
+    "too_many_connections": 503,  # written by the protocol itself (slow_client_protocol)
 }
 
 
@@ -126,16 +132,20 @@ class HttpSettings:
     max_bundle_bytes: int = MAX_BUNDLE_BYTES
     body_timeout_s: float = BODY_TIMEOUT_S
     header_timeout_s: float = HEADER_TIMEOUT_S
+    max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER
     loopback_only: bool = True
 
     @classmethod
     def from_config(cls, raw: Mapping[str, Any], where: str = "config.toml") -> HttpSettings:
         """The `[http]` table: `token` (at least 16 characters; unset = loopback only),
-        `header_timeout_s` and `body_timeout_s` (how long a client may take to send a request)."""
+        `header_timeout_s` and `body_timeout_s` (how long a client may take to send a request),
+        `max_connections_per_peer` (how many connections one client address may hold open)."""
         table = raw.get("http", {})
         if not isinstance(table, dict):
             raise BadInput(f"{where}: [http] must be a table", file=where, field="http")
-        unknown = sorted(set(table) - {"token", "header_timeout_s", "body_timeout_s"})
+        unknown = sorted(
+            set(table) - {"token", "header_timeout_s", "body_timeout_s", "max_connections_per_peer"}
+        )
         if unknown:
             raise BadInput(f"{where}: unknown [http] setting(s) {unknown}", file=where, field="http")
         token = table.get("token")
@@ -157,8 +167,21 @@ class HttpSettings:
                 raise BadInput(f"{where}: http.{name} must be a number of seconds in [0.1, 3600]", file=where)
             return float(value)
 
+        per_peer = table.get("max_connections_per_peer", MAX_CONNECTIONS_PER_PEER)
+        if (
+            isinstance(per_peer, bool)
+            or not isinstance(per_peer, int)
+            or not 1 <= per_peer <= MAX_CONNECTIONS
+        ):
+            raise BadInput(
+                f"{where}: http.max_connections_per_peer must be an integer in [1, {MAX_CONNECTIONS}], "
+                f"found {per_peer!r}",
+                file=where,
+                field="http.max_connections_per_peer",
+            )
         # Without a token the server may only listen on loopback, and answers only loopback Hosts.
         return cls(
+            max_connections_per_peer=per_peer,
             token=token or None,
             loopback_only=token is None,
             header_timeout_s=seconds("header_timeout_s", HEADER_TIMEOUT_S),
@@ -399,8 +422,8 @@ class Api:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            args = {"path": name, **({"trusted_key": trusted} if trusted else {})}
-            out = operations.invoke(self.sub, "bundle_verify", args)
+            # The server's own temp file, not a path a client named: no confinement to apply.
+            out = {"ok": True, **operations.verify_bundle_file(self.sub, Path(name), trusted or None)}
             out["file"] = "(uploaded)"
             return out
         finally:
@@ -601,18 +624,47 @@ def openapi_document() -> dict[str, Any]:
 # -- serving -----------------------------------------------------------------------------------
 
 
-def slow_client_protocol(header_timeout: float) -> type:
-    """uvicorn's h11 protocol, disconnecting a client that takes too long to send its headers.
+def slow_client_protocol(header_timeout: float, per_peer: int = MAX_CONNECTIONS_PER_PEER) -> type:
+    """uvicorn's h11 protocol, disconnecting a client that takes too long to send its headers,
+    and refusing a client address more than `per_peer` open connections.
 
     uvicorn times out idle keep-alive connections but not a request whose
     headers trickle in (or never come); this arms a deadline whenever a
     connection waits for a request and disarms it once the request has begun.
     The body is bounded separately (read_body's time limit).
+
+    uvicorn's own limit counts every connection together, so one peer holding
+    hundreds of idle connections made everyone else's requests 503 until the
+    header deadline cut them; a connection beyond a peer's share gets its own
+    503 (`too_many_connections`) at once and is closed, and the others are
+    served. The count lives in this class (one per server) and is touched only
+    from the event loop.
     """
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    open_by_peer: dict[str, int] = {}
+    refusal = dumps(
+        {
+            "ok": False,
+            "error": "too_many_connections",
+            "message": f"this client address has {per_peer} connections open already; "
+            "reuse one (keep-alive) or close some",
+            "exit_code": 6,  # transient, as a lock timeout is
+            "details": {"limit": per_peer},
+        }
+    )
+    refusal_response = (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        b"Connection: close\r\nRetry-After: 1\r\nContent-Length: "
+        + str(len(refusal)).encode()
+        + b"\r\n\r\n"
+        + refusal
+    )
+
     class SlowClientH11(H11Protocol):
         _deadline: Any = None
+        _peer: str | None = None  # set while this connection counts against its peer
+        _refused = False
 
         def _arm(self) -> None:
             self._disarm()
@@ -630,9 +682,21 @@ def slow_client_protocol(header_timeout: float) -> type:
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            peer = transport.get_extra_info("peername")
+            host = str(peer[0]) if isinstance(peer, tuple) and peer else None
+            if host is not None:
+                if open_by_peer.get(host, 0) >= per_peer:
+                    self._refused = True
+                    transport.write(refusal_response)
+                    transport.close()
+                    return
+                open_by_peer[host] = open_by_peer.get(host, 0) + 1
+                self._peer = host
             self._arm()
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return  # answered and closing: nothing it sends is read
             super().data_received(data)
             if self.cycle is not None and not self.cycle.response_complete:
                 self._disarm()
@@ -643,6 +707,13 @@ def slow_client_protocol(header_timeout: float) -> type:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._peer is not None:
+                left = open_by_peer.get(self._peer, 1) - 1
+                if left > 0:
+                    open_by_peer[self._peer] = left
+                else:
+                    open_by_peer.pop(self._peer, None)
+                self._peer = None
             super().connection_lost(exc)
 
     return SlowClientH11
@@ -659,11 +730,11 @@ def serve(home: Any, host: str, port: int, settings: HttpSettings) -> None:
             app(sub, settings),
             host,
             port,
-            http=slow_client_protocol(settings.header_timeout_s),
+            http=slow_client_protocol(settings.header_timeout_s, settings.max_connections_per_peer),
             lifespan="off",
             timeout_keep_alive=5,
             h11_max_incomplete_event_size=64 * 1024,
-            limit_concurrency=256,
+            limit_concurrency=MAX_CONNECTIONS,
         )
 
 

@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mnemolog.cli import views
-from mnemolog.eventlog.errors import UsageError
+from mnemolog.cli.client_paths import ClientPaths
+from mnemolog.eventlog.errors import StorageError, UsageError
 from mnemolog.eventlog.vocabulary_knowledge import Status
 from mnemolog.substrate.events import Kind, Relation
 
 if TYPE_CHECKING:
+    from mnemolog.eventlog.keys import VerifierKey
     from mnemolog.substrate.api import Substrate
 
 # -- arguments -------------------------------------------------------------------------
@@ -337,12 +339,12 @@ def _history(s: Substrate, a: HistoryArgs) -> dict[str, Any]:
 
 
 def _verify(s: Substrate, a: VerifyArgs) -> dict[str, Any]:
-    from mnemolog.eventlog.trust import PinnedKey, TrustPolicy, parse_key_arg
+    from mnemolog.eventlog.trust import PinnedKey, TrustPolicy
     from mnemolog.eventlog.verify import verify_log
 
     # The same anchors as `log verify`: a pinned key, else the home's own log id and keys.
     policy: TrustPolicy = (
-        PinnedKey(parse_key_arg(a.trusted_key, "trusted_key")) if a.trusted_key else s.home.trust_anchor()
+        PinnedKey(client_key(s, a.trusted_key, "trusted_key")) if a.trusted_key else s.home.trust_anchor()
     )
     # One process: a server's threads must not fork a pool under them.
     return verify_log(
@@ -366,7 +368,7 @@ def _bundle_export(s: Substrate, a: BundleArgs) -> dict[str, Any]:
 
     ex = export_bundle(s, a.memory_id, a.include_atomisation_chain)
     if a.output:
-        out = Path(a.output).expanduser()
+        out = client_paths(s).resolve(a.output, "output")
     else:
         out = s.home.root / "bundles" / f"bundle-{a.memory_id}-{ex.tree_size}.tar"
         out.parent.mkdir(mode=0o700, exist_ok=True)
@@ -375,9 +377,46 @@ def _bundle_export(s: Substrate, a: BundleArgs) -> dict[str, Any]:
 
 
 def _bundle_verify(s: Substrate, a: BundleVerifyArgs) -> dict[str, Any]:
-    from mnemolog.eventlog import bundle
+    return verify_bundle_file(s, client_paths(s).resolve(a.path, "path"), a.trusted_key)
 
-    return bundle.verify_bundle(Path(a.path), policy=bundle.trust_policy(a.trusted_key)).to_json()
+
+def verify_bundle_file(s: Substrate, path: Path, trusted_key: str | None) -> dict[str, Any]:
+    """Verify the bundle at `path`, which the server chose or confined (`client_paths`)."""
+    from mnemolog.eventlog import bundle
+    from mnemolog.eventlog.trust import TRUST_GENESIS, PinnedKey, TrustPolicy
+
+    policy: TrustPolicy = TRUST_GENESIS
+    if trusted_key is not None:
+        policy = PinnedKey(client_key(s, trusted_key, "trusted_key"))
+    report: dict[str, Any] = bundle.verify_bundle(path, policy=policy).to_json()
+    return report
+
+
+# -- paths and key files that clients name --------------------------------------------
+
+
+def client_paths(s: Substrate) -> ClientPaths:
+    """The directories MCP and HTTP clients may name files in (`[server] paths`)."""
+    return ClientPaths.from_config(s.home.config.raw, s.home.root, str(s.home.config_path))
+
+
+def client_key(s: Substrate, text: str, field: str) -> VerifierKey:
+    """A pinned key a client gives: the key itself, or a key file inside the allowed directories.
+
+    The command line's `--trusted-key` reads any file its user names; a
+    server reads only files a client may name, so a key that does not parse
+    as one is taken as a path and confined before anything is opened.
+    """
+    from mnemolog.eventlog.errors import SignerError
+    from mnemolog.eventlog.keys import VerifierKey
+    from mnemolog.eventlog.trust import parse_key_arg
+
+    try:
+        return VerifierKey.from_vkey(text)
+    except SignerError as exc:
+        if text.count("+") >= 2:  # shaped as name+hash+key: say what is wrong with it
+            raise UsageError(f"{field}: {exc.message}", field=field) from exc
+    return parse_key_arg(str(client_paths(s).resolve(text, field)), field)
 
 
 _MEM = {"memory": MEMORY_SCHEMA}
@@ -718,4 +757,15 @@ def invoke(sub: Substrate, name: str, arguments: Mapping[str, Any] | None) -> di
     op = OPERATIONS.get(name)
     if op is None:
         raise UsageError(f"unknown operation {name!r}", field="name")
-    return {"ok": True, **op.run(sub, parse_args(op, arguments))}
+    try:
+        return {"ok": True, **op.run(sub, parse_args(op, arguments))}
+    except OSError as exc:
+        # As the command line does: an I/O failure nothing below caught is a storage error
+        # naming its path (exit 6), never an internal error with a traceback on a server.
+        where = exc.filename
+        raise StorageError(
+            f"storage error: {exc.strerror or type(exc).__name__}"
+            + (f": {where}" if where is not None else ""),
+            file=None if where is None else str(where),
+            errno=exc.errno,
+        ) from exc

@@ -323,7 +323,10 @@ def read_members(path: Path, limits: tarball.Limits = tarball.DEFAULT_LIMITS) ->
         raise StorageError(f"cannot open {path}: {exc}", file=str(path)) from exc
     with f:
         size = os.fstat(f.fileno()).st_size
-        return tarball.read_tar(f, size, limits)
+        try:
+            return tarball.read_tar(f, size, limits)
+        except OSError as exc:  # a "regular" file that cannot be read: /proc/self/mem, an I/O error
+            raise StorageError(f"cannot read {path}: {exc.strerror or exc}", file=str(path)) from exc
 
 
 def verify_members(

@@ -1,6 +1,7 @@
 """Small file primitives shared by the log, keys, checkpoints, bundles and vaults.
 
-Writes are durable (`atomic_write`, `fsync_dir`). Reads go through one guard,
+Writes are durable (`atomic_write`, `fsync_dir`) and never replace a FIFO, a
+device or a directory (`check_replaceable`). Reads go through one guard,
 `open_regular`: nothing mnemolog reads from disk may be a FIFO (opening one
 blocks until a writer comes), a device (`/dev/zero` never ends) or a
 directory, and `read_regular` never reads more than its bound. The errors are
@@ -28,6 +29,22 @@ class NotRegularFile(OSError):
 
     def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
         super().__init__(errno.EINVAL, f"not a regular file ({kind})", os.fspath(path))
+        self.kind = kind
+
+
+class NotReplaceable(OSError):
+    """A path to write holds a FIFO, a device, a socket or a directory: it is never replaced.
+
+    Writing renames a finished temp file over the target, which would turn a
+    FIFO or a device node (``-o /dev/full``) into a regular file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        super().__init__(
+            errno.EEXIST,
+            f"exists and is not a regular file ({kind}); refusing to replace it",
+            os.fspath(path),
+        )
         self.kind = kind
 
 
@@ -99,6 +116,21 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     return b"".join(chunks) if len(chunks) > 1 else chunks[0]
 
 
+def check_replaceable(path: str | os.PathLike[str]) -> None:
+    """Refuse (NotReplaceable) to write over `path` unless it is absent or a regular file.
+
+    The target is followed through symbolic links: a link to a device is
+    refused; a dangling link, or a link to a regular file, is replaced by the
+    new file as rename always does.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise NotReplaceable(path, _kind(st.st_mode))
+
+
 def fsync_dir(path: Path) -> None:
     """Make a directory's entries (a create, a rename) durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -147,7 +179,10 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write `data` to `path` so a crash leaves either the old file or the new one.
 
     temp file in the same directory, fsync, rename over, fsync the directory.
+    An existing target that is not a regular file is refused (NotReplaceable)
+    before anything is written.
     """
+    check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)

@@ -13,13 +13,14 @@ and `step` decides, from the configured logs, the stored states and the
 request alone, whether to cosign (returning the new state) or which protocol
 error to answer:
 
-    400  malformed request, old size above the checkpoint's size, a proof from 0
+    400  malformed request, old size above the checkpoint's size
     403  no signature by a key the witness trusts for the origin verifies
     404  unknown origin
     409  old size is not the size last cosigned (body: that size, text/x.tlog.size),
          or the same size with another root
     413  request larger than the bounds below
-    422  the consistency proof does not verify
+    422  the consistency proof does not verify: also a non-empty proof from old size 0,
+         and a size-0 checkpoint whose root is not the empty tree's
 
 So the witness never cosigns a checkpoint smaller than, or inconsistent with,
 one it cosigned: the only way forward is a proof from exactly its own state.
@@ -273,8 +274,16 @@ def step(logs: Mapping[str, WitnessedLog], states: Mapping[str, LogState], parse
             f"old size {req.old_size} is not the size this witness cosigned last ({latest})", latest
         )
     if req.old_size == 0:
+        # C2SP tlog-witness: "The proof MUST be empty if the old size is zero. If the Merkle
+        # Consistency Proof doesn't verify, the witness MUST respond with 422": a proof from
+        # nothing that is not empty does not verify.
         if req.proof:
-            raise BadRequest("a request from old size 0 carries no consistency proof")
+            raise Inconsistent(
+                f"a consistency proof from old size 0 is empty; this one has {len(req.proof)} hashes"
+            )
+        # The empty tree has one root; a size-0 checkpoint with another is no tree at all.
+        if body.size == 0 and body.root != merkle.EMPTY_ROOT:
+            raise Inconsistent("a checkpoint of size 0 must carry the empty tree's root (SHA-256 of nothing)")
     else:
         assert state is not None
         if req.old_size == body.size and body.root != state.root:

@@ -35,6 +35,7 @@ from mnemolog.eventlog.fsio import (
     FileTooLarge,
     NotRegularFile,
     atomic_write,
+    check_replaceable,
     fsync_dir,
     pid_alive,
     read_regular,
@@ -263,6 +264,8 @@ def export_log(
     home: Home, start: int, last: int | None, out: Path, progress: bool | None = None
 ) -> LogExportReport:
     """Write entries start..last (inclusive; default: all) with a fresh checkpoint to `out`."""
+    # Before any work: the rename at the end would turn a FIFO or a device into a file.
+    check_replaceable(out)
     with home.open_writer(checkpoint_on_close=False) as w:
         cp, cp_raw = w.checkpoint()
     with Log(home.log_dir) as log:

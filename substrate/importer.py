@@ -28,6 +28,7 @@ to MAX_IMPORT_BYTES; split larger ones.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any, BinaryIO, Final, NotRequired, TypedDict
 from mnemolog.curators.embed import EmbedderFailed
 from mnemolog.eventlog.codec import is_plain
 from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
+from mnemolog.eventlog.fsio import NotRegularFile, open_regular
 from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import queries, vectors
 from mnemolog.substrate.embedding import Embedding, embed_text_of
@@ -165,20 +167,31 @@ def parse_line(raw: bytes) -> MemoryStored:
     return p
 
 
-def _lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes without the newline); blank lines are skipped. Bounded reads."""
+def _lines(f: BinaryIO, limit: int, path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes without the newline); blank lines are skipped.
+
+    Bounded reads, and at most `limit` bytes in all: a file that grows while
+    it is read is refused rather than followed.
+    """
     n = 0
+    total = 0
     while True:
         raw = f.readline(MAX_LINE_BYTES + 2)
         if not raw:
             return
+        total += len(raw)
         n += 1
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
             # Too long: report it and skip to the end of the line without holding it.
             while raw and not raw.endswith(b"\n"):
                 raw = f.readline(1 << 20)
+                total += len(raw)
+                if total > limit:
+                    raise _too_large(path, total, limit)
             yield n, b"\0" * (MAX_LINE_BYTES + 1)
             continue
+        if total > limit:
+            raise _too_large(path, total, limit)
         line = raw.rstrip(b"\r\n")
         if line.strip():
             yield n, line
@@ -198,21 +211,31 @@ class _Checked:
             self.bad.append({"line": line, "error": exc.slug, "message": exc.message})
 
 
+def _too_large(path: Path, size: int, limit: int = MAX_IMPORT_BYTES) -> UsageError:
+    return UsageError(
+        f"{path} is {size} bytes; an import reads at most {limit} (split the file)",
+        file=str(path),
+    )
+
+
 def check_file(path: Path, sessions: Sessions, hooks: HookChain, *, skip_existing: bool) -> _Checked:
     """Read and check every line; nothing is written."""
     try:
-        size = path.stat().st_size
+        # The read guard: a FIFO would block the open and /dev/zero would never end.
+        f = open_regular(path)
+    except NotRegularFile as exc:
+        raise UsageError(
+            f"{path} is {exc.kind}: an import reads a regular file (JSON Lines)", file=str(path)
+        ) from exc
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}", file=str(path)) from exc
-    if size > MAX_IMPORT_BYTES:
-        raise UsageError(
-            f"{path} is {size} bytes; an import reads at most {MAX_IMPORT_BYTES} (split the file)",
-            file=str(path),
-        )
     out = _Checked()
-    first_line: dict[str, int] = {}
-    with path.open("rb") as f:
-        for n, raw in _lines(f):
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_IMPORT_BYTES:
+            raise _too_large(path, size)
+        first_line: dict[str, int] = {}
+        for n, raw in _lines(f, MAX_IMPORT_BYTES, path):
             out.lines = n
             try:
                 p = parse_line(raw)

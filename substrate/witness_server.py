@@ -287,7 +287,9 @@ def make_app(witness: Witness, request_timeout: float = REQUEST_TIMEOUT_S) -> An
         except TooLarge as exc:
             return plain(413, exc.message)
         status, ctype, payload = await run_in_threadpool(witness.handle, body)
-        return Response(payload, status, media_type=ctype)
+        # The header as given: Starlette would append "; charset=utf-8" to any text/ media type,
+        # and C2SP clients require the 409's to be exactly text/x.tlog.size.
+        return Response(payload, status, headers={"Content-Type": ctype})
 
     return Starlette(routes=[Route("/add-checkpoint", add_checkpoint, methods=["POST"])])
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mnemolog.eventlog.errors import StorageError
-from mnemolog.eventlog.fsio import atomic_write
+from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, atomic_write, read_regular
 from mnemolog.projections.vault import journal, persona, regions, runlog
 
 MANIFEST_NAME: Final = ".mnemolog-agentfiles.json"
@@ -69,8 +69,10 @@ def _read(path: Path) -> bytes | str | None:
     if st.st_size > MAX_FILE_BYTES:
         return f"larger than {MAX_FILE_BYTES} bytes"
     try:
-        with open(path, "rb") as fh:
-            return fh.read(MAX_FILE_BYTES + 1)
+        # Through the read guard: the lstat above cannot stop a FIFO swapped in after it.
+        return read_regular(path, MAX_FILE_BYTES)
+    except (NotRegularFile, FileTooLarge) as exc:
+        return str(exc.strerror)
     except OSError as exc:
         raise StorageError(f"cannot read {path}: {exc.strerror}") from exc
 

@@ -10,6 +10,7 @@ import sys
 import tarfile
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from mnemolog.cli import http_api, operations
+from mnemolog.eventlog.errors import BadInput
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import init_home
 
@@ -325,6 +327,87 @@ def test_slow_clients_time_out(home: Path) -> None:
             assert h.get("/stats").json()["stats"]["memories"] == 0
     finally:
         s.stop()
+
+
+def _read_reply(c: socket.socket) -> bytes:
+    """One whole response (headers and a Content-Length body) or what came before EOF."""
+    reply = b""
+    while True:
+        head, sep, body = reply.partition(b"\r\n\r\n")
+        if sep:
+            length = next(
+                (
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
+            if len(body) >= length:
+                return reply
+        more = c.recv(65536)
+        if not more:
+            return reply
+        reply += more
+
+
+def _peer(port: int, source: str) -> socket.socket:
+    c = socket.socket()
+    c.settimeout(30)
+    c.bind((source, 0))
+    c.connect(("127.0.0.1", port))
+    return c
+
+
+def test_one_peer_cannot_starve_the_others(home: Path) -> None:
+    # 127.0.0.2 is the greedy peer (every 127/8 address is loopback); the test itself is 127.0.0.1.
+    with_config(home, "[http]\nmax_connections_per_peer = 4\n")
+    s = Server(home)
+    held: list[socket.socket] = []
+    try:
+        request = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\n\r\n".encode()
+        # Four keep-alive connections, each answered once: they are open and counted.
+        for _ in range(4):
+            c = _peer(s.port, "127.0.0.2")
+            held.append(c)
+            c.sendall(request)
+            assert _read_reply(c).startswith(b"HTTP/1.1 200"), "a connection within the share is served"
+        # Every further connection from that address is refused at once with the error object.
+        for _ in range(40):
+            with _peer(s.port, "127.0.0.2") as c:
+                reply = _read_reply(c)
+                assert reply.startswith(b"HTTP/1.1 503"), reply[:200]
+                assert b'"too_many_connections"' in reply and b'"limit":4' in reply.replace(b" ", b"")
+        # Another peer is served meanwhile, over several connections of its own.
+        for _ in range(3):
+            with httpx.Client(base_url=s.url, timeout=60) as h:
+                assert h.get("/health").status_code == 200
+        # The greedy peer's held connections still work (keep-alive), and once it closes one
+        # it may open another (the count drops when the server sees the close).
+        held[0].sendall(request)
+        assert _read_reply(held[0]).startswith(b"HTTP/1.1 200")
+        held.pop().close()
+        for _ in range(200):  # bounded: the close reaches the server's loop in a moment
+            with _peer(s.port, "127.0.0.2") as c:
+                c.sendall(request)
+                if _read_reply(c).startswith(b"HTTP/1.1 200"):
+                    break
+            time.sleep(0.05)
+        else:
+            pytest.fail("a closed connection was never given back to its peer")
+    finally:
+        for c in held:
+            c.close()
+        s.stop()
+
+
+def test_the_per_peer_setting_is_checked(home: Path) -> None:
+    for bad in ("0", "-1", "true", '"4"', "100000", "1.5"):
+        with pytest.raises(BadInput, match="max_connections_per_peer"):
+            http_api.HttpSettings.from_config(tomllib.loads(f"[http]\nmax_connections_per_peer = {bad}\n"))
+    ok = http_api.HttpSettings.from_config(tomllib.loads("[http]\nmax_connections_per_peer = 1\n"))
+    assert ok.max_connections_per_peer == 1
+    assert http_api.HttpSettings.from_config({}).max_connections_per_peer == http_api.MAX_CONNECTIONS_PER_PEER
 
 
 @pytest.mark.slow

@@ -218,7 +218,11 @@ def test_every_tool_end_to_end_with_history_and_audit(home: Path, tmp_path: Path
         assert not err and st["stats"]["memories"] == 2 and st["stats"]["links"] == 1
         err, ver = await tool(c, "log_verify")
         assert not err and ver["entries"] >= 8 and "entry_signatures" in ver["checks"]
-        out = tmp_path / "a.tar"
+        # Clients name files only in the home's exchange folder by default (`[server] paths`).
+        err, outside = await tool(c, "bundle_export", memory_id=a_id, output=str(tmp_path / "a.tar"))
+        assert err and outside["error"] == "path_not_allowed" and not (tmp_path / "a.tar").exists()
+        out = home / "bundles" / "a.tar"
+        out.parent.mkdir(exist_ok=True)
         err, ex = await tool(c, "bundle_export", memory_id=a_id, output=str(out))
         assert not err and ex["path"] == str(out) and out.stat().st_size == ex["bytes"]
         err, vb = await tool(c, "bundle_verify", path=str(out))

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, open_regular, read_regular
+from mnemolog.eventlog.fsio import (
+    FileTooLarge,
+    NotRegularFile,
+    NotReplaceable,
+    atomic_write,
+    check_replaceable,
+    open_regular,
+    read_regular,
+)
 
 
 def test_a_regular_file_is_read_whole(tmp_path: Path) -> None:
@@ -71,3 +79,36 @@ def test_a_generous_bound_allocates_only_what_the_file_holds(tmp_path: Path) -> 
     p = tmp_path / "f"
     p.write_bytes(b"small")
     assert read_regular(p, 1 << 40) == b"small"
+
+
+# -- writes never replace a special file ------------------------------------------------
+
+
+def _special_targets(tmp_path: Path) -> list[tuple[Path, str]]:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "dir").mkdir()
+    # A link to a device, not the device: if the guard failed, the rename would replace
+    # the link, never /dev/null itself (the tests may run as root).
+    (tmp_path / "to-null").symlink_to("/dev/null")
+    return [(fifo, "FIFO"), (tmp_path / "dir", "directory"), (tmp_path / "to-null", "character device")]
+
+
+def test_atomic_write_refuses_a_target_that_is_not_a_regular_file(tmp_path: Path) -> None:
+    for target, kind in _special_targets(tmp_path):
+        before = os.lstat(target)
+        with pytest.raises(NotReplaceable, match=kind) as caught:
+            atomic_write(target, b"data")
+        assert caught.value.filename == str(target) and isinstance(caught.value, OSError)
+        after = os.lstat(target)
+        assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_check_replaceable_allows_absent_regular_and_dangling(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"old")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for p in (tmp_path / "absent", tmp_path / "f", tmp_path / "dangling", tmp_path / "f" / "below"):
+        check_replaceable(p)
+    atomic_write(tmp_path / "f", b"new")
+    assert (tmp_path / "f").read_bytes() == b"new"

@@ -104,7 +104,7 @@ def test_refusals_carry_the_protocol_status() -> None:
     # A proof from old size 0.
     assert isinstance(refused(AddCheckpoint(0, (bytes(32),), signed(30, t.root(30)))), Conflict)
     fresh: dict[str, LogState] = {}
-    with pytest.raises(BadRequest):
+    with pytest.raises(Inconsistent):  # C2SP: the proof from 0 must be empty, else 422
         step(LOGS, fresh, parse_add_checkpoint(AddCheckpoint(0, (bytes(32),), signed(3, t.root(3))).encode()))
     # Unknown origin, unknown key, a bad signature by the known key.
     other = SigningKey(bytes([4]) * 32, "elsewhere")
