@@ -68,4 +68,3 @@ def test_vectors_cover_both_verdicts() -> None:
     assert INCLUSION and CONSISTENCY, f"vectors missing under {ROOT}"
     wants = [_load(p)["wantErr"] for p in INCLUSION + CONSISTENCY]
     assert wants.count(True) > 100 and wants.count(False) >= 10
-
