@@ -2,12 +2,12 @@
 
 A script is a Python file named `v{N}_to_v{N+1}.py` (no leading zeros) that
 defines FROM_VERSION = N, TO_VERSION = N+1, `applies_to(unit)` and
-`migrate(unit)`, the seed's per-unit handle contract. Files starting with `_`
+`migrate(unit)` (the script contract of docs/vault.md, Migrations). Files starting with `_`
 and files not named like a script are ignored (helpers, README.md).
 Scripts are operator-authored code and are executed as such.
 
 `apply_script` is the shared body of every backend's apply_unit(): the gate on
-applies_to(), the MUST 7 check that a claimed unit was bumped on a real run,
+applies_to(), requirement 7 check that a claimed unit was bumped on a real run,
 and the skip decision on migrate()'s raw return value before provenance keys
 are added (so an empty summary on a dry run counts as a skip).
 """
@@ -145,7 +145,7 @@ def build_chain(
 
 
 def apply_script(unit: MigratableUnit, script: MigrationScript) -> dict[str, Any]:
-    """applies_to -> migrate -> MUST 7 check -> the summary ({} means skipped)."""
+    """applies_to -> migrate -> requirement 7 check -> the summary ({} means skipped)."""
     where = f"{script.name} on {unit.unit_id}"
     try:
         claimed = script.applies_to(unit)
