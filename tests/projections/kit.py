@@ -24,11 +24,11 @@ class FakeClock:
         return self.now
 
 
-def new_home(path: Path, *, timed_checkpoints: bool = True) -> Home:
-    """A fresh home. Without `timed_checkpoints` its writers never sign a checkpoint because
+def new_home(path: Path, *, timed_checkpoints: bool = False) -> Home:
+    """A fresh home. Unless `timed_checkpoints`, its writers never sign a checkpoint because
     wall-clock time passed (`log.checkpoint_max_s` at its largest), only by count and at
     close, so a test that compares the log before and after a call cannot see the periodic
-    checkpointer fire in between on a slow machine."""
+    checkpointer fire in between on a slow machine (tests/eventlog covers the timer)."""
     init_home(path, key_name="test")
     if not timed_checkpoints:
         config = path / CONFIG_NAME
