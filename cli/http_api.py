@@ -304,7 +304,6 @@ class Endpoint:
     status: int = 200
     body: bool = True  # the operation's arguments come in a JSON body (else from the query)
     binary: str | None = None  # media type of a non-JSON response
-    optional: bool = False  # served only when its operation is part of this installation
 
 
 ROUTES = [
@@ -337,32 +336,27 @@ ROUTES = [
         binary="application/x-tar",
     ),
     Endpoint("GET", "/openapi.json", "This document.", body=False),
-    # The knowledge loop's and the context packs' operations (cli.operations.CONTRIBUTED).
+    # The knowledge loop's and the context packs' operations.
     Endpoint(
         "POST",
         "/interactions",
         "Capture a prompt and its response.",
         "capture_interaction",
         201,
-        optional=True,
     ),
-    Endpoint(
-        "GET", "/project/state", "A project's trusted state.", "project_state_get", body=False, optional=True
-    ),
-    Endpoint("POST", "/project/state", "Set a project state entry.", "project_state_set", optional=True),
-    Endpoint("GET", "/candidates", "Candidate memories.", "candidates_list", body=False, optional=True),
-    Endpoint("POST", "/memory/{id}/promote", "Promote a candidate.", "candidate_promote", optional=True),
-    Endpoint("POST", "/memory/{id}/reject", "Reject a candidate.", "candidate_reject", optional=True),
-    Endpoint("POST", "/context/build", "Build a context pack.", "context_build", optional=True),
-    Endpoint(
-        "GET", "/context/{pack_id}", "A recorded context pack.", "context_show", body=False, optional=True
-    ),
+    Endpoint("GET", "/project/state", "A project's trusted state.", "project_state_get", body=False),
+    Endpoint("POST", "/project/state", "Set a project state entry.", "project_state_set"),
+    Endpoint("GET", "/candidates", "Candidate memories.", "candidates_list", body=False),
+    Endpoint("POST", "/memory/{id}/promote", "Promote a candidate.", "candidate_promote"),
+    Endpoint("POST", "/memory/{id}/reject", "Reject a candidate.", "candidate_reject"),
+    Endpoint("POST", "/context/build", "Build a context pack.", "context_build"),
+    Endpoint("GET", "/context/{pack_id}", "A recorded context pack.", "context_show", body=False),
 ]
 
 
 def served() -> list[Endpoint]:
-    """The routes of this installation (optional ones only with their operation)."""
-    return [ep for ep in ROUTES if not ep.optional or ep.operation in operations.OPERATIONS]
+    """The routes served: every one (each operation a route names is in cli.operations)."""
+    return list(ROUTES)
 
 
 class Api:

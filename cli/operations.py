@@ -14,9 +14,7 @@ every field.
 
 from __future__ import annotations
 
-import importlib
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mnemolog.cli import views
 from mnemolog.cli.client_paths import ClientPaths
 from mnemolog.eventlog.errors import StorageError, UsageError
-from mnemolog.eventlog.vocabulary_knowledge import Status
+from mnemolog.eventlog.vocabulary_knowledge import StateCategory, Status
 from mnemolog.substrate.events import Kind, Relation
 
 if TYPE_CHECKING:
@@ -178,6 +176,72 @@ class BundleVerifyArgs(Args):
     trusted_key: str | None = Field(None, description="A pinned public key (name+hash+base64).")
 
 
+# The knowledge loop's tools.
+
+#: The candidate queues (projections.knowledge_queries.CANDIDATE_QUEUES, which a test holds equal).
+CandidateQueue = Literal["pending", "needs_human", "promoted", "rejected"]
+
+
+class CaptureArgs(Args):
+    prompt: str = Field(description="The prompt, as the agent received it.")
+    response: str = Field("", description="The response the agent gave.")
+    project: str = Field("", description="The project it was about ('': none).")
+    client: str | None = Field(None, description="The client that captured it.")
+    session: str | None = Field(None, description="The client's session id.")
+    context_id: str | None = Field(None, description="The context pack the response was given with.")
+    namespace: str = Field("default", description="Whose interaction it is.")
+    reinforce: bool = Field(False, description="The active memories the response echoes gain confidence.")
+
+
+class StateGetArgs(Args):
+    project: str = Field(description="The project (a name or an alias).")
+    category: StateCategory | None = Field(None, description="Only this category.")
+    history: bool = Field(False, description="Also the entries later ones replaced.")
+
+
+class StateSetArgs(Args):
+    project: str = Field(description="The project (a name or an alias).")
+    category: StateCategory
+    key: str
+    value: str
+    source: str | None = Field(None, description="Where the value comes from.")
+
+
+class CandidatesArgs(Args):
+    statuses: list[CandidateQueue] = Field(
+        default_factory=list, description="These queues (default: pending and needs_human)."
+    )
+    project: str | None = Field(None, description="Only candidates of this project.")
+    limit: int = Field(50, ge=1, le=1000, description="At most this many candidates.")
+
+
+class PromoteArgs(Args):
+    id: str = Field(description="The candidate's id.")
+    project: str | None = Field(None, description="Promote it to this project.")
+    domains: list[str] | None = Field(None, description="File it under these domains.")
+    reason: str | None = None
+
+
+class RejectArgs(Args):
+    id: str = Field(description="The candidate's id.")
+    reason: str
+
+
+# The context packs' tools.
+
+
+class ContextBuildArgs(Args):
+    query: str = Field(description="The prompt the context is for.")
+    project: str | None = Field(None, description="The project it is about.")
+    budget: int | None = Field(None, ge=1, description="The pack's size budget (default: the home's).")
+    unit: Literal["chars", "tokens"] | None = Field(None, description="What the budget counts.")
+    record: bool = Field(True, description="Sign the pack as a context.built event.")
+
+
+class ContextShowArgs(Args):
+    pack_id: str = Field(description="The pack_id context_build returned.")
+
+
 # -- result schemas ----------------------------------------------------------------------
 
 
@@ -232,26 +296,21 @@ def ok_schema(props: Mapping[str, Any], required: list[str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Operation:
-    """One agent operation. Its arguments are either a strict model (`args`) or, for tools
-    other modules describe as JSON Schema (`schema`), validated against that schema."""
+    """One agent operation: a strict argument model, its result's schema, its hints, its call."""
 
     name: str
     title: str
     description: str
-    args: type[Args] | None
+    args: type[Args]
     output: dict[str, Any]
     run: Callable[[Substrate, Any], dict[str, Any]]
     read_only: bool = False
     destructive: bool = False
     idempotent: bool = False
-    schema: dict[str, Any] | None = None
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        if self.args is not None:
-            return self.args.model_json_schema()
-        assert self.schema is not None
-        return self.schema
+        return self.args.model_json_schema()
 
 
 def _store(s: Substrate, a: StoreArgs) -> dict[str, Any]:
@@ -417,6 +476,56 @@ def client_key(s: Substrate, text: str, field: str) -> VerifierKey:
         if text.count("+") >= 2:  # shaped as name+hash+key: say what is wrong with it
             raise UsageError(f"{field}: {exc.message}", field=field) from exc
     return parse_key_arg(str(client_paths(s).resolve(text, field)), field)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A substrate result as the operation's result: an object as it is, else {"result": value}."""
+    return dict(value) if isinstance(value, Mapping) else {"result": value}
+
+
+def _capture(s: Substrate, a: CaptureArgs) -> dict[str, Any]:
+    return _object(
+        s.capture(
+            a.prompt,
+            a.response,
+            project=a.project,
+            client=a.client,
+            session=a.session,
+            context_id=a.context_id,
+            namespace=a.namespace,
+            reinforce=a.reinforce,
+        )
+    )
+
+
+def _state_get(s: Substrate, a: StateGetArgs) -> dict[str, Any]:
+    return {"project": a.project, "entries": s.get_state(a.project, category=a.category, history=a.history)}
+
+
+def _state_set(s: Substrate, a: StateSetArgs) -> dict[str, Any]:
+    return _object(s.set_state(a.project, a.category, a.key, a.value, source=a.source))
+
+
+def _candidates(s: Substrate, a: CandidatesArgs) -> dict[str, Any]:
+    queues = tuple(a.statuses) or ("pending", "needs_human")
+    return {"candidates": s.candidates(queues=queues, project=a.project, limit=a.limit)}
+
+
+def _promote(s: Substrate, a: PromoteArgs) -> dict[str, Any]:
+    domains = list(a.domains) if a.domains is not None else None
+    return _object(s.promote(a.id, project=a.project, domains=domains, reason=a.reason))
+
+
+def _reject(s: Substrate, a: RejectArgs) -> dict[str, Any]:
+    return _object(s.reject(a.id, reason=a.reason))
+
+
+def _context_build(s: Substrate, a: ContextBuildArgs) -> dict[str, Any]:
+    return _object(s.build_context(a.query, project=a.project, budget=a.budget, unit=a.unit, record=a.record))
+
+
+def _context_show(s: Substrate, a: ContextShowArgs) -> dict[str, Any]:
+    return _object(s.show_context(a.pack_id))
 
 
 _MEM = {"memory": MEMORY_SCHEMA}
@@ -621,6 +730,85 @@ OPERATIONS: dict[str, Operation] = {
             read_only=True,
             idempotent=True,
         ),
+        Operation(
+            "capture_interaction",
+            "Capture an interaction",
+            "Record one prompt and response (changes no memory). With reinforce, the active memories "
+            "the response echoes gain confidence. Returns the interaction id.",
+            CaptureArgs,
+            ok_schema({}, []),
+            _capture,
+        ),
+        Operation(
+            "project_state_get",
+            "A project's trusted state",
+            "A project's trusted state entries (category/key = value), current ones by default.",
+            StateGetArgs,
+            ok_schema({}, []),
+            _state_get,
+            read_only=True,
+            idempotent=True,
+        ),
+        Operation(
+            "project_state_set",
+            "Set a project state entry",
+            "Set a trusted state entry of a project (upsert on project, category, key).",
+            StateSetArgs,
+            ok_schema({}, []),
+            _state_set,
+            destructive=True,
+            idempotent=True,
+        ),
+        Operation(
+            "candidates_list",
+            "Candidate memories",
+            "Candidate memories waiting for triage or a person (or decided ones, by status).",
+            CandidatesArgs,
+            ok_schema({}, []),
+            _candidates,
+            read_only=True,
+            idempotent=True,
+        ),
+        Operation(
+            "candidate_promote",
+            "Promote a candidate",
+            "Promote a candidate to an active memory (optionally to a project, with domains).",
+            PromoteArgs,
+            ok_schema({}, []),
+            _promote,
+        ),
+        Operation(
+            "candidate_reject",
+            "Reject a candidate",
+            "Reject a candidate (it becomes invalid; the log keeps it).",
+            RejectArgs,
+            ok_schema({}, []),
+            _reject,
+            destructive=True,
+        ),
+        Operation(
+            "context_build",
+            "Build a context pack",
+            "Assemble the context for a prompt: trusted project state, identity and preferences, "
+            "project memories, cross-project domain knowledge and document chunks, in that trust "
+            "order under a budget. Returns the pack text, every entry (tier, id, score, size) and "
+            "every trimmed one; unless record is false, the pack is a signed context.built event "
+            "whose pack_id context_show re-renders.",
+            ContextBuildArgs,
+            ok_schema({}, []),
+            _context_build,
+        ),
+        Operation(
+            "context_show",
+            "Show a recorded context pack",
+            "Re-render a recorded context pack from the log alone, checking its SHA-256 and every "
+            "memory and chunk text it quoted against the log as it was then.",
+            ContextShowArgs,
+            ok_schema({}, []),
+            _context_show,
+            read_only=True,
+            idempotent=True,
+        ),
     ]
 }
 
@@ -632,124 +820,15 @@ def _usage(op: Operation, where: str, msg: str, found: Any, missing: bool, count
 
 
 def parse_args(op: Operation, arguments: Mapping[str, Any] | None) -> Any:
-    """The validated arguments (a model, or the checked map), or a UsageError naming the first bad field."""
-    given = dict(arguments or {})
-    if op.args is None:
-        return _check_schema(op, given)
+    """The validated arguments, or a UsageError naming the first bad field."""
     try:
-        return op.args.model_validate(given)
+        return op.args.model_validate(dict(arguments or {}))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
         raise _usage(
             op, where, first.get("msg", ""), first.get("input"), first["type"] == "missing", len(exc.errors())
         ) from exc
-
-
-def _check_schema(op: Operation, given: dict[str, Any]) -> dict[str, Any]:
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import best_match
-
-    errors = list(Draft202012Validator(op.input_schema).iter_errors(given))
-    if not errors:
-        return given
-    first = best_match(errors)
-    path = ".".join(str(p) for p in first.absolute_path)
-    missing = first.validator == "required"
-    if first.validator in ("required", "additionalProperties"):
-        # The field the message is about is in the message, not in the path.
-        names = re.findall(r"'([^']+)'", first.message)
-        path = ".".join(filter(None, [path, names[0] if names else ""]))
-    raise _usage(op, path or "arguments", first.message, first.instance, missing, len(errors))
-
-
-def tool_operations(
-    tools: Sequence[Mapping[str, Any]],
-    handlers: Callable[[Substrate], Mapping[str, Callable[[dict[str, Any]], Any]]],
-    hints: Mapping[str, tuple[str, bool, bool, bool]],
-) -> list[Operation]:
-    """Operations for tools another module describes as JSON Schema with a handler each.
-
-    `hints`: name -> (title, read_only, destructive, idempotent). A handler's
-    result that is not an object is returned as {"result": value}.
-    """
-    out = []
-    for spec in tools:
-        name = str(spec["name"])
-        title, read_only, destructive, idempotent = hints[name]
-
-        def run(sub: Substrate, a: dict[str, Any], name: str = name) -> dict[str, Any]:
-            value = handlers(sub)[name](a)
-            return dict(value) if isinstance(value, Mapping) else {"result": value}
-
-        out.append(
-            Operation(
-                name,
-                title,
-                str(spec.get("description", "")),
-                None,
-                ok_schema({}, []),
-                run,
-                read_only=read_only,
-                destructive=destructive,
-                idempotent=idempotent,
-                schema=dict(spec["inputSchema"]),
-            )
-        )
-    return out
-
-
-def contributed_operations(
-    module: str, tools_attr: str, handlers_attr: str, hints: Mapping[str, tuple[str, bool, bool, bool]]
-) -> list[Operation]:
-    """The operations a tool module contributes (its JSON Schema tools and their handlers);
-    none when that module is not part of this installation."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name == module:
-            return []
-        raise
-    tools = getattr(mod, tools_attr)
-    full = {
-        str(t["name"]): hints.get(
-            str(t["name"]), (str(t["name"]).replace("_", " ").capitalize(), False, False, False)
-        )
-        for t in tools
-    }
-    return tool_operations(tools, getattr(mod, handlers_attr), full)
-
-
-# The knowledge loop's and the context packs' tools are described where they are
-# implemented; they are served here (MCP and HTTP) with these titles and hints:
-# (title, read_only, destructive, idempotent).
-CONTRIBUTED: list[tuple[str, str, str, dict[str, tuple[str, bool, bool, bool]]]] = [
-    (
-        "mnemolog.cli.mcp_knowledge",
-        "KNOWLEDGE_TOOLS",
-        "knowledge_handlers",
-        {
-            "capture_interaction": ("Capture an interaction", False, False, False),
-            "project_state_get": ("A project's trusted state", True, False, True),
-            "project_state_set": ("Set a project state entry", False, True, True),
-            "candidates_list": ("Candidate memories", True, False, True),
-            "candidate_promote": ("Promote a candidate", False, False, False),
-            "candidate_reject": ("Reject a candidate", False, True, False),
-        },
-    ),
-    (
-        "mnemolog.cli.mcp_context",
-        "TOOLS",
-        "handlers",
-        {
-            "context_build": ("Build a context pack", False, False, False),
-            "context_show": ("Show a recorded context pack", True, False, True),
-        },
-    ),
-]
-for _spec in CONTRIBUTED:
-    for _op in contributed_operations(*_spec):
-        OPERATIONS.setdefault(_op.name, _op)
 
 
 def invoke(sub: Substrate, name: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -284,7 +284,8 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
 
 
 def envelope(view: dict[str, Any]) -> dict[str, Any]:
-    """The seed's AtomisationEnvelope: both atomisation signals and both directions of the chain."""
+    """The atomisation envelope: both atomisation signals and both directions of the chain
+    (docs/curators.md, bundles carry the chain both ways)."""
     return {
         "memory_id": view["id"],
         "atomised_into": view["atomised_into"],

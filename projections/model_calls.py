@@ -1,4 +1,4 @@
-"""The `model_calls` table: one row per extraction or triage call the log records.
+"""The rows of `model_calls` (its DDL is in projections.schema): one per extraction or triage call.
 
 Extraction and triage events carry who answered (extractor or triager, and
 the model when one was asked), the token counts, and what came of it; the
@@ -25,9 +25,6 @@ if TYPE_CHECKING:
 Handler = Callable[["Fold", Entry, dict[str, Any]], None]
 
 COLUMNS: Final = "seq, type, model, input_tokens, output_tokens, status, summary, error, ts"
-DDL: Final = """CREATE TABLE IF NOT EXISTS model_calls(seq BIGINT NOT NULL, type VARCHAR NOT NULL,
-    model VARCHAR NOT NULL, input_tokens BIGINT NOT NULL, output_tokens BIGINT NOT NULL,
-    status VARCHAR NOT NULL, summary VARCHAR NOT NULL, error VARCHAR, ts BIGINT NOT NULL)"""
 _MESSAGE_CHARS: Final = 300
 
 

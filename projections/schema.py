@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import duckdb
 
-from mnemolog.projections.model_calls import DDL as MODEL_CALLS_DDL
-
 SCHEMA_VERSION = 9  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls
 
 # The one archive guard, shared by recall, search and list. A
@@ -151,7 +149,12 @@ CONTEXT_DDL = [
         tier VARCHAR NOT NULL, included BOOLEAN NOT NULL, reason VARCHAR)""",
 ]
 DDL += CONTEXT_DDL
-DDL.append(MODEL_CALLS_DDL)
+# Every extraction and triage call (projections.model_calls folds them), for the run logs.
+DDL.append(
+    """CREATE TABLE IF NOT EXISTS model_calls(seq BIGINT NOT NULL, type VARCHAR NOT NULL,
+    model VARCHAR NOT NULL, input_tokens BIGINT NOT NULL, output_tokens BIGINT NOT NULL,
+    status VARCHAR NOT NULL, summary VARCHAR NOT NULL, error VARCHAR, ts BIGINT NOT NULL)"""
+)
 
 TABLES = [
     "memories",

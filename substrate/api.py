@@ -430,7 +430,7 @@ class Substrate:
         curator: str | None = None,
         max_retries: int | None = None,
     ) -> AtomiseResult:
-        """Atomise a memory now (see substrate.atomise); raises the seed's errors."""
+        """Atomise a memory now (see substrate.atomise); raises the errors of docs/curators.md."""
         self.require_writer()
         return self.atomiser.atomise(
             memory_id, force=force, max_atom_tokens=max_atom_tokens, curator=curator, max_retries=max_retries

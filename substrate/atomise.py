@@ -89,7 +89,7 @@ def iso(us: int | None) -> str | None:
 
 @dataclass
 class AtomiseResult:
-    """The envelope of the seed: {source_id, atom_ids, atom_count, archived_at}."""
+    """The result envelope (docs/curators.md): {source_id, atom_ids, atom_count, archived_at}."""
 
     source_id: str
     atom_ids: list[str]
@@ -205,9 +205,9 @@ class Atomiser:
         max_retries: int | None = None,
         request_seq: int | None = None,
     ) -> AtomiseResult:
-        """Atomise one memory now. Raises the seed's errors (exit codes 2, 3, 4, 5, 7)."""
+        """Atomise one memory now. Raises the errors of docs/curators.md (exit 2, 3, 4, 5, 7)."""
         if curator is not None:
-            # Tier gating comes before any read, as the seed requires.
+            # Tier gating comes before any read (docs/curators.md, errors and exit codes).
             self.curator(curator)
         if max_atom_tokens is not None:
             check_max_atom_tokens(max_atom_tokens)

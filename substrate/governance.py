@@ -62,7 +62,8 @@ class ResolvedPolicy:
 
     def retries_for(self, mode: str) -> int:
         explicit = self.values.get("auto_atomise_max_retries")
-        # The deferred path always uses its own budget (the seed's rule); the
+        # The deferred path always uses its own budget (docs/curators.md, modes and
+        # retry budgets); the
         # per-namespace override applies to synchronous and manual runs.
         if mode == "deferred" or explicit is None:
             return MODE_RETRIES.get(mode, 1)

@@ -1,11 +1,11 @@
 """The INDEX.md line format: writing entries and finding what an index references.
 
-An entry is the seed's one-line form ``- `Title` — hook`` with the title made
+An entry is the format's one-line form (docs/vault.md, INDEX.md) ``- `Title` — hook`` with the title made
 a Markdown link to its file (``- [`Title`](file.md) — hook``), as the reference
 implementation links its entries: it reads the same to a person or a model and
 lets a tool follow it. When reading, a note counts as referenced by a link to
 its filename, its filename in backticks, or its title in backticks (the
-seed's hand-written form). Pure functions only.
+format's hand-written form). Pure functions only.
 """
 
 from __future__ import annotations

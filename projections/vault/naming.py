@@ -1,7 +1,7 @@
 """File names in a vault: atomic notes, wiki pages, indexes, and topic slugs.
 
-The seed's conventions, as exact patterns (TOPIC is lowercase ASCII snake_case,
-`[a-z0-9]+(_[a-z0-9]+)*`):
+The vault format's conventions (docs/vault.md, Naming), as exact patterns (TOPIC is
+lowercase ASCII snake_case, `[a-z0-9]+(_[a-z0-9]+)*`):
 
 - evergreen note      `{type}_{TOPIC}.md`                  feedback_debt_priority_order.md
 - time-bounded note   `{type}_{YYYY}_{TOPIC}.md`           decision_2026_income_target.md
@@ -10,10 +10,10 @@ The seed's conventions, as exact patterns (TOPIC is lowercase ASCII snake_case,
 - wiki page           `{TOPIC}.md`, versioned `{TOPIC}_{YYYY}.md`
 - indexes             `INDEX.md`, sub-indexes `INDEX_{slice}.md`
 
-The quarter is lowercase (`-q3`): the seed's examples and the reference
+The quarter is lowercase (`-q3`): the format's examples and the reference
 validator agree on that, and the reference rejects `-Q3`. A date scope on an
 evergreen type (user, feedback, reference) and a topic outside 2-5 words are
-style warnings, not errors: the seed calls names an operator choice.
+style warnings, not errors: the format leaves names to the operator's style.
 
 Pure functions only.
 """

@@ -27,7 +27,8 @@ from typing import Final
 
 from mnemolog.projections.vault import regions
 
-#: (file, title template, [(section, hint)]) in the seed's order; {agent} is the agent's name.
+#: (file, title template, [(section, hint)]) in the format's order (docs/context.md §10);
+#: {agent} is the agent's name.
 SKELETONS: Final = (
     (
         "IDENTITY.md",

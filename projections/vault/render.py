@@ -11,12 +11,12 @@ Mapping (docs/vault.md has the full table):
 
 - kinds user, feedback, project, decision, reference keep their type;
   observation (atoms included) becomes a `reference` note; knowledge becomes
-  a wiki page when every source is under raw/ (the seed's wiki rule) and a
+  a wiki page when every source is under raw/ (the format's wiki rule) and a
   `reference` note otherwise;
 - confidence: >= 0.75 high, >= 0.45 medium, below low; high/medium/low read
   back as 0.9/0.6/0.3, and a float that is not one of those three is kept
   exactly in `mnemolog_confidence`;
-- whatever the seed's fields cannot hold is kept in `mnemolog_*` fields
+- whatever the format's fields cannot hold is kept in `mnemolog_*` fields
   (id, kind, namespace, atom_of, the untruncated title and description, the
   ids of supersedes/superseded_by), so `read` recovers the record exactly.
 """
@@ -65,7 +65,7 @@ INDEX_MAX_LINES: Final = 150
 INDEX_PAGE_ENTRIES: Final = 140
 PROMOTED_KEY: Final = "promoted_to_persona"
 
-# (heading, sub-index slice) in the seed's order.
+# (heading, sub-index slice) in the format's order (docs/vault.md, INDEX.md).
 SECTIONS: Final = (
     ("Critical Feedback", "feedback"),
     ("Locked Decisions", "decisions"),
@@ -221,7 +221,7 @@ class UnmanagedFileConflict(UsageError):
 
 
 def vault_type(record: NoteRecord) -> str:
-    """The seed type a record renders as: one of the five note types, or wiki_page."""
+    """The vault type a record renders as: one of the five note types, or wiki_page."""
     if record.kind == "observation":
         return "reference"
     if record.kind == "knowledge":
@@ -323,7 +323,7 @@ def _frontmatter(p: _Placed, placed: Mapping[str, _Placed]) -> dict[str, Any]:
             continue
         meta[f"mnemolog_{key}"] = target
         other = placed.get(target)
-        # The seed's field holds a filename, and the validator wants it to exist next to
+        # The format's field holds a filename, and the validator wants it to exist next to
         # this file; a target elsewhere (or not rendered) is kept by id only.
         if other is not None and other.directory == p.directory and other is not p:
             meta[key] = other.filename

@@ -6,9 +6,9 @@ report all problems at once and the migration runner can reuse the same rules
 as its post-migration validator. Vault-wide rules (INDEX coverage, cross-file
 references) live in `validate`.
 
-Where the seed and the reference implementation (atomic-agents-stack) differ,
+Where the format (docs/vault.md) and the reference implementation (atomic-agents-stack) differ,
 both are enforced: the reference caps `name` at 80 and `description` at 200
-characters (hard errors here too), the seed asks for a ~150 character hook
+characters (hard errors here too), the format asks for a ~150 character hook
 (a warning).
 """
 

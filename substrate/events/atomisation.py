@@ -26,7 +26,7 @@ class AtomisationRequested(Chained):
 
 
 class AtomisationCompleted(Chained):
-    """The seed's atomisation_complete: everything an auditor needs, LLM output included."""
+    """Everything an auditor needs, LLM output included (docs/curators.md, the completion record)."""
 
     TYPE = v.ATOMISATION_COMPLETED
     TV = 2

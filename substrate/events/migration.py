@@ -44,7 +44,8 @@ class MigrationRolledBack(Chained):
 
 
 class MigrationRecorded(Payload):
-    """The seed's MigrationEvent audit record, as `migration.completed` or `migration.refused`."""
+    """The MigrationEvent audit record (docs/vault.md, requirement 8), as `migration.completed` or
+    `migration.refused`."""
 
     run_id: str
     action: Literal["migrate", "rollback"]

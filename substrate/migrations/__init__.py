@@ -1,9 +1,9 @@
-"""Schema migrations of vault frontmatter: the seed's MigrationBackend contract (MUST 1-8).
+"""Schema migrations of vault frontmatter: the migration-backend contract of docs/vault.md.
 
 `protocol` holds the contract and its value types, `scripts` loads and chains
 `vN_to_vM.py` scripts, `runner` is the backend-neutral `run_migration`, and
 `filesystem` is the backend over a directory of agents. docs/vault.md explains
-how each MUST is met.
+how each requirement is met.
 """
 
 from mnemolog.substrate.migrations.protocol import (

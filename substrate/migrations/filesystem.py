@@ -1,15 +1,15 @@
 """The filesystem migration backend: a directory of agents (`<root>/<agent>/{memory,wiki}`).
 
-- Units (MUST 2): every `*.md` under `<root>/<agent>/memory/` and `wiki/`
+- Units (requirement 2): every `*.md` under `<root>/<agent>/memory/` and `wiki/`
   (recursively, skipping `.`/`_` directories), except INDEX.md and
   INDEX_{slice}.md; each physical file once (deduplicated by resolved path,
   which is the unit_id); symlinks resolving outside the root are skipped.
-- Version (MUST 1): the minimum integer schema_version over the units; an
+- Version (requirement 1): the minimum integer schema_version over the units; an
   empty vault, or one where no unit has one, reports `current_schema_version`
   and logs a diagnostic (also kept in `diagnostics`).
-- Writes (MUST 3): `write_frontmatter` re-serializes through the vault's
+- Writes (requirement 3): `write_frontmatter` re-serializes through the vault's
   canonical frontmatter format, keeping the body, with atomic_write.
-- Snapshot (MUST 4): `<root>/_migrations/snapshots/<UTC %Y-%m-%dT%H%M%S>_pre_v{N}_migration.tar.gz`
+- Snapshot (requirement 4): `<root>/_migrations/snapshots/<UTC %Y-%m-%dT%H%M%S>_pre_v{N}_migration.tar.gz`
   (a `_2`, `_3`... suffix if that name exists), written to a temp name,
   fsynced and renamed. It holds every regular file and directory of the
   root except `_migrations/`, top-level dot entries (`.git`...) and caches
@@ -26,10 +26,10 @@
   kernel lacks it), and the old tree is deleted.
 - Lock: fcntl.flock(LOCK_EX | LOCK_NB) on `<root>/_migrations/.lock`; busy
   raises MigrationLocked. The kernel drops it when the process dies.
-- Audit (MUST 8): one JSON line per MigrationEvent appended to
+- Audit (requirement 8): one JSON line per MigrationEvent appended to
   `<root>/_migrations/migration.jsonl` (O_APPEND, fsync), never snapshotted,
   never restored over.
-- backend_id (MUST 6): "filesystem".
+- backend_id (requirement 6): "filesystem".
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ _SNAPSHOT_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{6}_pre_v\d+_migration(?:_\d+)?\
 
 # A checker returns the problems of one unit's frontmatter for a unit type, a
 # filename and the target version; the default is the vault schema of
-# `current_schema_version`, which rejects any other version (the seed's
-# version cliff: a target the code has not adopted validates and rolls back).
+# `current_schema_version`, which rejects any other version (the version
+# cliff of docs/vault.md, Migrations: a target the code has not adopted validates and rolls back).
 UnitChecker = Callable[[dict[str, Any], UnitType, str, int], Sequence[str]]
 
 

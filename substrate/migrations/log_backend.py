@@ -10,7 +10,7 @@ that size; the projections honour it by putting back what every tagged
 update at or after it replaced. So the log keeps the whole history — the
 migration's writes and their reversal — while the projected state returns
 exactly to the snapshot. Every run, refusal and rollback is recorded as a
-`migration.*` event (MUST 8): `migration.completed` for a run that got past
+`migration.*` event (requirement 8): `migration.completed` for a run that got past
 planning (its outcome inside), `migration.refused` for a refusal.
 """
 

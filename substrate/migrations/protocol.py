@@ -1,4 +1,4 @@
-"""The MigrationBackend contract of the seed (§Schema migration, MUST 1-8) and its types.
+"""The MigrationBackend contract (docs/vault.md, requirements 1-8) and its types.
 
 A backend owns one store of migratable units (the filesystem vault, or the
 event log); the runner in `runner` drives any backend through this protocol.
@@ -6,7 +6,7 @@ event log); the runner in `runner` drives any backend through this protocol.
 a frozen pydantic model, so the log backend can store it as an event payload
 unchanged and the filesystem backend as one JSON line.
 
-Exit codes of the errors (DESIGN §5): a refusal of policy is 5
+Exit codes of the errors (the README's table): a refusal of policy is 5
 (no rollback available), a lock held by another run or an I/O failure 6, a
 broken script or chain and a vault that fails validation 65, a target below
 the current version 64, nothing to migrate 1, an unknown snapshot 2.
@@ -22,19 +22,19 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, PrivateAttr
 from mnemolog.eventlog.errors import Informational, MnemologError, NotFound
 
 UnitType = Literal["memory", "wiki"]
-# Sentinel from_version of a run refused before its plan was built (MUST 8).
+# Sentinel from_version of a run refused before its plan was built (requirement 8).
 UNKNOWN_VERSION = -1
 
 
 class MigrationError(MnemologError):
-    """Root of migration errors: the seed's AtomicAgentsError (exit 6 unless narrower)."""
+    """Root of migration errors, as the reference's AtomicAgentsError (exit 6 unless narrower)."""
 
     exit_code: ClassVar[int] = 6
     slug: ClassVar[str] = "migration_error"
 
 
 class MigrationRollbackUnavailable(MigrationError):
-    """A real run refused because the backend cannot roll back (MUST 5, exit 5)."""
+    """A real run refused because the backend cannot roll back (requirement 5, exit 5)."""
 
     exit_code = 5
     slug = "migration_rollback_unavailable"
@@ -55,7 +55,7 @@ class MigrationScriptError(MigrationError):
 
 
 class MigrationVersionNotBumped(MigrationScriptError):
-    """MUST 7: a script claimed a unit and left its schema_version below to_version."""
+    """requirement 7: a script claimed a unit and left its schema_version below to_version."""
 
     slug = "migration_version_not_bumped"
 
@@ -89,7 +89,7 @@ class MigrationSnapshotNotFound(MigrationError, NotFound):
 
 
 class MigrationAuditFailed(MigrationError):
-    """The audit record could not be stored durably (MUST 8 broken, exit 6)."""
+    """The audit record could not be stored durably (requirement 8 broken, exit 6)."""
 
     exit_code = 6
     slug = "migration_audit_failed"
@@ -100,7 +100,7 @@ class _Frozen(BaseModel):
 
 
 class MigrationCapabilities(_Frozen):
-    """What a backend can guarantee; the runner gates real runs on the first (MUST 5)."""
+    """What a backend can guarantee; the runner gates real runs on the first (requirement 5)."""
 
     supports_transactional_rollback: bool
     single_host_only: bool = True
@@ -117,7 +117,7 @@ Outcome = Literal["completed", "rolled_back", "refused", "failed"]
 
 
 class MigrationEvent(_Frozen):
-    """The audit record of one run_migration() call or one manual rollback (MUST 8).
+    """The audit record of one run_migration() call or one manual rollback (requirement 8).
 
     `from_version` is -1 when the run was refused before its plan existed.
     `units_touched`/`units_skipped` count (script, unit) pairs. `error` is
@@ -195,7 +195,7 @@ class MigratableUnit(Protocol):
         ...
 
     def write_frontmatter(self, meta: dict[str, Any]) -> None:
-        """Replace the frontmatter atomically, keeping the body (MUST 3); no-op on dry runs."""
+        """Replace the frontmatter atomically, keeping the body (requirement 3); no-op on dry runs."""
         ...
 
 
@@ -226,21 +226,21 @@ class MigrationBackend(Protocol):
 
     @property
     def backend_id(self) -> str:
-        """MUST 6: the same non-empty lowercase string for the instance's lifetime."""
+        """requirement 6: the same non-empty lowercase string for the instance's lifetime."""
         ...
 
     def capabilities(self) -> MigrationCapabilities: ...
 
     def read_schema_version(self) -> int:
-        """MUST 1: min schema_version over all units, read-only; CURRENT when none has one."""
+        """requirement 1: min schema_version over all units, read-only; CURRENT when none has one."""
         ...
 
     def enumerate_units(self, dry_run: bool = False) -> Sequence[MigratableUnit]:
-        """MUST 2: each physical unit once, unit_type set, INDEX files excluded."""
+        """requirement 2: each physical unit once, unit_type set, INDEX files excluded."""
         ...
 
     def snapshot(self, target_version: int) -> MigrationSnapshotRef:
-        """MUST 4: a recoverable checkpoint, taken before any apply_unit()."""
+        """requirement 4: a recoverable checkpoint, taken before any apply_unit()."""
         ...
 
     def snapshot_location(self, ref: MigrationSnapshotRef) -> str:
@@ -248,15 +248,15 @@ class MigrationBackend(Protocol):
         ...
 
     def restore(self, ref: MigrationSnapshotRef) -> None:
-        """MUST 4: return the store to the snapshot atomically; emits no audit itself."""
+        """requirement 4: return the store to the snapshot atomically; emits no audit itself."""
         ...
 
     def restore_and_audit(self, ref: MigrationSnapshotRef) -> MigrationEvent:
-        """The operator's manual rollback: lock, restore, record the event (MUST 8)."""
+        """The operator's manual rollback: lock, restore, record the event (requirement 8)."""
         ...
 
     def apply_unit(self, unit: MigratableUnit, script: MigrationScript) -> dict[str, Any]:
-        """Run one script on one unit; {} is a skip. MUST 7: verify the bump on real runs."""
+        """Run one script on one unit; {} is a skip. requirement 7: verify the bump on real runs."""
         ...
 
     def validator(self) -> UnitValidator:
@@ -264,7 +264,7 @@ class MigrationBackend(Protocol):
         ...
 
     def record_event(self, event: MigrationEvent) -> None:
-        """MUST 8: store the audit record durably (raise if it cannot)."""
+        """requirement 8: store the audit record durably (raise if it cannot)."""
         ...
 
     def list_snapshots(self) -> list[MigrationSnapshotRef]: ...

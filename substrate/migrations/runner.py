@@ -1,22 +1,22 @@
 """The backend-neutral migration runner: run_migration() and the audited manual rollback.
 
-run_migration() follows the seed's order exactly:
+run_migration() follows this order exactly (the requirements are docs/vault.md's):
 
-1. pre-plan checks (MUST 5 fail-close on a backend without rollback, for real
+1. pre-plan checks (requirement 5 fail-close on a backend without rollback, for real
    runs only; the scripts load; the chain from the current version exists).
    A refusal here is audited with from_version = -1;
-2. plan from a read-only probe (read_schema_version, MUST 1);
+2. plan from a read-only probe (read_schema_version, requirement 1);
 3. the store-wide lock; a busy lock is refused (MigrationLocked) and audited
    with the resolved from_version;
-4. the authoritative enumeration, under the lock (MUST 2);
-5. real runs: snapshot (MUST 4), its ref printed to `out` at once, before any
+4. the authoritative enumeration, under the lock (requirement 2);
+5. real runs: snapshot (requirement 4), its ref printed to `out` at once, before any
    write;
 6. apply every script to every unit through backend.apply_unit, which checks
-   the bump (MUST 7); a dry run tallies skips on the raw return value;
+   the bump (requirement 7); a dry run tallies skips on the raw return value;
 7. real runs: the backend's validator on every unit, not only those touched;
 8. on a validation failure or any exception during 6-7: restore the snapshot;
 9. release the lock (a failure there is logged and cannot suppress 10);
-10. record one MigrationEvent on every exit path (MUST 8).
+10. record one MigrationEvent on every exit path (requirement 8).
 
 Refusals (steps 1-5) raise after they are audited. A run that reached step 6
 returns its event, whose `error`/`outcome` say whether it completed or was

@@ -2,7 +2,7 @@
 
 A script is a Python file named `v{N}_to_v{N+1}.py` (no leading zeros) that
 defines FROM_VERSION = N, TO_VERSION = N+1, `applies_to(unit)` and
-`migrate(unit)`, the per-unit handle contract of docs/vault.md. A script
+`migrate(unit)` (the script contract of docs/vault.md, Migrations). A script
 written for the Atomic Agents runner, which imports its handle type with
 `from atomic_agents.migration import MigratableUnit`, runs unchanged: that
 import resolves, inside the script only, to this package's protocol. Files starting with `_`
@@ -10,7 +10,7 @@ and files not named like a script are ignored (helpers, README.md).
 Scripts are operator-authored code and are executed as such.
 
 `apply_script` is the shared body of every backend's apply_unit(): the gate on
-applies_to(), the MUST 7 check that a claimed unit was bumped on a real run,
+applies_to(), requirement 7 check that a claimed unit was bumped on a real run,
 and the skip decision on migrate()'s raw return value before provenance keys
 are added (so an empty summary on a dry run counts as a skip).
 """
@@ -195,7 +195,7 @@ def build_chain(
 
 
 def apply_script(unit: MigratableUnit, script: MigrationScript) -> dict[str, Any]:
-    """applies_to -> migrate -> MUST 7 check -> the summary ({} means skipped)."""
+    """applies_to -> migrate -> requirement 7 check -> the summary ({} means skipped)."""
     where = f"{script.name} on {unit.unit_id}"
     try:
         claimed = script.applies_to(unit)

@@ -1,4 +1,4 @@
-"""`mnemolog atomise`, `policy`, `worker`: envelopes and the seed's exit codes, through the CLI."""
+"""`mnemolog atomise`, `policy`, `worker`: envelopes and docs/curators.md's exit codes, via the CLI."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Bad input (a garbage segment, a non-canonical entry, a wrong or missing key,
 a huge CBOR length header, an empty home, a truncated checkpoint, stray
-files) gets a clear message and the right exit code (DESIGN §5), never a
+files) gets a clear message and the right exit code (the README's table), never a
 traceback, and never changes a committed byte: the segments, checkpoints
 and keys are hashed before and after every failing command.
 """

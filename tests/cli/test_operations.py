@@ -1,61 +1,47 @@
-"""The operations table: strict argument models, and tools other modules describe as JSON Schema."""
+"""The operations table: every tool and route takes a strict argument model."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from mnemolog.cli import operations
 from mnemolog.eventlog.errors import UsageError
-
-SPEC = [
-    {
-        "name": "thing_set",
-        "description": "Set a thing.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "key": {"type": "string"},
-                "n": {"type": "integer", "minimum": 1},
-                "kinds": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
-            },
-            "required": ["key"],
-            "additionalProperties": False,
-        },
-    }
-]
+from mnemolog.projections.knowledge_queries import CANDIDATE_QUEUES
 
 
-def handlers(sub: Any) -> dict[str, Any]:
-    return {"thing_set": lambda a: {"key": a["key"], "n": a.get("n", 1)}}
+def test_every_operation_validates_with_a_strict_model() -> None:
+    for op in operations.OPERATIONS.values():
+        assert issubclass(op.args, operations.Args), op.name
+        assert op.input_schema == op.args.model_json_schema()
+        assert op.input_schema.get("additionalProperties") is False, op.name
 
 
-OP = operations.tool_operations(SPEC, handlers, {"thing_set": ("Set a thing", False, True, True)})[0]
-
-
-def test_a_schema_tool_validates_and_runs() -> None:
-    assert OP.input_schema == SPEC[0]["inputSchema"] and OP.destructive and OP.idempotent
-    args = operations.parse_args(OP, {"key": "k", "n": 3})
-    assert OP.run(None, args) == {"key": "k", "n": 3}  # type: ignore[arg-type]
+def test_the_candidate_queues_are_the_projection_s() -> None:
+    assert get_args(operations.CandidateQueue) == CANDIDATE_QUEUES
 
 
 @pytest.mark.parametrize(
-    ("arguments", "field"),
+    ("name", "arguments", "field"),
     [
-        ({}, "key"),
-        ({"key": 5}, "key"),
-        ({"key": "k", "n": 0}, "n"),
-        ({"key": "k", "bogus": 1}, "bogus"),
-        ({"key": "k", "kinds": "a"}, "kinds"),
-        ({"key": "k", "kinds": ["c"]}, "kinds.0"),
+        ("project_state_set", {}, "project"),
+        ("project_state_set", {"project": 5, "category": "status", "key": "k", "value": "v"}, "project"),
+        ("project_state_set", {"project": "p", "category": "mood", "key": "k", "value": "v"}, "category"),
+        ("candidates_list", {"limit": 0}, "limit"),
+        ("candidates_list", {"bogus": 1}, "bogus"),
+        ("candidates_list", {"statuses": "pending"}, "statuses"),
+        ("candidates_list", {"statuses": ["nope"]}, "statuses.0"),
+        ("context_build", {"query": "q", "unit": "words"}, "unit"),
+        ("context_show", {}, "pack_id"),
+        ("capture_interaction", {"prompt": "p", "reinforce": "yes"}, "reinforce"),
     ],
 )
-def test_a_schema_tool_refuses_bad_arguments_naming_the_field(arguments: dict[str, Any], field: str) -> None:
+def test_bad_arguments_are_refused_naming_the_field(name: str, arguments: dict[str, Any], field: str) -> None:
     with pytest.raises(UsageError) as e:
-        operations.parse_args(OP, arguments)
+        operations.parse_args(operations.OPERATIONS[name], arguments)
     assert e.value.exit_code == 64 and e.value.details["field"] == field
-    assert e.value.message.startswith("thing_set: ")
+    assert e.value.message.startswith(f"{name}: ")
 
 
 def test_model_operations_name_the_field_too() -> None:

@@ -1,21 +1,21 @@
 """The offline verifier runs where only cbor2 and pynacl are installed.
 
-The test builds (once, cached in the gitignored `.venv-verifier/`) a venv
-with nothing but cbor2 and pynacl from the registry, and runs
-`python -m mnemolog.eventlog.bundle` there with PYTHONPATH pointing at a
-temporary tree that holds only `mnemolog/eventlog`: any other import
-(DuckDB, pyarrow, pydantic, click, another mnemolog package) would fail.
-It skips, with the pip output as the reason, only when pip cannot reach
-the registry.
+`python -S` (no site-packages at all) runs `python -m mnemolog.eventlog.bundle`
+with PYTHONPATH pointing at a temporary tree that holds only
+`mnemolog/eventlog` and links to the installed cbor2 and pynacl (with cffi's
+`_cffi_backend`, which pynacl's compiled module loads): any other import
+(DuckDB, pyarrow, pydantic, click, another mnemolog package) would fail. The
+tree is made from what the test environment has installed, so the test needs
+no network and no second venv.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,40 +27,15 @@ from mnemolog.substrate.api import Substrate
 from tests.support.forensic_data import atomised_home
 
 REPO = Path(__file__).resolve().parents[2]
-VENV = REPO / ".venv-verifier"
-PACKAGES = ("cbor2", "pynacl")
-
-
-def ensure_verifier_venv() -> tuple[Path | None, str]:
-    python = VENV / "bin" / "python"
-    stamp = VENV / ".installed"
-    if stamp.exists() and python.exists():
-        return python, ""
-    VENV.mkdir(exist_ok=True)
-    with open(VENV / ".install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists() and python.exists():
-            return python, ""
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        steps = [
-            [sys.executable, "-m", "venv", str(VENV)],
-            [str(python), "-m", "pip", "install", "-q", "--timeout", "30", "--retries", "1", *PACKAGES],
-        ]
-        for cmd in steps:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-            if proc.returncode != 0:
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-                return None, f"`{' '.join(cmd[2:4])} ...` failed: {' | '.join(tail)}"
-        stamp.write_text(" ".join(PACKAGES) + "\n")
-    return python, ""
+#: What the verifier may import besides the standard library (names in site-packages,
+#: a compiled module's suffix aside), and the metadata of the two distributions.
+ALLOWED = {"cbor2", "nacl", "_cffi_backend"}
+METADATA = ("cbor2-", "pynacl-")
 
 
 @pytest.fixture(scope="module")
 def verifier_python() -> Path:
-    python, why = ensure_verifier_venv()
-    if python is None:
-        pytest.skip(f"cannot build the cbor2+pynacl venv (no registry?): {why}")
-    return python
+    return Path(sys.executable)
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +43,14 @@ def only_eventlog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("standalone")
     (root / "mnemolog").mkdir()
     (root / "mnemolog" / "eventlog").symlink_to(REPO / "eventlog", target_is_directory=True)
+    site = Path(sysconfig.get_paths()["purelib"])
+    linked = []
+    for entry in sorted(site.iterdir()):
+        stem = entry.name.split(".")[0]
+        if stem in ALLOWED or entry.name.startswith(METADATA):
+            (root / entry.name).symlink_to(entry)
+            linked.append(stem)
+    assert set(linked) >= ALLOWED, f"not all of {sorted(ALLOWED)} installed in {site}"
     return root
 
 
@@ -86,7 +69,7 @@ def bundle_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
 def run(python: Path, tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin"), "PYTHONPATH": str(tree), "PYTHONNOUSERSITE": "1"}
     return subprocess.run(
-        [str(python), "-s", "-m", "mnemolog.eventlog.bundle", *args],  # -s: no user site-packages
+        [str(python), "-S", "-m", "mnemolog.eventlog.bundle", *args],  # -S: no site-packages at all
         capture_output=True,
         text=True,
         env=env,
@@ -96,18 +79,18 @@ def run(python: Path, tree: Path, *args: str) -> subprocess.CompletedProcess[str
     )
 
 
-def test_the_venv_really_lacks_the_heavy_packages(verifier_python: Path) -> None:
-    proc = subprocess.run(
-        [str(verifier_python), "-c", "import duckdb"],
-        capture_output=True,
-        text=True,
-        env={"PATH": os.environ.get("PATH", "")},
-        check=False,
-    )
-    assert proc.returncode != 0
-    for mod in ("pyarrow", "pydantic", "click"):
-        p = subprocess.run([str(verifier_python), "-c", f"import {mod}"], capture_output=True, check=False)
-        assert p.returncode != 0, mod
+def test_the_tree_really_lacks_the_heavy_packages(verifier_python: Path, only_eventlog: Path) -> None:
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(only_eventlog)}
+
+    def imports(mod: str) -> bool:
+        cmd = [str(verifier_python), "-S", "-c", f"import {mod}"]
+        return (
+            subprocess.run(cmd, capture_output=True, env=env, cwd=only_eventlog, check=False).returncode == 0
+        )
+
+    assert imports("cbor2") and imports("nacl.signing") and imports("mnemolog.eventlog.bundle")
+    for mod in ("duckdb", "pyarrow", "pydantic", "click", "mnemolog.substrate", "mnemolog.projections"):
+        assert not imports(mod), mod
 
 
 def test_standalone_verifier_passes(

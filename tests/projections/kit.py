@@ -10,7 +10,7 @@ import duckdb
 
 from mnemolog.projections import schema
 from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.home import Home, init_home
+from mnemolog.substrate.home import CONFIG_NAME, Home, init_home
 
 
 class FakeClock:
@@ -24,8 +24,17 @@ class FakeClock:
         return self.now
 
 
-def new_home(path: Path) -> Home:
+def new_home(path: Path, *, timed_checkpoints: bool = False) -> Home:
+    """A fresh home. Unless `timed_checkpoints`, its writers never sign a checkpoint because
+    wall-clock time passed (`log.checkpoint_max_s` at its largest), only by count and at
+    close, so a test that compares the log before and after a call cannot see the periodic
+    checkpointer fire in between on a slow machine (tests/eventlog covers the timer)."""
     init_home(path, key_name="test")
+    if not timed_checkpoints:
+        config = path / CONFIG_NAME
+        text = config.read_text()
+        assert "\ncheckpoint_max_s = 5\n" in text, "the config template changed"
+        config.write_text(text.replace("\ncheckpoint_max_s = 5\n", "\ncheckpoint_max_s = 86400\n"))
     return Home(path)
 
 

@@ -1,4 +1,4 @@
-"""Shared set-up for the knowledge-loop tests: a home with a fake model, and the seed's example."""
+"""Shared set-up for the knowledge-loop tests: a home with a fake model, and docs/knowledge.md's example."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The atomise engine: the seed's invariants, exit codes, governance, hooks, modes."""
+"""The atomise engine: the contract of docs/curators.md (invariants, exit codes, governance, hooks, modes)."""
 
 from __future__ import annotations
 

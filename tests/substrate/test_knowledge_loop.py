@@ -1,6 +1,7 @@
 """The knowledge loop end to end: capture, extract, triage, promote, surface, and prove it.
 
-The seed's example: knowledge earned on p04 yields a project candidate and a
+The example of docs/knowledge.md ("earned on one project, used on another"): knowledge
+earned on p04 yields a project candidate and a
 [materials] domain candidate; a model (a real HTTP server on 127.0.0.1
 speaking Ollama's API) extracts and triages them; the domain one is promoted
 and is visible from project p06, while the p04 one waits for a person. Then

@@ -1,21 +1,35 @@
-"""Interop with the reference implementation (PyPI atomic-agents-stack, import atomic_agents).
+"""Interop with the reference implementation (atomic-agents-stack, import atomic_agents).
 
-It lives in its own venv (`.venv-aas`, built by aas_venv.py) because its import
-name clashes with the unrelated `atomic-agents` package. Every rendered note
-and wiki page must pass its validators, parsed by its own frontmatter loader
+The parts of it these tests run ship as test data in reference/ (see the README
+there) and run in a child process with that directory first on its path, so
+the tests need no network and no second venv. Every rendered note and wiki
+page must pass its validators, parsed by its own frontmatter loader
 (python-frontmatter), and its migration CLI must report the vault's status.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
+import sys
 from datetime import date, timedelta
 from pathlib import Path
 
 from mnemolog.projections.vault.render import KINDS, NoteRecord, render_vault
 from mnemolog.projections.vault.validate import validate_vault
+
+REFERENCE = Path(__file__).resolve().parent / "reference"
+
+
+def run_reference(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the project's python with the shipped reference implementation first on its path."""
+    env = {**os.environ, "PYTHONPATH": str(REFERENCE)}
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, check=False, timeout=300, cwd=cwd, env=env
+    )
+
 
 CHECK = r"""
 import json, sys
@@ -87,31 +101,24 @@ def sample_records(n: int, seed: int = 7) -> list[NoteRecord]:
     return out
 
 
-def test_rendered_vault_passes_the_reference_validators(aas_python: Path, tmp_path: Path) -> None:
+def test_rendered_vault_passes_the_reference_validators(tmp_path: Path) -> None:
     root = tmp_path / "agents"
     records = sample_records(220)
     render_vault(root, "caldwell", records)
     render_vault(root, "second", records[:20])
     assert validate_vault(root) == []
-    proc = subprocess.run(
-        [str(aas_python), "-c", CHECK, str(root)], capture_output=True, text=True, check=False, timeout=300
-    )
+    proc = run_reference(["-c", CHECK, str(root)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["failures"] == []
     assert result["checked"] == 240
 
 
-def test_reference_migrate_status_reads_the_vault(aas_python: Path, tmp_path: Path) -> None:
+def test_reference_migrate_status_reads_the_vault(tmp_path: Path) -> None:
     root = tmp_path / "agents"
     render_vault(root, "caldwell", sample_records(30))
-    proc = subprocess.run(
-        [str(aas_python), "-m", "atomic_agents.migrate", "--agents-root", str(root), "--status"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        cwd=tmp_path,
+    proc = run_reference(
+        ["-m", "atomic_agents.migrate", "--agents-root", str(root), "--status"], cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Current schema version: v1" in proc.stdout

@@ -1,4 +1,4 @@
-"""validate_vault: every rule of the seed, every problem reported, deterministic order."""
+"""validate_vault: every rule of docs/vault.md, every problem reported, deterministic order."""
 
 from __future__ import annotations
 

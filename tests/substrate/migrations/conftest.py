@@ -1,4 +1,4 @@
-"""The `harness` fixture: the MUST 1-8 contract suite runs once per registered backend.
+"""The `harness` fixture: requirements 1-8 contract suite runs once per registered backend.
 
 Every `harness_*.py` module in this directory registers a factory with
 `contract.register_harness`; the filesystem backend's is harness_filesystem.py.

@@ -1,4 +1,4 @@
-"""The MigrationBackend contract (seed MUST 1-8) as one suite, run against every backend.
+"""The MigrationBackend contract (requirements 1-8 of docs/vault.md) as one suite, run against every backend.
 
 A backend takes part through a Harness: it seeds units into a fresh store,
 makes backend instances over it, reads the store's state and audit events, and
@@ -275,7 +275,7 @@ def printed_ref(text: str) -> MigrationSnapshotRef:
 
 
 class MigrationBackendContract:
-    """MUST 1-8. Every test gets a fresh store through the `harness` fixture."""
+    """requirements 1-8. Every test gets a fresh store through the `harness` fixture."""
 
     def test_must6_backend_id_is_stable_lowercase(self, harness: Harness) -> None:
         b = harness.backend()

@@ -1,4 +1,4 @@
-"""Runs the MUST 1-8 contract suite (contract.py) against every registered backend."""
+"""Runs requirements 1-8 contract suite (contract.py) against every registered backend."""
 
 from .contract import MigrationBackendContract
 

@@ -1,4 +1,4 @@
-"""Script loading, chains and the shared apply step (applies_to gate, MUST 7, skip tallies)."""
+"""Script loading, chains and the shared apply step (applies_to gate, requirement 7, skip tallies)."""
 
 from __future__ import annotations
 
