@@ -376,7 +376,7 @@ def extract(
 @click.argument("candidate_ids", nargs=-1)
 @click.option("--pending", is_flag=True, help="Every candidate not yet triaged.")
 @click.option(
-    "--triager", type=click.Choice(["ollama", "rules"]), default=None, help="Default: config (ollama)."
+    "--triager", type=click.Choice(["rules", "ollama"]), default=None, help="Default: config (rules)."
 )
 @click.option("--dry-run", is_flag=True, help="Show the verdicts and decisions; write nothing.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, help="At most N pending candidates.")

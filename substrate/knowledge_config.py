@@ -3,7 +3,7 @@
     [knowledge]
     domains = ["nutrition"]          # added after the ten built-in domains
     extractor = "rules"              # default for `extract` (rules | ollama)
-    triager = "ollama"               # default for `triage` (ollama | rules)
+    triager = "rules"                # default for `triage` (rules | ollama); rules runs offline
     promote_confidence = 0.8         # auto-promote at or above (with a promote verdict, no duplicate)
     duplicate_similarity = 0.92      # embedding similarity that counts as a duplicate
     max_retries = 3                  # model retries after the first attempt
@@ -39,7 +39,8 @@ from mnemolog.projections.knowledge_match import ReinforcePolicy
 
 TABLE: Final = "knowledge"
 EXTRACTORS: Final = ("rules", "ollama")
-TRIAGERS: Final = ("ollama", "rules")
+# The first is the default: a fresh home triages offline, as it extracts offline.
+TRIAGERS: Final = ("rules", "ollama")
 MAX_RETRIES_LIMIT: Final = 10
 
 
@@ -47,7 +48,7 @@ MAX_RETRIES_LIMIT: Final = 10
 class KnowledgeSettings:
     domains: tuple[str, ...] = DOMAINS
     extractor: str = "rules"
-    triager: str = "ollama"
+    triager: str = "rules"
     max_retries: int = 3
     triage: TriagePolicy = field(default_factory=TriagePolicy)
     reinforce: ReinforcePolicy = field(default_factory=ReinforcePolicy)

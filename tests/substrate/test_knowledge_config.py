@@ -15,7 +15,7 @@ FULL = """
 [knowledge]
 domains = ["nutrition", "health"]
 extractor = "ollama"
-triager = "rules"
+triager = "ollama"
 promote_confidence = 0.9
 duplicate_similarity = 0.95
 max_retries = 1
@@ -38,7 +38,7 @@ def test_defaults() -> None:
     settings = parse_knowledge({})
     assert settings == KnowledgeSettings()
     assert settings.domains == DOMAINS
-    assert (settings.extractor, settings.triager, settings.max_retries) == ("rules", "ollama", 3)
+    assert (settings.extractor, settings.triager, settings.max_retries) == ("rules", "rules", 3)
     assert settings.triage.promote_confidence == 0.8
     assert settings.decay.to_data() == {"idle_days": 30, "daily_factor": 0.97, "floor": 0.30}
 
@@ -46,7 +46,7 @@ def test_defaults() -> None:
 def test_every_setting() -> None:
     settings = parse_knowledge(tomllib.loads(FULL))
     assert settings.domains == (*DOMAINS, "nutrition", "health")
-    assert (settings.extractor, settings.triager, settings.max_retries) == ("ollama", "rules", 1)
+    assert (settings.extractor, settings.triager, settings.max_retries) == ("ollama", "ollama", 1)
     assert settings.triage.to_data() == {"promote_confidence": 0.9, "duplicate_similarity": 0.95}
     assert settings.reinforce.to_data() == {
         "min_share": 0.6,
