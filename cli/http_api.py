@@ -290,7 +290,7 @@ ROUTES = [
     Endpoint("GET", "/memory/{id}", "One memory with its links.", "memory_get", body=False),
     Endpoint("PUT", "/memory/{id}", "Change fields of a memory.", "memory_update"),
     Endpoint("POST", "/memory/{id}/archive", "Hide a memory from recall.", "memory_archive"),
-    Endpoint("POST", "/memory/{id}/restore", "Undo an archive.", "memory_restore"),
+    Endpoint("POST", "/memory/{id}/restore", "Undo an archive or a supersession.", "memory_restore"),
     Endpoint(
         "GET", "/memory/{id}/history", "Every signed entry about a memory.", "memory_history", body=False
     ),

@@ -357,12 +357,23 @@ def memories_with_prefix(conn: duckdb.DuckDBPyConnection, limit: int) -> list[Me
 def decay_rows(conn: duckdb.DuckDBPyConnection, idle_before: int) -> pa.Table:
     """Active, never-referenced memories idle since before ``idle_before`` (µs): decay's inputs.
 
-    Columns: id, confidence, anchor (the later of activation and last change).
+    Columns: id, title, kind, confidence, anchor (the later of activation and
+    last change), and what may exempt it: pinned (``metadata.vault.pinned``),
+    direct (stored as it is, not promoted from an extracted candidate) and
+    in_pack (included in a recorded context pack: a reference the log
+    already holds, though no `memory.reinforced` counted it).
     """
     return conn.execute(
-        "SELECT id, confidence, greatest(coalesce(promoted_at, updated_at), updated_at) AS anchor "
-        "FROM memories WHERE status = 'active' AND reference_count = 0 "
-        "AND greatest(coalesce(promoted_at, updated_at), updated_at) < ? ORDER BY stored_seq",
+        "SELECT m.id, coalesce(nullif(m.title, ''), left(m.content, 120)) AS title, m.kind, m.confidence, "
+        "greatest(coalesce(m.promoted_at, m.updated_at), m.updated_at) AS anchor, "
+        "coalesce(contains(m.metadata, '\"pinned\":true') "
+        "AND coalesce(try_cast(json_extract(m.metadata, '$.vault.pinned') AS BOOLEAN), false), false) "
+        "AS pinned, "
+        "m.id NOT IN (SELECT id FROM candidates) AS direct, "
+        "EXISTS (SELECT 1 FROM ctx_pack_members p WHERE p.id = m.id AND p.source = 'memory' "
+        "AND p.included) AS in_pack "
+        "FROM memories m WHERE m.status = 'active' AND m.reference_count = 0 "
+        "AND greatest(coalesce(m.promoted_at, m.updated_at), m.updated_at) < ? ORDER BY m.stored_seq",
         [idle_before],
     ).to_arrow_table()
 

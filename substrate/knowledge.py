@@ -39,6 +39,7 @@ from mnemolog.eventlog.writer import Clock
 from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections.knowledge import (
     DAY_US,
+    DecayPolicy,
     ProjectRegistry,
     base_confidence,
     decay_days,
@@ -125,6 +126,19 @@ def _failure_fields(failure: ExtractionFailure | TriageFailure) -> dict[str, Any
         "attempts": failure.attempts,
         "responses": list(failure.responses),
     }
+
+
+def _exemption(row: Mapping[str, Any], policy: DecayPolicy) -> str | None:
+    """Why decay leaves this memory alone (a key of the run's ``exempt`` counts), or None."""
+    if policy.exempt_pinned and row["pinned"]:
+        return "pinned"
+    if row["kind"] in policy.exempt_kinds:
+        return "kind"
+    if policy.exempt_stored and row["direct"]:
+        return "stored"
+    if row["in_pack"]:
+        return "in_pack"
+    return None
 
 
 class Knowledge:
@@ -793,53 +807,81 @@ class Knowledge:
 
     # -- decay ------------------------------------------------------------------------------------------
 
-    def decay(self, *, now: int | None = None, dry_run: bool = False) -> dict[str, Any]:
-        """Supersede the memories decay has taken below the floor at clock ``now`` (µs)."""
+    def decay(
+        self,
+        *,
+        now: int | None = None,
+        dry_run: bool = False,
+        announce: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Supersede the memories decay has taken below the floor at clock ``now`` (µs).
+
+        Exempt by default (the policy says which): pinned memories, the
+        personal kinds, memories stored directly, and memories a recorded
+        context pack included (a reference, like a reinforcement). What is to
+        be retired is handed to ``announce`` before anything is written, so a
+        person sees the list first; a dry run hands it over and writes nothing.
+        """
         at = self.clock() if now is None else now
         if isinstance(at, bool) or not isinstance(at, int) or at < 0:
             raise UsageError(f"now must be a non-negative time in microseconds; got {now!r}", field="now")
         policy = self.settings.decay
-        gone: list[tuple[str, float, int]] = []
+        gone: list[dict[str, Any]] = []
         decaying = 0
+        exempt = {"pinned": 0, "kind": 0, "stored": 0, "in_pack": 0}
         with self.sessions.session() as s:
-            rows = kq.decay_rows(s.conn, at - (policy.idle_days + 1) * DAY_US)
-            ids = rows.column("id").to_pylist()
-            confs = rows.column("confidence").to_pylist()
-            anchors = rows.column("anchor").to_pylist()
-            for mid, conf, anchor in zip(ids, confs, anchors, strict=True):
+            rows = kq.decay_rows(s.conn, at - (policy.idle_days + 1) * DAY_US).to_pylist()
+            for row in rows:
+                anchor = row["anchor"]
                 if decay_days(anchor_us=anchor, reference_count=0, now_us=at, policy=policy) == 0:
                     continue
+                why = _exemption(row, policy)
+                if why is not None:
+                    exempt[why] += 1
+                    continue
                 decaying += 1
+                conf = row["confidence"]
                 if decays_out(conf, anchor_us=anchor, reference_count=0, now_us=at, policy=policy):
                     value = decayed_confidence(
                         conf, anchor_us=anchor, reference_count=0, now_us=at, policy=policy
                     )
-                    gone.append((mid, value, anchor))
+                    gone.append(
+                        {
+                            "id": row["id"],
+                            "title": row["title"],
+                            "kind": row["kind"],
+                            "confidence": value,
+                            "idle_since": _iso(anchor).date().isoformat(),
+                        }
+                    )
+            if announce is not None:
+                announce(gone[:_MAX_LISTED])
             if not dry_run:
                 recorded = policy.to_data()
                 for start in range(0, len(gone), DECAY_BATCH):
                     s.append_many(
                         [
                             MemorySuperseded(
-                                id=mid,
+                                id=g["id"],
                                 by="decay",
-                                confidence=value,
+                                confidence=g["confidence"],
                                 now=at,
                                 policy=recorded,
-                                reason=f"unreferenced and idle since {_iso(anchor).date().isoformat()}: "
-                                f"confidence {value:.3f} is below the floor {policy.floor:g}",
+                                reason=f"unreferenced and idle since {g['idle_since']}: "
+                                f"confidence {g['confidence']:.3f} is below the floor {policy.floor:g}",
                             )
-                            for mid, value, anchor in gone[start : start + DECAY_BATCH]
+                            for g in gone[start : start + DECAY_BATCH]
                         ]
                     )
         return {
             "now": at,
             "dry_run": dry_run,
             "policy": policy.to_data(),
-            "checked": len(ids),
+            "checked": len(rows),
             "decaying": decaying,
+            "exempt": exempt,
             "superseded_count": len(gone),
-            "superseded": [{"id": mid, "confidence": value} for mid, value, _ in gone[:_MAX_LISTED]],
+            "superseded": gone[:_MAX_LISTED],
         }
 
     def start_daily(self, *, first: float = DAILY_FIRST_S, every: float = DAILY_S) -> None:

@@ -19,6 +19,9 @@
     idle_days = 30                   # grace period for never-referenced memories
     daily_factor = 0.97              # confidence multiplier per idle day past the grace period
     floor = 0.30                     # below this, decay supersedes the memory
+    exempt_pinned = true             # pinned memories never decay
+    exempt_kinds = ["user", "feedback"]  # nor memories of these kinds
+    exempt_stored = true             # nor memories stored directly (not promoted candidates)
 
 Owns parsing that table into ``KnowledgeSettings`` (refusing malformed values
 with BadInput, exit 65, naming the key). The thresholds are recorded in every
@@ -85,6 +88,20 @@ def _choice(table: Mapping[str, Any], key: str, options: tuple[str, ...], where:
     return str(value)
 
 
+def _flag(table: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise BadInput(f"{where}.{key} must be true or false; found {value!r}", field=f"{where}.{key}")
+    return value
+
+
+def _names(table: Mapping[str, Any], key: str, default: tuple[str, ...], where: str) -> tuple[str, ...]:
+    value = table.get(key, list(default))
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise BadInput(f"{where}.{key} must be a list of names; found {value!r}", field=f"{where}.{key}")
+    return tuple(dict.fromkeys(value))
+
+
 def _known(table: Mapping[str, Any], keys: set[str], where: str) -> None:
     unknown = sorted(set(table) - keys)
     if unknown:
@@ -142,5 +159,8 @@ def parse_knowledge(raw: Mapping[str, Any], where: str = "config.toml") -> Knowl
             idle_days=_integer(decay_t, "idle_days", defaults_d.idle_days, f"{here}.decay"),
             daily_factor=_number(decay_t, "daily_factor", defaults_d.daily_factor, f"{here}.decay"),
             floor=_number(decay_t, "floor", defaults_d.floor, f"{here}.decay"),
+            exempt_pinned=_flag(decay_t, "exempt_pinned", defaults_d.exempt_pinned, f"{here}.decay"),
+            exempt_kinds=_names(decay_t, "exempt_kinds", defaults_d.exempt_kinds, f"{here}.decay"),
+            exempt_stored=_flag(decay_t, "exempt_stored", defaults_d.exempt_stored, f"{here}.decay"),
         ),
     )

@@ -471,3 +471,19 @@ class MemorySuperseded(Chained):
         if self.by != "decay" and not (self.reason and self.reason.strip()):
             raise BadInput("a supersession by a person or a memory says why (reason)", field="reason")
         return self
+
+
+class MemoryReinstated(Chained):
+    """`memory.reinstated` tv 1: a person brings a superseded memory back; it is active again.
+
+    It undoes a supersession (by decay above all) without rewriting it: the
+    log keeps both. Bringing a memory back is a use of it, so it counts as a
+    reference, and decay leaves a referenced memory alone.
+    """
+
+    TYPE = vk.MEMORY_REINSTATED
+    TV = 1
+
+    id: str
+    by: Literal["person"] = "person"
+    reason: OptionalReasonField = None
