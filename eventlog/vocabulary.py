@@ -469,6 +469,13 @@ def _memory_stored_v2(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "project": "", "domains": [], "status": DEFAULT_STATUS}
 
 
+@upcaster(CANDIDATE_TRIAGED, 1)
+def _candidate_triaged_v1(d: dict[str, Any]) -> dict[str, Any]:
+    # tv 2 records the embedding similarity of the nearest active memory; tv 1 triage
+    # computed none (the duplicate threshold was recorded but never applied).
+    return {**d, "similarity": None, "similar_to": None}
+
+
 @upcaster(MEMORY_UPDATED, 2)
 def _memory_updated_v2(d: dict[str, Any]) -> dict[str, Any]:
     # tv 3 may also change project and domains; an older update never did.

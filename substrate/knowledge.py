@@ -20,6 +20,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -139,6 +140,15 @@ def _exemption(row: Mapping[str, Any], policy: DecayPolicy) -> str | None:
     if row["in_pack"]:
         return "in_pack"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """An active memory a candidate duplicates (same words, or embeddings at the threshold), if any,
+    and the active memory nearest it by embedding with their cosine (None when nothing is embedded)."""
+
+    id: str | None
+    nearest: tuple[str, float] | None = None
 
 
 class Knowledge:
@@ -599,23 +609,38 @@ class Knowledge:
             )
         return summary
 
-    def _neighbours(self, s: Session, m: Memory) -> tuple[list[Neighbour], str | None]:
+    def _neighbours(self, s: Session, m: Memory) -> tuple[list[Neighbour], Duplicate]:
+        """The neighbours a triager reads, and a duplicate found by words or by embeddings."""
         mine = terms(m["content"])
         similar = kq.similar_active(s.conn, m["content"], limit=DUPLICATE_POOL, exclude=m["id"])
         same = normalised(m["content"])
         duplicate = next((n["id"] for n in similar if normalised(n["content"]) == same), None)
+        nearest = kq.nearest_by_vector(s.conn, m["id"])
+        threshold = self.settings.triage.duplicate_similarity
+        if duplicate is None and nearest is not None and nearest[1] >= threshold:
+            duplicate = nearest[0]
         out = []
         for n in similar[:NEIGHBOURS]:
-            shared = len(mine & terms(n["content"]))
-            out.append(Neighbour(n["id"], n["content"], n["project"], shared / len(mine) if mine else 0.0))
-        return out, duplicate
+            theirs = terms(n["content"])
+            shared = len(mine & theirs)
+            out.append(
+                Neighbour(
+                    n["id"],
+                    n["content"],
+                    n["project"],
+                    share=shared / len(mine) if mine else 0.0,
+                    coverage=shared / len(theirs) if theirs else 0.0,
+                    similarity=nearest[1] if nearest is not None and nearest[0] == n["id"] else None,
+                )
+            )
+        return out, Duplicate(duplicate, nearest)
 
-    def _triage_input(self, s: Session, cid: str) -> tuple[Memory, TriageItem | None, str | None]:
-        """(the candidate, what the triager reads or None when it is decided, a duplicate's id)."""
+    def _triage_input(self, s: Session, cid: str) -> tuple[Memory, TriageItem | None, Duplicate]:
+        """(the candidate, what the triager reads or None when it is decided, its duplicate)."""
         m = kq.candidate(s.conn, cid)
         assert m is not None
         if m["status"] != "candidate":
-            return m, None, None
+            return m, None, Duplicate(None)
         neighbours, duplicate = self._neighbours(s, m)
         info = m.get("candidate", {})
         item = TriageItem(
@@ -635,7 +660,7 @@ class Knowledge:
     def _write_verdicts(
         self,
         s: Session,
-        work: Sequence[tuple[Memory, TriageItem | None, str | None]],
+        work: Sequence[tuple[Memory, TriageItem | None, Duplicate]],
         verdicts: Sequence[Any],
         dry_run: bool,
     ) -> list[dict[str, Any]]:
@@ -660,8 +685,14 @@ class Knowledge:
                 continue
             assert isinstance(verdict, TriageVerdict)
             text = normalised(m["content"])
-            duplicate = seen_duplicate or promoted_here.get(text)
+            # Same words, embeddings at the threshold, an earlier promotion of this run, or
+            # the triager's own finding that a memory says the same thing.
+            duplicate = seen_duplicate.id or promoted_here.get(text) or verdict.duplicate_of
             decision = decide(verdict, policy=policy, duplicate_of=duplicate)
+            nearest = seen_duplicate.nearest
+            why = decision.why
+            if nearest is not None and duplicate == nearest[0] and nearest[1] >= policy.duplicate_similarity:
+                why += f" (embedding similarity {nearest[1]:.3f} >= {policy.duplicate_similarity:g})"
             project = registry.canonical(verdict.project)
             domains = [d for d in verdict.domains if d in self.settings.domains] or list(m["domains"])
             events.append(
@@ -678,9 +709,11 @@ class Knowledge:
                     domains=domains,
                     conflicts_with=verdict.conflicts_with,
                     duplicate_of=duplicate,
+                    similar_to=nearest[0] if nearest is not None else None,
+                    similarity=max(-1.0, min(1.0, nearest[1])) if nearest is not None else None,
                     thresholds=policy.to_data(),
                     action=decision.action,
-                    why=decision.why[:2048],
+                    why=why[:2048],
                     responses=list(verdict.responses),
                     attempts=verdict.attempts,
                     input_tokens=verdict.input_tokens,
@@ -710,8 +743,10 @@ class Knowledge:
                     "domains": domains,
                     "conflicts_with": verdict.conflicts_with,
                     "duplicate_of": duplicate,
+                    "similar_to": nearest[0] if nearest is not None else None,
+                    "similarity": nearest[1] if nearest is not None else None,
                     "action": decision.action,
-                    "why": decision.why,
+                    "why": why,
                     "warnings": list(verdict.warnings),
                 }
             )
