@@ -341,6 +341,15 @@ class Substrate:
                 existing = s.get(payload.id) if memory_id is not None else None
                 if existing is not None:
                     return self._already_stored(existing, payload)
+                if payload.atom_of is not None and s.get(payload.atom_of) is None:
+                    # An atom's back-pointer is a foreign key (seed 000): a dangling one would
+                    # be signed into the log for good, and its derives_from edge could never exist.
+                    raise NotFound(
+                        f"atom_of names no stored memory: {payload.atom_of} does not exist",
+                        field="atom_of",
+                        expected="the id of a stored memory",
+                        found=payload.atom_of,
+                    )
                 mem = s.with_warnings(s.write_memory(payload, follow=follow))
                 embedded = s.embedded.get(payload.id, "off")
                 if embedded != "off":  # only where embeddings are in play, like the atomise_* keys
