@@ -15,6 +15,7 @@ suggests, and (in the fold) what the log holds.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -95,6 +96,7 @@ DECAY_BATCH: Final = 1000
 DAILY_FIRST_S: Final = 60.0
 DAILY_S: Final = 86_400.0
 _PREFIX: Final = re.compile(kq.PREFIX_PATTERN)
+_log = logging.getLogger("mnemolog.knowledge")
 _MAX_LISTED: Final = 1000
 
 
@@ -924,11 +926,23 @@ class Knowledge:
         if self._thread is not None:
             return
 
+        def announce(retiring: list[dict[str, Any]]) -> None:
+            # Unattended runs say what they retire too (before writing), on the process's log.
+            for r in retiring:
+                _log.warning(
+                    "decay: retiring %s (%s, confidence %.3f, idle since %s); `restore %s` brings it back",
+                    r["id"],
+                    r["kind"],
+                    r["confidence"],
+                    r["idle_since"],
+                    r["id"],
+                )
+
         def loop() -> None:
             wait = first
             while not self._stop.wait(wait):
                 try:
-                    self.decay()
+                    self.decay(announce=announce)
                 except MnemologError as exc:  # reported, never fatal: the next day tries again
                     self.daily_errors.append(f"{exc.slug}: {exc.message}")
                 wait = every

@@ -291,3 +291,22 @@ def test_mcp_memory_restore_brings_a_decayed_memory_back(home: Path, mcp_server:
     client.close()
     assert ok(home, "get", loop["id"])["memory"]["status"] == "active"
     assert [m["id"] for m in ok(home, "recall", "whiffletree")["results"]] == [loop["id"]]
+
+
+def test_http_restore_brings_a_decayed_memory_back(home: Path) -> None:
+    import httpx
+
+    from tests.cli.test_http_api import Server
+
+    ok(home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1.")
+    ok(home, "extract", "--pending")
+    ok(home, "triage", "--pending")
+    (loop,) = ok(home, "list", "--kind", "decision")["memories"]
+    ok(home, "decay", "run", "--now", "2099-01-01")
+    server = Server(home)
+    try:
+        r = httpx.post(f"{server.url}/memory/{loop['id']}/restore", json={"reason": "still true"}, timeout=30)
+        assert r.status_code == 200, r.text
+    finally:
+        server.stop()
+    assert ok(home, "get", loop["id"])["memory"]["status"] == "active"

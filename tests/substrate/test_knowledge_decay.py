@@ -186,8 +186,10 @@ def test_decay_refuses_a_bad_clock(sub: Substrate) -> None:
         sub.decay(now=-1)
 
 
-def test_long_lived_processes_run_decay_in_the_background(sub: Substrate, clock: FakeClock) -> None:
-    sub.store("An old insight", confidence=0.6)
+def test_long_lived_processes_run_decay_in_the_background(
+    sub: Substrate, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = sub.store("An old insight", confidence=0.6)
     clock.now = T0 + 400 * DAY_US
     sub.knowledge.start_daily(first=0.0, every=3600.0)
     try:
@@ -199,3 +201,4 @@ def test_long_lived_processes_run_decay_in_the_background(sub: Substrate, clock:
         sub.knowledge.stop_daily()
     assert len(sub.list(statuses=["superseded"])) == 1
     assert sub.knowledge.daily_errors == []
+    assert any(f"decay: retiring {old['id']}" in r.getMessage() for r in caplog.records)
