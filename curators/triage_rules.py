@@ -35,7 +35,7 @@ from .extract import MIN_CANDIDATE_CHARS
 from .extract_rules import MIN_WORDS, guess_domain
 from .triage import Neighbour, TriageItem, TriageVerdict
 
-VERSION: Final = "1"
+VERSION: Final = "2"  # 2: contradictions need the same quantity; agreement is a duplicate
 #: A neighbour sharing at least this part of the candidate's terms is "about the same thing".
 SAME_SUBJECT_SHARE: Final = 0.5
 #: Each holding this part of the other's terms: the same claim (a duplicate, or its negation).

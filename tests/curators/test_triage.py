@@ -132,7 +132,7 @@ def item(content: str, **kw: Any) -> TriageItem:
 def test_rules_triager_identity() -> None:
     assert isinstance(RULES, Triager)
     out = RULES.triage(item("Decision: we keep the 18-point whiffletree for M1."))
-    assert (out.triager, out.version, out.model, out.prompt_sha256) == ("rules", "1", None, RULES_SHA256)
+    assert (out.triager, out.version, out.model, out.prompt_sha256) == ("rules", "2", None, RULES_SHA256)
 
 
 @pytest.mark.parametrize(
