@@ -376,7 +376,7 @@ def extract(
 @click.argument("candidate_ids", nargs=-1)
 @click.option("--pending", is_flag=True, help="Every candidate not yet triaged.")
 @click.option(
-    "--triager", type=click.Choice(["ollama", "rules"]), default=None, help="Default: config (ollama)."
+    "--triager", type=click.Choice(["rules", "ollama"]), default=None, help="Default: config (rules)."
 )
 @click.option("--dry-run", is_flag=True, help="Show the verdicts and decisions; write nothing.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, help="At most N pending candidates.")
@@ -507,15 +507,38 @@ def decay_group() -> None:
 @json_option
 @click.pass_obj
 def decay_run(ctx: Ctx, now: str | None, dry_run: bool) -> None:
-    """Supersede memories whose decayed confidence fell below the floor."""
+    """Supersede memories whose decayed confidence fell below the floor.
+
+    What it retires is listed on standard error before anything is written;
+    `restore ID` brings one back. Pinned memories, the personal kinds, memories
+    stored directly and memories a context pack included are exempt by default
+    ([knowledge.decay] in config.toml).
+
+    Example: mnemolog decay run --now 2027-06-01 --dry-run
+    """
     at = parse_time(now, "--now") if now is not None else None
+
+    def announce(retiring: list[dict[str, Any]]) -> None:
+        # Before the write, so a person watching sees what goes (and can restore it after).
+        verb = "would retire" if dry_run else "retiring"
+        click.echo(f"decay: {verb} {len(retiring)} memor{'y' if len(retiring) == 1 else 'ies'}", err=True)
+        for r in retiring:
+            title = one_line(str(r.get("title") or ""), 60)
+            click.echo(f"  {r['id']}  {r['kind']}  confidence {r['confidence']:.3f}  {title}", err=True)
+
     with opened(ctx) as s:
-        out = s.decay(now=at, dry_run=dry_run)
+        out = s.decay(now=at, dry_run=dry_run, announce=announce)
 
     def text() -> str:
         verb = "would supersede" if dry_run else "superseded"
-        lines = [f"checked {out['checked']}, decaying {out['decaying']}, {verb} {out['superseded_count']}"]
+        exempt = ", ".join(f"{k} {n}" for k, n in out["exempt"].items() if n) or "none"
+        lines = [
+            f"checked {out['checked']}, exempt ({exempt}), decaying {out['decaying']}, "
+            f"{verb} {out['superseded_count']}"
+        ]
         lines += [f"  {r['id']}  confidence {r['confidence']:.3f}" for r in out["superseded"]]
+        if out["superseded"] and not dry_run:
+            lines.append("bring one back with: mnemolog restore ID")
         return "\n".join(lines)
 
     ctx.emit(out, text)

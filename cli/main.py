@@ -105,7 +105,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bundle_commands:replay",
         "Rebuild a home from a `log export` that starts at seq 0, verified on the way in.",
     ),
-    "restore": ("memory_commands:restore", "Undo an archive (operator's or atomisation's)."),
+    "restore": (
+        "memory_commands:restore",
+        "Undo an archive (operator's or atomisation's) or a supersession (decay's).",
+    ),
     "search": (
         "memory_commands:search",
         "Memories holding every keyword as a word (of title, tags or content), ranked by BM25.",

@@ -9,10 +9,44 @@ itself is cli.mcp_server, on the official `mcp` SDK.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from mnemolog.cli.app import Ctx, json_option
 from mnemolog.cli.listen import parse_listen
+
+if TYPE_CHECKING:
+    from mnemolog.substrate.home import Home
+
+
+def served_home(ctx: Ctx, *, create: bool, who: str) -> Home:
+    """The home a long-lived server serves, created first when it does not exist yet.
+
+    An agent's client starts the server with a path and nothing else: refusing
+    (and closing the connection) leaves the agent with an error it cannot act
+    on, so a missing home, or an empty directory meant for one, is created, and
+    where it is and its public key are said on stderr (stdout may be the MCP
+    wire). ``create=False`` (`--no-create`) keeps the refusal; a directory
+    holding something else is refused either way.
+    """
+    root = ctx.home.root
+    missing = not root.exists() or (root.is_dir() and not root.is_symlink() and not any(root.iterdir()))
+    if create and missing:
+        from mnemolog.substrate.home import init_home
+
+        report = init_home(root)
+        ctx.info(f"{who}: created a new home at {report.home}")
+        ctx.info(f"{who}: log id {report.log_id}")
+        ctx.info(f"{who}: public key {report.vkey}")
+    return ctx.home.require()
+
+
+no_create_option = click.option(
+    "--no-create",
+    is_flag=True,
+    help="Refuse a home that does not exist yet instead of creating it.",
+)
 
 
 @click.command("mcp")
@@ -23,12 +57,19 @@ from mnemolog.cli.listen import parse_listen
     default=None,
     help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (loopback addresses only).",
 )
+@no_create_option
 @json_option
 @click.pass_obj
-def mcp(ctx: Ctx, http: str | None) -> None:
-    """Serve the Model Context Protocol (stdio, or streamable HTTP on loopback)."""
+def mcp(ctx: Ctx, http: str | None, no_create: bool) -> None:
+    """Serve the Model Context Protocol (stdio, or streamable HTTP on loopback).
+
+    A home that does not exist yet is created (where, and its public key, are
+    said on stderr) unless --no-create.
+
+    Example: mnemolog --home ~/.local/share/mnemolog mcp
+    """
     listen = parse_listen(http, allow_remote=False, what="--http") if http is not None else None
-    home = ctx.home.require()
+    home = served_home(ctx, create=not no_create, who="mnemolog mcp")
     from mnemolog.cli.mcp_server import run
 
     if listen is not None:

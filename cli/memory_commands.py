@@ -349,7 +349,7 @@ def archive(ctx: Ctx, memory_id: str, reason: str | None) -> None:
 @json_option
 @click.pass_obj
 def restore(ctx: Ctx, memory_id: str, reason: str | None) -> None:
-    """Undo an archive (operator's or atomisation's)."""
+    """Undo an archive (operator's or atomisation's) or a supersession (decay's)."""
     with opened(ctx) as s:
         m = s.restore(memory_id, reason)
     ctx.emit({"memory": m}, f"restored {memory_id}")

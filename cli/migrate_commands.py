@@ -9,6 +9,7 @@ the subcommands.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -127,9 +128,25 @@ def do_run(ctx: Ctx, where: Where, target: str, dry_run: bool) -> None:
     if m is None:
         raise UsageError(f"--to {target!r}: expected a version such as v2")
     out = sys.stderr if ctx.json else sys.stdout
+
+    def snapshot_line(ref: MigrationSnapshotRef, location: str) -> None:
+        # Seed 002, MUST 4: the ref reaches stdout the moment it exists, so a run killed
+        # mid-way still left what rolls it back. With --json that is one JSON line of its
+        # own before the result's (the result stays the last line, as everywhere).
+        line = {"ok": True, "snapshot": {**ref.model_dump(mode="json"), "location": location}}
+        click.echo(json.dumps(line, sort_keys=True))
+        sys.stdout.flush()
+
     with backend_for(ctx, where) as (b, default_scripts):
         ev = check_run(
-            run_migration(b, int(m.group(1)), where.scripts or default_scripts, dry_run=dry_run, out=out)
+            run_migration(
+                b,
+                int(m.group(1)),
+                where.scripts or default_scripts,
+                dry_run=dry_run,
+                out=out,
+                on_snapshot=snapshot_line if ctx.json else None,
+            )
         )
     ctx.emit(
         {"event": event_json(ev)},

@@ -638,7 +638,7 @@ OPERATIONS: dict[str, Operation] = {
         Operation(
             "memory_restore",
             "Restore a memory",
-            "Undo an archive (an operator's or an atomisation's).",
+            "Undo an archive (an operator's or an atomisation's) or a supersession (decay's).",
             ArchiveArgs,
             ok_schema(_MEM, ["memory"]),
             _restore,

@@ -29,12 +29,19 @@ MAX_REASON_CHARS: Final = 300
 
 @dataclass(frozen=True, slots=True)
 class Neighbour:
-    """An active memory like the candidate; ``share`` is the part of the candidate's terms it holds."""
+    """An active memory like the candidate.
+
+    ``share`` is the part of the candidate's terms it holds, ``coverage`` the
+    part of its own terms the candidate holds (both high: they say the same
+    thing), ``similarity`` the cosine of their embeddings when the home embeds.
+    """
 
     id: str
     content: str
     project: str = ""
     share: float = 0.0
+    coverage: float = 0.0
+    similarity: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +72,8 @@ class TriageVerdict:
     model: str | None
     prompt_sha256: str
     conflicts_with: str | None = None
+    #: An active memory the triager found saying the same thing (the rules triager's agreement).
+    duplicate_of: str | None = None
     warnings: tuple[str, ...] = ()
     attempts: int = 1
     responses: tuple[str, ...] = ()

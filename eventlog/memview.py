@@ -153,11 +153,20 @@ def _knowledge_event(view: dict[str, Any], block: dict[str, Any], e: Entry, d: d
         conf = read_float(d.get("confidence"))
         if conf is not None and 0.0 <= conf <= 1.0:
             view["confidence"] = conf
+    elif e.type == vk.MEMORY_REINSTATED:
+        block["reference_count"] += 1
+        block["last_referenced_at"] = e.ts
     return True
 
 
 _KNOWLEDGE_EVENTS = frozenset(
-    (vk.MEMORY_PROMOTED, vk.MEMORY_REJECTED, vk.MEMORY_SUPERSEDED, vk.MEMORY_REINFORCED)
+    (
+        vk.MEMORY_PROMOTED,
+        vk.MEMORY_REJECTED,
+        vk.MEMORY_SUPERSEDED,
+        vk.MEMORY_REINFORCED,
+        vk.MEMORY_REINSTATED,
+    )
 )
 
 

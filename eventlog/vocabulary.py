@@ -51,6 +51,7 @@ __all__ = [
     "MEMORY_ARCHIVED",
     "MEMORY_PROMOTED",
     "MEMORY_REINFORCED",
+    "MEMORY_REINSTATED",
     "MEMORY_REJECTED",
     "MEMORY_RESTORED",
     "MEMORY_STORED",
@@ -128,12 +129,15 @@ MEMORY_PROMOTED: Final = "memory.promoted"
 MEMORY_REJECTED: Final = "memory.rejected"
 MEMORY_REINFORCED: Final = "memory.reinforced"
 MEMORY_SUPERSEDED: Final = "memory.superseded"
+#: A person brings a superseded memory back (`restore`): superseded -> active.
+MEMORY_REINSTATED: Final = "memory.reinstated"
 
 # -- memory lifecycle -------------------------------------------------------------------
 
 Status = Literal["candidate", "active", "superseded", "invalid"]
 #: candidate -> active (promoted) -> superseded (decay, a person, a newer memory);
-#: candidate -> invalid (rejected). Memories written before statuses existed are active.
+#: candidate -> invalid (rejected); superseded -> active (reinstated by a person).
+#: Memories written before statuses existed are active.
 STATUSES: Final[tuple[str, ...]] = ("candidate", "active", "superseded", "invalid")
 DEFAULT_STATUS: Final = "active"
 
@@ -143,6 +147,7 @@ TRANSITIONS: Final[dict[str, tuple[frozenset[str], str]]] = {
     MEMORY_PROMOTED: (frozenset({"candidate"}), "active"),
     MEMORY_REJECTED: (frozenset({"candidate"}), "invalid"),
     MEMORY_SUPERSEDED: (frozenset({"active"}), "superseded"),
+    MEMORY_REINSTATED: (frozenset({"superseded"}), "active"),
 }
 
 
@@ -319,6 +324,7 @@ TOUCHES.update(
         MEMORY_REJECTED: Touches(ids=("id",)),
         MEMORY_REINFORCED: Touches(ids=("id",)),
         MEMORY_SUPERSEDED: Touches(ids=("id", "superseded_by")),
+        MEMORY_REINSTATED: Touches(ids=("id",)),
     }
 )
 NO_TOUCHES |= {PROJECT_REGISTERED, PROJECT_ALIASED, STATE_SET, STATE_INVALIDATED}
@@ -461,6 +467,13 @@ def _memory_stored_v2(d: dict[str, Any]) -> dict[str, Any]:
     # tv 3 added the knowledge fields; everything stored before them is an active,
     # project-less, untagged memory (whatever a forged older payload claims).
     return {**d, "project": "", "domains": [], "status": DEFAULT_STATUS}
+
+
+@upcaster(CANDIDATE_TRIAGED, 1)
+def _candidate_triaged_v1(d: dict[str, Any]) -> dict[str, Any]:
+    # tv 2 records the embedding similarity of the nearest active memory; tv 1 triage
+    # computed none (the duplicate threshold was recorded but never applied).
+    return {**d, "similarity": None, "similar_to": None}
 
 
 @upcaster(MEMORY_UPDATED, 2)

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, Informational, NotFound
-from mnemolog.eventlog.vocabulary_knowledge import check_project_name
+from mnemolog.eventlog.vocabulary_knowledge import PERSONAL_KINDS, check_project_name
 
 MAX_DESCRIPTION_CHARS: Final = 2000
 
@@ -199,11 +199,21 @@ class DecayPolicy:
     (since its anchor: when it became active or was last changed) for more
     than ``idle_days`` whole days: by ``daily_factor`` for each whole day past
     that grace period. Below ``floor`` it is superseded.
+
+    What a person put there is never retired behind their back, unless the
+    home says so: pinned memories (``exempt_pinned``), memories of the
+    ``exempt_kinds`` (the personal kinds: who the person is, what they asked
+    for) and memories stored directly rather than promoted from an extracted
+    candidate (``exempt_stored``) do not decay. Only what the loop proposed
+    and promoted does, by default.
     """
 
     idle_days: int = 30
     daily_factor: float = 0.97
     floor: float = 0.30
+    exempt_pinned: bool = True
+    exempt_kinds: tuple[str, ...] = PERSONAL_KINDS
+    exempt_stored: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.idle_days, bool) or not isinstance(self.idle_days, int) or self.idle_days < 0:
@@ -212,10 +222,23 @@ class DecayPolicy:
             raise BadInput(f"decay daily_factor must be in (0, 1]; found {self.daily_factor!r}")
         if not (isinstance(self.floor, float | int) and 0.0 <= self.floor <= 1.0):
             raise BadInput(f"decay floor must be in [0, 1]; found {self.floor!r}")
+        for name in ("exempt_pinned", "exempt_stored"):
+            if not isinstance(getattr(self, name), bool):
+                raise BadInput(f"decay {name} must be true or false; found {getattr(self, name)!r}")
+        kinds = self.exempt_kinds
+        if not isinstance(kinds, tuple) or not all(isinstance(k, str) and k for k in kinds):
+            raise BadInput(f"decay exempt_kinds must be a list of memory kinds; found {kinds!r}")
 
     def to_data(self) -> dict[str, Any]:
         """The thresholds as recorded in the events that used them."""
-        return {"idle_days": self.idle_days, "daily_factor": self.daily_factor, "floor": self.floor}
+        return {
+            "idle_days": self.idle_days,
+            "daily_factor": self.daily_factor,
+            "floor": self.floor,
+            "exempt_pinned": self.exempt_pinned,
+            "exempt_kinds": list(self.exempt_kinds),
+            "exempt_stored": self.exempt_stored,
+        }
 
 
 def decay_days(*, anchor_us: int, reference_count: int, now_us: int, policy: DecayPolicy) -> int:

@@ -342,6 +342,15 @@ def reinforced(f: Fold, e: Entry, d: dict[str, Any]) -> None:
         )
 
 
+def reinstated(f: Fold, e: Entry, d: dict[str, Any]) -> None:
+    mid = _transition(f, e, d)
+    if mid is not None:  # a person used it: a reference, as memview counts it
+        f.conn.execute(
+            "UPDATE memories SET reference_count = reference_count + 1, last_referenced_at = ? WHERE id = ?",
+            [e.ts, mid],
+        )
+
+
 def superseded(f: Fold, e: Entry, d: dict[str, Any]) -> None:
     # Buffered: a decay run supersedes thousands of memories at once, and one statement
     # applies them all. The first supersession of an id in a batch is the one that counts,
@@ -402,4 +411,5 @@ HANDLERS: Final[dict[str, Callable[[Fold, Entry, dict[str, Any]], None]]] = {
     vk.MEMORY_REJECTED: rejected,
     vk.MEMORY_REINFORCED: reinforced,
     vk.MEMORY_SUPERSEDED: superseded,
+    vk.MEMORY_REINSTATED: reinstated,
 }

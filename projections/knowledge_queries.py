@@ -14,6 +14,7 @@ import duckdb
 
 from mnemolog.eventlog.vocabulary_knowledge import PERSONAL_KINDS, STATE_CATEGORIES
 from mnemolog.projections import recall as q
+from mnemolog.projections import vectors
 from mnemolog.projections.knowledge import ProjectRegistry
 from mnemolog.projections.knowledge_fold import INTERACTION_COLUMNS
 from mnemolog.projections.memories import MEMORY_SELECT, Memory, row_to_memory
@@ -366,6 +367,27 @@ def similar_active(
     return [m for m, _score in found if m["id"] != exclude][:limit]
 
 
+def nearest_by_vector(conn: duckdb.DuckDBPyConnection, memory_id: str) -> tuple[str, float] | None:
+    """The active, visible memory whose embedding is nearest this memory's, and their cosine.
+
+    None when the home keeps no vectors or this memory has none (yet). An exact
+    scan: triage asks once per candidate, in chunks, with no model waiting.
+    """
+    meta = vectors.read_meta(conn)
+    if meta is None or meta.rows == 0:
+        return None
+    row = conn.execute(
+        f"""WITH c AS (SELECT v.vec FROM vectors v JOIN memories cm ON v.doc = cm.stored_seq
+                       WHERE cm.id = ?)
+            SELECT m.id, 1 - array_cosine_distance(v.vec, c.vec) AS sim
+            FROM vectors v JOIN memories m ON v.doc = m.stored_seq, c
+            WHERE m.status = 'active' AND m.id <> ? AND {visible("m")}
+            ORDER BY sim DESC, m.id LIMIT 1""",
+        [memory_id, memory_id],
+    ).fetchone()
+    return (str(row[0]), float(row[1])) if row else None
+
+
 def memories_with_prefix(conn: duckdb.DuckDBPyConnection, limit: int) -> list[Memory]:
     """Memories whose content begins with a bracketed word, such as "[materials] ..." (oldest first)."""
     rows = conn.execute(
@@ -382,12 +404,23 @@ def memories_with_prefix(conn: duckdb.DuckDBPyConnection, limit: int) -> list[Me
 def decay_rows(conn: duckdb.DuckDBPyConnection, idle_before: int) -> pa.Table:
     """Active, never-referenced memories idle since before ``idle_before`` (µs): decay's inputs.
 
-    Columns: id, confidence, anchor (the later of activation and last change).
+    Columns: id, title, kind, confidence, anchor (the later of activation and
+    last change), and what may exempt it: pinned (``metadata.vault.pinned``),
+    direct (stored as it is, not promoted from an extracted candidate) and
+    in_pack (included in a recorded context pack: a reference the log
+    already holds, though no `memory.reinforced` counted it).
     """
     return conn.execute(
-        "SELECT id, confidence, greatest(coalesce(promoted_at, updated_at), updated_at) AS anchor "
-        "FROM memories WHERE status = 'active' AND reference_count = 0 "
-        "AND greatest(coalesce(promoted_at, updated_at), updated_at) < ? ORDER BY stored_seq",
+        "SELECT m.id, coalesce(nullif(m.title, ''), left(m.content, 120)) AS title, m.kind, m.confidence, "
+        "greatest(coalesce(m.promoted_at, m.updated_at), m.updated_at) AS anchor, "
+        "coalesce(contains(m.metadata, '\"pinned\":true') "
+        "AND coalesce(try_cast(json_extract(m.metadata, '$.vault.pinned') AS BOOLEAN), false), false) "
+        "AS pinned, "
+        "m.id NOT IN (SELECT id FROM candidates) AS direct, "
+        "EXISTS (SELECT 1 FROM ctx_pack_members p WHERE p.id = m.id AND p.source = 'memory' "
+        "AND p.included) AS in_pack "
+        "FROM memories m WHERE m.status = 'active' AND m.reference_count = 0 "
+        "AND greatest(coalesce(m.promoted_at, m.updated_at), m.updated_at) < ? ORDER BY m.stored_seq",
         [idle_before],
     ).to_arrow_table()
 

@@ -59,6 +59,7 @@ from mnemolog.substrate.events import (
     upcast,
 )
 from mnemolog.substrate.events.embedding import EmbedderConfigured
+from mnemolog.substrate.events.knowledge import MemoryReinstated
 from mnemolog.substrate.events.limits import (
     MAX_CONTENT_BYTES,
     check_kind,
@@ -340,6 +341,15 @@ class Substrate:
                 existing = s.get(payload.id) if memory_id is not None else None
                 if existing is not None:
                     return self._already_stored(existing, payload)
+                if payload.atom_of is not None and s.get(payload.atom_of) is None:
+                    # An atom's back-pointer is a foreign key (seed 000): a dangling one would
+                    # be signed into the log for good, and its derives_from edge could never exist.
+                    raise NotFound(
+                        f"atom_of names no stored memory: {payload.atom_of} does not exist",
+                        field="atom_of",
+                        expected="the id of a stored memory",
+                        found=payload.atom_of,
+                    )
                 mem = s.with_warnings(s.write_memory(payload, follow=follow))
                 embedded = s.embedded.get(payload.id, "off")
                 if embedded != "off":  # only where embeddings are in play, like the atomise_* keys
@@ -559,13 +569,26 @@ class Substrate:
             return s.require(memory_id)
 
     def restore(self, memory_id: str, reason: str | None = None) -> Memory:
-        """Undo an archive (the operator's or atomisation's); a visible memory is returned as it is."""
+        """Undo an archive (the operator's or atomisation's) and a supersession (decay's above all).
+
+        A superseded memory becomes active again by a signed `memory.reinstated`
+        (the supersession stays in the log); an archived one visible again by
+        `memory.restored`; both in one batch when both apply. A visible,
+        active memory is returned as it is.
+        """
         payload = MemoryRestored(id=memory_id, reason=reason) if isinstance(memory_id, str) else None
+        reinstate = MemoryReinstated(id=memory_id, reason=reason) if isinstance(memory_id, str) else None
         with self.session() as s:
             m = s.require(memory_id)
-            if (m["archived_at"] is None and m["atomisation_archived_at"] is None) or payload is None:
+            events: list[Payload] = []
+            if m["status"] == "superseded" and reinstate is not None:
+                events.append(reinstate)
+            archived = m["archived_at"] is not None or m["atomisation_archived_at"] is not None
+            if archived and payload is not None:
+                events.append(payload)
+            if not events:
                 return m
-            s.append(payload)
+            s.append_many(events)
             return s.require(memory_id)
 
     def set_policy(
@@ -782,9 +805,18 @@ class Substrate:
         """Retire an active memory (``by_memory``: the memory that replaces it)."""
         return self.knowledge.supersede(memory_id, reason=reason, by_memory=by_memory)
 
-    def decay(self, *, now: int | None = None, dry_run: bool = False) -> dict[str, Any]:
-        """Supersede the memories decay has taken below the floor at ``now`` (µs; default: the clock)."""
-        return self.knowledge.decay(now=now, dry_run=dry_run)
+    def decay(
+        self,
+        *,
+        now: int | None = None,
+        dry_run: bool = False,
+        announce: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Supersede the memories decay has taken below the floor at ``now`` (µs; default: the clock).
+
+        ``announce`` is given what is to be retired before anything is written.
+        """
+        return self.knowledge.decay(now=now, dry_run=dry_run, announce=announce)
 
     def migrate_domain_prefixes(self, *, dry_run: bool = False) -> dict[str, Any]:
         """Move "[domain]" prefixes of old content into the domains field (a recorded migration)."""

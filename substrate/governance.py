@@ -25,6 +25,7 @@ __all__ = [
     "ancestors",
     "check_atomisable",
     "check_namespace",
+    "legacy_read",
     "resolve",
 ]
 
@@ -73,12 +74,31 @@ class ResolvedPolicy:
         return {"namespace": self.namespace, "policy": self.values, "sources": self.sources}
 
 
+#: The boolean the first atomising stores set before `auto_atomise_mode` existed.
+LEGACY_AUTO_ATOMISE = "auto_atomise"
+
+
+def legacy_read(policy: Mapping[str, Any]) -> dict[str, Any]:
+    """A namespace's own policy with the legacy ``auto_atomise`` boolean read as a mode.
+
+    Seed 000: a peer that knows no ``auto_atomise_mode`` falls back to the
+    boolean, and ``auto_atomise: true`` meant "enqueue a curator pass after
+    the store returns", which is the ``deferred`` mode (false: ``off``). A
+    mode set beside it wins; a value that is not a boolean means nothing.
+    """
+    out = {k: v for k, v in policy.items() if k != LEGACY_AUTO_ATOMISE}
+    legacy = policy.get(LEGACY_AUTO_ATOMISE)
+    if isinstance(legacy, bool) and out.get("auto_atomise_mode") is None:
+        out["auto_atomise_mode"] = "deferred" if legacy else "off"
+    return out
+
+
 def resolve(own: Mapping[str, Mapping[str, Any]], ns: str) -> ResolvedPolicy:
     """The policy of `ns` from the policies its ancestors set themselves (`own`, by namespace)."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for level in ancestors(ns):
-        for k, v in (own.get(level) or {}).items():
+        for k, v in legacy_read(own.get(level) or {}).items():
             if v is not None and k not in values:
                 values[k] = v
                 sources[k] = level

@@ -15,11 +15,13 @@ suggests, and (in the fold) what the log holds.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -39,6 +41,7 @@ from mnemolog.eventlog.writer import Clock
 from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections.knowledge import (
     DAY_US,
+    DecayPolicy,
     ProjectRegistry,
     base_confidence,
     decay_days,
@@ -93,6 +96,7 @@ DECAY_BATCH: Final = 1000
 DAILY_FIRST_S: Final = 60.0
 DAILY_S: Final = 86_400.0
 _PREFIX: Final = re.compile(kq.PREFIX_PATTERN)
+_log = logging.getLogger("mnemolog.knowledge")
 _MAX_LISTED: Final = 1000
 
 
@@ -125,6 +129,28 @@ def _failure_fields(failure: ExtractionFailure | TriageFailure) -> dict[str, Any
         "attempts": failure.attempts,
         "responses": list(failure.responses),
     }
+
+
+def _exemption(row: Mapping[str, Any], policy: DecayPolicy) -> str | None:
+    """Why decay leaves this memory alone (a key of the run's ``exempt`` counts), or None."""
+    if policy.exempt_pinned and row["pinned"]:
+        return "pinned"
+    if row["kind"] in policy.exempt_kinds:
+        return "kind"
+    if policy.exempt_stored and row["direct"]:
+        return "stored"
+    if row["in_pack"]:
+        return "in_pack"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """An active memory a candidate duplicates (same words, or embeddings at the threshold), if any,
+    and the active memory nearest it by embedding with their cosine (None when nothing is embedded)."""
+
+    id: str | None
+    nearest: tuple[str, float] | None = None
 
 
 class Knowledge:
@@ -585,23 +611,38 @@ class Knowledge:
             )
         return summary
 
-    def _neighbours(self, s: Session, m: Memory) -> tuple[list[Neighbour], str | None]:
+    def _neighbours(self, s: Session, m: Memory) -> tuple[list[Neighbour], Duplicate]:
+        """The neighbours a triager reads, and a duplicate found by words or by embeddings."""
         mine = terms(m["content"])
         similar = kq.similar_active(s.conn, m["content"], limit=DUPLICATE_POOL, exclude=m["id"])
         same = normalised(m["content"])
         duplicate = next((n["id"] for n in similar if normalised(n["content"]) == same), None)
+        nearest = kq.nearest_by_vector(s.conn, m["id"])
+        threshold = self.settings.triage.duplicate_similarity
+        if duplicate is None and nearest is not None and nearest[1] >= threshold:
+            duplicate = nearest[0]
         out = []
         for n in similar[:NEIGHBOURS]:
-            shared = len(mine & terms(n["content"]))
-            out.append(Neighbour(n["id"], n["content"], n["project"], shared / len(mine) if mine else 0.0))
-        return out, duplicate
+            theirs = terms(n["content"])
+            shared = len(mine & theirs)
+            out.append(
+                Neighbour(
+                    n["id"],
+                    n["content"],
+                    n["project"],
+                    share=shared / len(mine) if mine else 0.0,
+                    coverage=shared / len(theirs) if theirs else 0.0,
+                    similarity=nearest[1] if nearest is not None and nearest[0] == n["id"] else None,
+                )
+            )
+        return out, Duplicate(duplicate, nearest)
 
-    def _triage_input(self, s: Session, cid: str) -> tuple[Memory, TriageItem | None, str | None]:
-        """(the candidate, what the triager reads or None when it is decided, a duplicate's id)."""
+    def _triage_input(self, s: Session, cid: str) -> tuple[Memory, TriageItem | None, Duplicate]:
+        """(the candidate, what the triager reads or None when it is decided, its duplicate)."""
         m = kq.candidate(s.conn, cid)
         assert m is not None
         if m["status"] != "candidate":
-            return m, None, None
+            return m, None, Duplicate(None)
         neighbours, duplicate = self._neighbours(s, m)
         info = m.get("candidate", {})
         item = TriageItem(
@@ -621,7 +662,7 @@ class Knowledge:
     def _write_verdicts(
         self,
         s: Session,
-        work: Sequence[tuple[Memory, TriageItem | None, str | None]],
+        work: Sequence[tuple[Memory, TriageItem | None, Duplicate]],
         verdicts: Sequence[Any],
         dry_run: bool,
     ) -> list[dict[str, Any]]:
@@ -646,8 +687,14 @@ class Knowledge:
                 continue
             assert isinstance(verdict, TriageVerdict)
             text = normalised(m["content"])
-            duplicate = seen_duplicate or promoted_here.get(text)
+            # Same words, embeddings at the threshold, an earlier promotion of this run, or
+            # the triager's own finding that a memory says the same thing.
+            duplicate = seen_duplicate.id or promoted_here.get(text) or verdict.duplicate_of
             decision = decide(verdict, policy=policy, duplicate_of=duplicate)
+            nearest = seen_duplicate.nearest
+            why = decision.why
+            if nearest is not None and duplicate == nearest[0] and nearest[1] >= policy.duplicate_similarity:
+                why += f" (embedding similarity {nearest[1]:.3f} >= {policy.duplicate_similarity:g})"
             project = registry.canonical(verdict.project)
             domains = [d for d in verdict.domains if d in self.settings.domains] or list(m["domains"])
             events.append(
@@ -664,9 +711,11 @@ class Knowledge:
                     domains=domains,
                     conflicts_with=verdict.conflicts_with,
                     duplicate_of=duplicate,
+                    similar_to=nearest[0] if nearest is not None else None,
+                    similarity=max(-1.0, min(1.0, nearest[1])) if nearest is not None else None,
                     thresholds=policy.to_data(),
                     action=decision.action,
-                    why=decision.why[:2048],
+                    why=why[:2048],
                     responses=list(verdict.responses),
                     attempts=verdict.attempts,
                     input_tokens=verdict.input_tokens,
@@ -696,8 +745,10 @@ class Knowledge:
                     "domains": domains,
                     "conflicts_with": verdict.conflicts_with,
                     "duplicate_of": duplicate,
+                    "similar_to": nearest[0] if nearest is not None else None,
+                    "similarity": nearest[1] if nearest is not None else None,
                     "action": decision.action,
-                    "why": decision.why,
+                    "why": why,
                     "warnings": list(verdict.warnings),
                 }
             )
@@ -793,53 +844,81 @@ class Knowledge:
 
     # -- decay ------------------------------------------------------------------------------------------
 
-    def decay(self, *, now: int | None = None, dry_run: bool = False) -> dict[str, Any]:
-        """Supersede the memories decay has taken below the floor at clock ``now`` (µs)."""
+    def decay(
+        self,
+        *,
+        now: int | None = None,
+        dry_run: bool = False,
+        announce: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Supersede the memories decay has taken below the floor at clock ``now`` (µs).
+
+        Exempt by default (the policy says which): pinned memories, the
+        personal kinds, memories stored directly, and memories a recorded
+        context pack included (a reference, like a reinforcement). What is to
+        be retired is handed to ``announce`` before anything is written, so a
+        person sees the list first; a dry run hands it over and writes nothing.
+        """
         at = self.clock() if now is None else now
         if isinstance(at, bool) or not isinstance(at, int) or at < 0:
             raise UsageError(f"now must be a non-negative time in microseconds; got {now!r}", field="now")
         policy = self.settings.decay
-        gone: list[tuple[str, float, int]] = []
+        gone: list[dict[str, Any]] = []
         decaying = 0
+        exempt = {"pinned": 0, "kind": 0, "stored": 0, "in_pack": 0}
         with self.sessions.session() as s:
-            rows = kq.decay_rows(s.conn, at - (policy.idle_days + 1) * DAY_US)
-            ids = rows.column("id").to_pylist()
-            confs = rows.column("confidence").to_pylist()
-            anchors = rows.column("anchor").to_pylist()
-            for mid, conf, anchor in zip(ids, confs, anchors, strict=True):
+            rows = kq.decay_rows(s.conn, at - (policy.idle_days + 1) * DAY_US).to_pylist()
+            for row in rows:
+                anchor = row["anchor"]
                 if decay_days(anchor_us=anchor, reference_count=0, now_us=at, policy=policy) == 0:
                     continue
+                why = _exemption(row, policy)
+                if why is not None:
+                    exempt[why] += 1
+                    continue
                 decaying += 1
+                conf = row["confidence"]
                 if decays_out(conf, anchor_us=anchor, reference_count=0, now_us=at, policy=policy):
                     value = decayed_confidence(
                         conf, anchor_us=anchor, reference_count=0, now_us=at, policy=policy
                     )
-                    gone.append((mid, value, anchor))
+                    gone.append(
+                        {
+                            "id": row["id"],
+                            "title": row["title"],
+                            "kind": row["kind"],
+                            "confidence": value,
+                            "idle_since": _iso(anchor).date().isoformat(),
+                        }
+                    )
+            if announce is not None:
+                announce(gone[:_MAX_LISTED])
             if not dry_run:
                 recorded = policy.to_data()
                 for start in range(0, len(gone), DECAY_BATCH):
                     s.append_many(
                         [
                             MemorySuperseded(
-                                id=mid,
+                                id=g["id"],
                                 by="decay",
-                                confidence=value,
+                                confidence=g["confidence"],
                                 now=at,
                                 policy=recorded,
-                                reason=f"unreferenced and idle since {_iso(anchor).date().isoformat()}: "
-                                f"confidence {value:.3f} is below the floor {policy.floor:g}",
+                                reason=f"unreferenced and idle since {g['idle_since']}: "
+                                f"confidence {g['confidence']:.3f} is below the floor {policy.floor:g}",
                             )
-                            for mid, value, anchor in gone[start : start + DECAY_BATCH]
+                            for g in gone[start : start + DECAY_BATCH]
                         ]
                     )
         return {
             "now": at,
             "dry_run": dry_run,
             "policy": policy.to_data(),
-            "checked": len(ids),
+            "checked": len(rows),
             "decaying": decaying,
+            "exempt": exempt,
             "superseded_count": len(gone),
-            "superseded": [{"id": mid, "confidence": value} for mid, value, _ in gone[:_MAX_LISTED]],
+            "superseded": gone[:_MAX_LISTED],
         }
 
     def start_daily(self, *, first: float = DAILY_FIRST_S, every: float = DAILY_S) -> None:
@@ -847,11 +926,23 @@ class Knowledge:
         if self._thread is not None:
             return
 
+        def announce(retiring: list[dict[str, Any]]) -> None:
+            # Unattended runs say what they retire too (before writing), on the process's log.
+            for r in retiring:
+                _log.warning(
+                    "decay: retiring %s (%s, confidence %.3f, idle since %s); `restore %s` brings it back",
+                    r["id"],
+                    r["kind"],
+                    r["confidence"],
+                    r["idle_since"],
+                    r["id"],
+                )
+
         def loop() -> None:
             wait = first
             while not self._stop.wait(wait):
                 try:
-                    self.decay()
+                    self.decay(announce=announce)
                 except MnemologError as exc:  # reported, never fatal: the next day tries again
                     self.daily_errors.append(f"{exc.slug}: {exc.message}")
                 wait = every

@@ -3,7 +3,7 @@
     [knowledge]
     domains = ["nutrition"]          # added after the ten built-in domains
     extractor = "rules"              # default for `extract` (rules | ollama)
-    triager = "ollama"               # default for `triage` (ollama | rules)
+    triager = "rules"                # default for `triage` (rules | ollama); rules runs offline
     promote_confidence = 0.8         # auto-promote at or above (with a promote verdict, no duplicate)
     duplicate_similarity = 0.92      # embedding similarity that counts as a duplicate
     max_retries = 3                  # model retries after the first attempt
@@ -19,6 +19,9 @@
     idle_days = 30                   # grace period for never-referenced memories
     daily_factor = 0.97              # confidence multiplier per idle day past the grace period
     floor = 0.30                     # below this, decay supersedes the memory
+    exempt_pinned = true             # pinned memories never decay
+    exempt_kinds = ["user", "feedback"]  # nor memories of these kinds
+    exempt_stored = true             # nor memories stored directly (not promoted candidates)
 
 Owns parsing that table into ``KnowledgeSettings`` (refusing malformed values
 with BadInput, exit 65, naming the key). The thresholds are recorded in every
@@ -39,7 +42,8 @@ from mnemolog.projections.knowledge_match import ReinforcePolicy
 
 TABLE: Final = "knowledge"
 EXTRACTORS: Final = ("rules", "ollama")
-TRIAGERS: Final = ("ollama", "rules")
+# The first is the default: a fresh home triages offline, as it extracts offline.
+TRIAGERS: Final = ("rules", "ollama")
 MAX_RETRIES_LIMIT: Final = 10
 
 
@@ -47,7 +51,7 @@ MAX_RETRIES_LIMIT: Final = 10
 class KnowledgeSettings:
     domains: tuple[str, ...] = DOMAINS
     extractor: str = "rules"
-    triager: str = "ollama"
+    triager: str = "rules"
     max_retries: int = 3
     triage: TriagePolicy = field(default_factory=TriagePolicy)
     reinforce: ReinforcePolicy = field(default_factory=ReinforcePolicy)
@@ -82,6 +86,20 @@ def _choice(table: Mapping[str, Any], key: str, options: tuple[str, ...], where:
             f"{where}.{key} must be one of {', '.join(options)}; found {value!r}", field=f"{where}.{key}"
         )
     return str(value)
+
+
+def _flag(table: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise BadInput(f"{where}.{key} must be true or false; found {value!r}", field=f"{where}.{key}")
+    return value
+
+
+def _names(table: Mapping[str, Any], key: str, default: tuple[str, ...], where: str) -> tuple[str, ...]:
+    value = table.get(key, list(default))
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise BadInput(f"{where}.{key} must be a list of names; found {value!r}", field=f"{where}.{key}")
+    return tuple(dict.fromkeys(value))
 
 
 def _known(table: Mapping[str, Any], keys: set[str], where: str) -> None:
@@ -141,5 +159,8 @@ def parse_knowledge(raw: Mapping[str, Any], where: str = "config.toml") -> Knowl
             idle_days=_integer(decay_t, "idle_days", defaults_d.idle_days, f"{here}.decay"),
             daily_factor=_number(decay_t, "daily_factor", defaults_d.daily_factor, f"{here}.decay"),
             floor=_number(decay_t, "floor", defaults_d.floor, f"{here}.decay"),
+            exempt_pinned=_flag(decay_t, "exempt_pinned", defaults_d.exempt_pinned, f"{here}.decay"),
+            exempt_kinds=_names(decay_t, "exempt_kinds", defaults_d.exempt_kinds, f"{here}.decay"),
+            exempt_stored=_flag(decay_t, "exempt_stored", defaults_d.exempt_stored, f"{here}.decay"),
         ),
     )

@@ -330,16 +330,8 @@ class ExtractionFailed(_ModelOutput):
 # -- triage -----------------------------------------------------------------------------
 
 
-class CandidateTriaged(_ModelOutput):
-    """`candidate.triaged` tv 1: a verdict, the thresholds it met, and what it led to.
-
-    ``action`` is the decision (promote, reject, wait) and ``why`` its reason;
-    a promotion or rejection it led to follows in the same batch.
-    ``dry_run`` marks nothing: a dry run writes no event at all.
-    """
-
-    TYPE = vk.CANDIDATE_TRIAGED
-    TV = 1
+class _Triaged(_ModelOutput):
+    """The fields of every version of `candidate.triaged`."""
 
     id: str
     triager: str
@@ -361,6 +353,36 @@ class CandidateTriaged(_ModelOutput):
     @classmethod
     def _labels(cls, value: Any) -> Any:
         return _label(value, "triager/version/model/prompt_sha256")
+
+
+class CandidateTriagedV1(_Triaged):
+    """`candidate.triaged` tv 1 (written until tv 2 existed): no embedding similarity.
+
+    Kept to document the old shape; read through the vocabulary's upcaster.
+    """
+
+    TYPE = vk.CANDIDATE_TRIAGED
+    TV = 1
+    WRITABLE = False
+
+
+class CandidateTriaged(_Triaged):
+    """`candidate.triaged` tv 2: a verdict, the thresholds it met, and what it led to.
+
+    ``action`` is the decision (promote, reject, wait) and ``why`` its reason;
+    a promotion or rejection it led to follows in the same batch.
+    ``similar_to`` and ``similarity`` are the active memory whose embedding is
+    nearest the candidate's and their cosine (None when the home does not
+    embed, or either has no vector yet); at or above the
+    ``duplicate_similarity`` threshold it is the ``duplicate_of``.
+    ``dry_run`` marks nothing: a dry run writes no event at all.
+    """
+
+    TYPE = vk.CANDIDATE_TRIAGED
+    TV = 2
+
+    similarity: float | None = Field(default=None, ge=-1.0, le=1.0)
+    similar_to: str | None = None
 
 
 class TriageFailed(_ModelOutput):
@@ -471,3 +493,19 @@ class MemorySuperseded(Chained):
         if self.by != "decay" and not (self.reason and self.reason.strip()):
             raise BadInput("a supersession by a person or a memory says why (reason)", field="reason")
         return self
+
+
+class MemoryReinstated(Chained):
+    """`memory.reinstated` tv 1: a person brings a superseded memory back; it is active again.
+
+    It undoes a supersession (by decay above all) without rewriting it: the
+    log keeps both. Bringing a memory back is a use of it, so it counts as a
+    reference, and decay leaves a referenced memory alone.
+    """
+
+    TYPE = vk.MEMORY_REINSTATED
+    TV = 1
+
+    id: str
+    by: Literal["person"] = "person"
+    reason: OptionalReasonField = None

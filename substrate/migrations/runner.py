@@ -136,15 +136,21 @@ def run_migration(
     dry_run: bool,
     out: TextIO | None = None,
     clock: Clock = utc_now,
+    on_snapshot: Callable[[MigrationSnapshotRef, str], None] | None = None,
 ) -> MigrationEvent:
-    """Migrate `backend` to `target_version` with the scripts in `scripts_dir`."""
+    """Migrate `backend` to `target_version` with the scripts in `scripts_dir`.
+
+    ``on_snapshot`` is called with the snapshot's ref and location as soon as
+    it exists, before any unit is written (the command line's `--json` puts it
+    on stdout there, as the text lines go to `out`).
+    """
     stream = out if out is not None else sys.stdout
     run_id = uuid.uuid4().hex
     started = clock()
     run = _Run()
     pending: BaseException | None = None
     try:
-        _migrate(backend, target_version, scripts_dir, dry_run, stream, run, run_id)
+        _migrate(backend, target_version, scripts_dir, dry_run, stream, run, run_id, on_snapshot)
     except BaseException as exc:
         if not run.errors:
             run.failed(exc)
@@ -179,6 +185,7 @@ def _migrate(
     out: TextIO,
     run: _Run,
     run_id: str,
+    on_snapshot: Callable[[MigrationSnapshotRef, str], None] | None = None,
 ) -> None:
     if not dry_run and not backend.capabilities().supports_transactional_rollback:
         raise MigrationRollbackUnavailable(
@@ -210,6 +217,8 @@ def _migrate(
                 file=out,
                 flush=True,
             )
+            if on_snapshot is not None:
+                on_snapshot(run.snapshot, backend.snapshot_location(run.snapshot))
         try:
             for script in chain:
                 for unit in units:

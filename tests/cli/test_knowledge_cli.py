@@ -248,3 +248,65 @@ def test_mcp_tools(home: Path) -> None:
         assert not err and [m["id"] for m in out["memories"]] == [second]
         err, out = call(sub, "candidates_list", statuses=["promoted", "rejected"])
         assert not err and {c["status"] for c in out["candidates"]} == {"active", "invalid"}
+
+
+def test_a_fresh_home_triages_offline_by_default(home: Path) -> None:
+    ok(home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1.")
+    ok(home, "extract", "--pending")
+    out = ok(home, "triage", "--pending")  # no --triager, no [knowledge] table: rules, not ollama (exit 3)
+    assert out["promoted"] == 1
+
+
+def test_decay_lists_what_it_retires_first_and_restore_brings_it_back(home: Path) -> None:
+    ok(home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1.")
+    ok(home, "extract", "--pending")
+    ok(home, "triage", "--pending")
+    pinned = ok(home, "store", "I want answers in metric units", "--kind", "user")["memory"]
+    (loop,) = ok(home, "list", "--kind", "decision")["memories"]
+    args = ["--home", str(home), "decay", "run", "--now", "2099-01-01"]
+    dry = CliRunner().invoke(cli, [*args, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert f"would retire 1 memory\n  {loop['id']}  decision" in dry.stderr
+    assert "would supersede 1" in dry.stdout
+    assert ok(home, "get", loop["id"])["memory"]["status"] == "active"
+    wet = CliRunner().invoke(cli, args)
+    assert wet.exit_code == 0 and f"retiring 1 memory\n  {loop['id']}" in wet.stderr
+    assert ok(home, "get", loop["id"])["memory"]["status"] == "superseded"
+    assert ok(home, "get", pinned["id"])["memory"]["status"] == "active"  # a person's, and user kind
+    assert ok(home, "recall", "whiffletree")["results"] == []
+    assert ok(home, "restore", loop["id"], "--reason", "still true")["memory"]["status"] == "active"
+    assert [m["id"] for m in ok(home, "recall", "whiffletree")["results"]] == [loop["id"]]
+    assert ok(home, "decay", "run", "--now", "2199-01-01")["superseded_count"] == 0
+
+
+def test_mcp_memory_restore_brings_a_decayed_memory_back(home: Path, mcp_server: Any) -> None:
+    ok(home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1.")
+    ok(home, "extract", "--pending")
+    ok(home, "triage", "--pending")
+    (loop,) = ok(home, "list", "--kind", "decision")["memories"]
+    ok(home, "decay", "run", "--now", "2099-01-01")
+    client = mcp_server(home)
+    is_error, out = client.tool("memory_restore", id=loop["id"], reason="still true")
+    assert not is_error and out["memory"]["id"] == loop["id"], out
+    client.close()
+    assert ok(home, "get", loop["id"])["memory"]["status"] == "active"
+    assert [m["id"] for m in ok(home, "recall", "whiffletree")["results"]] == [loop["id"]]
+
+
+def test_http_restore_brings_a_decayed_memory_back(home: Path) -> None:
+    import httpx
+
+    from tests.cli.test_http_api import Server
+
+    ok(home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1.")
+    ok(home, "extract", "--pending")
+    ok(home, "triage", "--pending")
+    (loop,) = ok(home, "list", "--kind", "decision")["memories"]
+    ok(home, "decay", "run", "--now", "2099-01-01")
+    server = Server(home)
+    try:
+        r = httpx.post(f"{server.url}/memory/{loop['id']}/restore", json={"reason": "still true"}, timeout=30)
+        assert r.status_code == 200, r.text
+    finally:
+        server.stop()
+    assert ok(home, "get", loop["id"])["memory"]["status"] == "active"

@@ -24,7 +24,7 @@ from mnemolog.curators.triage import (
 )
 from mnemolog.curators.triage_config import make_triager
 from mnemolog.curators.triage_ollama import OllamaTriager
-from mnemolog.curators.triage_rules import RULES_SHA256, RulesTriager
+from mnemolog.curators.triage_rules import RULES_SHA256, RulesTriager, quantities
 from mnemolog.eventlog.errors import BadInput, UsageError
 
 POLICY = TriagePolicy()
@@ -132,7 +132,7 @@ def item(content: str, **kw: Any) -> TriageItem:
 def test_rules_triager_identity() -> None:
     assert isinstance(RULES, Triager)
     out = RULES.triage(item("Decision: we keep the 18-point whiffletree for M1."))
-    assert (out.triager, out.version, out.model, out.prompt_sha256) == ("rules", "1", None, RULES_SHA256)
+    assert (out.triager, out.version, out.model, out.prompt_sha256) == ("rules", "2", None, RULES_SHA256)
 
 
 @pytest.mark.parametrize(
@@ -173,9 +173,58 @@ def test_rules_see_contradictions_by_negation_and_by_numbers() -> None:
     out = RULES.triage(item("The quilting limit for the 16-inch tool is 180 N.", neighbours=(old,)))
     assert (out.verdict, out.conflicts_with) == ("contradicts", "01OLD")
     assert "180" in out.reason and "234" in out.reason
-    neg = Neighbour("01NEG", "Force modulation can correct coma on the M1 supports.", share=0.7)
+    neg = Neighbour("01NEG", "Force modulation can correct coma on the M1 supports.", share=0.7, coverage=0.8)
     out = RULES.triage(item("Force modulation cannot correct coma on the M1 supports.", neighbours=(neg,)))
     assert (out.verdict, out.conflicts_with) == ("contradicts", "01NEG")
+
+
+@pytest.mark.parametrize(
+    ("candidate", "memory"),
+    [
+        # The newcomer's case: the same schedule, worded differently, one with its time zone.
+        ("The nightly export retries hourly until 06:00 UTC.", "Retry the job hourly until 06:00."),
+        ("Backups of the p04 database are kept 30 days.", "Keep database backups 30 days."),
+        ("We ship the M1 cell on pallet 2 with 40 mm foam.", "The M1 cell ships with 40 mm foam."),
+        ("Retry the export at most 5 times, 10 minutes apart.", "Retry the export at most 5 times."),
+    ],
+)
+def test_rules_call_agreement_a_duplicate_not_a_contradiction(candidate: str, memory: str) -> None:
+    same = Neighbour("01SAME", memory, share=0.8, coverage=0.8)
+    out = RULES.triage(item(candidate, rule="decision", confidence=0.85, neighbours=(same,)))
+    assert out.verdict == "promote" and out.conflicts_with is None
+    assert out.duplicate_of == "01SAME" and "01SAME" in out.reason
+    assert decide(out, policy=POLICY, duplicate_of=out.duplicate_of).action == "wait"
+
+
+@pytest.mark.parametrize(
+    ("candidate", "memory", "numbers"),
+    [
+        ("The nightly export retries hourly until 07:30.", "Retry the job hourly until 06:00.", "07:30"),
+        ("Retry the export at most 3 times.", "Retry the export at most 5 times.", "3"),
+        ("Backups are kept 14 days.", "Backups are kept 30 days.", "14"),
+    ],
+)
+def test_rules_see_disagreement_on_the_same_quantity(candidate: str, memory: str, numbers: str) -> None:
+    old = Neighbour("01OLD", memory, share=0.6, coverage=0.6)
+    out = RULES.triage(item(candidate, rule="decision", confidence=0.85, neighbours=(old,)))
+    assert (out.verdict, out.conflicts_with) == ("contradicts", "01OLD")
+    assert numbers in out.reason
+
+
+def test_rules_negation_on_a_loosely_related_memory_is_not_a_contradiction() -> None:
+    loose = Neighbour(
+        "01LOOSE", "Deploys stop at 16:00 on Fridays for the release train.", share=0.6, coverage=0.4
+    )
+    out = RULES.triage(item("Do not deploy after 16:00 on Fridays.", rule="decision", neighbours=(loose,)))
+    assert out.verdict == "promote" and out.conflicts_with is None and out.duplicate_of is None
+
+
+def test_rules_quantities_skip_names() -> None:
+    assert quantities("p04 M1 at F/1.2 in eu-west-1: 3.50 mm, 40% and 6:00") == {
+        "mm": {"3.5"},
+        "%": {"40"},
+        "time of day": {"06:00"},
+    }
 
 
 def test_rules_ignore_unrelated_neighbours() -> None:

@@ -110,6 +110,10 @@ knowledge_event = st.one_of(
         ),
     ),
     st.tuples(
+        st.just(vk.MEMORY_REINSTATED),
+        st.fixed_dictionaries({"id": field(IDS)}, optional={"by": st.just("person"), "reason": text}),
+    ),
+    st.tuples(
         st.just(vk.MEMORY_REINFORCED),
         st.fixed_dictionaries(
             {"id": field(IDS), "confidence": field(st.floats(0, 1.5))}, optional={"interaction_id": text}

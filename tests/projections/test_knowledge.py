@@ -221,7 +221,14 @@ def test_supersession_below_the_floor() -> None:
 
 def test_decay_thresholds_are_configuration_and_recorded() -> None:
     policy = DecayPolicy(idle_days=7, daily_factor=0.5, floor=0.1)
-    assert policy.to_data() == {"idle_days": 7, "daily_factor": 0.5, "floor": 0.1}
+    assert policy.to_data() == {
+        "idle_days": 7,
+        "daily_factor": 0.5,
+        "floor": 0.1,
+        "exempt_pinned": True,
+        "exempt_kinds": ["user", "feedback"],
+        "exempt_stored": True,
+    }
     assert (
         decayed_confidence(0.8, anchor_us=T0, reference_count=0, now_us=T0 + 9 * DAY_US, policy=policy) == 0.2
     )
@@ -229,7 +236,16 @@ def test_decay_thresholds_are_configuration_and_recorded() -> None:
 
 @pytest.mark.parametrize(
     "kw",
-    [{"idle_days": -1}, {"idle_days": 1.5}, {"daily_factor": 0.0}, {"daily_factor": 1.1}, {"floor": 2.0}],
+    [
+        {"idle_days": -1},
+        {"idle_days": 1.5},
+        {"daily_factor": 0.0},
+        {"daily_factor": 1.1},
+        {"floor": 2.0},
+        {"exempt_pinned": 1},
+        {"exempt_kinds": ["user", ""]},
+        {"exempt_kinds": "user"},
+    ],
 )
 def test_bad_decay_policies(kw: dict[str, Any]) -> None:
     with pytest.raises(BadInput):

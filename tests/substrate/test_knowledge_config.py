@@ -15,7 +15,7 @@ FULL = """
 [knowledge]
 domains = ["nutrition", "health"]
 extractor = "ollama"
-triager = "rules"
+triager = "ollama"
 promote_confidence = 0.9
 duplicate_similarity = 0.95
 max_retries = 1
@@ -31,6 +31,9 @@ step = 0.05
 idle_days = 14
 daily_factor = 0.9
 floor = 0.25
+exempt_pinned = false
+exempt_kinds = ["user"]
+exempt_stored = false
 """
 
 
@@ -38,15 +41,22 @@ def test_defaults() -> None:
     settings = parse_knowledge({})
     assert settings == KnowledgeSettings()
     assert settings.domains == DOMAINS
-    assert (settings.extractor, settings.triager, settings.max_retries) == ("rules", "ollama", 3)
+    assert (settings.extractor, settings.triager, settings.max_retries) == ("rules", "rules", 3)
     assert settings.triage.promote_confidence == 0.8
-    assert settings.decay.to_data() == {"idle_days": 30, "daily_factor": 0.97, "floor": 0.30}
+    assert settings.decay.to_data() == {
+        "idle_days": 30,
+        "daily_factor": 0.97,
+        "floor": 0.30,
+        "exempt_pinned": True,
+        "exempt_kinds": ["user", "feedback"],
+        "exempt_stored": True,
+    }
 
 
 def test_every_setting() -> None:
     settings = parse_knowledge(tomllib.loads(FULL))
     assert settings.domains == (*DOMAINS, "nutrition", "health")
-    assert (settings.extractor, settings.triager, settings.max_retries) == ("ollama", "rules", 1)
+    assert (settings.extractor, settings.triager, settings.max_retries) == ("ollama", "ollama", 1)
     assert settings.triage.to_data() == {"promote_confidence": 0.9, "duplicate_similarity": 0.95}
     assert settings.reinforce.to_data() == {
         "min_share": 0.6,
@@ -55,7 +65,14 @@ def test_every_setting() -> None:
         "long_min_share": 0.3,
         "step": 0.05,
     }
-    assert settings.decay.to_data() == {"idle_days": 14, "daily_factor": 0.9, "floor": 0.25}
+    assert settings.decay.to_data() == {
+        "idle_days": 14,
+        "daily_factor": 0.9,
+        "floor": 0.25,
+        "exempt_pinned": False,
+        "exempt_kinds": ["user"],
+        "exempt_stored": False,
+    }
 
 
 @pytest.mark.parametrize(
@@ -76,6 +93,9 @@ def test_every_setting() -> None:
         {"knowledge": {"reinforce": {"share": 0.5}}},
         {"knowledge": {"decay": {"floor": -1}}},
         {"knowledge": {"decay": []}},
+        {"knowledge": {"decay": {"exempt_pinned": "yes"}}},
+        {"knowledge": {"decay": {"exempt_kinds": "user"}}},
+        {"knowledge": {"decay": {"exempt_kinds": [1]}}},
     ],
 )
 def test_malformed_settings_are_bad_input(raw: dict[str, Any]) -> None:

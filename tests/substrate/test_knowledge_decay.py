@@ -32,7 +32,10 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def sub(tmp_path: Path, clock: FakeClock) -> Iterator[Substrate]:
-    s = open_sub(new_home(tmp_path / "home"), clock=clock)
+    home = new_home(tmp_path / "home")
+    with home.config_path.open("a") as f:  # these tests decay memories stored directly, on purpose
+        f.write("\n[knowledge.decay]\nexempt_stored = false\n")
+    s = open_sub(home, clock=clock)
     s.register_project("p04-gigabit", aliases=["p04"])
     yield s
     s.close()
@@ -131,7 +134,14 @@ def test_decay_at_fixed_clocks(sub: Substrate) -> None:
     assert sub.recall("insight nobody needed") == []
     (e,) = [e for e in sub.log.iter_entries(0) if e.type == "memory.superseded"]
     assert e.data["by"] == "decay" and e.data["now"] == T0 + (30 + 23) * DAY_US + DAY_US // 2
-    assert e.data["policy"] == {"idle_days": 30, "daily_factor": 0.97, "floor": 0.3}
+    assert e.data["policy"] == {
+        "idle_days": 30,
+        "daily_factor": 0.97,
+        "floor": 0.3,
+        "exempt_pinned": True,
+        "exempt_kinds": ["user", "feedback"],
+        "exempt_stored": False,
+    }
     # b (no confidence: 1.0) goes on day 30 + 40; c never does.
     assert sub.decay(now=T0 + (30 + 39) * DAY_US + DAY_US // 2)["superseded_count"] == 0
     assert [r["id"] for r in sub.decay(now=T0 + (30 + 40) * DAY_US + DAY_US // 2)["superseded"]] == [b["id"]]
@@ -154,14 +164,21 @@ def test_a_change_restarts_the_idle_clock(sub: Substrate, clock: FakeClock) -> N
 def test_decay_thresholds_are_configuration(tmp_path: Path, clock: FakeClock) -> None:
     home = new_home(tmp_path / "home")
     with home.config_path.open("a") as f:
-        f.write("\n[knowledge.decay]\nidle_days = 1\ndaily_factor = 0.5\nfloor = 0.4\n")
+        f.write(
+            "\n[knowledge.decay]\nidle_days = 1\ndaily_factor = 0.5\nfloor = 0.4\nexempt_stored = false\n"
+        )
     with open_sub(home, clock=clock) as s:
         m = s.store("short-lived", confidence=0.9)
         # 0.9 * 0.5 = 0.45 after one day past the grace period; 0.225 after two.
         assert s.decay(now=T0 + 2 * DAY_US + DAY_US // 2)["superseded_count"] == 0
         out = s.decay(now=T0 + 3 * DAY_US + DAY_US // 2)
         assert [r["id"] for r in out["superseded"]] == [m["id"]]
-        assert out["policy"] == {"idle_days": 1, "daily_factor": 0.5, "floor": 0.4}
+        assert {k: out["policy"][k] for k in ("idle_days", "daily_factor", "floor", "exempt_stored")} == {
+            "idle_days": 1,
+            "daily_factor": 0.5,
+            "floor": 0.4,
+            "exempt_stored": False,
+        }
 
 
 def test_decay_refuses_a_bad_clock(sub: Substrate) -> None:
@@ -169,8 +186,10 @@ def test_decay_refuses_a_bad_clock(sub: Substrate) -> None:
         sub.decay(now=-1)
 
 
-def test_long_lived_processes_run_decay_in_the_background(sub: Substrate, clock: FakeClock) -> None:
-    sub.store("An old insight", confidence=0.6)
+def test_long_lived_processes_run_decay_in_the_background(
+    sub: Substrate, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = sub.store("An old insight", confidence=0.6)
     clock.now = T0 + 400 * DAY_US
     sub.knowledge.start_daily(first=0.0, every=3600.0)
     try:
@@ -182,3 +201,4 @@ def test_long_lived_processes_run_decay_in_the_background(sub: Substrate, clock:
         sub.knowledge.stop_daily()
     assert len(sub.list(statuses=["superseded"])) == 1
     assert sub.knowledge.daily_errors == []
+    assert any(f"decay: retiring {old['id']}" in r.getMessage() for r in caplog.records)

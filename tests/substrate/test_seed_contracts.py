@@ -1,0 +1,76 @@
+"""Seed contracts still open in issue 19 (item 13): the legacy auto_atomise boolean, atom_of as a
+foreign key, and a migration's snapshot ref on stdout under --json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mnemolog.cli.main import cli
+from mnemolog.eventlog.errors import NotFound
+from mnemolog.substrate.governance import legacy_read, resolve
+from tests.projections.kit import log_digest, new_home, open_sub
+
+BUMP = """
+FROM_VERSION = 1
+TO_VERSION = 2
+
+def applies_to(unit):
+    return unit.read_frontmatter().get("schema_version") == 1
+
+def migrate(unit):
+    meta = unit.read_frontmatter()
+    meta["schema_version"] = 2
+    unit.write_frontmatter(meta)
+    return {"changes": ["schema_version 1 -> 2"]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("own", "mode"),
+    [
+        ({"auto_atomise": True}, "deferred"),
+        ({"auto_atomise": False}, "off"),
+        ({"auto_atomise": True, "auto_atomise_mode": "synchronous"}, "synchronous"),  # the mode wins
+        ({"auto_atomise": "yes"}, "off"),  # not a boolean: means nothing
+    ],
+)
+def test_a_legacy_auto_atomise_boolean_reads_as_a_mode(own: dict[str, object], mode: str) -> None:
+    policy = resolve({"ops": own}, "ops/db")
+    assert policy["auto_atomise_mode"] == mode
+    assert "auto_atomise" not in policy.values
+    assert "auto_atomise" not in legacy_read(own)
+
+
+def test_store_refuses_an_atom_of_that_does_not_exist(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "home")
+    with open_sub(home) as sub:
+        before = log_digest(home)
+        with pytest.raises(NotFound) as info:
+            sub.store("an orphan atom", atom_of="01ARZ3NDEKTSV4RRFFQ69G5FAV")
+        assert info.value.exit_code == 2
+        assert "atom_of" in info.value.message and "01ARZ3NDEKTSV4RRFFQ69G5FAV" in info.value.message
+        assert log_digest(home) == before
+        parent = sub.store("a parent")
+        assert sub.store("an atom", atom_of=parent["id"])["atom_of"] == parent["id"]
+
+
+def test_migrate_json_puts_the_snapshot_ref_on_stdout_first(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--home", str(home), "init"]).exit_code == 0
+    assert runner.invoke(cli, ["--home", str(home), "store", "a memory"]).exit_code == 0
+    (home / "migrations").mkdir()
+    (home / "migrations" / "v1_to_v2.py").write_text(BUMP)
+    r = runner.invoke(
+        cli, ["--home", str(home), "--json", "migrate", "--to", "v2", "--current-schema-version", "2"]
+    )
+    assert r.exit_code == 0, r.output
+    first, last = (json.loads(line) for line in r.stdout.strip().splitlines())
+    assert last["event"]["outcome"] == "completed"
+    assert first["snapshot"]["snapshot_id"] == last["event"]["snapshot_ref"]["snapshot_id"]
+    assert first["snapshot"]["backend_id"] == last["event"]["snapshot_ref"]["backend_id"]
+    assert "Snapshot created" in r.stderr and "Snapshot created" not in r.stdout
