@@ -130,7 +130,7 @@ def do_run(ctx: Ctx, where: Where, target: str, dry_run: bool) -> None:
     out = sys.stderr if ctx.json else sys.stdout
 
     def snapshot_line(ref: MigrationSnapshotRef, location: str) -> None:
-        # Seed 002, MUST 4: the ref reaches stdout the moment it exists, so a run killed
+        # docs/vault.md, requirement 4: the ref reaches stdout the moment it exists, so a run killed
         # mid-way still left what rolls it back. With --json that is one JSON line of its
         # own before the result's (the result stays the last line, as everywhere).
         line = {"ok": True, "snapshot": {**ref.model_dump(mode="json"), "location": location}}

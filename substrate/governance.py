@@ -81,8 +81,8 @@ LEGACY_AUTO_ATOMISE = "auto_atomise"
 def legacy_read(policy: Mapping[str, Any]) -> dict[str, Any]:
     """A namespace's own policy with the legacy ``auto_atomise`` boolean read as a mode.
 
-    Seed 000: a peer that knows no ``auto_atomise_mode`` falls back to the
-    boolean, and ``auto_atomise: true`` meant "enqueue a curator pass after
+    The atomisation contract (docs/curators.md): a peer that knows no
+    ``auto_atomise_mode`` falls back to the boolean, and ``auto_atomise: true`` meant "enqueue a curator pass after
     the store returns", which is the ``deferred`` mode (false: ``off``). A
     mode set beside it wins; a value that is not a boolean means nothing.
     """

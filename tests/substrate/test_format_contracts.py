@@ -1,5 +1,5 @@
-"""Seed contracts still open in issue 19 (item 13): the legacy auto_atomise boolean, atom_of as a
-foreign key, and a migration's snapshot ref on stdout under --json."""
+"""Contracts of the formats mnemolog shares with its peers: the legacy auto_atomise boolean, atom_of
+as a foreign key, and a migration's snapshot ref on stdout under --json."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ promotes the `[materials]` lesson it taught; p06 has memories of its own.
 holds the p06 state, the p06 memories, the p04-earned materials insight and
 no p04 project memory: through the CLI, MCP (the SDK's client), HTTP and the
 Python API, with the same pack bytes. The home embeds with the offline
-WordLlama, as a new home does by default, so the pack ranks by meaning as
+MiniLM, as a new home does by default, so the pack ranks by meaning as
 `recall` does.
 
 The README's worked context example is run as it is written and its output
@@ -46,7 +46,7 @@ VENDOR_PATH = "Twyman-Green preferred, 4D technical lead but cost-challenged"
 @pytest.fixture
 def seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, str]]:
     """The story up to the pack: the home and the ids that matter."""
-    monkeypatch.setenv("MNEMOLOG_EMBED", "wordllama")  # a new home's default; the log keeps it
+    monkeypatch.setenv("MNEMOLOG_EMBED", "minilm")  # a new home's default; the log keeps it
     home = tmp_path / "home"
     init_home(home)
     with Substrate.open(home, long_lived=False) as s:
@@ -166,7 +166,7 @@ def readme_context_example() -> tuple[str, str]:
 
 def test_the_readme_context_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
     script, shown = readme_context_example()
-    # A new user's environment: no MNEMOLOG_EMBED, so the home embeds with WordLlama.
+    # A new user's environment: no MNEMOLOG_EMBED, so the home embeds with the default (MiniLM).
     env = {
         "HOME": str(tmp_path),
         "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
