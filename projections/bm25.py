@@ -36,8 +36,9 @@ import numpy.typing as npt
 
 from mnemolog.projections.text import drop_staged, stage_postings
 
+#: BM25's defaults; `[recall] k1` and `b` in config.toml override them (docs/recall.md).
 K1: Final = 1.2
-B: Final = 0.75
+B: Final = 0.5
 SCORE_SCALE: Final = 10**11
 #: Recalls on one connection before it builds its own copy of the index.
 BUILD_AFTER: Final = 3
@@ -72,6 +73,8 @@ def score(
     limit: int | None,
     require_all: bool = False,
     exclude: I64 | None = None,
+    k1: float = K1,
+    b: float = B,
 ) -> list[tuple[int, int]]:
     """(doc, score as an integer multiple of 1/SCORE_SCALE), best first, newest first on ties.
 
@@ -88,7 +91,7 @@ def score(
             continue
         df = float(len(p.docs))
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        raw = idf * p.tf * (K1 + 1.0) / (p.tf + K1 * (1.0 - B + B * p.dl / avgdl)) * SCORE_SCALE
+        raw = idf * p.tf * (k1 + 1.0) / (p.tf + k1 * (1.0 - b + b * p.dl / avgdl)) * SCORE_SCALE
         docs_parts.append(p.docs)
         contrib_parts.append(np.floor(raw + 0.5))  # half away from zero: raw > 0
     if not docs_parts:

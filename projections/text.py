@@ -336,6 +336,44 @@ def doc_text_py(title: str | None, tags: list[str] | tuple[str, ...], content: s
     return " ".join([title or ""] * TITLE_WEIGHT + [" ".join(tags), content])
 
 
+MONTH_NAMES: tuple[str, ...] = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+
+
+def date_words(year: int, month: int, day: int) -> str:
+    """A date as the words a question names it by, in English: "8 May 2023".
+
+    Indexed with a memory's text so that "what did she do in May 2023" finds
+    memories of that day by its month and year (docs/recall.md, "Dates as words").
+    """
+    return f"{day} {MONTH_NAMES[month - 1]} {year}"
+
+
+def date_words_sql(micros: str) -> str:
+    """`date_words` in SQL, of a column of µs since the epoch (UTC); '' when NULL.
+
+    Month names are spelled from MONTH_NAMES, not strftime's %B, so that the
+    two forms cannot differ by locale.
+    """
+    months = ", ".join(f"'{m}'" for m in MONTH_NAMES)
+    ts = f"make_timestamp({micros})"
+    return (
+        f"coalesce(day({ts})::VARCHAR || ' ' || [{months}][month({ts})] || ' ' || year({ts})::VARCHAR, '')"
+    )
+
+
 def install_macros(conn: duckdb.DuckDBPyConnection) -> None:
     """Create the tokenizer macros on a connection (temporary: they use fts's stem)."""
     # strip_accents costs a third of the tokenizer and changes nothing in ASCII text.
