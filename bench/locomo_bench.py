@@ -305,8 +305,18 @@ def atomisation_experiment(
 
 
 MONTHS = (
-    "january", "february", "march", "april", "may", "june",
-    "july", "august", "september", "october", "november", "december",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
 )
 
 
@@ -354,7 +364,9 @@ def sweep(convs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     text.install_macros(conn)
 
     def terms(texts: list[str]) -> list[list[str]]:
-        rows = conn.execute("SELECT t, ml_terms(t) FROM (SELECT unnest(?::VARCHAR[]) AS t)", [texts]).fetchall()
+        rows = conn.execute(
+            "SELECT t, ml_terms(t) FROM (SELECT unnest(?::VARCHAR[]) AS t)", [texts]
+        ).fetchall()
         got = dict(rows)
         return [list(got[t] or []) for t in texts]
 
@@ -404,7 +416,12 @@ def sweep(convs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
             for qt in qterms:
                 s = np.zeros(len(ts))
                 got = bm25.score(
-                    [post.get(t, bm25.EMPTY) for t in dict.fromkeys(qt)], len(ts), total, limit=None, k1=k1, b=b
+                    [post.get(t, bm25.EMPTY) for t in dict.fromkeys(qt)],
+                    len(ts),
+                    total,
+                    limit=None,
+                    k1=k1,
+                    b=b,
                 )
                 for d, v in got:
                     s[d] = v / bm25.SCORE_SCALE
@@ -473,7 +490,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.sweep:
         rows = sweep(conversations(path)[: min(args.conversations, 4)])
-        base = next(r for r in rows if not r["dates"] and r["k1"] == 1.2 and r["b"] == 0.75 and r["alpha"] == 0)
+        base = next(
+            r for r in rows if not r["dates"] and r["k1"] == 1.2 and r["b"] == 0.75 and r["alpha"] == 0
+        )
         print(json.dumps({"ok": True, "bench": "locomo_sweep", "baseline": base, "top": rows[:15]}))
         return 0
     try:

@@ -177,6 +177,9 @@ class MemoryIndex:
     left_out: dict[str, I64] = field(default_factory=dict)
     # Every memory's id by doc, so its row is fetched by primary key in one statement.
     ids: dict[int, str] = field(default_factory=dict)
+    # Each doc's neighbours (recall.neighbours: previous and next doc, -1 for none) as read at
+    # this position: any store may give a doc a next neighbour, so they go when it moves.
+    neighbours: dict[int, tuple[int, int]] = field(default_factory=dict)
     changed_postings: int = 0
     _changed_by_term: dict[str, TermPostings] | None = None
     _changed_docs: I64 | None = None
@@ -232,6 +235,7 @@ class MemoryIndex:
         for doc in redone:
             self.rows.pop(doc, None)
         self.left_out = {}
+        self.neighbours = {}
         for doc, rows in redone.items():
             self.changed_postings += len(rows) - len(self.changed.get(doc, []))
             self.changed[doc] = rows

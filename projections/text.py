@@ -369,9 +369,7 @@ def date_words_sql(micros: str) -> str:
     """
     months = ", ".join(f"'{m}'" for m in MONTH_NAMES)
     ts = f"make_timestamp({micros})"
-    return (
-        f"coalesce(day({ts})::VARCHAR || ' ' || [{months}][month({ts})] || ' ' || year({ts})::VARCHAR, '')"
-    )
+    return f"coalesce(day({ts})::VARCHAR || ' ' || [{months}][month({ts})] || ' ' || year({ts})::VARCHAR, '')"
 
 
 def install_macros(conn: duckdb.DuckDBPyConnection) -> None:

@@ -122,7 +122,7 @@ def reference_bm25(sub: Substrate, query: str) -> dict[str, float]:
             if t in c:
                 dl = sum(c.values())
                 idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-                part = idf * c[t] * 2.2 / (c[t] + 1.2 * (1 - 0.75 + 0.75 * dl / avgdl))
+                part = idf * c[t] * 2.2 / (c[t] + 1.2 * (1 - 0.5 + 0.5 * dl / avgdl))
                 out[mid] = out.get(mid, 0.0) + round(part * SCORE_SCALE)
     return {k: v / SCORE_SCALE for k, v in out.items()}
 
