@@ -290,13 +290,13 @@ def _retokenise(
     """Postings (and ids) of every memory touched after seq `since`, from its current text."""
     conn.execute(
         "CREATE OR REPLACE TEMP TABLE ml_redo AS "
-        "SELECT m.stored_seq AS doc, m.id, m.title, m.tags, m.content FROM memories m "
+        "SELECT m.stored_seq AS doc, m.id, m.title, m.tags, m.content, m.created_at FROM memories m "
         "SEMI JOIN (SELECT DISTINCT memory_id FROM touches WHERE seq > ?) t ON t.memory_id = m.id",
         [since],
     )
     try:
         ids = {int(d): str(i) for d, i in conn.execute("SELECT doc, id FROM ml_redo").fetchall()}
-        stage_postings(conn, "ml_redo")
+        stage_postings(conn, "ml_redo", dated=True)
         out: dict[int, list[tuple[str, int, int]]] = {d: [] for d in ids}
         for term, doc, tf, dl in conn.execute("SELECT term, doc, tf, dl FROM ml_post").fetchall():
             out[int(doc)].append((str(term), int(tf), int(dl)))
