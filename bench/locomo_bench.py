@@ -34,6 +34,7 @@ memories hold.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import shutil
@@ -144,10 +145,21 @@ def run_conversation(work: Path, name: str, conv: dict[str, Any], embedder: Any,
     root = work / name
     init_home(root, key_name="locomo")
     home = Home(root)
-    ts = turns(conv.get("conversation", conv))
+    c = conv.get("conversation", conv)
+    ts = turns(c)
     texts = [f"{speaker}: {text}" for _, speaker, text in ts]
+    # Each turn carries its session as its source (turns of one session are neighbours) and
+    # the session's date as created_at (noon UTC: the day whatever the speakers' time zone).
+    dates = session_dates(c)
+    lines = []
+    for (n, _, _, _), t in zip(session_turns(c), texts, strict=True):
+        line: dict[str, Any] = {"content": t, "source": f"locomo/{name}/session_{n}"}
+        if n in dates:
+            day = datetime.datetime(*dates[n], 12, tzinfo=datetime.UTC)
+            line["created_at"] = int(day.timestamp()) * 1_000_000
+        lines.append(json.dumps(line) + "\n")
     src = root / "turns.jsonl"
-    src.write_text("".join(json.dumps({"content": t}) + "\n" for t in texts))
+    src.write_text("".join(lines))
     fts_s = fts5_ingest(texts)  # interleaved with ours, conversation by conversation
     with Substrate.open(home, long_lived=True, worker=False, embedder=embedder) as sub:
         t0 = time.perf_counter()
@@ -170,6 +182,7 @@ def run_conversation(work: Path, name: str, conv: dict[str, Any], embedder: Any,
             qid = f"{name}/{i}"
             question = str(qa["question"])
             out["qrels"][qid] = dict.fromkeys(evidence(qa), 1)
+            out["category"][qid] = int(qa["category"])
             for mode in hybrid.MODES:
                 sub.embedding._queries.clear()  # time the question's embedding too
                 t0 = time.perf_counter()
@@ -411,7 +424,7 @@ def sweep(convs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     grid_alpha = (0.0, 0.3, 0.5, 0.7, 0.8, 1.0, 1.2)
     for variant, k1, b in product(("plain", "dated"), grid_k1, grid_b):
         base_scores = []
-        for ts, prev, nxt, qas, qterms, index in prepared:
+        for ts, _, _, _, qterms, index in prepared:
             post, total = index[variant]
             for qt in qterms:
                 s = np.zeros(len(ts))
@@ -516,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": {m: {} for m in hybrid.MODES},
         "latency": {m: [] for m in hybrid.MODES},
         "candidates": {},
+        "category": {},
     }
     work = Path(tempfile.mkdtemp(prefix="locomo_bench-"))
     try:
@@ -535,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         "turns": turns_n,
         "questions": len(out["qrels"]),
         "embedder": model_id,
-        "fusion": vars(hybrid.Fusion()),
+        "recall_policy": vars(hybrid.Fusion()),
         "modes": {},
         "ingest": {
             "import_per_s": round(turns_n / import_s, 1),
@@ -545,12 +559,24 @@ def main(argv: list[str] | None = None) -> int:
             "conversation, beside one FTS5 insert per turn in one transaction",
         },
     }
+    names = [n for n, _ in conversations(path)[: args.conversations]]
+    tuning = set(names[:4])  # the sweep's conversations; 4-9 are held out
+
+    def subset(mode: str, keep: Any) -> dict[str, float]:
+        qrels = {q: r for q, r in out["qrels"].items() if keep(q)}
+        return measure(qrels, {q: r for q, r in out["runs"][mode].items() if q in qrels}) if qrels else {}
+
     for mode in hybrid.MODES:
         lat = out["latency"][mode]
         result["modes"][mode] = {
             **measure(out["qrels"], out["runs"][mode]),
             "p50_ms": round(pct(lat, 50) * 1e3, 3),
             "p99_ms": round(pct(lat, 99) * 1e3, 3),
+            "conversations_0_3": subset(mode, lambda q: q.split("/")[0] in tuning),
+            "conversations_4_9_held_out": subset(mode, lambda q: q.split("/")[0] not in tuning),
+            "recall@5_by_category": {
+                c: subset(mode, lambda q, c=c: out["category"][q] == c).get("recall@5") for c in CATEGORIES
+            },
         }
     result["hybrid_minus_bm25_recall@5"] = round(
         result["modes"]["hybrid"]["recall@5"] - result["modes"]["bm25"]["recall@5"], 4
