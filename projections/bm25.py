@@ -177,9 +177,9 @@ class MemoryIndex:
     left_out: dict[str, I64] = field(default_factory=dict)
     # Every memory's id by doc, so its row is fetched by primary key in one statement.
     ids: dict[int, str] = field(default_factory=dict)
-    # Each doc's neighbours (recall.neighbours: previous and next doc, -1 for none) as read at
-    # this position: any store may give a doc a next neighbour, so they go when it moves.
-    neighbours: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Every doc's neighbours (recall.neighbours): docs sorted, previous and next doc (-1: none),
+    # read at this position; any store may give a doc a next neighbour, so they go when it moves.
+    neighbours: tuple[I64, I64, I64] | None = None
     changed_postings: int = 0
     _changed_by_term: dict[str, TermPostings] | None = None
     _changed_docs: I64 | None = None
@@ -235,7 +235,7 @@ class MemoryIndex:
         for doc in redone:
             self.rows.pop(doc, None)
         self.left_out = {}
-        self.neighbours = {}
+        self.neighbours = None
         for doc, rows in redone.items():
             self.changed_postings += len(rows) - len(self.changed.get(doc, []))
             self.changed[doc] = rows

@@ -336,6 +336,13 @@ NEIGHBOUR_POOL = 200
 _GROUP = "CASE WHEN m.atom_of IS NOT NULL THEN 'atom:' || m.atom_of ELSE 'source:' || m.source END"
 
 
+# Each memory of a group with the previous and next one (-1: none), in stored order.
+_NEIGHBOURS = f"""SELECT m.stored_seq AS doc, lag(m.stored_seq, 1, -1) OVER w AS prev,
+                         lead(m.stored_seq, 1, -1) OVER w AS next
+                  FROM memories m WHERE m.atom_of IS NOT NULL OR m.source IS NOT NULL
+                  WINDOW w AS (PARTITION BY m.namespace, {_GROUP} ORDER BY m.stored_seq)"""
+
+
 def neighbours(
     conn: duckdb.DuckDBPyConnection, docs: list[int], copy: bm25.MemoryIndex | None = None
 ) -> dict[int, tuple[int, int]]:
@@ -343,29 +350,33 @@ def neighbours(
     namespace and group (_GROUP). A memory with neither a source nor a parent has none.
 
     Adjacency is over every stored memory, whatever the filters: whether a
-    neighbour may contribute is the caller's question (it must itself pass them).
+    neighbour may contribute is the caller's question (it must itself pass
+    them). One window over the memories gives every memory's neighbours (a
+    few ms at 10k); a copy of the index keeps them until the projection
+    moves, a one-shot read keeps only the docs asked for.
     """
-    out: dict[int, tuple[int, int]] = {}
-    if copy is not None:
-        out = {d: copy.neighbours[d] for d in docs if d in copy.neighbours}
-    want = sorted({d for d in docs if d not in out})
-    if want:
-        ints = ", ".join(str(int(d)) for d in want)
-        rows = conn.execute(
-            f"""WITH c AS (SELECT m.stored_seq AS doc, m.namespace AS ns, {_GROUP} AS g
-                           FROM memories m WHERE m.stored_seq IN ({ints}))
-                SELECT c.doc,
-                       max(m.stored_seq) FILTER (WHERE m.stored_seq < c.doc),
-                       min(m.stored_seq) FILTER (WHERE m.stored_seq > c.doc)
-                FROM c JOIN memories m ON m.namespace = c.ns AND {_GROUP} = c.g
-                GROUP BY c.doc"""
-        ).fetchall()
-        got = {int(d): (-1 if p is None else int(p), -1 if n is None else int(n)) for d, p, n in rows}
-        fresh = {d: got.get(d, (-1, -1)) for d in want}
-        out.update(fresh)
-        if copy is not None:
-            copy.neighbours.update(fresh)
-    return out
+    if not docs:
+        return {}
+    if copy is None:
+        ints = ", ".join(str(int(d)) for d in sorted(set(docs)))
+        rows = conn.execute(f"SELECT doc, prev, next FROM ({_NEIGHBOURS}) WHERE doc IN ({ints})").fetchall()
+        got = {int(d): (int(p), int(n)) for d, p, n in rows}
+        return {d: got.get(d, (-1, -1)) for d in docs}
+    if copy.neighbours is None:
+        t = conn.execute(f"{_NEIGHBOURS} ORDER BY doc").fetchnumpy()
+        copy.neighbours = (
+            np.asarray(t["doc"], dtype=np.int64),
+            np.asarray(t["prev"], dtype=np.int64),
+            np.asarray(t["next"], dtype=np.int64),
+        )
+    all_docs, prev, nxt = copy.neighbours
+    want = np.asarray(docs, dtype=np.int64)
+    at = np.minimum(np.searchsorted(all_docs, want), max(len(all_docs) - 1, 0))
+    found = (all_docs[at] == want) if len(all_docs) else np.zeros(len(want), dtype=bool)
+    return {
+        int(d): (int(prev[i]), int(nxt[i])) if ok else (-1, -1)
+        for d, i, ok in zip(want, at, found, strict=True)
+    }
 
 
 @dataclass(frozen=True)
