@@ -110,7 +110,9 @@ def test_limit(sub: Substrate) -> None:
 def reference_bm25(sub: Substrate, query: str) -> dict[str, float]:
     """BM25 computed in Python from the memories, with the projection's own tokenizer."""
     with sub.projections.session() as conn:
-        rows = conn.execute("SELECT id, ml_doc_terms(title, tags, content, created_at) FROM memories").fetchall()
+        rows = conn.execute(
+            "SELECT id, ml_doc_terms(title, tags, content, created_at) FROM memories"
+        ).fetchall()
         qterms = list(dict.fromkeys(conn.execute("SELECT ml_terms(?)", [query]).fetchone()[0]))  # type: ignore[index]
     docs = {mid: Counter(terms) for mid, terms in rows}
     n = len(docs)
