@@ -172,6 +172,22 @@ def test_nothing_relevant_is_no_hit_and_min_score_is_a_floor(tmp_path: Path) -> 
         assert out["matched"] is False
 
 
+def test_every_mode_hides_expired_and_superseded_memories(tmp_path: Path) -> None:
+    with open_sub(new_home(tmp_path / "v"), long_lived=True, worker=False, embedder=FakeEmbedder()) as s:
+        kept = s.store("pump seal spec")["id"]
+        gone = s.store("pump seal spec", metadata={"vault": {"expires_at": "2000-01-31"}})["id"]
+        old = s.store("pump seal spec, first draft")["id"]
+        s.link(kept, old, "supersedes")
+        for mode in ("bm25", "vector", "hybrid"):
+            for _ in range(4):  # the third recall on a connection builds the numpy copy
+                got = {m["id"] for m in s.recall("pump seal spec", mode=mode, limit=50)}  # type: ignore[arg-type]
+                assert got == {kept}, mode
+            wide = s.recall(
+                "pump seal spec", mode=mode, include_expired=True, statuses=["active", "superseded"]
+            )  # type: ignore[arg-type]
+            assert {m["id"] for m in wide} == {kept, gone, old}, mode
+
+
 def test_recall_settings_are_read_from_the_recall_table() -> None:
     got = parse_fusion({"k1": 0.9, "b": 0.3, "neighbour_weight": 0})
     assert (got.k1, got.b, got.neighbour_weight) == (0.9, 0.3, 0.0)
