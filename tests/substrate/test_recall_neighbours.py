@@ -72,6 +72,24 @@ def test_an_answer_without_the_query_terms_is_found_through_its_neighbour(sub: S
         assert ids(sub, "instrument") == [ask]
 
 
+def test_an_atom_s_neighbours_are_its_siblings(sub: Substrate) -> None:
+    parts = [
+        "## Tuesday\n\nCaroline asked which instrument Melanie had picked up this spring, after the "
+        "concert at the lake with all of their friends and family.",
+        "## Wednesday\n\nMelanie said the violin, and that she practises every evening before dinner "
+        "with her kids, who sing along badly but happily.",
+        "## Thursday\n\nThey talked about the weather, the garden, the new bakery in town and the cost "
+        "of bread, butter and coffee these days.",
+    ]
+    with sub:
+        m = sub.store("\n\n".join(parts))
+        atoms = sub.atomise(m["id"], curator="rules", max_atom_tokens=50).atom_ids
+        assert len(atoms) == 3
+        got = sub.recall("instrument", mode="bm25", explain=True)
+        assert [x["id"] for x in got] == atoms[:2]  # the parent is archived; Thursday has no lift
+        assert got[1]["explain"]["neighbour_id"] == atoms[0]
+
+
 def test_memories_of_no_common_source_are_not_neighbours(sub: Substrate) -> None:
     with sub:
         ask = sub.store(ASK, source="chat/1")["id"]
