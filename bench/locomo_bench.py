@@ -34,6 +34,7 @@ memories hold.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import shutil
@@ -144,10 +145,21 @@ def run_conversation(work: Path, name: str, conv: dict[str, Any], embedder: Any,
     root = work / name
     init_home(root, key_name="locomo")
     home = Home(root)
-    ts = turns(conv.get("conversation", conv))
+    c = conv.get("conversation", conv)
+    ts = turns(c)
     texts = [f"{speaker}: {text}" for _, speaker, text in ts]
+    # Each turn carries its session as its source (turns of one session are neighbours) and
+    # the session's date as created_at (noon UTC: the day whatever the speakers' time zone).
+    dates = session_dates(c)
+    lines = []
+    for (n, _, _, _), t in zip(session_turns(c), texts, strict=True):
+        line: dict[str, Any] = {"content": t, "source": f"locomo/{name}/session_{n}"}
+        if n in dates:
+            day = datetime.datetime(*dates[n], 12, tzinfo=datetime.UTC)
+            line["created_at"] = int(day.timestamp()) * 1_000_000
+        lines.append(json.dumps(line) + "\n")
     src = root / "turns.jsonl"
-    src.write_text("".join(json.dumps({"content": t}) + "\n" for t in texts))
+    src.write_text("".join(lines))
     fts_s = fts5_ingest(texts)  # interleaved with ours, conversation by conversation
     with Substrate.open(home, long_lived=True, worker=False, embedder=embedder) as sub:
         t0 = time.perf_counter()
@@ -170,6 +182,7 @@ def run_conversation(work: Path, name: str, conv: dict[str, Any], embedder: Any,
             qid = f"{name}/{i}"
             question = str(qa["question"])
             out["qrels"][qid] = dict.fromkeys(evidence(qa), 1)
+            out["category"][qid] = int(qa["category"])
             for mode in hybrid.MODES:
                 sub.embedding._queries.clear()  # time the question's embedding too
                 t0 = time.perf_counter()
@@ -304,6 +317,163 @@ def atomisation_experiment(
     return out
 
 
+MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+
+
+def session_dates(conv: dict[str, Any]) -> dict[int, tuple[int, int, int]]:
+    """(year, month, day) of each session, from `session_N_date_time` ("1:56 pm on 8 May, 2023")."""
+    out = {}
+    for k, v in conv.items():
+        m = re.fullmatch(r"session_(\d+)_date_time", k)
+        d = re.search(r"(\d{1,2}) ([A-Za-z]+),? (\d{4})", str(v)) if m else None
+        if m and d and d.group(2).lower() in MONTHS:
+            out[int(m.group(1))] = (int(d.group(3)), MONTHS.index(d.group(2).lower()) + 1, int(d.group(1)))
+    return out
+
+
+def session_turns(conv: dict[str, Any]) -> list[tuple[int, str, str, str]]:
+    """(session number, dia_id, speaker, text) of every turn, session by session."""
+    out = []
+    keys = sorted((int(m.group(1)), k) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)) and conv[k])
+    for n, key in keys:
+        for t in conv[key]:
+            if isinstance(t, dict) and t.get("text") and t.get("dia_id"):
+                out.append((n, str(t["dia_id"]), str(t.get("speaker", "")), str(t["text"])))
+    return out
+
+
+def sweep(convs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """BM25 parameters, neighbour weight and dates-as-words on these conversations, in memory.
+
+    The project's own tokenizer (the DuckDB macros) and `bm25.score`; a turn's
+    neighbours are the turns before and after it in its session, as recall's
+    neighbours are the memories stored before and after in one source.
+    Recall@k and reciprocal rank are computed as ir-measures does (R@k: share
+    of the evidence in the top k; RR: 1 / rank of the first relevant).
+    """
+    from collections import Counter
+    from itertools import product
+
+    import duckdb
+    import numpy as np
+
+    from mnemolog.projections import bm25, db, text
+
+    conn = duckdb.connect()
+    db.load_fts(conn)
+    text.install_macros(conn)
+
+    def terms(texts: list[str]) -> list[list[str]]:
+        rows = conn.execute(
+            "SELECT t, ml_terms(t) FROM (SELECT unnest(?::VARCHAR[]) AS t)", [texts]
+        ).fetchall()
+        got = dict(rows)
+        return [list(got[t] or []) for t in texts]
+
+    prepared = []
+    for _, conv in convs:
+        c = conv.get("conversation", conv)
+        ts = session_turns(c)
+        dates = session_dates(c)
+        bodies = [f"{sp}: {tx}" for _, _, sp, tx in ts]
+        plain = terms(bodies)
+        dated = terms(
+            [
+                f"{b} {text.date_words(*dates[s])}" if s in dates else b
+                for b, (s, _, _, _) in zip(bodies, ts, strict=True)
+            ]
+        )
+        sess = np.array([s for s, _, _, _ in ts])
+        prev = np.array([i - 1 if i > 0 and sess[i - 1] == sess[i] else -1 for i in range(len(ts))])
+        nxt = np.array([i + 1 if i + 1 < len(ts) and sess[i + 1] == sess[i] else -1 for i in range(len(ts))])
+        qas = [q for q in conv.get("qa", []) if q.get("category") in CATEGORIES and evidence(q)]
+        qterms = terms([str(q["question"]) for q in qas])
+        index = {}
+        for variant, docs in (("plain", plain), ("dated", dated)):
+            by_term: dict[str, list[tuple[int, int, int]]] = {}
+            for d, ws in enumerate(docs):
+                for t, tf in Counter(ws).items():
+                    by_term.setdefault(t, []).append((d, tf, len(ws)))
+            post = {
+                t: bm25.TermPostings(
+                    np.array([r[0] for r in rs], np.int64),
+                    np.array([r[1] for r in rs], np.float64),
+                    np.array([r[2] for r in rs], np.float64),
+                )
+                for t, rs in by_term.items()
+            }
+            index[variant] = (post, sum(len(ws) for ws in docs))
+        prepared.append((ts, prev, nxt, qas, qterms, index))
+
+    rows = []
+    grid_k1 = (0.9, 1.2, 1.5, 2.0)
+    grid_b = (0.3, 0.4, 0.5, 0.6, 0.75)
+    grid_alpha = (0.0, 0.3, 0.5, 0.7, 0.8, 1.0, 1.2)
+    for variant, k1, b in product(("plain", "dated"), grid_k1, grid_b):
+        base_scores = []
+        for ts, _, _, _, qterms, index in prepared:
+            post, total = index[variant]
+            for qt in qterms:
+                s = np.zeros(len(ts))
+                got = bm25.score(
+                    [post.get(t, bm25.EMPTY) for t in dict.fromkeys(qt)],
+                    len(ts),
+                    total,
+                    limit=None,
+                    k1=k1,
+                    b=b,
+                )
+                for d, v in got:
+                    s[d] = v / bm25.SCORE_SCALE
+                base_scores.append(s)
+        for alpha in grid_alpha:
+            r5 = r10 = rr = 0.0
+            n = 0
+            qi = 0
+            for ts, prev, nxt, qas, _, _ in prepared:
+                for qa in qas:
+                    s = base_scores[qi]
+                    qi += 1
+                    nb = np.maximum(np.where(prev >= 0, s[prev], 0.0), np.where(nxt >= 0, s[nxt], 0.0))
+                    f = s + alpha * nb
+                    docs = np.arange(len(ts))
+                    order = np.lexsort((-docs, -f))[:10]
+                    order = order[f[order] > 0]
+                    ev = evidence(qa)
+                    got_ids = [ts[i][1] for i in order]
+                    r5 += len(ev & set(got_ids[:5])) / len(ev)
+                    r10 += len(ev & set(got_ids)) / len(ev)
+                    first = next((i for i, d in enumerate(got_ids) if d in ev), None)
+                    rr += 0.0 if first is None else 1.0 / (first + 1)
+                    n += 1
+            rows.append(
+                {
+                    "dates": variant == "dated",
+                    "k1": k1,
+                    "b": b,
+                    "alpha": alpha,
+                    "recall@5": round(r5 / n, 4),
+                    "recall@10": round(r10 / n, 4),
+                    "mrr": round(rr / n, 4),
+                    "questions": n,
+                }
+            )
+    return sorted(rows, key=lambda r: (-r["recall@5"], -r["mrr"]))
+
+
 def make(kind: str, model: str | None) -> Any:
     from mnemolog.curators.embed import make_embedder
 
@@ -313,11 +483,16 @@ def make(kind: str, model: str | None) -> Any:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--conversations", type=int, default=10)
-    ap.add_argument("--embedder", default="wordllama", choices=["wordllama", "minilm", "ollama"])
+    ap.add_argument("--embedder", default="minilm", choices=["minilm", "wordllama", "ollama"])
     ap.add_argument("--model", help="the Ollama model (with --embedder ollama)")
     ap.add_argument("--data")
     ap.add_argument(
         "--atomise", action="store_true", help="only the atomisation experiment (sessions as memories)"
+    )
+    ap.add_argument(
+        "--sweep",
+        action="store_true",
+        help="only the in-memory sweep of BM25 k1, b, the neighbour weight and dates (conversations 0-3)",
     )
     args = ap.parse_args(argv)
     path = find_data(args.data)
@@ -325,6 +500,13 @@ def main(argv: list[str] | None = None) -> int:
         print(
             json.dumps({"ok": True, "bench": "locomo", "skipped": f"LoCoMo-10 not found at {DEFAULT_DATA}"})
         )
+        return 0
+    if args.sweep:
+        rows = sweep(conversations(path)[: min(args.conversations, 4)])
+        base = next(
+            r for r in rows if not r["dates"] and r["k1"] == 1.2 and r["b"] == 0.75 and r["alpha"] == 0
+        )
+        print(json.dumps({"ok": True, "bench": "locomo_sweep", "baseline": base, "top": rows[:15]}))
         return 0
     try:
         embedder = make(args.embedder, args.model)
@@ -347,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": {m: {} for m in hybrid.MODES},
         "latency": {m: [] for m in hybrid.MODES},
         "candidates": {},
+        "category": {},
     }
     work = Path(tempfile.mkdtemp(prefix="locomo_bench-"))
     try:
@@ -366,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         "turns": turns_n,
         "questions": len(out["qrels"]),
         "embedder": model_id,
-        "fusion": vars(hybrid.Fusion()),
+        "recall_policy": vars(hybrid.Fusion()),
         "modes": {},
         "ingest": {
             "import_per_s": round(turns_n / import_s, 1),
@@ -376,12 +559,24 @@ def main(argv: list[str] | None = None) -> int:
             "conversation, beside one FTS5 insert per turn in one transaction",
         },
     }
+    names = [n for n, _ in conversations(path)[: args.conversations]]
+    tuning = set(names[:4])  # the sweep's conversations; 4-9 are held out
+
+    def subset(mode: str, keep: Any) -> dict[str, float]:
+        qrels = {q: r for q, r in out["qrels"].items() if keep(q)}
+        return measure(qrels, {q: r for q, r in out["runs"][mode].items() if q in qrels}) if qrels else {}
+
     for mode in hybrid.MODES:
         lat = out["latency"][mode]
         result["modes"][mode] = {
             **measure(out["qrels"], out["runs"][mode]),
             "p50_ms": round(pct(lat, 50) * 1e3, 3),
             "p99_ms": round(pct(lat, 99) * 1e3, 3),
+            "conversations_0_3": subset(mode, lambda q: q.split("/")[0] in tuning),
+            "conversations_4_9_held_out": subset(mode, lambda q: q.split("/")[0] not in tuning),
+            "recall@5_by_category": {
+                c: subset(mode, lambda q, c=c: out["category"][q] == c).get("recall@5") for c in CATEGORIES
+            },
         }
     result["hybrid_minus_bm25_recall@5"] = round(
         result["modes"]["hybrid"]["recall@5"] - result["modes"]["bm25"]["recall@5"], 4

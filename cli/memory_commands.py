@@ -112,6 +112,7 @@ class Scope(TypedDict):
     kinds: tuple[str, ...]
     tags: tuple[str, ...]
     include_archived: bool
+    include_expired: bool
     statuses: tuple[str, ...]
     project: str | None
     domains: tuple[str, ...]
@@ -129,6 +130,7 @@ def filter_options(f: Any) -> Any:
             kinds=kw.pop("kinds"),
             tags=kw.pop("tags"),
             include_archived=kw.pop("include_archived"),
+            include_expired=kw.pop("include_expired"),
             statuses=kw.pop("statuses") or ("active",),
             project=kw.pop("project"),
             domains=kw.pop("domains"),
@@ -141,6 +143,9 @@ def filter_options(f: Any) -> Any:
     g = click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds.")(g)
     g = click.option("--tag", "tags", multiple=True, help="Only memories with all these tags.")(g)
     g = click.option("--include-archived", is_flag=True, help="Show archived memories too.")(g)
+    g = click.option(
+        "--include-expired", is_flag=True, help="Show memories whose expires_at has passed too."
+    )(g)
     g = click.option("--project", default=None, help="Only this project ('' for memories of no project).")(g)
     g = click.option("--domain", "domains", multiple=True, help="Only memories with all these domains.")(g)
     g = click.option(
@@ -359,6 +364,8 @@ def explain_line(e: Mapping[str, Any]) -> str:
     parts = []
     if e.get("bm25_rank") is not None:
         parts.append(f"bm25 #{e['bm25_rank']} ({e['bm25_score']:.3f})")
+    if e.get("neighbour_contribution"):
+        parts.append(f"neighbour +{e['neighbour_contribution']:.3f} ({e.get('neighbour_id')})")
     if e.get("vector_rank") is not None:
         parts.append(f"vector #{e['vector_rank']} (cosine {1.0 - e['cosine_distance']:.3f})")
     if e.get("mode") == "hybrid":
@@ -388,7 +395,17 @@ def explained(results: Sequence[Mapping[str, Any]]) -> str:
     default=None,
     help="How to rank (default: hybrid when the home embeds, else bm25).",
 )
-@click.option("--explain", is_flag=True, help="Show each result's BM25 and vector ranks and the fused score.")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Show each result's BM25 and vector ranks, its neighbour's contribution and the fused score.",
+)
+@click.option(
+    "--min-score",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Only results scoring at least this (the score shown; default: any above 0).",
+)
 @json_option
 @click.pass_obj
 def recall(
@@ -397,6 +414,7 @@ def recall(
     scope: Scope,
     mode: str | None,
     explain: bool,
+    min_score: float | None,
 ) -> None:
     """Rank memories for a question: BM25 over title, tags and content, vectors, or both fused."""
     with opened(ctx) as s:
@@ -405,6 +423,7 @@ def recall(
             **scope,
             mode=mode,  # type: ignore[arg-type]
             explain=explain,
+            min_score=min_score,
         )
     if report["fallback"]:
         ctx.info(f"mnemolog: recall used {report['mode']}: {report['fallback']}")

@@ -53,6 +53,7 @@ class Filters(Verbose):
     kinds: list[Kind] = Field(default_factory=list, description="Only memories of these kinds.")
     tags: list[str] = Field(default_factory=list, description="Only memories carrying all these tags.")
     include_archived: bool = Field(False, description="Also archived (hidden) memories.")
+    include_expired: bool = Field(False, description="Also memories whose expires_at has passed.")
     project: str | None = Field(None, description="Only this project ('' for memories of no project).")
     domains: list[str] = Field(default_factory=list, description="Only memories with all these domains.")
     statuses: list[Status] = Field(
@@ -66,6 +67,7 @@ class Filters(Verbose):
             "kinds": list(self.kinds),
             "tags": list(self.tags),
             "include_archived": self.include_archived,
+            "include_expired": self.include_expired,
             "project": self.project,
             "domains": list(self.domains),
             "statuses": tuple(self.statuses) or ("active",),
@@ -101,6 +103,9 @@ class RecallArgs(QueryArgs):
         "(both fused). Default: hybrid when the home embeds, else bm25.",
     )
     explain: bool = Field(False, description="Add each result's BM25 and vector ranks and scores.")
+    min_score: float | None = Field(
+        None, ge=0, description="Only results scoring at least this (default: any above 0)."
+    )
 
 
 class IdArgs(Verbose):
@@ -331,18 +336,22 @@ def _store(s: Substrate, a: StoreArgs) -> dict[str, Any]:
 
 
 def _recall(s: Substrate, a: RecallArgs) -> dict[str, Any]:
-    r = s.recall_report(a.query, limit=a.limit, mode=a.mode, explain=a.explain, **a.filters())
+    r = s.recall_report(
+        a.query, limit=a.limit, mode=a.mode, explain=a.explain, min_score=a.min_score, **a.filters()
+    )
     return {
         "query": a.query,
         "mode": r["mode"],
         "fallback": r["fallback"],
+        # Said outright, so an agent does not quote a weak hit as an answer.
+        "matched": bool(r["results"]),
         "results": views.memories_view(r["results"], a.verbose),
     }
 
 
 def _search(s: Substrate, a: QueryArgs) -> dict[str, Any]:
     hits = s.search(a.query, limit=a.limit, **a.filters())
-    return {"query": a.query, "results": views.memories_view(hits, a.verbose)}
+    return {"query": a.query, "matched": bool(hits), "results": views.memories_view(hits, a.verbose)}
 
 
 def _get(s: Substrate, a: IdArgs) -> dict[str, Any]:
@@ -557,6 +566,7 @@ OPERATIONS: dict[str, Operation] = {
                         "type": ["string", "null"],
                         "description": "Why the mode used is not the default asked for (else null).",
                     },
+                    "matched": {"type": "boolean", "description": "False when no memory matched."},
                     "results": MEMORIES_SCHEMA,
                 },
                 ["query", "mode", "results"],
@@ -571,7 +581,14 @@ OPERATIONS: dict[str, Operation] = {
             "Keyword search: memories containing every keyword as a whole word (of the title, tags or "
             "content), ranked by BM25.",
             QueryArgs,
-            ok_schema({"query": {"type": "string"}, "results": MEMORIES_SCHEMA}, ["query", "results"]),
+            ok_schema(
+                {
+                    "query": {"type": "string"},
+                    "matched": {"type": "boolean", "description": "False when no memory matched."},
+                    "results": MEMORIES_SCHEMA,
+                },
+                ["query", "results"],
+            ),
             _search,
             read_only=True,
             idempotent=True,

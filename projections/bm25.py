@@ -36,8 +36,9 @@ import numpy.typing as npt
 
 from mnemolog.projections.text import drop_staged, stage_postings
 
+#: BM25's defaults; `[recall] k1` and `b` in config.toml override them (docs/recall.md).
 K1: Final = 1.2
-B: Final = 0.75
+B: Final = 0.5
 SCORE_SCALE: Final = 10**11
 #: Recalls on one connection before it builds its own copy of the index.
 BUILD_AFTER: Final = 3
@@ -72,6 +73,8 @@ def score(
     limit: int | None,
     require_all: bool = False,
     exclude: I64 | None = None,
+    k1: float = K1,
+    b: float = B,
 ) -> list[tuple[int, int]]:
     """(doc, score as an integer multiple of 1/SCORE_SCALE), best first, newest first on ties.
 
@@ -88,7 +91,7 @@ def score(
             continue
         df = float(len(p.docs))
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        raw = idf * p.tf * (K1 + 1.0) / (p.tf + K1 * (1.0 - B + B * p.dl / avgdl)) * SCORE_SCALE
+        raw = idf * p.tf * (k1 + 1.0) / (p.tf + k1 * (1.0 - b + b * p.dl / avgdl)) * SCORE_SCALE
         docs_parts.append(p.docs)
         contrib_parts.append(np.floor(raw + 0.5))  # half away from zero: raw > 0
     if not docs_parts:
@@ -174,6 +177,9 @@ class MemoryIndex:
     left_out: dict[str, I64] = field(default_factory=dict)
     # Every memory's id by doc, so its row is fetched by primary key in one statement.
     ids: dict[int, str] = field(default_factory=dict)
+    # Every doc's neighbours (recall.neighbours): docs sorted, previous and next doc (-1: none),
+    # read at this position; any store may give a doc a next neighbour, so they go when it moves.
+    neighbours: tuple[I64, I64, I64] | None = None
     changed_postings: int = 0
     _changed_by_term: dict[str, TermPostings] | None = None
     _changed_docs: I64 | None = None
@@ -229,6 +235,7 @@ class MemoryIndex:
         for doc in redone:
             self.rows.pop(doc, None)
         self.left_out = {}
+        self.neighbours = None
         for doc, rows in redone.items():
             self.changed_postings += len(rows) - len(self.changed.get(doc, []))
             self.changed[doc] = rows
@@ -283,13 +290,13 @@ def _retokenise(
     """Postings (and ids) of every memory touched after seq `since`, from its current text."""
     conn.execute(
         "CREATE OR REPLACE TEMP TABLE ml_redo AS "
-        "SELECT m.stored_seq AS doc, m.id, m.title, m.tags, m.content FROM memories m "
+        "SELECT m.stored_seq AS doc, m.id, m.title, m.tags, m.content, m.created_at FROM memories m "
         "SEMI JOIN (SELECT DISTINCT memory_id FROM touches WHERE seq > ?) t ON t.memory_id = m.id",
         [since],
     )
     try:
         ids = {int(d): str(i) for d, i in conn.execute("SELECT doc, id FROM ml_redo").fetchall()}
-        stage_postings(conn, "ml_redo")
+        stage_postings(conn, "ml_redo", dated=True)
         out: dict[int, list[tuple[str, int, int]]] = {d: [] for d in ids}
         for term, doc, tf, dl in conn.execute("SELECT term, doc, tf, dl FROM ml_post").fetchall():
             out[int(doc)].append((str(term), int(tf), int(dl)))

@@ -301,18 +301,20 @@ class Fold:
         conn = self.conn
         if conn.execute("SELECT 1 FROM memories WHERE id = ?", [row[0]]).fetchone():
             return  # a repeated id: the first store wins
-        dl = self._add_postings(row[-1], row[3], row[5], row[4])
+        dl = self._add_postings(row[-1], row[3], row[5], row[4], row[9])  # row[9]: created_at
         conn.execute(
             f"INSERT INTO memories ({_INSERT_COLS}) VALUES ({_MEMORY_PARAMS}, ?, ?)", [*row, row[-1], dl]
         )
         self.stats.docs += 1
         self.stats.total_len += dl
 
-    def _add_postings(self, doc: int, title: str | None, tags: list[str], content: str) -> int:
-        """Index one memory's text; returns its length in terms."""
+    def _add_postings(
+        self, doc: int, title: str | None, tags: list[str], content: str, created_at: int | None
+    ) -> int:
+        """Index one memory's text and its date as words; returns its length in terms."""
         rows = self.conn.execute(
             f"INSERT INTO postings_delta {ONE_DOC_POSTINGS} RETURNING dl",
-            [doc_text_py(title, tags, content), doc],
+            [doc_text_py(title, tags, content, created_at), doc],
         ).fetchall()
         self.stats.delta_rows += len(rows)
         return int(rows[0][0]) if rows else 0
@@ -326,7 +328,7 @@ class Fold:
         tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=ARROW_CHUNK))
         conn.register("ml_rows", tbl)
         try:
-            stage_postings(conn, _STAGE)
+            stage_postings(conn, _STAGE, dated=True)
             self._insert_staged(tbl)
         finally:
             conn.unregister("ml_rows")
@@ -378,8 +380,11 @@ class Fold:
         groups are found by their zone maps.
         """
         conn = self.conn
+        # The date words (of created_at, which an update never changes) are among the old terms.
         got = conn.execute(
-            "SELECT list_distinct(ml_doc_terms(?, ?::VARCHAR[], ?))", [old[0], old[1], old[2]]
+            "SELECT list_distinct(ml_doc_terms(?, ?::VARCHAR[], ?, created_at)), created_at "
+            "FROM memories WHERE stored_seq = ?",
+            [old[0], old[1], old[2], doc],
         ).fetchone()
         terms: list[str] = list(got[0] or []) if got else []
         row = conn.execute("DELETE FROM postings_delta WHERE doc = ?", [doc]).fetchone()
@@ -391,7 +396,7 @@ class Fold:
             else:
                 row = conn.execute("DELETE FROM postings WHERE doc = ?", [doc]).fetchone()
             self.stats.main_rows -= int(row[0]) if row else 0
-        dl = self._add_postings(doc, title, tags, content)
+        dl = self._add_postings(doc, title, tags, content, got[1] if got else None)
         self.stats.total_len += dl - old[3]
         return dl
 

@@ -37,11 +37,13 @@ import numpy as np
 
 from mnemolog.projections import bm25, vectors
 from mnemolog.projections.memories import Memory
-from mnemolog.projections.recall import SCORE_SCALE, Filters, parse, rank_bm25, with_rows
+from mnemolog.projections.recall import SCORE_SCALE, Filters, Lexical, parse, rank_lexical, with_rows
 
 Mode = Literal["bm25", "vector", "hybrid"]
 MODES: Final[tuple[str, ...]] = ("bm25", "vector", "hybrid")
 FUSION_DEPTH: Final = 50
+#: α: a memory's BM25 score gains α times the best of its neighbours' (recall.rank_lexical).
+NEIGHBOUR_WEIGHT: Final = 0.7
 
 
 FusionMethod = Literal["convex", "rrf"]
@@ -49,9 +51,10 @@ FusionMethod = Literal["convex", "rrf"]
 
 @dataclass(frozen=True)
 class Fusion:
-    """How hybrid recall fuses: the method, its weights, RRF's k, candidates per ranker.
+    """How recall ranks (`[recall]` in config.toml): BM25's k1 and b, the neighbour weight α,
+    and how hybrid recall fuses (method, weights, RRF's k, candidates per ranker).
 
-    The defaults were chosen on LoCoMo (docs/recall.md).
+    The defaults were chosen on LoCoMo conversations 0-3 (docs/recall.md).
     """
 
     method: FusionMethod = "convex"
@@ -59,6 +62,9 @@ class Fusion:
     vector_weight: float = 0.3
     k: int = 60
     depth: int = FUSION_DEPTH
+    k1: float = bm25.K1
+    b: float = bm25.B
+    neighbour_weight: float = NEIGHBOUR_WEIGHT
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,9 @@ class Ranked:
     vector_rank: int | None = None
     bm25_score: float | None = None
     distance: float | None = None
+    # α · the best neighbour's BM25 score, included in bm25_score; and that neighbour's doc.
+    neighbour: float | None = None
+    neighbour_doc: int | None = None
 
     def explain(self) -> dict[str, Any]:
         """Where each ranker put this result and what it scored (None: not among its candidates)."""
@@ -78,6 +87,8 @@ class Ranked:
             "bm25_rank": self.bm25_rank,
             "vector_rank": self.vector_rank,
             "bm25_score": self.bm25_score,
+            "neighbour_contribution": self.neighbour,
+            "neighbour_seq": self.neighbour_doc,
             "cosine_distance": self.distance,
             "fused_score": self.score,
         }
@@ -142,39 +153,83 @@ def rank(
     fusion: Fusion = Fusion(),
     meta: vectors.Meta | None = None,
     use_index: bool = False,
+    min_score: float | None = None,
 ) -> list[Ranked]:
-    """The `limit` best memories for `query` in `mode` (vector modes need `query_vector` and `meta`)."""
+    """The `limit` best memories for `query` in `mode` (vector modes need `query_vector` and `meta`).
+
+    In bm25 and hybrid modes a result must score above 0: a memory with no
+    relevance is not a hit (in hybrid: none of the query's terms, itself or
+    its neighbours, and the lowest cosine of the candidates). A cosine has no
+    such zero (unrelated texts are near 0 on either side), so vector mode
+    keeps every candidate; `min_score`, when given, is a floor in every mode.
+    """
+    ranked = _rank(
+        conn, query, query_vector, filters, limit, mode=mode, fusion=fusion, meta=meta, use_index=use_index
+    )
+    floor = mode != "vector"
+    return [r for r in ranked if (not floor or r.score > 0) and (min_score is None or r.score >= min_score)]
+
+
+def _rank(
+    conn: duckdb.DuckDBPyConnection,
+    query: str,
+    query_vector: np.ndarray | None,
+    filters: Filters,
+    limit: int,
+    *,
+    mode: Mode,
+    fusion: Fusion,
+    meta: vectors.Meta | None,
+    use_index: bool,
+) -> list[Ranked]:
     if mode not in MODES:
         raise ValueError(f"unknown recall mode {mode!r}")
     want_bm25 = mode in ("bm25", "hybrid")
     want_vec = mode in ("vector", "hybrid")
     depth = limit if mode != "hybrid" else max(limit, fusion.depth)
-    lexical: list[tuple[int, int]] = []
+    lexical: list[Lexical] = []
     if want_bm25:
         parsed = parse(conn, query)
         copy = bm25.index_for(conn, parsed.position) if parsed.terms else None
-        lexical = rank_bm25(conn, parsed, filters, depth, copy=copy)
+        lexical = rank_lexical(
+            conn,
+            parsed,
+            filters,
+            depth,
+            copy=copy,
+            k1=fusion.k1,
+            b=fusion.b,
+            neighbour_weight=fusion.neighbour_weight,
+        )
     near: list[tuple[int, float]] = []
     if want_vec and query_vector is not None and meta is not None:
         near = vectors.search(conn, query_vector, filters, depth, meta=meta, use_index=use_index)
     if mode == "bm25":
         return [
-            Ranked(d, s / SCORE_SCALE, bm25_rank=i, bm25_score=s / SCORE_SCALE)
-            for i, (d, s) in enumerate(lexical, start=1)
+            Ranked(
+                x.doc,
+                x.score / SCORE_SCALE,
+                bm25_rank=i,
+                bm25_score=x.score / SCORE_SCALE,
+                neighbour=x.neighbour / SCORE_SCALE,
+                neighbour_doc=x.neighbour_doc,
+            )
+            for i, x in enumerate(lexical, start=1)
         ]
     if mode == "vector":
         return [
             Ranked(d, 1.0 - dist, vector_rank=i, distance=dist) for i, (d, dist) in enumerate(near, start=1)
         ]
-    lex = {d: sc / SCORE_SCALE for d, sc in lexical}
+    lex = {x.doc: x.score / SCORE_SCALE for x in lexical}
+    nbr = {x.doc: x for x in lexical}
     dist = dict(near)
-    ranks_b = {d: i for i, (d, _) in enumerate(lexical, start=1)}
+    ranks_b = {x.doc: i for i, x in enumerate(lexical, start=1)}
     ranks_v = {d: i for i, (d, _) in enumerate(near, start=1)}
     if fusion.method == "rrf":
         fused = [
             (d, score)
             for d, score, _ in rrf(
-                {"bm25": [d for d, _ in lexical], "vector": [d for d, _ in near]},
+                {"bm25": [x.doc for x in lexical], "vector": [d for d, _ in near]},
                 {"bm25": fusion.bm25_weight, "vector": fusion.vector_weight},
                 fusion.k,
             )
@@ -197,6 +252,8 @@ def rank(
             vector_rank=ranks_v.get(d),
             bm25_score=lex.get(d),
             distance=dist.get(d),
+            neighbour=nbr[d].neighbour / SCORE_SCALE if d in nbr else None,
+            neighbour_doc=nbr[d].neighbour_doc if d in nbr else None,
         )
         for d, score in fused[:limit]
     ]

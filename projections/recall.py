@@ -1,7 +1,7 @@
 """Read queries over the projection: recall (BM25, any term), search (all keywords), list, get.
 
-BM25 itself (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5)))
-is `bm25.score`, a pure function over posting arrays; this module parses
+BM25 itself (k1 = 1.2, b = 0.5 by default, `[recall] k1` and `b`; idf = ln(1 +
+(N - df + 0.5) / (df + 0.5))) is `bm25.score`, a pure function over posting arrays; this module parses
 queries, reads postings (from the tables or the connection's copy of the
 index, see projections/bm25.py), applies filters and fetches rows. N, the
 average document length and df are over every stored memory (archived ones
@@ -44,6 +44,7 @@ __all__ = [
     "query_terms",
     "query_words",
     "rank_bm25",
+    "rank_lexical",
     "recall",
     "row_to_memory",
     "search",
@@ -69,6 +70,33 @@ class Filters:
     statuses: tuple[str, ...] = ("active",)
     project: str | None = None  # canonical; "" selects the memories of no project
     domains: tuple[str, ...] = ()
+    # µs since the epoch: memories whose `metadata.vault.expires_at` day has ended by then are
+    # left out (None: no expiry check; the Substrate passes the current time).
+    expired_at: int | None = None
+    # Leave out the memory a `supersedes` link points at, as context packs do.
+    hide_superseded: bool = False
+
+    def lapsed(self) -> tuple[str, list[Any]]:
+        """SQL selecting the docs (as `doc`) left out as expired or superseded by a link ('' if none).
+
+        An expiry is the first µs after the `expires_at` day (UTC), as context
+        packs read it (projections/context/sources.py: expiry_us). The LIKE
+        skips the JSON parse for the memories without an expiry (nearly all).
+        """
+        parts: list[str] = []
+        args: list[Any] = []
+        if self.expired_at is not None:
+            parts.append(
+                "SELECT stored_seq AS doc FROM memories WHERE metadata LIKE '%expires_at%' AND "
+                "epoch_us(TRY_CAST(json_extract_string(metadata, '$.vault.expires_at') AS DATE) + 1) <= ?"
+            )
+            args.append(self.expired_at)
+        if self.hide_superseded:
+            parts.append(
+                "SELECT m.stored_seq AS doc FROM links k JOIN memories m ON m.id = k.dst "
+                "WHERE k.relation = 'supersedes'"
+            )
+        return " UNION ".join(parts), args
 
     @property
     def only_guard(self) -> bool:
@@ -113,6 +141,10 @@ class Filters:
         if self.domains:
             clauses.append(f"list_has_all({alias}.domains, ?::VARCHAR[])")
             args.append(list(self.domains))
+        lapsed, largs = self.lapsed()
+        if lapsed:
+            clauses.append(f"{alias}.stored_seq NOT IN ({lapsed})")
+            args += largs
         return (" AND ".join(clauses) or "TRUE"), args
 
 
@@ -203,9 +235,12 @@ def restriction(filters: Filters) -> tuple[str, list[Any]]:
         # Only active memories, as by default: candidates, superseded and invalid ones are
         # left out by an anti-join with `inactive`, like the archived with `hidden`.
         inactive = "ANTI JOIN inactive i ON i.doc = l.doc"
+        lapsed, largs = filters.lapsed()
+        if lapsed:
+            inactive += f" ANTI JOIN ({lapsed}) x ON x.doc = l.doc"
         if filters.include_archived:
-            return inactive, []
-        return f"ANTI JOIN hidden r ON r.doc = l.doc {inactive}", []
+            return inactive, largs
+        return f"ANTI JOIN hidden r ON r.doc = l.doc {inactive}", largs
     where, args = filters.sql("m")
     return f"SEMI JOIN (SELECT m.stored_seq AS doc FROM memories m WHERE {where}) r ON r.doc = l.doc", args
 
@@ -262,6 +297,8 @@ def rank_bm25(
     *,
     require_all: bool = False,
     copy: bm25.MemoryIndex | None = None,
+    k1: float = bm25.K1,
+    b: float = bm25.B,
 ) -> list[tuple[int, int]]:
     """(doc, score as an integer multiple of 1/SCORE_SCALE) of the allowed memories, best first.
 
@@ -273,10 +310,150 @@ def rank_bm25(
     postings = copy.postings(terms) if copy is not None else bm25.fetch_postings(conn, terms)
     n_docs, total_len = parsed.position[2], parsed.position[3]
     if filters.only_guard:
-        exclude = _left_out(conn, copy, filters.include_archived)
-        return bm25.score(postings, n_docs, total_len, limit=limit, require_all=require_all, exclude=exclude)
-    ranked = bm25.score(postings, n_docs, total_len, limit=None, require_all=require_all)
+        exclude = _excluded(conn, copy, filters)
+        return bm25.score(
+            postings, n_docs, total_len, limit=limit, require_all=require_all, exclude=exclude, k1=k1, b=b
+        )
+    ranked = bm25.score(postings, n_docs, total_len, limit=None, require_all=require_all, k1=k1, b=b)
     return _filtered(conn, ranked, limit, lambda docs: _allowed(conn, docs, filters))
+
+
+def _excluded(conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, filters: Filters) -> bm25.I64:
+    """The docs the default filters leave out, and those expired or superseded by a link."""
+    exclude = _left_out(conn, copy, filters.include_archived)
+    lapsed, largs = filters.lapsed()
+    if lapsed:
+        more = np.asarray(conn.execute(lapsed, largs).fetchnumpy()["doc"], dtype=np.int64)
+        exclude = np.union1d(exclude, more)
+    return exclude
+
+
+#: How many of BM25's best a neighbour-aware ranking starts from, at least (their neighbours join).
+NEIGHBOUR_POOL = 200
+
+# A memory's group: the siblings of one atomised parent, else the memories of one source
+# (a conversation, a capture, an import batch that names its source) in one namespace.
+_GROUP = "CASE WHEN m.atom_of IS NOT NULL THEN 'atom:' || m.atom_of ELSE 'source:' || m.source END"
+
+
+# Each memory of a group with the previous and next one (-1: none), in stored order.
+_NEIGHBOURS = f"""SELECT m.stored_seq AS doc, lag(m.stored_seq, 1, -1) OVER w AS prev,
+                         lead(m.stored_seq, 1, -1) OVER w AS next
+                  FROM memories m WHERE m.atom_of IS NOT NULL OR m.source IS NOT NULL
+                  WINDOW w AS (PARTITION BY m.namespace, {_GROUP} ORDER BY m.stored_seq)"""
+
+
+def neighbours(
+    conn: duckdb.DuckDBPyConnection, docs: list[int], copy: bm25.MemoryIndex | None = None
+) -> dict[int, tuple[int, int]]:
+    """Each doc's neighbours: the memories stored just before and after it (-1: none) in its
+    namespace and group (_GROUP). A memory with neither a source nor a parent has none.
+
+    Adjacency is over every stored memory, whatever the filters: whether a
+    neighbour may contribute is the caller's question (it must itself pass
+    them). One window over the memories gives every memory's neighbours (a
+    few ms at 10k); a copy of the index keeps them until the projection
+    moves, a one-shot read keeps only the docs asked for.
+    """
+    if not docs:
+        return {}
+    if copy is None:
+        ints = ", ".join(str(int(d)) for d in sorted(set(docs)))
+        rows = conn.execute(f"SELECT doc, prev, next FROM ({_NEIGHBOURS}) WHERE doc IN ({ints})").fetchall()
+        got = {int(d): (int(p), int(n)) for d, p, n in rows}
+        return {d: got.get(d, (-1, -1)) for d in docs}
+    if copy.neighbours is None:
+        t = conn.execute(f"{_NEIGHBOURS} ORDER BY doc").fetchnumpy()
+        copy.neighbours = (
+            np.asarray(t["doc"], dtype=np.int64),
+            np.asarray(t["prev"], dtype=np.int64),
+            np.asarray(t["next"], dtype=np.int64),
+        )
+    all_docs, prev, nxt = copy.neighbours
+    want = np.asarray(docs, dtype=np.int64)
+    at = np.minimum(np.searchsorted(all_docs, want), max(len(all_docs) - 1, 0))
+    found = (all_docs[at] == want) if len(all_docs) else np.zeros(len(want), dtype=bool)
+    return {
+        int(d): (int(prev[i]), int(nxt[i])) if ok else (-1, -1)
+        for d, i, ok in zip(want, at, found, strict=True)
+    }
+
+
+@dataclass(frozen=True)
+class Lexical:
+    """A BM25 result: its score (own + neighbour contribution) and the two parts, as integer
+    multiples of 1/SCORE_SCALE, and which neighbour contributed (None: none did)."""
+
+    doc: int
+    score: int
+    own: int
+    neighbour: int = 0
+    neighbour_doc: int | None = None
+
+
+def rank_lexical(
+    conn: duckdb.DuckDBPyConnection,
+    parsed: Parsed,
+    filters: Filters,
+    limit: int,
+    *,
+    copy: bm25.MemoryIndex | None = None,
+    k1: float = bm25.K1,
+    b: float = bm25.B,
+    neighbour_weight: float = 0.0,
+) -> list[Lexical]:
+    """BM25 with neighbour context: score(d) = bm25(d) + α · max(bm25 of d's allowed neighbours).
+
+    Memories stored in sequence from one source answer together (a question
+    and its answer are two turns): a memory with none of the query's terms
+    can rank through its neighbour's. A neighbour contributes only when the
+    filters would let recall show it. α = 0 is plain BM25. The contribution
+    is rounded to an integer multiple of 1/SCORE_SCALE, so scores stay exact
+    and the order deterministic (ties: newest first).
+    """
+    if not parsed.terms:
+        return []
+    alpha = float(neighbour_weight)
+    if alpha <= 0:
+        return [Lexical(d, s, s) for d, s in rank_bm25(conn, parsed, filters, limit, copy=copy, k1=k1, b=b)]
+    postings = copy.postings(parsed.terms) if copy is not None else bm25.fetch_postings(conn, parsed.terms)
+    n_docs, total_len = parsed.position[2], parsed.position[3]
+    pool = max(limit * 4, NEIGHBOUR_POOL)
+    if filters.only_guard:
+        exclude = _excluded(conn, copy, filters)
+        full = bm25.score(postings, n_docs, total_len, limit=None, exclude=exclude, k1=k1, b=b)
+        base = full[:pool]
+
+        def allowed(docs: list[int]) -> set[int]:
+            arr = np.asarray(docs, dtype=np.int64)
+            return set(arr[~np.isin(arr, exclude)].tolist())
+    else:
+        full = bm25.score(postings, n_docs, total_len, limit=None, k1=k1, b=b)
+        base = _filtered(conn, full, pool, lambda docs: _allowed(conn, docs, filters))
+
+        def allowed(docs: list[int]) -> set[int]:
+            return _allowed(conn, docs, filters) if docs else set()
+
+    own = dict(full)
+    ok = {d for d, _ in base}
+    nb = neighbours(conn, sorted(ok), copy)
+    joined = sorted({n for pair in nb.values() for n in pair if n >= 0} - ok)
+    ok |= allowed(joined)
+    nb.update(neighbours(conn, [d for d in joined if d in ok], copy))
+    outer = sorted({n for d in ok for n in nb.get(d, (-1, -1)) if n >= 0} - ok)
+    shown = ok | allowed(outer)
+    out: list[Lexical] = []
+    for d in ok:
+        best, best_doc = 0, None
+        for n in nb.get(d, (-1, -1)):
+            if n >= 0 and n in shown and own.get(n, 0) > best:
+                best, best_doc = own[n], n
+        add = int(np.floor(alpha * best + 0.5))
+        total = own.get(d, 0) + add
+        if total > 0:
+            out.append(Lexical(d, total, own.get(d, 0), add, best_doc if add else None))
+    out.sort(key=lambda x: (-x.score, -x.doc))
+    return out[:limit]
 
 
 MAX_CACHED_ROWS = 20_000

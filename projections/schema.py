@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 9  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls
+SCHEMA_VERSION = 10  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
+# 10 dates as words
 
 # The one archive guard, shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived

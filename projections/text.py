@@ -26,6 +26,8 @@ says more. Tags are indexed once, like content.
 
 from __future__ import annotations
 
+import datetime
+
 import duckdb
 
 # The Snowball English stop-word list (as shipped with Snowball and DuckDB fts).
@@ -316,24 +318,72 @@ def _sql_list(words: tuple[str, ...]) -> str:
     return ", ".join("'" + w.replace("'", "''") + "'" for w in sorted(set(words)))
 
 
-def doc_text(title: str, tags: str, content: str) -> str:
-    """SQL for the text a document is tokenised from: the title TITLE_WEIGHT times, the tags, the content.
+def doc_text(title: str, tags: str, content: str, created_at: str | None = None) -> str:
+    """SQL for the text a document is tokenised from: the title TITLE_WEIGHT times, the tags, the
+    content, and (given `created_at`, a column of µs) its date as words (`date_words`).
 
     Separated by spaces, which split words, so its words are exactly those of
     the parts: one tokenizer pass instead of one per part. Tags are words of
     the memory like any other (`search flaky` finds a memory tagged `flaky`);
-    a tag such as `ci-flaky` gives the words `ci` and `flaky`.
+    a tag such as `ci-flaky` gives the words `ci` and `flaky`. The index is
+    built from the dated text; search checks a memory's words without the
+    date (its keywords are the memory's own words).
     """
     parts = [f"coalesce({title}, '')"] * TITLE_WEIGHT + [
         f"array_to_string(coalesce({tags}, []::VARCHAR[]), ' ')",
         f"coalesce({content}, '')",
     ]
+    if created_at is not None:
+        parts.append(date_words_sql(created_at))
     return " || ' ' || ".join(parts)
 
 
-def doc_text_py(title: str | None, tags: list[str] | tuple[str, ...], content: str) -> str:
+def doc_text_py(
+    title: str | None, tags: list[str] | tuple[str, ...], content: str, created_at: int | None = None
+) -> str:
     """`doc_text` in Python, for a parameter (a test holds the two equal)."""
-    return " ".join([title or ""] * TITLE_WEIGHT + [" ".join(tags), content])
+    parts = [title or ""] * TITLE_WEIGHT + [" ".join(tags), content]
+    if created_at is not None:
+        # Whole seconds, floored as in SQL: a float division could round 23:59:59.9999995 up a day.
+        day = datetime.datetime.fromtimestamp(created_at // 1_000_000, datetime.UTC)
+        parts.append(date_words(day.year, day.month, day.day))
+    return " ".join(parts)
+
+
+MONTH_NAMES: tuple[str, ...] = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+
+
+def date_words(year: int, month: int, day: int) -> str:
+    """A date as the words a question names it by, in English: "8 May 2023".
+
+    Indexed with a memory's text so that "what did she do in May 2023" finds
+    memories of that day by its month and year (docs/recall.md, "Dates as words").
+    """
+    return f"{day} {MONTH_NAMES[month - 1]} {year}"
+
+
+def date_words_sql(micros: str) -> str:
+    """`date_words` in SQL, of a column of µs since the epoch (UTC); '' when NULL.
+
+    Month names are spelled from MONTH_NAMES, not strftime's %B, so that the
+    two forms cannot differ by locale.
+    """
+    months = ", ".join(f"'{m}'" for m in MONTH_NAMES)
+    ts = f"make_timestamp({micros})"
+    return f"coalesce(day({ts})::VARCHAR || ' ' || [{months}][month({ts})] || ' ' || year({ts})::VARCHAR, '')"
 
 
 def install_macros(conn: duckdb.DuckDBPyConnection) -> None:
@@ -360,8 +410,8 @@ def install_macros(conn: duckdb.DuckDBPyConnection) -> None:
     )
     # The definition of a document's terms; the fold computes the same set-wise.
     conn.execute(
-        "CREATE OR REPLACE TEMP MACRO ml_doc_terms(title, tags, content) AS "
-        f"ml_terms({doc_text('title', 'tags', 'content')})"
+        "CREATE OR REPLACE TEMP MACRO ml_doc_terms(title, tags, content, created_at) AS "
+        f"ml_terms({doc_text('title', 'tags', 'content', 'created_at')})"
     )
     conn.execute("CREATE OR REPLACE TEMP TABLE ml_stop_words(w VARCHAR PRIMARY KEY)")
     conn.execute(f"INSERT INTO ml_stop_words SELECT unnest([{_sql_list(STOP_WORDS)}])")
@@ -379,21 +429,23 @@ ONE_DOC_POSTINGS = """
 """
 
 
-def stage_postings(conn: duckdb.DuckDBPyConnection, source: str) -> None:
-    """Tokenise the documents of table `source` (doc, title, tags, content) into two temp tables.
+def stage_postings(conn: duckdb.DuckDBPyConnection, source: str, *, dated: bool = False) -> None:
+    """Tokenise the documents of table `source` (doc, title, tags, content, and created_at when
+    `dated`: a memory's date is indexed as words) into two temp tables.
 
     `ml_post(term, doc, tf, dl)`: their postings, the same as grouping
-    `unnest(ml_doc_terms(title, tags, content))` by term, dl being the length of
+    `unnest(ml_doc_terms(title, tags, content, created_at))` by term, dl being the length of
     that list. `ml_dl(doc, dl)`: the length of every document of `source`, 0
     when it has no terms. One statement, so that DuckDB pipelines the steps
     instead of materialising each. Drop them with `drop_staged`.
     """
+    text = doc_text("title", "tags", "content", "created_at" if dated else None)
     conn.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE ml_post AS
         WITH tok AS MATERIALIZED (
             SELECT doc, w
-            FROM (SELECT doc, unnest(ml_words({doc_text("title", "tags", "content")})) AS w FROM {source})
+            FROM (SELECT doc, unnest(ml_words({text})) AS w FROM {source})
             WHERE w NOT IN (SELECT w FROM ml_stop_words)),
         vocab AS (SELECT w, stem(w, 'english') AS term FROM (SELECT DISTINCT w FROM tok)),
         tf AS (

@@ -841,6 +841,7 @@ class Substrate:
         statuses: Sequence[str] = (DEFAULT_STATUS,),
         project: str | None = None,
         domains: Sequence[str] = (),
+        include_expired: bool = False,
     ) -> Filters:
         if namespace is not None:
             check_namespace(namespace)
@@ -855,6 +856,10 @@ class Substrate:
             statuses=check_statuses(statuses),
             project=project,
             domains=tuple(self.knowledge.domains(domains)),
+            # Expired memories are hidden as context packs hide them, unless asked for; a
+            # memory a `supersedes` link points at too, unless superseded ones are asked for.
+            expired_at=None if include_expired else self.clock(),
+            hide_superseded="superseded" not in statuses,
         )
 
     def _scoped(self, s: Session, f: Filters) -> Filters:
@@ -878,6 +883,8 @@ class Substrate:
         domains: Sequence[str] = (),
         mode: hybrid.Mode | None = None,
         explain: bool = False,
+        include_expired: bool = False,
+        min_score: float | None = None,
     ) -> list[Memory]:
         """Rank memories for a natural-language query (any term may match). No side effects.
 
@@ -902,6 +909,8 @@ class Substrate:
             domains=domains,
             mode=mode,
             explain=explain,
+            include_expired=include_expired,
+            min_score=min_score,
         )["results"]
 
     def recall_report(
@@ -919,21 +928,36 @@ class Substrate:
         domains: Sequence[str] = (),
         mode: hybrid.Mode | None = None,
         explain: bool = False,
+        include_expired: bool = False,
+        min_score: float | None = None,
     ) -> RecallReport:
         """`recall`, with the mode used and why it differs from the one asked for (if it does)."""
-        f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
+        f = self._filters(
+            namespace, descendants, kinds, tags, include_archived, statuses, project, domains, include_expired
+        )
+        if min_score is not None and (
+            isinstance(min_score, bool) or not isinstance(min_score, int | float) or not min_score >= 0
+        ):
+            raise UsageError("min_score must be a number >= 0", field="min_score", found=repr(min_score)[:40])
         if not isinstance(query, str) or not query.strip():
             raise BadInput("the query is empty", field="query")
         recall_policy.check_mode(mode)
         n = check_limit(limit)
         plan = recall_policy.plan(self, self.embedding, query, mode)
         with self.session() as s:
-            plan, found = recall_policy.rank(s, plan, query, self._scoped(s, f), n, self.fusion)
+            plan, found = recall_policy.rank(
+                s, plan, query, self._scoped(s, f), n, self.fusion, min_score=min_score
+            )
             results: list[Memory] = []
             for m, r in found:
                 m["score"] = r.score
                 if explain:
                     m["explain"] = {"mode": plan.mode, **r.explain()}
+                    if r.neighbour_doc is not None:
+                        row = s.conn.execute(
+                            "SELECT id FROM memories WHERE stored_seq = ?", [r.neighbour_doc]
+                        ).fetchone()
+                        m["explain"]["neighbour_id"] = row[0] if row else None
                     if plan.mode == "hybrid":
                         m["explain"]["fusion"] = self.fusion.method
                 results.append(m)
@@ -952,13 +976,16 @@ class Substrate:
         statuses: Sequence[str] = (DEFAULT_STATUS,),
         project: str | None = None,
         domains: Sequence[str] = (),
+        include_expired: bool = False,
     ) -> list[Memory]:
         """Exact keywords, all required, ranked by BM25.
 
         Only active memories unless ``statuses`` says otherwise; ``project``
         ("" = memories of no project) and ``domains`` (all of them) narrow it.
         """
-        f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
+        f = self._filters(
+            namespace, descendants, kinds, tags, include_archived, statuses, project, domains, include_expired
+        )
         return self._ranked(q.search, query, f, limit)
 
     def _ranked(self, ranker: Ranker, query: str, f: Filters, limit: int) -> list[Memory]:
@@ -984,9 +1011,15 @@ class Substrate:
         statuses: Sequence[str] = (DEFAULT_STATUS,),
         project: str | None = None,
         domains: Sequence[str] = (),
+        include_expired: bool = False,
     ) -> list[Memory]:
-        """Memories newest first (by when stored); active ones unless ``statuses`` says otherwise."""
-        f = self._filters(namespace, descendants, kinds, tags, include_archived, statuses, project, domains)
+        """Memories newest first (by when stored); active ones unless ``statuses`` says otherwise.
+
+        Expired memories (`metadata.vault.expires_at` passed) are left out unless `include_expired`.
+        """
+        f = self._filters(
+            namespace, descendants, kinds, tags, include_archived, statuses, project, domains, include_expired
+        )
         if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < 2**63:
             raise UsageError(
                 "offset must be an integer in [0, 2**63)", field="offset", found=repr(offset)[:40]

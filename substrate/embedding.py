@@ -76,12 +76,13 @@ class EmbeddingStatus(TypedDict):
 
 
 def parse_fusion(table: Any) -> hybrid.Fusion:
-    """The `[recall]` table of config.toml: how hybrid recall fuses (defaults: hybrid.Fusion)."""
+    """The `[recall]` table of config.toml: BM25's k1 and b, the neighbour weight, and how
+    hybrid recall fuses (defaults: hybrid.Fusion)."""
     if table is None:
         return hybrid.Fusion()
     if not isinstance(table, Mapping):
         raise BadInput("[recall] must be a table", field="recall")
-    known = {"fusion", "bm25_weight", "vector_weight", "k", "depth"}
+    known = {"fusion", "bm25_weight", "vector_weight", "k", "depth", "k1", "b", "neighbour_weight"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise BadInput(f"unknown key(s) in [recall]: {unknown}", field="recall", found=unknown)
@@ -104,6 +105,9 @@ def parse_fusion(table: Any) -> hybrid.Fusion:
         vector_weight=number("vector_weight", base.vector_weight, 0.0, 100.0),
         k=int(number("k", base.k, 1, 10_000)),
         depth=int(number("depth", base.depth, 1, 1000)),
+        k1=number("k1", base.k1, 0.0, 10.0),
+        b=number("b", base.b, 0.0, 1.0),
+        neighbour_weight=number("neighbour_weight", base.neighbour_weight, 0.0, 10.0),
     )
 
 

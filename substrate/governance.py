@@ -82,8 +82,9 @@ def legacy_read(policy: Mapping[str, Any]) -> dict[str, Any]:
     """A namespace's own policy with the legacy ``auto_atomise`` boolean read as a mode.
 
     The atomisation contract (docs/curators.md): a peer that knows no
-    ``auto_atomise_mode`` falls back to the boolean, and ``auto_atomise: true`` meant "enqueue a curator pass after
-    the store returns", which is the ``deferred`` mode (false: ``off``). A
+    ``auto_atomise_mode`` falls back to the boolean, and ``auto_atomise:
+    true`` meant "enqueue a curator pass after the store returns", which is
+    the ``deferred`` mode (false: ``off``). A
     mode set beside it wins; a value that is not a boolean means nothing.
     """
     out = {k: v for k, v in policy.items() if k != LEGACY_AUTO_ATOMISE}

@@ -67,9 +67,20 @@ def plan(sessions: Sessions, embedding: Embedding, query: str, mode: str | None 
 
 
 def rank(
-    s: Session, p: Plan, query: str, filters: Filters, limit: int, fusion: hybrid.Fusion
+    s: Session,
+    p: Plan,
+    query: str,
+    filters: Filters,
+    limit: int,
+    fusion: hybrid.Fusion,
+    *,
+    min_score: float | None = None,
 ) -> tuple[Plan, list[tuple[Memory, hybrid.Ranked]]]:
-    """The `limit` best memories under `filters` in the plan's mode (and the plan as it was used)."""
+    """The `limit` best memories under `filters` in the plan's mode (and the plan as it was used).
+
+    A memory with no relevance is never a hit (hybrid.rank says what that means per mode);
+    `min_score` is a floor on the score in every mode.
+    """
     meta = vectors.read_meta(s.conn)
     if p.mode != "bm25" and meta is None:
         p = replace(p, mode="bm25", fallback=p.fallback or "the home has no vectors yet")
@@ -84,5 +95,6 @@ def rank(
         fusion=fusion,
         meta=meta,
         use_index=use_index,
+        min_score=min_score,
     )
     return p, hybrid.with_memories(s.conn, ranked)

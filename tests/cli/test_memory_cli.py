@@ -103,6 +103,27 @@ def test_recall_takes_the_mode_beside_the_knowledge_filters(home: Path) -> None:
     assert m["id"] in first and second.split() == ["bm25", "#1", second.split()[2]]
 
 
+def test_recall_min_score_include_expired_and_the_neighbour_in_explain(home: Path) -> None:
+    ask = ok(home, "store", "which instrument did you pick up?", "--source", "chat/9")["memory"]["id"]
+    answer = ok(home, "store", "the violin, every evening", "--source", "chat/9")["memory"]["id"]
+    r = ok(home, "recall", "instrument", "--mode", "bm25", "--explain")
+    assert [x["id"] for x in r["results"]] == [ask, answer]
+    assert r["results"][1]["explain"]["neighbour_id"] == ask
+    text = mnemolog(home, "recall", "instrument", "--mode", "bm25", "--explain", as_json=False)
+    assert "neighbour +" in text.stdout.decode() and ask in text.stdout.decode().splitlines()[3]
+    top = r["results"][0]["score"]
+    got = ok(home, "recall", "instrument", "--mode", "bm25", "--min-score", str(top))["results"]
+    assert [x["id"] for x in got] == [ask]
+    assert mnemolog(home, "recall", "instrument", "--min-score", "-1").returncode == 64
+    meta = '{"vault": {"expires_at": "2001-02-03"}}'
+    gone = ok(home, "store", "expired instrument list", "--meta", meta)["memory"]["id"]
+    assert gone not in [x["id"] for x in ok(home, "recall", "instrument")["results"]]
+    assert gone not in [x["id"] for x in ok(home, "list", "--limit", "100")["memories"]]
+    assert gone in [x["id"] for x in ok(home, "recall", "instrument", "--include-expired")["results"]]
+    assert gone in [x["id"] for x in ok(home, "search", "expired", "--include-expired")["results"]]
+    assert ok(home, "search", "expired")["results"] == []
+
+
 def test_update_link_archive_restore(home: Path) -> None:
     a = ok(home, "store", "first memory about queues")["memory"]["id"]
     b = ok(home, "store", "second memory about queues")["memory"]["id"]
@@ -113,12 +134,15 @@ def test_update_link_archive_restore(home: Path) -> None:
     assert ok(home, "update", a, "--content", "-", stdin=b"rewritten about caches")["memory"][
         "content"
     ].startswith("rewritten")
-    assert [x["id"] for x in ok(home, "recall", "caches")["results"]] == [a]
-    ok(home, "archive", a, "--reason", "old")
+    # The target of a supersedes link leaves default recall; asking for superseded ones shows it.
     assert [x["id"] for x in ok(home, "recall", "caches")["results"]] == []
-    assert [x["id"] for x in ok(home, "recall", "caches", "--include-archived")["results"]] == [a]
+    old = ["--status", "active", "--status", "superseded"]
+    assert [x["id"] for x in ok(home, "recall", "caches", *old)["results"]] == [a]
+    ok(home, "archive", a, "--reason", "old")
+    assert [x["id"] for x in ok(home, "recall", "caches", *old)["results"]] == []
+    assert [x["id"] for x in ok(home, "recall", "caches", "--include-archived", *old)["results"]] == [a]
     ok(home, "restore", a)
-    assert [x["id"] for x in ok(home, "recall", "caches")["results"]] == [a]
+    assert [x["id"] for x in ok(home, "recall", "caches", *old)["results"]] == [a]
     links = ok(home, "get", a)["memory"]["links"]
     assert [e["src"] for e in links["incoming"]] == [b]
 

@@ -118,11 +118,15 @@ def check_invariants(conn: duckdb.DuckDBPyConnection) -> None:
     ).fetchall()
     expected = conn.execute(
         """SELECT term, stored_seq, count(*)::INTEGER, any_value(doc_len)
-           FROM (SELECT stored_seq, doc_len, unnest(ml_doc_terms(title, tags, content)) AS term FROM memories)
+           FROM (SELECT stored_seq, doc_len,
+                        unnest(ml_doc_terms(title, tags, content, created_at)) AS term
+                 FROM memories)
            GROUP BY term, stored_seq ORDER BY ALL"""
     ).fetchall()
     assert index == expected
-    lens = conn.execute("SELECT doc_len, len(ml_doc_terms(title, tags, content)) FROM memories").fetchall()
+    lens = conn.execute(
+        "SELECT doc_len, len(ml_doc_terms(title, tags, content, created_at)) FROM memories"
+    ).fetchall()
     assert all(a == b for a, b in lens)
     # Every memory is found through its primary key (the index a killed process must not lose).
     ids = [r[0] for r in conn.execute("SELECT id FROM memories").fetchall()]

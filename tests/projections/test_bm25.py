@@ -24,17 +24,30 @@ def tp(docs: list[int], tf: list[int], dl: list[int]) -> bm25.TermPostings:
     )
 
 
-def reference(postings: list[bm25.TermPostings], n: int, total: int) -> dict[int, int]:
-    """BM25 written out in plain Python, term by term."""
+def reference(
+    postings: list[bm25.TermPostings], n: int, total: int, k1: float = 1.2, b: float = 0.5
+) -> dict[int, int]:
+    """BM25 written out in plain Python, term by term (k1 1.2 and b 0.5 are the defaults)."""
     avgdl = max(total, 1) / max(n, 1)
     out: dict[int, int] = {}
     for p in postings:
         df = len(p.docs)
         idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
         for d, tf, dl in zip(p.docs, p.tf, p.dl, strict=True):
-            raw = idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * dl / avgdl)) * 1e11
+            raw = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)) * 1e11
             out[int(d)] = out.get(int(d), 0) + math.floor(raw + 0.5)
     return out
+
+
+@pytest.mark.parametrize(("k1", "b"), [(1.2, 0.75), (0.9, 0.3), (2.0, 1.0), (1.5, 0.0)])
+def test_k1_and_b_are_parameters_of_the_formula(k1: float, b: float) -> None:
+    a = tp([1, 2, 5], [1, 3, 1], [4, 10, 4])
+    c = tp([2, 7], [2, 1], [10, 3])
+    got = dict(bm25.score([a, c], 10, 60, limit=None, k1=k1, b=b))
+    assert got == reference([a, c], 10, 60, k1, b)
+    # b weighs length: with b = 0 a long and a short memory with one match score the same.
+    if b == 0.0:
+        assert got[1] == got[5] and got[7] > 0
 
 
 def test_scores_match_the_formula_and_ties_go_to_the_newest() -> None:

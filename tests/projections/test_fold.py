@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from mnemolog.eventlog.writer import Durability
 from mnemolog.projections import engine, fold
+from mnemolog.projections.text import doc_text_py
 from mnemolog.substrate.home import Home
 from tests.projections.kit import check_invariants, logical_rows, new_home, open_sub
 
@@ -201,7 +202,10 @@ def test_a_text_update_replaces_the_indexed_terms(tmp_path: Path) -> None:
                     "SELECT term FROM postings_delta WHERE doc = ?", [m["stored_seq"]]
                 ).fetchall()
             }
-            assert terms == {"okapi", "stripe"}
+            # The text's terms, and its date's (created_at as words: docs/recall.md).
+            row = conn.execute("SELECT ml_terms(?)", [doc_text_py(None, [], "", m["created_at"])]).fetchone()
+            assert row is not None and len(row[0]) == 3
+            assert terms == {"okapi", "stripe", *row[0]}
 
 
 def test_compaction_sorts_the_index_and_changes_no_answer(

@@ -19,6 +19,7 @@ from mnemolog.projections.text import (
     SEPARATORS,
     STOP_WORDS,
     TITLE_WEIGHT,
+    date_words_sql,
     doc_text_py,
     drop_staged,
     install_macros,
@@ -93,12 +94,14 @@ def test_terms_drop_stop_words_and_stem(conn: duckdb.DuckDBPyConnection) -> None
 
 
 def test_title_counts_title_weight_times(conn: duckdb.DuckDBPyConnection) -> None:
-    row = conn.execute("SELECT ml_doc_terms('Kubernetes pods', ['ci-flaky'], 'pods restart')").fetchone()
+    row = conn.execute(
+        "SELECT ml_doc_terms('Kubernetes pods', ['ci-flaky'], 'pods restart', NULL)"
+    ).fetchone()
     assert row is not None
     c = Counter(row[0])
     expected = {"kubernet": TITLE_WEIGHT, "pod": TITLE_WEIGHT + 1, "restart": 1, "ci": 1, "flaki": 1}
     assert c == Counter(expected)
-    row = conn.execute("SELECT ml_doc_terms(NULL, NULL, 'only content')").fetchone()
+    row = conn.execute("SELECT ml_doc_terms(NULL, NULL, 'only content', NULL)").fetchone()
     assert row is not None and row[0] == ["content"]
 
 
@@ -140,31 +143,62 @@ doc_text = st.lists(
 TAGS = st.lists(st.sampled_from(["flaky", "ci-flaky", "Kafka", "日本", "runs"]), max_size=3)
 
 
+# µs since the epoch, some a microsecond either side of a UTC midnight, some before 1970.
+CREATED = st.one_of(
+    st.none(),
+    st.integers(-(10**16), 4 * 10**16),
+    st.integers(-2, 20_000).map(lambda d: d * 86_400_000_000 - 1),
+    st.integers(-2, 20_000).map(lambda d: d * 86_400_000_000),
+)
+
+
 @settings(max_examples=60, deadline=None)
-@given(docs=st.lists(st.tuples(st.one_of(st.none(), doc_text), doc_text, TAGS), min_size=1, max_size=8))
+@given(
+    docs=st.lists(st.tuples(st.one_of(st.none(), doc_text), doc_text, TAGS, CREATED), min_size=1, max_size=8)
+)
 def test_bulk_and_single_document_postings_equal_the_macro(
-    docs: list[tuple[str | None, str, list[str]]],
+    docs: list[tuple[str | None, str, list[str], int | None]],
 ) -> None:
     c = duckdb.connect()
     load_fts(c)
     install_macros(c)
-    c.execute("CREATE TABLE src(doc BIGINT, title VARCHAR, content VARCHAR, tags VARCHAR[])")
-    c.executemany("INSERT INTO src VALUES (?, ?, ?, ?)", [(i, t, b, g) for i, (t, b, g) in enumerate(docs)])
+    c.execute(
+        "CREATE TABLE src(doc BIGINT, title VARCHAR, content VARCHAR, tags VARCHAR[], created_at BIGINT)"
+    )
+    c.executemany(
+        "INSERT INTO src VALUES (?, ?, ?, ?, ?)", [(i, t, b, g, w) for i, (t, b, g, w) in enumerate(docs)]
+    )
     expected = c.execute(
         """SELECT term, doc, count(*)::INTEGER, any_value(n)::INTEGER FROM (
                SELECT doc, unnest(t) AS term, len(t) AS n
-               FROM (SELECT doc, ml_doc_terms(title, tags, content) AS t FROM src))
+               FROM (SELECT doc, ml_doc_terms(title, tags, content, created_at) AS t FROM src))
            GROUP BY term, doc ORDER BY ALL"""
     ).fetchall()
     lengths = c.execute(
-        "SELECT doc, len(ml_doc_terms(title, tags, content))::INTEGER FROM src ORDER BY doc"
+        "SELECT doc, len(ml_doc_terms(title, tags, content, created_at))::INTEGER FROM src ORDER BY doc"
     ).fetchall()
-    stage_postings(c, "src")
+    stage_postings(c, "src", dated=True)
     assert c.execute("SELECT term, doc, tf, dl FROM ml_post ORDER BY ALL").fetchall() == expected
     assert c.execute("SELECT doc, dl FROM ml_dl ORDER BY doc").fetchall() == lengths
     drop_staged(c)
     single = []
-    for i, (t, b, g) in enumerate(docs):
-        single += c.execute(ONE_DOC_POSTINGS, [doc_text_py(t, g, b), i]).fetchall()
+    for i, (t, b, g, w) in enumerate(docs):
+        single += c.execute(ONE_DOC_POSTINGS, [doc_text_py(t, g, b, w), i]).fetchall()
     assert sorted(single) == expected
+    c.close()
+
+
+def test_a_date_is_indexed_as_day_month_name_and_year() -> None:
+    c = duckdb.connect()
+    load_fts(c)
+    install_macros(c)
+    may_8 = 1_683_547_200_000_000  # 2023-05-08T12:00:00Z
+    row = c.execute("SELECT ml_doc_terms(NULL, NULL, 'went hiking', ?)", [may_8]).fetchone()
+    assert row is not None and row[0] == ["went", "hike", "8", "may", "2023"]
+    assert doc_text_py(None, [], "x", may_8).endswith("8 May 2023")
+    # The last microsecond of a day is still that day, in both forms.
+    last = 1_683_590_400_000_000 - 1  # 2023-05-08T23:59:59.999999Z
+    assert doc_text_py(None, [], "x", last).endswith("8 May 2023")
+    row = c.execute(f"SELECT {date_words_sql('t')} FROM (SELECT ?::BIGINT AS t)", [last]).fetchone()
+    assert row is not None and row[0] == "8 May 2023"
     c.close()

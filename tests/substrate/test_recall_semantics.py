@@ -110,7 +110,9 @@ def test_limit(sub: Substrate) -> None:
 def reference_bm25(sub: Substrate, query: str) -> dict[str, float]:
     """BM25 computed in Python from the memories, with the projection's own tokenizer."""
     with sub.projections.session() as conn:
-        rows = conn.execute("SELECT id, ml_doc_terms(title, tags, content) FROM memories").fetchall()
+        rows = conn.execute(
+            "SELECT id, ml_doc_terms(title, tags, content, created_at) FROM memories"
+        ).fetchall()
         qterms = list(dict.fromkeys(conn.execute("SELECT ml_terms(?)", [query]).fetchone()[0]))  # type: ignore[index]
     docs = {mid: Counter(terms) for mid, terms in rows}
     n = len(docs)
@@ -122,7 +124,7 @@ def reference_bm25(sub: Substrate, query: str) -> dict[str, float]:
             if t in c:
                 dl = sum(c.values())
                 idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-                part = idf * c[t] * 2.2 / (c[t] + 1.2 * (1 - 0.75 + 0.75 * dl / avgdl))
+                part = idf * c[t] * 2.2 / (c[t] + 1.2 * (1 - 0.5 + 0.5 * dl / avgdl))
                 out[mid] = out.get(mid, 0.0) + round(part * SCORE_SCALE)
     return {k: v / SCORE_SCALE for k, v in out.items()}
 
