@@ -76,13 +76,13 @@ def run_records(conn: duckdb.DuckDBPyConnection) -> list[RunRecord]:
         except (TypeError, ValueError):
             d = {}
         out.append(_run(int(seq), str(status), request_seq, d if isinstance(d, dict) else {}, int(ts)))
-    for seq, model, tin, tout, status, summary, error, ts in conn.execute(
-        "SELECT seq, model, input_tokens, output_tokens, status, summary, error, ts FROM model_calls"
+    for seq, model, tin, tout, status, summary, error, ts, trigger in conn.execute(
+        "SELECT seq, model, input_tokens, output_tokens, status, summary, error, ts, trigger FROM model_calls"
     ).fetchall():
         out.append(
             RunRecord(
-                ts=int(ts), trigger="manual", model=model, input_tokens=int(tin), output_tokens=int(tout),
-                status=status, summary=summary, error=error, seq=int(seq),
+                ts=int(ts), trigger=trigger or "manual", model=model, input_tokens=int(tin),
+                output_tokens=int(tout), status=status, summary=summary, error=error, seq=int(seq),
             )
         )  # fmt: skip
     for seq, kind, model, dim, ts in conn.execute(

@@ -44,6 +44,11 @@ MODES: Final[tuple[str, ...]] = ("bm25", "vector", "hybrid")
 FUSION_DEPTH: Final = 50
 #: α: a memory's BM25 score gains α times the best of its neighbours' (recall.rank_lexical).
 NEIGHBOUR_WEIGHT: Final = 0.7
+#: In hybrid recall, a memory none of whose words (nor its neighbours') the query holds is a hit
+#: only when its cosine reaches this. Fused scores cannot say it: they are normalised per query,
+#: so the least similar candidate always fuses to 0 however close it is. Measured with both
+#: offline embedders: related texts 0.21-0.60, unrelated ones -0.05-0.15 (docs/recall.md).
+MIN_COSINE: Final = 0.2
 
 
 FusionMethod = Literal["convex", "rrf"]
@@ -65,6 +70,7 @@ class Fusion:
     k1: float = bm25.K1
     b: float = bm25.B
     neighbour_weight: float = NEIGHBOUR_WEIGHT
+    min_cosine: float = MIN_COSINE
 
 
 @dataclass(frozen=True)
@@ -154,20 +160,34 @@ def rank(
     meta: vectors.Meta | None = None,
     use_index: bool = False,
     min_score: float | None = None,
+    in_scope: bool = False,
 ) -> list[Ranked]:
     """The `limit` best memories for `query` in `mode` (vector modes need `query_vector` and `meta`).
 
-    In bm25 and hybrid modes a result must score above 0: a memory with no
-    relevance is not a hit (in hybrid: none of the query's terms, itself or
-    its neighbours, and the lowest cosine of the candidates). A cosine has no
-    such zero (unrelated texts are near 0 on either side), so vector mode
-    keeps every candidate; `min_score`, when given, is a floor in every mode.
+    A memory with no relevance is never a hit. In bm25 mode that is a score
+    of 0 (none of the query's terms, in it or its neighbours). In hybrid
+    mode a memory without such a match needs a cosine of at least
+    `fusion.min_cosine` (its fused score says nothing: normalised per query,
+    the least similar candidate fuses to 0 however close it is). Vector
+    mode, asked for by name, keeps its nearest candidates. `min_score`, when
+    given, is a floor on the score in every mode. `in_scope`: every memory
+    the filters select is wanted whatever its relevance, ranked (a context
+    pack's own project), so neither floor applies.
     """
     ranked = _rank(
         conn, query, query_vector, filters, limit, mode=mode, fusion=fusion, meta=meta, use_index=use_index
     )
-    floor = mode != "vector"
-    return [r for r in ranked if (not floor or r.score > 0) and (min_score is None or r.score >= min_score)]
+    if in_scope:
+        return ranked
+    return [r for r in ranked if _relevant(r, mode, fusion) and (min_score is None or r.score >= min_score)]
+
+
+def _relevant(r: Ranked, mode: Mode, fusion: Fusion) -> bool:
+    if mode == "vector":
+        return True
+    if r.bm25_score is not None and r.bm25_score > 0:
+        return True
+    return mode == "hybrid" and r.distance is not None and 1.0 - r.distance >= fusion.min_cosine
 
 
 def _rank(

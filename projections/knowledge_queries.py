@@ -450,4 +450,12 @@ def knowledge_counts(conn: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         "extraction_failures": int(extraction_failures[0]) if extraction_failures else 0,
         "projects": int((conn.execute("SELECT count(*) FROM projects").fetchone() or (0,))[0]),
         "state_entries": pairs("SELECT state, count(*) FROM project_state GROUP BY state ORDER BY 1"),
+        # Extraction and triage calls by trigger and outcome, e.g. {"cron": {"ok": 3, "error": 1}}.
+        "calls": {
+            str(t): {"ok": int(ok), "error": int(err)}
+            for t, ok, err in conn.execute(
+                "SELECT coalesce(trigger, 'manual'), count(*) FILTER (status = 'ok'), "
+                "count(*) FILTER (status = 'error') FROM model_calls GROUP BY 1 ORDER BY 1"
+            ).fetchall()
+        },
     }

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 Handler = Callable[["Fold", Entry, dict[str, Any]], None]
 
-COLUMNS: Final = "seq, type, model, input_tokens, output_tokens, status, summary, error, ts"
+COLUMNS: Final = "seq, type, model, input_tokens, output_tokens, status, summary, error, ts, trigger"
 _MESSAGE_CHARS: Final = 300
 
 
@@ -54,7 +54,8 @@ def _row(e: Entry, d: dict[str, Any]) -> tuple[Any, ...] | None:
         return None
     status = "ok" if error is None else "error"
     tokens = (_count(d.get("input_tokens")), _count(d.get("output_tokens")))
-    return (e.seq, e.type, model, *tokens, status, summary, error, e.ts)
+    trigger = "cron" if d.get("trigger") == "cron" else None
+    return (e.seq, e.type, model, *tokens, status, summary, error, e.ts, trigger)
 
 
 def recorded(handler: Handler) -> Handler:
@@ -64,7 +65,7 @@ def recorded(handler: Handler) -> Handler:
         handler(f, e, d)
         row = _row(e, d)
         if row is not None:
-            f.conn.execute(f"INSERT INTO model_calls ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+            f.conn.execute(f"INSERT INTO model_calls ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
 
     fold.__name__ = handler.__name__
     return fold

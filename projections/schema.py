@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 10  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
-# 10 dates as words
+SCHEMA_VERSION = 11  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
+# 10 dates as words, 11 model_calls.trigger
 
 # The one archive guard, shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -154,7 +154,8 @@ DDL += CONTEXT_DDL
 DDL.append(
     """CREATE TABLE IF NOT EXISTS model_calls(seq BIGINT NOT NULL, type VARCHAR NOT NULL,
     model VARCHAR NOT NULL, input_tokens BIGINT NOT NULL, output_tokens BIGINT NOT NULL,
-    status VARCHAR NOT NULL, summary VARCHAR NOT NULL, error VARCHAR, ts BIGINT NOT NULL)"""
+    status VARCHAR NOT NULL, summary VARCHAR NOT NULL, error VARCHAR, ts BIGINT NOT NULL,
+    trigger VARCHAR)"""
 )
 
 TABLES = [

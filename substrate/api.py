@@ -149,6 +149,7 @@ class Substrate:
         if long_lived and worker:
             self.atomiser.start_worker()
             self.knowledge.start_daily()
+            self.knowledge.start_nightly()
             self.embedding.start_worker(self)
         # A long-lived process sends its checkpoints to the home's witnesses from a thread.
         self._witnesses = (
@@ -1033,6 +1034,12 @@ class Substrate:
             out = q.stats(s.conn)
             out["atomisation"] = self.atomiser.counts(s)
             out["knowledge"] = kq.knowledge_counts(s.conn)
+            # This process's scheduled runs (a long-lived one runs them; see [knowledge.schedule]).
+            out["knowledge"]["scheduled"] = {
+                "runs": len(self.knowledge.scheduled_runs),
+                "failures": len(self.knowledge.scheduled_failures),
+                "last_failure": next(reversed(self.knowledge.scheduled_failures), None),
+            }
             out["log"] = {"size": self.log.size, "log_id": self.log.log_id.hex()}
             return out
 

@@ -361,7 +361,10 @@ def build_context(
 
         def rank(q: str, f: Filters, limit: int) -> list[tuple[Memory, float]]:
             nonlocal used
-            used, found = recall_policy.rank(s, plan, q, f, limit, fusion or Fusion())
+            # The project in scope is wanted whatever the question: its memories are
+            # ranked, not filtered by relevance; memories of no project must be relevant.
+            in_scope = bool(f.project)
+            used, found = recall_policy.rank(s, plan, q, f, limit, fusion or Fusion(), in_scope=in_scope)
             return [(m, r.score) for m, r in found]
 
         c = sources.candidates(s.conn, query, proj, cfg, rank)

@@ -82,7 +82,17 @@ def parse_fusion(table: Any) -> hybrid.Fusion:
         return hybrid.Fusion()
     if not isinstance(table, Mapping):
         raise BadInput("[recall] must be a table", field="recall")
-    known = {"fusion", "bm25_weight", "vector_weight", "k", "depth", "k1", "b", "neighbour_weight"}
+    known = {
+        "fusion",
+        "bm25_weight",
+        "vector_weight",
+        "k",
+        "depth",
+        "k1",
+        "b",
+        "neighbour_weight",
+        "min_cosine",
+    }
     unknown = sorted(set(table) - known)
     if unknown:
         raise BadInput(f"unknown key(s) in [recall]: {unknown}", field="recall", found=unknown)
@@ -108,6 +118,7 @@ def parse_fusion(table: Any) -> hybrid.Fusion:
         k1=number("k1", base.k1, 0.0, 10.0),
         b=number("b", base.b, 0.0, 1.0),
         neighbour_weight=number("neighbour_weight", base.neighbour_weight, 0.0, 10.0),
+        min_cosine=number("min_cosine", base.min_cosine, -1.0, 1.0),
     )
 
 

@@ -15,6 +15,7 @@ suggests, and (in the fold) what the log holds.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import re
@@ -93,7 +94,25 @@ DUPLICATE_POOL: Final = 20
 #: Supersessions written per batch by a decay run.
 DECAY_BATCH: Final = 1000
 #: Long-lived processes run decay this long after they start, then once a day.
+#: The scheduled run's trigger, set only in the scheduler's own thread (a new thread starts
+#: with this at its default, so a request served meanwhile is never marked "cron").
+_TRIGGER: contextvars.ContextVar[str | None] = contextvars.ContextVar("mnemolog_trigger", default=None)
+
+
+def _trigger() -> dict[str, Any]:
+    t = _TRIGGER.get()
+    return {"trigger": t} if t else {}
+
+
+def seconds_until(now_s: float, at_minute: int) -> float:
+    """Seconds from `now_s` (Unix time) to the next `at_minute` (minutes past midnight, UTC)."""
+    day = 86_400.0
+    target = (now_s // day) * day + at_minute * 60.0
+    return target - now_s if target > now_s else target + day - now_s
+
+
 DAILY_FIRST_S: Final = 60.0
+SCHEDULED_KEPT: Final = 30
 DAILY_S: Final = 86_400.0
 _PREFIX: Final = re.compile(kq.PREFIX_PATTERN)
 _log = logging.getLogger("mnemolog.knowledge")
@@ -173,7 +192,12 @@ class Knowledge:
         self._settings: KnowledgeSettings | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._nightly: threading.Thread | None = None
         self.daily_errors: list[str] = []
+        #: Failures of the scheduled runs of this process (counted by `stats`), newest last.
+        self.scheduled_failures: list[str] = []
+        #: The scheduled runs of this process, newest last (at most SCHEDULED_KEPT).
+        self.scheduled_runs: list[dict[str, Any]] = []
 
     # -- configuration --------------------------------------------------------------------
 
@@ -482,7 +506,10 @@ class Knowledge:
             if isinstance(outcome, ExtractionFailure):
                 events.append(
                     ExtractionFailed(
-                        interaction_id=iid, extractor=outcome.extractor, **_failure_fields(outcome)
+                        interaction_id=iid,
+                        extractor=outcome.extractor,
+                        **_failure_fields(outcome),
+                        **_trigger(),
                     )
                 )
                 results.append(
@@ -533,6 +560,7 @@ class Knowledge:
                     input_tokens=outcome.input_tokens,
                     output_tokens=outcome.output_tokens,
                     warnings=list(outcome.warnings),
+                    **_trigger(),
                 )
             )
             results.append(
@@ -680,7 +708,9 @@ class Knowledge:
                 results.append({"id": cid, "outcome": "already_decided", "status": now.get(cid)})
                 continue
             if isinstance(verdict, TriageFailure):
-                events.append(TriageFailed(id=cid, triager=verdict.triager, **_failure_fields(verdict)))
+                events.append(
+                    TriageFailed(id=cid, triager=verdict.triager, **_failure_fields(verdict), **_trigger())
+                )
                 results.append(
                     {"id": cid, "outcome": "failed", "reason": verdict.reason, "message": verdict.message}
                 )
@@ -721,6 +751,7 @@ class Knowledge:
                     input_tokens=verdict.input_tokens,
                     output_tokens=verdict.output_tokens,
                     warnings=list(verdict.warnings),
+                    **_trigger(),
                 )
             )
             if decision.action == "promote":
@@ -950,11 +981,56 @@ class Knowledge:
         self._thread = threading.Thread(target=loop, name="mnemolog-decay", daemon=True)
         self._thread.start()
 
+    def scheduled_run(self) -> dict[str, Any]:
+        """What a long-lived process runs on its schedule: extraction, then triage, of what is pending.
+
+        Every event it writes carries ``trigger: "cron"``. Nothing pending is not a
+        failure; any other error is recorded (and counted by `stats`) and the run goes
+        on to the next step, so a model that is down does not stop the rules triager.
+        """
+        token = _TRIGGER.set("cron")
+        out: dict[str, Any] = {"started_at": self.clock()}
+        try:
+            steps: tuple[tuple[str, Callable[[], dict[str, Any]]], ...] = (
+                ("extract", lambda: self.extract(pending=True)),
+                ("triage", lambda: self.triage(pending=True)),
+            )
+            for step, run in steps:
+                try:
+                    r = run()
+                    out[step] = {k: r[k] for k in ("candidates", "failed", "promoted", "waiting") if k in r}
+                except Informational:
+                    out[step] = {"pending": 0}
+                except MnemologError as exc:
+                    failure = f"{step}: {exc.slug}: {exc.message}"
+                    self.scheduled_failures.append(failure)
+                    out[step] = {"error": failure}
+                    _log.warning("scheduled %s failed: %s", step, failure)
+        finally:
+            _TRIGGER.reset(token)
+        self.scheduled_runs = [*self.scheduled_runs[-(SCHEDULED_KEPT - 1) :], out]
+        return out
+
+    def start_nightly(self, now: Callable[[], float] | None = None) -> None:
+        """Run `scheduled_run` every day at the configured time (UTC), in a background thread."""
+        schedule = self.settings.schedule
+        if self._nightly is not None or not schedule.enabled:
+            return
+        wall = now or (lambda: datetime.now(UTC).timestamp())
+
+        def loop() -> None:
+            while not self._stop.wait(seconds_until(wall(), schedule.at_minute)):
+                self.scheduled_run()
+
+        self._nightly = threading.Thread(target=loop, name="mnemolog-nightly", daemon=True)
+        self._nightly.start()
+
     def stop_daily(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        for t in (self._thread, self._nightly):
+            if t is not None:
+                t.join(timeout=5)
+        self._thread = self._nightly = None
 
     # -- the [domain] prefix migration -------------------------------------------------------------------
 

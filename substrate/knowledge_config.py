@@ -23,6 +23,10 @@
     exempt_kinds = ["user", "feedback"]  # nor memories of these kinds
     exempt_stored = true             # nor memories stored directly (not promoted candidates)
 
+    [knowledge.schedule]             # what long-lived processes (mcp, serve) run by themselves
+    enabled = true                   # extraction, then triage, of what is pending
+    at = "03:00"                     # every day at this time (UTC, HH:MM)
+
 Owns parsing that table into ``KnowledgeSettings`` (refusing malformed values
 with BadInput, exit 65, naming the key). The thresholds are recorded in every
 event that uses them, so the log says which settings decided what.
@@ -30,6 +34,7 @@ event that uses them, so the log says which settings decided what.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -45,6 +50,27 @@ EXTRACTORS: Final = ("rules", "ollama")
 # The first is the default: a fresh home triages offline, as it extracts offline.
 TRIAGERS: Final = ("rules", "ollama")
 MAX_RETRIES_LIMIT: Final = 10
+_HHMM: Final = re.compile(r"([0-9]{2}):([0-9]{2})")
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """When a long-lived process extracts, then triages, what is pending (minutes past 00:00 UTC)."""
+
+    enabled: bool = True
+    at_minute: int = 3 * 60
+
+
+def _schedule(table: Mapping[str, Any], here: str) -> Schedule:
+    _known(table, {"enabled", "at"}, here)
+    enabled = table.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise BadInput(f"{here}.enabled must be true or false; found {enabled!r}", field=f"{here}.enabled")
+    at = table.get("at", "03:00")
+    m = _HHMM.fullmatch(at) if isinstance(at, str) else None
+    if m is None or int(m.group(1)) > 23 or int(m.group(2)) > 59:
+        raise BadInput(f"{here}.at must be a UTC time HH:MM; found {at!r}", field=f"{here}.at")
+    return Schedule(enabled, int(m.group(1)) * 60 + int(m.group(2)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +82,7 @@ class KnowledgeSettings:
     triage: TriagePolicy = field(default_factory=TriagePolicy)
     reinforce: ReinforcePolicy = field(default_factory=ReinforcePolicy)
     decay: DecayPolicy = field(default_factory=DecayPolicy)
+    schedule: Schedule = field(default_factory=Schedule)
 
 
 def _table(raw: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
@@ -117,10 +144,11 @@ def parse_knowledge(raw: Mapping[str, Any], where: str = "config.toml") -> Knowl
     here = f"{where}: knowledge"
     reinforce_t = _table(table, "reinforce", here)
     decay_t = _table(table, "decay", here)
+    schedule_t = _table(table, "schedule", here)
     _known(
         table,
         {"domains", "extractor", "triager", "promote_confidence", "duplicate_similarity", "max_retries"}
-        | {"reinforce", "decay"},
+        | {"reinforce", "decay", "schedule"},
         here,
     )
     _known(reinforce_t, set(ReinforcePolicy().to_data()), f"{here}.reinforce")
@@ -163,4 +191,5 @@ def parse_knowledge(raw: Mapping[str, Any], where: str = "config.toml") -> Knowl
             exempt_kinds=_names(decay_t, "exempt_kinds", defaults_d.exempt_kinds, f"{here}.decay"),
             exempt_stored=_flag(decay_t, "exempt_stored", defaults_d.exempt_stored, f"{here}.decay"),
         ),
+        schedule=_schedule(schedule_t, f"{here}.schedule"),
     )

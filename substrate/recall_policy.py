@@ -75,11 +75,13 @@ def rank(
     fusion: hybrid.Fusion,
     *,
     min_score: float | None = None,
+    in_scope: bool = False,
 ) -> tuple[Plan, list[tuple[Memory, hybrid.Ranked]]]:
     """The `limit` best memories under `filters` in the plan's mode (and the plan as it was used).
 
     A memory with no relevance is never a hit (hybrid.rank says what that means per mode);
-    `min_score` is a floor on the score in every mode.
+    `min_score` is a floor on the score in every mode. `in_scope` keeps every memory the
+    filters select, ranked (a pack's own project: in scope whatever the question).
     """
     meta = vectors.read_meta(s.conn)
     if p.mode != "bm25" and meta is None:
@@ -96,5 +98,6 @@ def rank(
         meta=meta,
         use_index=use_index,
         min_score=min_score,
+        in_scope=in_scope,
     )
     return p, hybrid.with_memories(s.conn, ranked)

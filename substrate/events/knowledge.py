@@ -100,6 +100,9 @@ class _ModelOutput(Chained):
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     warnings: list[str] = Field(default_factory=list)
+    # Who started the call: "cron" for a long-lived process's scheduled run. Absent (the
+    # payload drops None) when a person or an agent asked, so those entries are unchanged.
+    trigger: Literal["cron"] | None = None
 
     @field_validator("responses", mode="before", check_fields=False)
     @classmethod

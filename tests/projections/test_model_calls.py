@@ -39,6 +39,7 @@ def test_a_verdict_names_the_candidate_and_what_was_done() -> None:
     row = _row(entry(vk.CANDIDATE_TRIAGED, d), d)
     assert row is not None
     assert row[2:8] == ("rules", 0, 0, "ok", "triage C1: duplicate, reject (rules)", None)
+    assert row[-1] is None  # asked by a person, not by the schedule
 
 
 @given(
@@ -66,7 +67,8 @@ def test_a_verdict_names_the_candidate_and_what_was_done() -> None:
 def test_any_payload_gives_a_row(type_: str, d: dict[str, Any]) -> None:
     row = _row(entry(type_, d), d)
     assert row is not None
-    seq, t, model, tin, tout, status, summary, error, ts = row
+    seq, t, model, tin, tout, status, summary, error, ts, trigger = row
+    assert trigger in (None, "cron")
     assert (seq, t, ts) == (7, type_, 1_700_000_000_000_000)
     assert isinstance(model, str) and model and isinstance(summary, str) and summary
     assert tin >= 0 and tout >= 0
