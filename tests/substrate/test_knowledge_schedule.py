@@ -96,3 +96,19 @@ def test_nothing_pending_is_no_failure_and_a_failure_is_counted(sub: Substrate, 
         assert "error" in run["extract"] and run["triage"] == {"pending": 0}
         scheduled = s.stats()["knowledge"]["scheduled"]
         assert scheduled["failures"] == 1 and scheduled["last_failure"].startswith("extract: ")
+
+
+def test_the_schedule_runs_in_its_own_thread_and_stops_with_the_home(sub: Substrate) -> None:
+    import threading
+    import time
+
+    sub.capture("How do we calibrate the polisher?", LESSON, project="p06")
+    at = sub.knowledge.settings.schedule.at_minute * 60.0
+    ticks = iter([at - 0.05])  # the first wait ends at once; after it, a day away
+    sub.knowledge.start_nightly(now=lambda: next(ticks, at))
+    deadline = time.monotonic() + 60
+    while not sub.knowledge.scheduled_runs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sub.knowledge.scheduled_runs and sub.knowledge.scheduled_runs[0]["extract"]["candidates"] == 1
+    sub.knowledge.stop_daily()
+    assert not any(t.name == "mnemolog-nightly" for t in threading.enumerate())
