@@ -194,7 +194,9 @@ def run(root: Path, cmds: list[tuple[Any, ...]]) -> tuple[dict[str, Any], dict[s
         for c in cmds:
             sub = apply(sub, ids, c)
         sub.close()
-        sub = open_sub(home, long_lived=True)  # one attachment for all the queries
+        # One attachment for all the queries, and no background work (the daily decay, a minute
+        # in, would retire memories between the two sets of answers on a slow machine).
+        sub = open_sub(home, long_lived=True, worker=False)
         incremental = answers(sub, ids)
         sub.rebuild()
         rebuilt = answers(sub, ids)
