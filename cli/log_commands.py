@@ -233,6 +233,13 @@ def log_verify(
                 lines.append(f"high-water mark {hw['source']}: size {hw['size']}, covered with the same root")
         else:
             lines.append("high-water mark: none recorded (a rollback of log/ could go unnoticed)")
+        if report.back_chains is not None:
+            bc = report.back_chains
+            lines.append(
+                f"back-chains: {bc['pointers_checked']} touch_prev pointer(s) and "
+                f"{bc['heads_commitments_checked']} heads commitment(s) agree with the log's fold"
+                + (f" ({bc['pointers_missing']} pointer(s) absent)" if bc["pointers_missing"] else "")
+            )
         if witnessed is not None:
             names = ", ".join(c["name"] for c in witnessed["cosignatures"])
             lines.append(

@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 import duckdb
 
+from mnemolog.eventlog import memview, touching
 from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.errors import MnemologError, NotFound, StorageError
 from mnemolog.eventlog.writer import LogWriter, Receipt
@@ -156,7 +157,12 @@ class Session:
         # The tables are caught up and every memory write holds this session's lock, so the
         # newest touch of each memory is in them and the batch starts at the log's end.
         heads = heads_q.memory_heads(self._conn, ids)
-        base = max(heads_q.applied_size(self._conn), writer.size)
+        applied = heads_q.applied_size(self._conn)
+        # The pointers are signed forever: hold the projection's heads to the log first, so a
+        # row deleted from `touches` cannot make this writer sign a pointer that skips an entry.
+        # (A memory the projection never saw is taken as new; `log verify` folds every pointer.)
+        touching.check_heads(self._projections.log, heads, applied, memview.entry_touched_ids)
+        base = max(applied, writer.size)
         for i, ms in enumerate(touched):
             if ms:
                 items[i][1][v.TOUCH_PREV] = {m: heads.get(m, v.FIRST_TOUCH) for m in ms}
