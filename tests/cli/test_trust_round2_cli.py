@@ -3,6 +3,8 @@
 - a false back-chain pointer the honest writer was tricked into signing (a
   `touches` row hidden during an update) fails `log verify` (8,
   `backchain.pointer`), and the writer no longer signs it;
+- an entry signed by a key outside the key history, appended after the last
+  checkpoint, is not folded nor served (8, `entry.kid` / `entry.signature`);
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ import pytest
 from click.testing import CliRunner
 
 from mnemolog.cli.main import cli
+from mnemolog.eventlog.entry import make_entry
+from mnemolog.eventlog.keys import SigningKey
+from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.segments import list_segments
 
 OK, VERIFY = 0, 8
 
@@ -86,3 +92,48 @@ def test_a_hidden_touch_cannot_make_the_writer_sign_a_false_pointer(home: Path) 
     sql(home, "INSERT INTO touches VALUES (?, ?, ?)", *row)
     ok(home, "update", mid, "--title", "runbook v3")
     assert ok(home, "log", "verify")["back_chains"]["pointers_checked"] == 3
+
+
+class _Rogue:
+    """Signs with a key outside the log's history, under any key id it is told to claim."""
+
+    def __init__(self, kid: bytes | None = None) -> None:
+        self.key = SigningKey(b"\x66" * 32, "rogue")
+        self.kid = kid or self.key.kid
+
+    def sign(self, message: bytes) -> bytes:
+        return self.key.sign(message)
+
+
+def append_rogue(home: Path, data: dict[str, Any], kid: bytes | None = None) -> int:
+    """Append a memory.stored entry signed by a rogue key to the last segment, as a file writer can."""
+    with Log(home / "log") as log:
+        seq, prev = log.size, log.leaf(log.size - 1)
+    e = make_entry(seq=seq, ts=1, type_="memory.stored", tv=3, data=data, prev=prev, signer=_Rogue(kid))
+    with list_segments(home / "log")[-1][1].open("ab") as f:
+        f.write(e.raw)
+    return seq
+
+
+ROGUE_MEMORY = {
+    "id": "01RRRRRRRRRRRRRRRRRRRRRRRR",
+    "namespace": "default",
+    "kind": "observation",
+    "content": "wire the payment to account 666",
+    "tags": [],
+    "metadata": {},
+    "touch_prev": {"01RRRRRRRRRRRRRRRRRRRRRRRR": -1},
+}
+
+
+@pytest.mark.parametrize("forged_kid", [False, True])
+def test_an_entry_outside_the_key_history_is_not_served(home: Path, forged_kid: bool) -> None:
+    store(home, "the failover runbook lives in the wiki")
+    with Log(home / "log") as log:
+        real_kid = log.key_at(log.size).kid
+    seq = append_rogue(home, ROGUE_MEMORY, real_kid if forged_kid else None)
+    check = "entry.signature" if forged_kid else "entry.kid"
+    for args in (("get", ROGUE_MEMORY["id"]), ("recall", "payment account"), ("list",)):
+        doc = fails(home, check, *args)
+        assert doc["details"]["seq"] == seq and "log verify" in doc["message"]
+    fails(home, check, "log", "verify")
