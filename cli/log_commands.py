@@ -13,7 +13,7 @@ import click
 from mnemolog.cli.app import Ctx, json_option, parse_json_object, writer_for
 from mnemolog.eventlog import merkle
 from mnemolog.eventlog.entry import Entry
-from mnemolog.eventlog.errors import NotFound, UsageError
+from mnemolog.eventlog.errors import NotFound, UsageError, VerificationError
 from mnemolog.eventlog.fsio import read_regular
 from mnemolog.eventlog.log import CHECKPOINT_DIR, checkpoint_name
 from mnemolog.eventlog.note import MAX_NOTE_BYTES
@@ -135,6 +135,16 @@ def log_checkpoint(ctx: Ctx) -> None:
     for r in results:
         if r.status != "cosigned":
             ctx.info(f"mnemolog: {r.describe()}")
+    alarms = [r for r in results if r.alarming]
+    if alarms:
+        # The checkpoint is stored, but a witness remembers a larger or another tree: this
+        # log was rolled back or forked, and that is a failed verification (as `witness sync`).
+        raise VerificationError(
+            f"checkpoint of size {cp.size} stored, but " + "; ".join(r.describe() for r in alarms),
+            check="witness.rollback",
+            size=cp.size,
+            witnesses=[r.to_json() for r in results],
+        )
     ctx.emit(
         {
             "size": cp.size,
