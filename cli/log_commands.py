@@ -302,8 +302,15 @@ def verify(ctx: Ctx, check_log: bool, check_projections: bool) -> None:
         data["log"] = report.to_json()
         lines.append(f"ok: log of {report.entries} entries verified ({_anchor_text(report.trust)})")
     if check_projections:
+        from mnemolog.projections.audit import NothingChecked
+
         with Substrate.open(home, long_lived=False, worker=False) as sub:
-            proj = sub.verify_projections()
+            try:
+                proj = sub.verify_projections()
+            except NothingChecked as exc:
+                if check_log:  # what was verified still counts; the exit code says the rest did not
+                    raise NothingChecked(f"{lines[0]}; projections: {exc.message}", log=data["log"]) from exc
+                raise
         data["projections"] = proj
         lines.append(
             f"ok: {proj['rows']} projection rows in {len(proj['tables'])} tables equal a fresh fold of "
