@@ -5,6 +5,9 @@
   `backchain.pointer`), and the writer no longer signs it;
 - an entry signed by a key outside the key history, appended after the last
   checkpoint, is not folded nor served (8, `entry.kid` / `entry.signature`);
+- a rewound `proj_state` is a stale projection (`projection.stale`), which a
+  rebuild replaces without signing a `log.rollback_accepted`; a log cut after
+  its last checkpoint is still refused as a rollback.
 """
 
 from __future__ import annotations
@@ -137,3 +140,37 @@ def test_an_entry_outside_the_key_history_is_not_served(home: Path, forged_kid: 
         doc = fails(home, check, *args)
         assert doc["details"]["seq"] == seq and "log verify" in doc["message"]
     fails(home, check, "log", "verify")
+
+
+@pytest.mark.parametrize("shift", [-2, +10])
+def test_a_rewound_projection_is_stale_not_a_rollback(home: Path, shift: int) -> None:
+    """Issue 23 item 12: rewinding proj_state alone was reported as a rewritten log, and
+    `rebuild --accept-rollback` signed a permanent log.rollback_accepted for it."""
+    mids = [store(home, f"memory {i} about the failover") for i in range(3)]
+    size = ok(home, "log", "verify")["entries"]
+    # The seq alone moved (back, or past the log's end): leaf and root are still the real position's.
+    sql(home, "UPDATE proj_state SET last_seq = last_seq + ?", shift)
+    code, doc = run(home, "get", mids[0])
+    assert code == 6 and doc["details"]["check"] == "projection.stale", doc
+    assert "not the log" in doc["message"] and "no rollback" in doc["message"]
+    rebuilt = ok(home, "rebuild", "--accept-rollback")
+    assert rebuilt["rollback_accepted"] is None
+    assert ok(home, "log", "verify")["entries"] == size  # nothing was signed
+    assert len(ok(home, "list")["memories"]) == 3
+
+
+def test_a_log_cut_after_its_last_checkpoint_is_still_a_rollback(home: Path) -> None:
+    for i in range(2):
+        store(home, f"memory {i} about the failover")
+    with Log(home / "log") as log:
+        size, loc = log.size, log.location(log.size - 1)
+    # The newest entry is cut and the checkpoints left alone: the projection is the witness.
+    seg = list_segments(home / "log")[-1][1]
+    with seg.open("r+b") as f:
+        f.truncate(loc.offset)
+    for cp in (home / "log" / "checkpoints").iterdir():
+        if int(cp.name) >= size:
+            cp.unlink()
+    (home / "state" / "checkpoint").unlink()
+    code, doc = run(home, "rebuild")
+    assert code == VERIFY and doc["details"]["check"] == "projection.rollback", doc
