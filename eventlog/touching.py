@@ -27,7 +27,7 @@ from pathlib import Path
 
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import DecodeError, VerificationError
-from mnemolog.eventlog.fsio import read_regular
+from mnemolog.eventlog.fsio import open_regular, read_regular
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.segments import list_segments
 
@@ -80,15 +80,20 @@ def entries_touching(
         if last <= max(first, start):
             continue
         lo = max(first, start)
-        data = read_regular(path, MAX_SEGMENT_READ)
         end = log.location(last - 1)
         limit = end.offset + end.length
         begin = log.location(lo).offset
+        if begin:
+            # Only the entries from `start` on (a writer checking what came after a head).
+            with open_regular(path) as f:
+                f.seek(begin)
+                data = f.read(limit - begin)
+        else:
+            data = read_regular(path, MAX_SEGMENT_READ)
         candidates: set[int] = set()
         for needle in needles:
-            for pos in _positions(data, needle):
-                if pos < begin:
-                    continue  # before `start`: not part of this selection
+            for rel in _positions(data, needle):
+                pos = begin + rel
                 if pos >= limit:
                     break  # beyond `below` (or a torn tail): not part of this selection
                 candidates.add(_seq_at(log, lo, last, pos, path))

@@ -364,6 +364,7 @@ class LogWriter:
         with self._mutex, self._lock:
             self._sync_with_disk()
             receipts = self._write_batch(items)
+            self._mark_acknowledged()
         if self._checkpointer is not None:
             self._checkpointer.appended(receipts[-1].seq + 1)
         return receipts
@@ -419,6 +420,34 @@ class LogWriter:
                 self._keys.append(next_signer)
         st.kid = self.key.kid
         return receipts
+
+    def _mark_acknowledged(self) -> None:
+        """Move the high-water marks up to what this batch made durable, before acknowledging it.
+
+        A checkpoint in `log/checkpoints/` comes on the periodic schedule, but an
+        entry is acknowledged now: were the marks to wait for that checkpoint, the
+        log could be cut back inside the interval and still verify. So every
+        batch of a writer with a checkpoint policy (every writer a home opens)
+        signs a checkpoint note of the new size (no file in `log/`, no witness:
+        only the marks: one more small synced file per batch, which group
+        commit amortises), and `log verify` and every writer's open then hold
+        the log to it. A writer without a policy moves the marks with its
+        checkpoints only. Caller holds the writer lock; the marks are written
+        under the checkpoint lock, as checkpoints' are.
+        """
+        if self._checkpointer is None or not self.high_water or self._index_stale or self._accepting_rollback:
+            return
+        assert self._index is not None
+        n = self._st.next_seq
+        raw = Checkpoint(self._origin, n, self._index.root(n)).sign(self.key)
+        with self._cp_lock:
+            for hw in self.high_water:
+                try:
+                    write_high_water(hw, raw, n)
+                except (OSError, MnemologError) as exc:
+                    self._warn(
+                        f"entries up to {n - 1} are durable but moving the high-water mark {hw} failed: {exc}"
+                    )
 
     def _roll(self) -> None:
         st = self._st
