@@ -145,6 +145,9 @@ class LogWriter:
         self._signed_upto = 0  # bytes of entries below this were checked before a signature
         self._covered = 0  # the largest checkpoint size known to be stored
         self._diverged: VerificationError | None = None
+        # A divergence that only the periodic checkpointer saw (no caller was told): `close` raises it.
+        self._unreported: VerificationError | None = None
+        self._told = False
         self._closed = False
         self._appended = False
         # An operator accepted that the log lost entries: checkpoints it no longer matches are set
@@ -362,7 +365,11 @@ class LogWriter:
     def _commit_items(self, items: list[Pending]) -> list[Receipt]:
         """Sign, write and sync `items` under the lock (the group committer's and fsync mode's path)."""
         with self._mutex, self._lock:
-            self._sync_with_disk()
+            try:
+                self._sync_with_disk()
+            except VerificationError:
+                self._told, self._unreported = True, None  # the caller (or its ticket) has it
+                raise
             receipts = self._write_batch(items)
             self._mark_acknowledged()
         if self._checkpointer is not None:
@@ -521,12 +528,25 @@ class LogWriter:
         marks and handed to the listeners after the lock is released.
         """
         self.flush()
-        return self._checkpoint_now()
+        try:
+            return self._checkpoint_now()
+        except VerificationError:
+            with self._mutex:
+                self._told, self._unreported = True, None  # the caller has it
+            raise
 
     def _periodic_checkpoint(self) -> int:
         # What is durable now, without waiting for appends still queued: the periodic
         # checkpointer must not fall behind a producer that keeps the queue full.
-        return self._checkpoint_now()[0].size
+        try:
+            return self._checkpoint_now()[0].size
+        except VerificationError as exc:
+            # Seen by the background thread only: `close` says it, so the process does not
+            # end as if all were well (a server's exit status is often all anyone reads).
+            with self._mutex:  # ordered with the callers' `_told`
+                if not self._told:
+                    self._unreported = exc
+            raise
 
     def _checkpoint_now(self) -> tuple[Checkpoint, bytes]:
         with self._mutex, self._lock:
@@ -596,6 +616,17 @@ class LogWriter:
                     self._warn(f"no checkpoint at close: {exc.message}")
         finally:
             self._release_files()
+        if self._unreported is not None:
+            d = self._unreported
+            raise VerificationError(
+                f"closing the log writer: {d.message} (seen by the periodic checkpointer; nothing "
+                "was signed after it)",
+                check=d.check,
+                seq=d.seq,
+                file=d.file,
+                expected=d.expected,
+                found=d.found,
+            ) from d
 
     def _release_files(self) -> None:
         if self._seg_fd is not None:

@@ -69,3 +69,19 @@ def test_a_writer_without_a_policy_moves_the_mark_with_its_checkpoints(tmp_path:
     hw = read_high_water(mark)
     assert hw is not None and hw.body().size == 2
     verify_log(d, high_water=[hw], processes=1)
+
+
+def test_a_cut_only_the_periodic_checkpointer_saw_is_raised_at_close(tmp_path: Path) -> None:
+    """A server that saw its log cut (in its background checkpointer) must not close quietly."""
+    d, mark = tmp_path / "log", tmp_path / "mark"
+    key, clock = seeded_key(), StepClock()
+    LogWriter.create(d, key, clock=clock)
+    w = LogWriter(d, [key], clock=clock, checkpoint_policy=NEVER, high_water=[mark])
+    w.append("note.added", {"i": 0})
+    w.append("note.added", {"i": 1})
+    cut_last_entry(d)
+    with pytest.raises(VerificationError):
+        w._periodic_checkpoint()  # what the checkpointer thread runs; it only logs a warning
+    with pytest.raises(VerificationError) as info:
+        w.close()
+    assert info.value.check == "log_diverged" and "closing the log writer" in info.value.message
