@@ -48,7 +48,7 @@ from mnemolog.eventlog.checkpoints import (
     write_high_water,
 )
 from mnemolog.eventlog.entry import ZERO_HASH, Entry, leaf_hash, make_entry, sign_raw
-from mnemolog.eventlog.errors import MnemologError, SignerError, StorageError, VerificationError
+from mnemolog.eventlog.errors import LogMoved, MnemologError, SignerError, StorageError, VerificationError
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir, read_regular
 from mnemolog.eventlog.group_commit import (
     IDLE_SLICE,
@@ -370,6 +370,7 @@ class LogWriter:
             except VerificationError:
                 self._told, self._unreported = True, None  # the caller (or its ticket) has it
                 raise
+            self._check_expected(items)
             receipts = self._write_batch(items)
             self._mark_acknowledged()
         if self._checkpointer is not None:
@@ -427,6 +428,19 @@ class LogWriter:
                 self._keys.append(next_signer)
         st.kid = self.key.kid
         return receipts
+
+    def _check_expected(self, items: list[Pending]) -> None:
+        """Refuse, writing nothing, if an entry would not get the seq its payload was built for."""
+        first = self._st.next_seq
+        for i, p in enumerate(items):
+            if p.expect_seq is not None and p.expect_seq != first + i:
+                raise LogMoved(
+                    f"entry prepared for seq {p.expect_seq} would be written at seq {first + i}: "
+                    "another process appended meanwhile; nothing was written (retry)",
+                    seq=first + i,
+                    expected=p.expect_seq,
+                    found=first + i,
+                )
 
     def _mark_acknowledged(self) -> None:
         """Move the high-water marks up to what this batch made durable, before acknowledging it.
@@ -489,11 +503,21 @@ class LogWriter:
             return self._commit_items([Pending(type_, tv, data)])[0]
         return self.submit(type_, data, tv).result()
 
-    def append_many(self, items: Iterable[tuple[str, dict[str, Any], int]]) -> list[Receipt]:
-        """Append several entries in order; returns once all are durable."""
+    def append_many(
+        self, items: Iterable[tuple[str, dict[str, Any], int]], *, first_seq: int | None = None
+    ) -> list[Receipt]:
+        """Append several entries in order; returns once all are durable.
+
+        With `first_seq`, the entries must get seqs first_seq, first_seq + 1, …
+        (their payloads point at each other by seq): LogMoved, and nothing is
+        written, if another process appended first.
+        """
         pending = [Pending(t, tv, d) for t, d, tv in items]
         if not pending:
             return []
+        if first_seq is not None:
+            for i, p in enumerate(pending):
+                p.expect_seq = first_seq + i
         if self._group is None:
             if self._closed:
                 raise StorageError("the log writer is closed")

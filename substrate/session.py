@@ -24,7 +24,7 @@ import duckdb
 
 from mnemolog.eventlog import memview, touching
 from mnemolog.eventlog import vocabulary as v
-from mnemolog.eventlog.errors import MnemologError, NotFound, StorageError
+from mnemolog.eventlog.errors import LogMoved, MnemologError, NotFound, StorageError
 from mnemolog.eventlog.writer import LogWriter, Receipt
 from mnemolog.projections import heads as heads_q
 from mnemolog.projections import queries
@@ -38,6 +38,8 @@ from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
 
 __all__ = ["Follow", "ProjectionBehind", "Session", "Sessions"]
+
+APPEND_ATTEMPTS = 5  # a batch whose seqs moved under it is prepared again at most this often
 
 _Out = TypeVar("_Out", Memory, Edge)
 
@@ -125,8 +127,18 @@ class Session:
                 raise TypeError(f"{cls.__qualname__} is not the payload model written for its type")
             items.append((cls.TYPE, p.to_data(), cls.TV))
         writer = self._writer()
-        base = self._chain(payloads, items, writer)
-        receipts = writer.append_many(items)
+        for attempt in range(APPEND_ATTEMPTS):
+            base = self._chain(payloads, items, writer)
+            try:
+                # The pointers name seqs inside this batch: it must land exactly there.
+                receipts = writer.append_many(items, first_seq=base)
+                break
+            except LogMoved:
+                # Another process appended (outside a session: `log append`); nothing was
+                # written. Fold what it wrote and fill the pointers again.
+                if attempt == APPEND_ATTEMPTS - 1:
+                    raise
+                self._projections.catch_up(self._conn)
         # What went wrong without failing the write (a derived index, a listener) is reported
         # with the command's result, like a post hook's failure.
         self.warnings += writer.take_warnings()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mnemolog.eventlog.checkpoints import CheckpointPolicy, read_high_water
-from mnemolog.eventlog.errors import VerificationError
+from mnemolog.eventlog.errors import LogMoved, VerificationError
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.segments import list_segments
 from mnemolog.eventlog.verify import verify_log
@@ -85,3 +85,19 @@ def test_a_cut_only_the_periodic_checkpointer_saw_is_raised_at_close(tmp_path: P
     with pytest.raises(VerificationError) as info:
         w.close()
     assert info.value.check == "log_diverged" and "closing the log writer" in info.value.message
+
+
+def test_a_batch_prepared_for_other_seqs_is_refused_unwritten(tmp_path: Path) -> None:
+    """Back-chain pointers name seqs inside their batch: it lands there or not at all."""
+    d = tmp_path / "log"
+    key, clock = seeded_key(), StepClock()
+    LogWriter.create(d, key, clock=clock)
+    with LogWriter(d, [key], clock=clock) as w, LogWriter(d, [key], clock=clock) as other:
+        base = w.size
+        other.append("note.added", {"by": "another process"})
+        with pytest.raises(LogMoved) as info:
+            w.append_many([("note.added", {"i": 0}, 1), ("note.added", {"i": 1}, 1)], first_seq=base)
+        assert (info.value.details["expected"], info.value.details["found"]) == (base, base + 1)
+        with Log(d) as log:
+            assert log.size == base + 1  # nothing of the refused batch
+        assert [r.seq for r in w.append_many([("note.added", {"i": 0}, 1)], first_seq=base + 1)] == [base + 1]
