@@ -5,6 +5,8 @@
   `backchain.pointer`), and the writer no longer signs it;
 - an entry signed by a key outside the key history, appended after the last
   checkpoint, is not folded nor served (8, `entry.kid` / `entry.signature`);
+- entries acknowledged by a live server and cut before any checkpoint fail
+  `log verify` (`high_water.size`), and the server does not close quietly;
 - a rewound `proj_state` is a stale projection (`projection.stale`), which a
   rebuild replaces without signing a `log.rollback_accepted`; a log cut after
   its last checkpoint is still refused as a rollback.
@@ -174,3 +176,28 @@ def test_a_log_cut_after_its_last_checkpoint_is_still_a_rollback(home: Path) -> 
     (home / "state" / "checkpoint").unlink()
     code, doc = run(home, "rebuild")
     assert code == VERIFY and doc["details"]["check"] == "projection.rollback", doc
+
+
+def test_an_entry_acknowledged_by_a_live_server_cannot_be_cut_silently(home: Path) -> None:
+    """Issue 23 item 4: a cut inside the first checkpoint interval left `log verify` ok."""
+    from mnemolog.eventlog.errors import VerificationError
+    from mnemolog.substrate.api import Substrate
+    from mnemolog.substrate.home import Home
+
+    cfg = home / "config.toml"  # no periodic checkpoint may cover the entries, however slow the test
+    cfg.write_text(cfg.read_text().replace("checkpoint_max_s = 5\n", "checkpoint_max_s = 86400\n"))
+    assert "checkpoint_max_s = 86400" in cfg.read_text()
+    sub = Substrate.open(Home(home), long_lived=True)
+    try:
+        sub.store("acknowledged to the client")
+        sub.store("acknowledged too")
+        with Log(home / "log") as log:
+            size, loc = log.size, log.location(log.size - 1)
+        with list_segments(home / "log")[-1][1].open("r+b") as f:
+            f.truncate(loc.offset)  # behind the live server, before any periodic checkpoint
+        doc = fails(home, "high_water.size", "log", "verify")
+        assert doc["details"]["found"] == size - 1
+    finally:
+        with pytest.raises(VerificationError) as info:
+            sub.close()  # the server does not end quietly
+    assert info.value.check == "log_diverged"
