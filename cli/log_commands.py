@@ -13,7 +13,7 @@ import click
 from mnemolog.cli.app import Ctx, json_option, parse_json_object, writer_for
 from mnemolog.eventlog import merkle
 from mnemolog.eventlog.entry import Entry
-from mnemolog.eventlog.errors import NotFound, UsageError
+from mnemolog.eventlog.errors import NotFound, UsageError, VerificationError
 from mnemolog.eventlog.fsio import read_regular
 from mnemolog.eventlog.log import CHECKPOINT_DIR, checkpoint_name
 from mnemolog.eventlog.note import MAX_NOTE_BYTES
@@ -135,6 +135,16 @@ def log_checkpoint(ctx: Ctx) -> None:
     for r in results:
         if r.status != "cosigned":
             ctx.info(f"mnemolog: {r.describe()}")
+    alarms = [r for r in results if r.alarming]
+    if alarms:
+        # The checkpoint is stored, but a witness remembers a larger or another tree: this
+        # log was rolled back or forked, and that is a failed verification (as `witness sync`).
+        raise VerificationError(
+            f"checkpoint of size {cp.size} stored, but " + "; ".join(r.describe() for r in alarms),
+            check="witness.rollback",
+            size=cp.size,
+            witnesses=[r.to_json() for r in results],
+        )
     ctx.emit(
         {
             "size": cp.size,
@@ -233,6 +243,13 @@ def log_verify(
                 lines.append(f"high-water mark {hw['source']}: size {hw['size']}, covered with the same root")
         else:
             lines.append("high-water mark: none recorded (a rollback of log/ could go unnoticed)")
+        if report.back_chains is not None:
+            bc = report.back_chains
+            lines.append(
+                f"back-chains: {bc['pointers_checked']} touch_prev pointer(s) and "
+                f"{bc['heads_commitments_checked']} heads commitment(s) agree with the log's fold"
+                + (f" ({bc['pointers_missing']} pointer(s) absent)" if bc["pointers_missing"] else "")
+            )
         if witnessed is not None:
             names = ", ".join(c["name"] for c in witnessed["cosignatures"])
             lines.append(
@@ -285,8 +302,15 @@ def verify(ctx: Ctx, check_log: bool, check_projections: bool) -> None:
         data["log"] = report.to_json()
         lines.append(f"ok: log of {report.entries} entries verified ({_anchor_text(report.trust)})")
     if check_projections:
+        from mnemolog.projections.audit import NothingChecked
+
         with Substrate.open(home, long_lived=False, worker=False) as sub:
-            proj = sub.verify_projections()
+            try:
+                proj = sub.verify_projections()
+            except NothingChecked as exc:
+                if check_log:  # what was verified still counts; the exit code says the rest did not
+                    raise NothingChecked(f"{lines[0]}; projections: {exc.message}", log=data["log"]) from exc
+                raise
         data["projections"] = proj
         lines.append(
             f"ok: {proj['rows']} projection rows in {len(proj['tables'])} tables equal a fresh fold of "

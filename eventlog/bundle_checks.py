@@ -251,10 +251,21 @@ class Completeness(NamedTuple):
     root: bytes
     heads: dict[str, int | None]
     proven_from: dict[str, int]
+    tree_size: int = 0  # the checkpoint's: the bundle's entries are proven in this tree
 
     @property
     def complete(self) -> bool:
         return all(s == 0 for s in self.proven_from.values())
+
+    @property
+    def uncovered(self) -> int:
+        """Signed entries of the tree outside the claim: seqs as_of..tree_size-1 but the heads entry.
+
+        A claim as of L says nothing about them: any of them may touch these
+        memories and be missing from the bundle. Zero when the heads entry is
+        the checkpoint's last entry and commits to everything before it.
+        """
+        return max(0, self.tree_size - self.as_of - 1)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -264,6 +275,8 @@ class Completeness(NamedTuple):
             "complete": self.complete,
             "heads": dict(sorted(self.heads.items())),
             "proven_from": dict(sorted(self.proven_from.items())),
+            "tree_size": self.tree_size,
+            "uncovered_entries": self.uncovered,
         }
 
 
@@ -415,4 +428,4 @@ def check_heads(
                 found=have,
             )
         heads[p.memory_id] = head
-    return Completeness(as_of, he.seq, root, heads, check_back_chains(entries, ids))
+    return Completeness(as_of, he.seq, root, heads, check_back_chains(entries, ids), cp.size)

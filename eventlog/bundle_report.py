@@ -95,6 +95,14 @@ class BundleReport:
             )
         else:
             lines.append("complete    not proven: a v1 bundle carries no committed heads")
+        if c is not None and c.get("uncovered_entries"):
+            n, size = c["uncovered_entries"], c["tree_size"]
+            lines.append(
+                f"outside     {n} signed entr{'y' if n == 1 else 'ies'} of the checkpoint's tree "
+                f"(seqs {c['as_of_tree_size']}..{size - 1} but the heads entry {c['heads_seq']}) "
+                "lie outside the completeness claim: any of them may be about these memories and "
+                "missing here"
+            )
         if self.witnesses is not None:
             names = ", ".join(c["name"] for c in self.witnesses["cosignatures"])
             lines.append(

@@ -239,11 +239,13 @@ class WitnessPolicy:
     min_count: int
 
     def __post_init__(self) -> None:
-        unique = {(w.name, w.public_key) for w in self.witnesses}
+        # A witness is its key: one key under two names is one witness, and counting it
+        # twice would let a single party meet a quorum of two.
+        unique = {w.public_key for w in self.witnesses}
         if not 1 <= self.min_count <= len(unique):
             raise UsageError(
                 f"--min-witnesses {self.min_count} needs between 1 and the {len(unique)} distinct "
-                "witness key(s) given"
+                "witness public key(s) given"
             )
 
     @classmethod
@@ -259,7 +261,7 @@ class WitnessPolicy:
                 keys.append(CosignerVerifier.from_vkey(_read_key_arg(v)))
             except SignerError as exc:
                 raise UsageError(f"--witness-key: {exc.message}", field="witness_key") from exc
-        unique = {(k.name, k.public_key) for k in keys}
+        unique = {k.public_key for k in keys}
         return cls(tuple(keys), len(unique) if min_count is None else min_count)
 
     def describe(self) -> dict[str, object]:
@@ -282,7 +284,7 @@ def require_cosignatures(raw: bytes, policy: WitnessPolicy, where: str) -> list[
     """The policy's witnesses' valid cosignatures on the checkpoint `raw`; raise unless enough.
 
     Fails with check `witness.quorum` when fewer than `policy.min_count`
-    distinct witnesses cosigned, and `witness.signature` when a line of a
+    distinct witness public keys cosigned, and `witness.signature` when a line of a
     configured witness is forged or damaged.
     """
     try:
@@ -295,9 +297,11 @@ def require_cosignatures(raw: bytes, policy: WitnessPolicy, where: str) -> list[
         raise VerificationError(
             f"{where}: {exc.message}", check=exc.check, file=where, expected=exc.expected
         ) from exc
-    if len(found) < policy.min_count:
+    distinct = {c.witness.public_key for c in found}
+    if len(distinct) < policy.min_count:
         raise VerificationError(
-            f"{where}: {len(found)} of the required {policy.min_count} witness cosignature(s)",
+            f"{where}: cosignatures by {len(distinct)} distinct witness key(s) of the required "
+            f"{policy.min_count} (one key under several names counts once)",
             check="witness.quorum",
             file=where,
             expected=policy.min_count,

@@ -66,6 +66,16 @@ class HomeMissing(StorageError):
     slug = "home_missing"
 
 
+class LogMoved(StorageError):
+    """Another process appended between reading the log's end and writing: nothing was written.
+
+    A batch whose back-chain pointers name its own seqs (`expect_seq`) is
+    refused rather than signed at other seqs; the caller refreshes and retries.
+    """
+
+    slug = "log_moved"
+
+
 class UsageError(MnemologError):
     exit_code = 64
     slug = "usage"

@@ -59,7 +59,7 @@ class Pending:
     GIL), and a bad payload fails in its caller before anything is queued.
     """
 
-    __slots__ = ("data", "data_enc", "new_key", "tv", "type")
+    __slots__ = ("data", "data_enc", "expect_seq", "new_key", "tv", "type")
 
     def __init__(self, type_: str, tv: int, data: dict[str, Any], new_key: SigningKey | None = None) -> None:
         check_type_name(type_)
@@ -69,6 +69,9 @@ class Pending:
         self.tv = tv
         self.data = data
         self.new_key = new_key
+        # The seq this entry must get, when its payload names it (back-chain pointers to
+        # earlier entries of its own batch): the writer refuses rather than sign it elsewhere.
+        self.expect_seq: int | None = None
         self.data_enc = encode_payload(data)
         if len(self.data_enc) > MAX_PAYLOAD_BYTES:
             # Readers and recovery take anything longer than an entry can be for damage.

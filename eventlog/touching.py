@@ -22,12 +22,12 @@ property of the vocabulary: every touched id occurs in the entry's bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from mnemolog.eventlog.entry import Entry
-from mnemolog.eventlog.errors import DecodeError
-from mnemolog.eventlog.fsio import read_regular
+from mnemolog.eventlog.errors import DecodeError, VerificationError
+from mnemolog.eventlog.fsio import open_regular, read_regular
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.segments import list_segments
 
@@ -62,12 +62,14 @@ def _seq_at(log: Log, first: int, last: int, pos: int, path: Path) -> int:
     return lo
 
 
-def entries_touching(log: Log, memory_ids: Iterable[str], below: int, touched: Touched) -> dict[int, Entry]:
-    """Every entry with seq < `below` that `touched` says touches one of `memory_ids`, by seq."""
+def entries_touching(
+    log: Log, memory_ids: Iterable[str], below: int, touched: Touched, start: int = 0
+) -> dict[int, Entry]:
+    """Every entry with `start` <= seq < `below` that `touched` says touches one of `memory_ids`, by seq."""
     ids = {m for m in memory_ids if m}
     needles = sorted({m.encode() for m in ids})
     out: dict[int, Entry] = {}
-    if not needles or below <= 0:
+    if not needles or below <= start:
         return out
     segs = list_segments(log.dir)
     bounds = [first for first, _ in segs[1:]] + [log.size]
@@ -75,19 +77,69 @@ def entries_touching(log: Log, memory_ids: Iterable[str], below: int, touched: T
         if first >= below:
             break
         last = min(nxt, below)
-        if last <= first:
+        if last <= max(first, start):
             continue
-        data = read_regular(path, MAX_SEGMENT_READ)
+        lo = max(first, start)
         end = log.location(last - 1)
         limit = end.offset + end.length
+        begin = log.location(lo).offset
+        if begin:
+            # Only the entries from `start` on (a writer checking what came after a head).
+            with open_regular(path) as f:
+                f.seek(begin)
+                data = f.read(limit - begin)
+        else:
+            data = read_regular(path, MAX_SEGMENT_READ)
         candidates: set[int] = set()
         for needle in needles:
-            for pos in _positions(data, needle):
+            for rel in _positions(data, needle):
+                pos = begin + rel
                 if pos >= limit:
                     break  # beyond `below` (or a torn tail): not part of this selection
-                candidates.add(_seq_at(log, first, last, pos, path))
+                candidates.add(_seq_at(log, lo, last, pos, path))
         for seq in sorted(candidates):
             e = log.entry(seq)
             if ids.intersection(touched(e)):
                 out[seq] = e
     return out
+
+
+def check_heads(log: Log, claimed: Mapping[str, int], below: int, touched: Touched) -> None:
+    """Hold a derived table's heads to the log: entry `claimed[m]` touches m, no later one below `below` does.
+
+    A writer fills each new entry's back-chain pointers from the projection's
+    newest touch of each memory; a row deleted from that table would make it
+    sign a pointer that skips an entry. This reads the claimed head and
+    searches only the log after it, so the cost follows what was appended
+    since the memory was last touched, not the log's size. Raises
+    VerificationError (`projection.head`) naming the memory, the claim and the
+    log's answer.
+    """
+    if not claimed:
+        return
+    for m, h in sorted(claimed.items()):
+        if not 0 <= h < below or m not in set(touched(log.entry(h))):
+            raise VerificationError(
+                f"the projection says entry {h} is the newest touching memory {m}, but the log's "
+                f"entry {h} does not touch it: the projection was altered; run `mnemolog rebuild` "
+                "(and `mnemolog log verify`)",
+                check="projection.head",
+                seq=h,
+                field="touches",
+                found=h,
+            )
+    later = entries_touching(log, claimed, below, touched, start=min(claimed.values()) + 1)
+    for seq, e in sorted(later.items()):
+        for m in touched(e):
+            if m in claimed and seq > claimed[m]:
+                raise VerificationError(
+                    f"the projection says entry {claimed[m]} is the newest touching memory {m}, "
+                    f"but the log's entry {seq} touches it too: a row is missing from the "
+                    "projection's touches table; run `mnemolog rebuild` before writing (no "
+                    "back-chain pointer was signed)",
+                    check="projection.head",
+                    seq=seq,
+                    field="touches",
+                    expected=seq,
+                    found=claimed[m],
+                )

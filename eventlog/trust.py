@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,6 +201,37 @@ class KeySchedule:
                 file=file,
                 expected=key.vkey(),
             )
+
+    def admit(self, entries: Iterable[Entry], signatures_from: int) -> Iterator[Entry]:
+        """`entries` (in seq order, continuing this history) each held to the key history.
+
+        For a reader that folds entries without verifying the whole log: every
+        entry's key id must be its epoch's (a comparison: it costs nothing), and
+        the signature is checked on key events (they extend the history) and on
+        every entry at seq >= `signatures_from`, the ones no stored checkpoint
+        covers yet. The history grows with each rotation met. Raises
+        VerificationError (`entry.kid`, `entry.signature`) pointing at `log verify`.
+        """
+        for e in entries:
+            key = self.key_at(e.seq)
+            try:
+                if e.kid != key.kid:
+                    self.check_entry(e)  # raises entry.kid
+                if e.seq >= signatures_from or e.type == ROTATION_TYPE:
+                    self.check_entry(e)
+            except VerificationError as exc:
+                raise VerificationError(
+                    f"{exc.message}: an entry outside the log's key history is not served; "
+                    "run `mnemolog log verify`",
+                    check=exc.check,
+                    seq=exc.seq,
+                    file=exc.file,
+                    expected=exc.expected,
+                    found=exc.found,
+                ) from exc
+            if e.type == ROTATION_TYPE:
+                self.add(e)
+            yield e
 
     def packed(self) -> list[tuple[int, bytes, bytes]]:
         """(first seq, public key, key id) per epoch: a picklable form for worker processes."""

@@ -45,6 +45,7 @@ from typing import Any
 import cbor2
 
 from mnemolog.eventlog import merkle
+from mnemolog.eventlog.backchain import BackChains, BackChainSummary
 from mnemolog.eventlog.checkpoints import CHECKPOINT_DIR, HighWaterMark, checkpoint_name, list_checkpoints
 from mnemolog.eventlog.entry import ZERO_HASH, entry_from_map
 from mnemolog.eventlog.errors import DecodeError, VerificationError
@@ -52,7 +53,7 @@ from mnemolog.eventlog.fsio import open_regular, read_regular
 from mnemolog.eventlog.keys import VerifierKey
 from mnemolog.eventlog.note import MAX_NOTE_BYTES, open_checkpoint
 from mnemolog.eventlog.progress import Progress
-from mnemolog.eventlog.segments import MAX_ENTRY_BYTES, is_entry_prefix, list_segments
+from mnemolog.eventlog.segments import MAX_ENTRY_BYTES, is_entry_prefix, list_segments, scan_file
 from mnemolog.eventlog.trust import (
     GENESIS_TYPE,
     ROTATION_TYPE,
@@ -86,6 +87,7 @@ class VerifyReport:
     hinted: int = 0
     trust: dict[str, Any] = field(default_factory=dict)
     high_water: list[dict[str, Any]] = field(default_factory=list)
+    back_chains: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,6 +105,7 @@ class VerifyReport:
             "index_hint": self.index_hint,
             "trust": self.trust,
             "high_water": self.high_water,
+            "back_chains": self.back_chains,
         }
 
 
@@ -205,6 +208,8 @@ class _Verifier:
                 seq=self.seq - 1,
                 file=CHECKPOINT_DIR,
             )
+        if not self.hashes_only:
+            self.report.back_chains = self._back_chains(segs).to_json()
         r = self.report
         r.trust = self.policy.check(self.keys).to_json()
         r.entries = self.seq
@@ -232,8 +237,27 @@ class _Verifier:
         )
         if self.high_water:
             r.checks.append("high_water")
+        if not self.hashes_only:
+            r.checks += ["back_chains", "heads_committed"]
         r.checks.append("trust_anchor")
         return r
+
+    def _back_chains(self, segs: list[tuple[int, Path]]) -> BackChainSummary:
+        """Fold the verified entries once more and check every touch_prev and heads.committed.
+
+        Read straight from the segments (never through the index) and only after every
+        byte above was checked, so the fold sees exactly the entries the report vouches for.
+        """
+        fold = BackChains()
+        seq = 0
+        for _, path in segs:
+            fold.file = path.name
+            for _, _, value, raw in scan_file(path):
+                if seq >= self.seq:
+                    break  # a torn tail: not part of the log
+                fold.feed(entry_from_map(value, raw, f"entry {seq}"))
+                seq += 1
+        return fold.summary
 
     def _read_stops(self) -> None:
         names = list_checkpoints(self.dir)

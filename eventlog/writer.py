@@ -48,7 +48,7 @@ from mnemolog.eventlog.checkpoints import (
     write_high_water,
 )
 from mnemolog.eventlog.entry import ZERO_HASH, Entry, leaf_hash, make_entry, sign_raw
-from mnemolog.eventlog.errors import MnemologError, SignerError, StorageError, VerificationError
+from mnemolog.eventlog.errors import LogMoved, MnemologError, SignerError, StorageError, VerificationError
 from mnemolog.eventlog.fsio import atomic_write, fsync_dir, read_regular
 from mnemolog.eventlog.group_commit import (
     IDLE_SLICE,
@@ -145,6 +145,9 @@ class LogWriter:
         self._signed_upto = 0  # bytes of entries below this were checked before a signature
         self._covered = 0  # the largest checkpoint size known to be stored
         self._diverged: VerificationError | None = None
+        # A divergence that only the periodic checkpointer saw (no caller was told): `close` raises it.
+        self._unreported: VerificationError | None = None
+        self._told = False
         self._closed = False
         self._appended = False
         # An operator accepted that the log lost entries: checkpoints it no longer matches are set
@@ -362,8 +365,14 @@ class LogWriter:
     def _commit_items(self, items: list[Pending]) -> list[Receipt]:
         """Sign, write and sync `items` under the lock (the group committer's and fsync mode's path)."""
         with self._mutex, self._lock:
-            self._sync_with_disk()
+            try:
+                self._sync_with_disk()
+            except VerificationError:
+                self._told, self._unreported = True, None  # the caller (or its ticket) has it
+                raise
+            self._check_expected(items)
             receipts = self._write_batch(items)
+            self._mark_acknowledged()
         if self._checkpointer is not None:
             self._checkpointer.appended(receipts[-1].seq + 1)
         return receipts
@@ -420,6 +429,47 @@ class LogWriter:
         st.kid = self.key.kid
         return receipts
 
+    def _check_expected(self, items: list[Pending]) -> None:
+        """Refuse, writing nothing, if an entry would not get the seq its payload was built for."""
+        first = self._st.next_seq
+        for i, p in enumerate(items):
+            if p.expect_seq is not None and p.expect_seq != first + i:
+                raise LogMoved(
+                    f"entry prepared for seq {p.expect_seq} would be written at seq {first + i}: "
+                    "another process appended meanwhile; nothing was written (retry)",
+                    seq=first + i,
+                    expected=p.expect_seq,
+                    found=first + i,
+                )
+
+    def _mark_acknowledged(self) -> None:
+        """Move the high-water marks up to what this batch made durable, before acknowledging it.
+
+        A checkpoint in `log/checkpoints/` comes on the periodic schedule, but an
+        entry is acknowledged now: were the marks to wait for that checkpoint, the
+        log could be cut back inside the interval and still verify. So every
+        batch of a writer with a checkpoint policy (every writer a home opens)
+        signs a checkpoint note of the new size (no file in `log/`, no witness:
+        only the marks: one more small synced file per batch, which group
+        commit amortises), and `log verify` and every writer's open then hold
+        the log to it. A writer without a policy moves the marks with its
+        checkpoints only. Caller holds the writer lock; the marks are written
+        under the checkpoint lock, as checkpoints' are.
+        """
+        if self._checkpointer is None or not self.high_water or self._index_stale or self._accepting_rollback:
+            return
+        assert self._index is not None
+        n = self._st.next_seq
+        raw = Checkpoint(self._origin, n, self._index.root(n)).sign(self.key)
+        with self._cp_lock:
+            for hw in self.high_water:
+                try:
+                    write_high_water(hw, raw, n)
+                except (OSError, MnemologError) as exc:
+                    self._warn(
+                        f"entries up to {n - 1} are durable but moving the high-water mark {hw} failed: {exc}"
+                    )
+
     def _roll(self) -> None:
         st = self._st
         path = self.dir / segment_file(st.next_seq)
@@ -453,11 +503,21 @@ class LogWriter:
             return self._commit_items([Pending(type_, tv, data)])[0]
         return self.submit(type_, data, tv).result()
 
-    def append_many(self, items: Iterable[tuple[str, dict[str, Any], int]]) -> list[Receipt]:
-        """Append several entries in order; returns once all are durable."""
+    def append_many(
+        self, items: Iterable[tuple[str, dict[str, Any], int]], *, first_seq: int | None = None
+    ) -> list[Receipt]:
+        """Append several entries in order; returns once all are durable.
+
+        With `first_seq`, the entries must get seqs first_seq, first_seq + 1, …
+        (their payloads point at each other by seq): LogMoved, and nothing is
+        written, if another process appended first.
+        """
         pending = [Pending(t, tv, d) for t, d, tv in items]
         if not pending:
             return []
+        if first_seq is not None:
+            for i, p in enumerate(pending):
+                p.expect_seq = first_seq + i
         if self._group is None:
             if self._closed:
                 raise StorageError("the log writer is closed")
@@ -492,12 +552,25 @@ class LogWriter:
         marks and handed to the listeners after the lock is released.
         """
         self.flush()
-        return self._checkpoint_now()
+        try:
+            return self._checkpoint_now()
+        except VerificationError:
+            with self._mutex:
+                self._told, self._unreported = True, None  # the caller has it
+            raise
 
     def _periodic_checkpoint(self) -> int:
         # What is durable now, without waiting for appends still queued: the periodic
         # checkpointer must not fall behind a producer that keeps the queue full.
-        return self._checkpoint_now()[0].size
+        try:
+            return self._checkpoint_now()[0].size
+        except VerificationError as exc:
+            # Seen by the background thread only: `close` says it, so the process does not
+            # end as if all were well (a server's exit status is often all anyone reads).
+            with self._mutex:  # ordered with the callers' `_told`
+                if not self._told:
+                    self._unreported = exc
+            raise
 
     def _checkpoint_now(self) -> tuple[Checkpoint, bytes]:
         with self._mutex, self._lock:
@@ -567,6 +640,17 @@ class LogWriter:
                     self._warn(f"no checkpoint at close: {exc.message}")
         finally:
             self._release_files()
+        if self._unreported is not None:
+            d = self._unreported
+            raise VerificationError(
+                f"closing the log writer: {d.message} (seen by the periodic checkpointer; nothing "
+                "was signed after it)",
+                check=d.check,
+                seq=d.seq,
+                file=d.file,
+                expected=d.expected,
+                found=d.found,
+            ) from d
 
     def _release_files(self) -> None:
         if self._seg_fd is not None:

@@ -13,10 +13,27 @@ Some columns record how the rows were built rather than what they mean: the
 split of the word index between its main part and its delta depends on when
 it was last compacted, so the two parts are compared as one, and the
 part sizes in `proj_state` are left out.
+
+The vector tables answer recall too, so they are compared as well. A vector
+is the embedder's output for a memory's text, taken from the embedding cache
+(re-embedding would need the model): the fresh fold fills its vectors from the
+home's cache, and the comparison holds that `vector_meta` names the log's
+embedder, that the memories waiting for a vector plus those that have one are
+exactly the ones the log gives (`doc`, text `sha`), and that every stored
+vector is the cache's vector for its text (the cache only grows, so a memory
+still pending on disk may already have one in the fold: that lag is not a
+difference). A vector swapped between two memories, or changed, is reported
+like any other row.
+
+A projection that records no applied entry while the log has some (its file
+missing, or `proj_state` deleted, which resets it on open) holds nothing to
+compare: that is reported (`NothingChecked`), never as "ok".
 """
 
 from __future__ import annotations
 
+import hashlib
+import struct
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -25,13 +42,14 @@ from typing import Any
 
 import duckdb
 
-from mnemolog.eventlog.errors import VerificationError
-from mnemolog.projections import schema
+from mnemolog.eventlog.errors import Informational, VerificationError
+from mnemolog.projections import schema, vectors
 from mnemolog.projections.db import CATALOG, DB_NAME
 from mnemolog.projections.engine import NOTHING_APPLIED, Projections, read_state
 from mnemolog.projections.fold import Upcast
 
 FRESH = "fresh"
+VECTOR_SHOWN = 4  # values of a differing vector quoted in a report
 
 
 @dataclass(frozen=True)
@@ -41,6 +59,14 @@ class Compared:
     name: str
     select: str
     key: tuple[str, ...]
+    # Only "every row on disk is one the fold gives" (the fold may hold more: see the docstring).
+    subset: bool = False
+
+
+class NothingChecked(Informational):
+    """The projection records no applied entry while the log has some: nothing was compared (exit 1)."""
+
+    slug = "nothing_checked"
 
 
 POSTINGS = "term, doc, tf, dl"
@@ -84,6 +110,24 @@ COMPARED = [
 ]
 COVERED_TABLES = {"postings_delta"} | {c.name for c in COMPARED}
 
+# The vector tables (projections/vectors.py), when the log records an embedder that embeds.
+VECTOR_COMPARED = [
+    Compared("vector_meta", "SELECT version, model_id, dim, synced_seq FROM {c}.vector_meta", ("model_id",)),
+    Compared(
+        "vector_docs",
+        "SELECT doc, sha FROM {c}.vectors UNION ALL SELECT doc, sha FROM {c}.vector_pending",
+        ("doc", "sha"),
+    ),
+    Compared("vectors", "SELECT doc, sha, vec FROM {c}.vectors", ("doc",), subset=True),
+    # The row count the search reads (HNSW or exact scan) is the table's.
+    Compared(
+        "vector_rows",
+        "SELECT rows = (SELECT count(*) FROM {c}.vectors) AS rows_match FROM {c}.vector_meta",
+        ("rows_match",),
+        subset=True,
+    ),
+]
+
 
 @dataclass
 class ProjectionReport:
@@ -105,6 +149,10 @@ class ProjectionReport:
 def _jsonable(v: Any) -> Any:
     if isinstance(v, bytes | bytearray | memoryview):
         return bytes(v).hex()
+    if isinstance(v, list | tuple) and len(v) > VECTOR_SHOWN and all(isinstance(x, float) for x in v):
+        # A vector: its first values and a digest of all of them, not hundreds of floats.
+        digest = hashlib.sha256(struct.pack(f"<{len(v)}f", *v)).hexdigest()
+        return {"dim": len(v), "head": list(v[:VECTOR_SHOWN]), "sha256_f32le": digest}
     if isinstance(v, list | tuple):
         return [_jsonable(x) for x in v]
     return v
@@ -130,7 +178,16 @@ def verify_projections(
                 found=st.log_id.hex(),
             )
         size = st.last_seq + 1 if st.last_seq != NOTHING_APPLIED else 0
-        if size > projections.log.refresh():
+        log_size = projections.log.refresh()
+        if size == 0 and log_size > 0:
+            raise NothingChecked(
+                f"checked nothing: the projection records no applied entry, the log has {log_size} "
+                "(the database was missing or its proj_state gone, so it was reset; the next "
+                "command rebuilds it from the log, and `mnemolog log verify` checks the log)",
+                entries=0,
+                log_entries=log_size,
+            )
+        if size > log_size:
             raise VerificationError(
                 f"the projection records {size} entries, the log has {projections.log.size}",
                 check="projection.state",
@@ -142,10 +199,13 @@ def verify_projections(
             t0 = time.perf_counter()
             limit = projections.store.memory_limit
             fresh = Projections(Path(tmp), projections.log, upcast, memory_limit=limit)
+            # Vectors come from the home's embedding cache, as the projection's did.
+            fresh.cache.close()
+            fresh.cache = projections.cache
             try:
                 fresh.rebuild(stop=size)
             finally:
-                fresh.close()
+                fresh.store.close()
             report.refold_seconds = time.perf_counter() - t0
             t0 = time.perf_counter()
             path = str(Path(tmp) / DB_NAME).replace("'", "''")
@@ -153,10 +213,36 @@ def verify_projections(
             try:
                 for c in COMPARED:
                     report.tables[c.name] = _compare(conn, c)
+                if _vector_tables(conn, FRESH, CATALOG):
+                    for c in VECTOR_COMPARED:
+                        report.tables[c.name] = _compare(conn, c)
             finally:
                 conn.execute(f"DETACH {FRESH}")
             report.compare_seconds = time.perf_counter() - t0
     return report
+
+
+def _vector_tables(conn: duckdb.DuckDBPyConnection, fresh: str, disk: str) -> bool:
+    """Whether both sides hold vector tables; raises when only one does (recall would differ)."""
+    have = {}
+    for cat in (fresh, disk):
+        rows = conn.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main'", [cat]
+        ).fetchall()
+        have[cat] = {str(r[0]) for r in rows} >= set(vectors.TABLES)
+    if have[fresh] != have[disk]:
+        raise VerificationError(
+            "the projection "
+            + ("lacks the vector tables the log's embedder gives" if have[fresh] else "holds vector tables")
+            + " (vector_meta, vectors, vector_pending)"
+            + ("" if have[fresh] else ", but the log records no embedder that embeds"),
+            check="projection.row",
+            table="vectors",
+            key={"tables": list(vectors.TABLES)},
+            expected=have[fresh],
+            found=have[disk],
+        )
+    return have[fresh]
 
 
 def _compare(conn: duckdb.DuckDBPyConnection, c: Compared) -> int:
@@ -167,6 +253,16 @@ def _compare(conn: duckdb.DuckDBPyConnection, c: Compared) -> int:
     sum. Only when one does are the differing rows looked for, in order.
     """
     disk, fresh = c.select.format(c=CATALOG), c.select.format(c=FRESH)
+    if c.subset:
+        order = ", ".join(c.key)
+        extra = conn.execute(
+            f"SELECT * FROM (({disk}) EXCEPT ALL ({fresh})) ORDER BY {order} LIMIT 1"
+        ).fetchall()
+        if extra:
+            cols = [d[0] for d in conn.execute(f"SELECT * FROM ({fresh}) LIMIT 0").description]
+            _report(conn, c, cols, extra[0], None, fresh, disk)
+        (n,) = conn.execute(f"SELECT count(*) FROM ({disk})").fetchone() or (0,)
+        return int(n)
     (n, differing) = conn.execute(
         f"""SELECT coalesce(sum(audit_n), 0), count(*) FILTER (WHERE audit_d <> 0) FROM (
                 SELECT COLUMNS(* EXCLUDE (audit_s)), sum(audit_s) AS audit_d,

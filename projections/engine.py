@@ -39,6 +39,7 @@ from mnemolog.projections.fold import Fold, IndexStats, RepeatedId, Upcast
 from mnemolog.projections.text import install_macros
 
 CATCH_UP_BATCH = 50_000
+SIGN_CHECK_ALL = 4096  # a catch-up of at most this many entries checks every signature
 NOTHING_APPLIED = -1
 
 
@@ -184,6 +185,21 @@ class Projections:
             )
         if st.last_seq == NOTHING_APPLIED:
             return
+        if st.last_seq < size and log.leaf(st.last_seq) == st.last_leaf:
+            return
+        at = self._applied_elsewhere(st, size)
+        if at is not None:
+            # The log holds the very entry and root the projection recorded, at another seq:
+            # only the record's seq is wrong (rewound, or damaged). The log lost nothing.
+            raise ProjectionDiverged(
+                f"the projection records entry {st.last_seq} as the last it applied, but the entry "
+                f"and root it recorded are the log's at seq {at}: the projection's state is stale "
+                "or damaged, not the log; run `mnemolog rebuild` (no rollback is recorded)",
+                check="projection.stale",
+                seq=st.last_seq,
+                expected=at,
+                found=st.last_seq,
+            )
         if st.last_seq >= size:
             raise ProjectionDiverged(
                 f"the projection has applied entry {st.last_seq} but the log has only {size} "
@@ -193,15 +209,43 @@ class Projections:
                 found=size,
             )
         leaf = log.leaf(st.last_seq)
-        if leaf != st.last_leaf:
-            raise ProjectionDiverged(
-                f"entry {st.last_seq} in the log is not the one the projection applied "
-                "(leaf hash differs): the log was rewritten; check it with `mnemolog log verify` "
-                "(a rebuild refuses to erase this evidence unless given --accept-rollback)",
-                seq=st.last_seq,
-                expected=st.last_leaf.hex(),
-                found=leaf.hex(),
-            )
+        raise ProjectionDiverged(
+            f"entry {st.last_seq} in the log is not the one the projection applied "
+            "(leaf hash differs), and the log holds that entry nowhere: the log was rewritten; "
+            "check it with `mnemolog log verify` "
+            "(a rebuild refuses to erase this evidence unless given --accept-rollback)",
+            seq=st.last_seq,
+            expected=st.last_leaf.hex(),
+            found=leaf.hex(),
+        )
+
+    def _applied_elsewhere(self, st: State, size: int) -> int | None:
+        """The seq at which the log holds the leaf and root the projection recorded, if not at its own.
+
+        A real rollback or fork leaves the projection's recorded entry (leaf
+        hash) and root out of the log: the entries it applied are gone. A
+        record whose seq alone was changed still names an entry the log holds,
+        with the log's root after it. Read from the index's leaf hashes (the
+        tail past them one entry at a time); only on this disagreeing path.
+        """
+        log = self.log
+        hit: int | None = None
+        indexed = min(log.indexed, size)
+        step = 1 << 16
+        for lo in range(0, indexed, step):
+            hi = min(lo + step, indexed)
+            buf = log.index.leaves(lo, hi)
+            i = buf.find(st.last_leaf)
+            while i >= 0 and i % 32:
+                i = buf.find(st.last_leaf, i + 1)
+            if i >= 0:
+                hit = lo + i // 32
+                break
+        if hit is None:
+            hit = next((q for q in range(indexed, size) if log.leaf(q) == st.last_leaf), None)
+        if hit is None or hit == st.last_seq:
+            return None
+        return hit if not st.last_root or log.root(hit + 1) == st.last_root else None
 
     def catch_up(
         self, conn: duckdb.DuckDBPyConnection, *, compact: bool = False, stop: int | None = None
@@ -269,9 +313,16 @@ class Projections:
     ) -> tuple[IndexStats, Entry | None]:
         """Fold entries lo..hi-1 and record the position, in one transaction."""
         fold = Fold(conn, self.upcast, replace(stats), careful=careful)
+        # Nothing is folded (and so served) that the key history did not sign: an entry a
+        # rogue key appended after the last checkpoint fails here, before any table changes.
+        # Key ids are compared for every entry; signatures (~0.1 ms each) for every entry of
+        # an everyday catch-up, and in a bulk one (a rebuild) for those past the newest
+        # checkpoint: `log verify` checks the rest against the signed roots.
+        keys = self.log.key_schedule(lo)
+        covered = lo if hi - lo <= SIGN_CHECK_ALL else max(lo, *self.log.checkpoint_sizes())
         conn.execute("BEGIN TRANSACTION")
         try:
-            last = fold.apply(self.log.iter_entries(lo, hi))
+            last = fold.apply(keys.admit(self.log.iter_entries(lo, hi), signatures_from=covered))
             # Compaction only at the end: within a long catch-up the delta would
             # otherwise be merged (and the main table rewritten) over and over.
             if hi == size and (compact or fold.needs_compaction()):
@@ -318,7 +369,10 @@ class Projections:
 
         Shorter than the entry the projection last applied, or another entry
         at that seq: the log was rolled back or rewritten, and replaying it
-        over the projection would erase the last trace of what was there. A
+        over the projection would erase the last trace of what was there.
+        Unless the log holds the recorded entry and root at another seq: then
+        the projection's record is wrong, not the log, and nothing is offered
+        for signing. A
         projection of another log altogether (another log id) is no rollback
         of this one: the home's trust anchor judges that.
         """
@@ -334,6 +388,8 @@ class Projections:
             return None
         if st.last_seq < size and self.log.leaf(st.last_seq) == st.last_leaf:
             return None
+        if self._applied_elsewhere(st, size) is not None:
+            return None  # a stale or damaged projection (see `_check`): the rebuild replaces it
         return Rollback(st.last_seq + 1, st.last_root or None, size, self.log.root(size), "projection")
 
     def rebuild(self, stop: int | None = None) -> int:

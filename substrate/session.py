@@ -22,8 +22,9 @@ from typing import Any, Protocol, TypeVar
 
 import duckdb
 
+from mnemolog.eventlog import memview, touching
 from mnemolog.eventlog import vocabulary as v
-from mnemolog.eventlog.errors import MnemologError, NotFound, StorageError
+from mnemolog.eventlog.errors import LogMoved, MnemologError, NotFound, StorageError
 from mnemolog.eventlog.writer import LogWriter, Receipt
 from mnemolog.projections import heads as heads_q
 from mnemolog.projections import queries
@@ -37,6 +38,8 @@ from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
 
 __all__ = ["Follow", "ProjectionBehind", "Session", "Sessions"]
+
+APPEND_ATTEMPTS = 5  # a batch whose seqs moved under it is prepared again at most this often
 
 _Out = TypeVar("_Out", Memory, Edge)
 
@@ -124,8 +127,18 @@ class Session:
                 raise TypeError(f"{cls.__qualname__} is not the payload model written for its type")
             items.append((cls.TYPE, p.to_data(), cls.TV))
         writer = self._writer()
-        base = self._chain(payloads, items, writer)
-        receipts = writer.append_many(items)
+        for attempt in range(APPEND_ATTEMPTS):
+            base = self._chain(payloads, items, writer)
+            try:
+                # The pointers name seqs inside this batch: it must land exactly there.
+                receipts = writer.append_many(items, first_seq=base)
+                break
+            except LogMoved:
+                # Another process appended (outside a session: `log append`); nothing was
+                # written. Fold what it wrote and fill the pointers again.
+                if attempt == APPEND_ATTEMPTS - 1:
+                    raise
+                self._projections.catch_up(self._conn)
         # What went wrong without failing the write (a derived index, a listener) is reported
         # with the command's result, like a post hook's failure.
         self.warnings += writer.take_warnings()
@@ -156,7 +169,12 @@ class Session:
         # The tables are caught up and every memory write holds this session's lock, so the
         # newest touch of each memory is in them and the batch starts at the log's end.
         heads = heads_q.memory_heads(self._conn, ids)
-        base = max(heads_q.applied_size(self._conn), writer.size)
+        applied = heads_q.applied_size(self._conn)
+        # The pointers are signed forever: hold the projection's heads to the log first, so a
+        # row deleted from `touches` cannot make this writer sign a pointer that skips an entry.
+        # (A memory the projection never saw is taken as new; `log verify` folds every pointer.)
+        touching.check_heads(self._projections.log, heads, applied, memview.entry_touched_ids)
+        base = max(applied, writer.size)
         for i, ms in enumerate(touched):
             if ms:
                 items[i][1][v.TOUCH_PREV] = {m: heads.get(m, v.FIRST_TOUCH) for m in ms}

@@ -168,12 +168,14 @@ def test_whole_home_rollback_is_visible_to_the_witness(home: Path, tmp_path: Pat
         assert doc["details"]["witnesses"][0]["status"] == "ahead"
         # A new entry on the restored home: the witness refuses to go along.
         append(home)
+        # The alarm is a failed verification (issue 23 item 6), as for `witness sync`.
         code, _out, err = run(home, "log", "checkpoint")
-        assert code == OK and "ahead" in err
+        assert code == VERIFY and "ahead" in err
         # Growing past what the witness saw gives another tree: it refuses the proof.
         append(home, 6)
         code, doc = run_json(home, "log", "checkpoint")
-        assert doc["witnesses"][0]["status"] == "forked"
+        assert code == VERIFY and doc["details"]["check"] == "witness.rollback"
+        assert doc["details"]["witnesses"][0]["status"] == "forked"
         assert list((w.root / "evidence").rglob("*.req"))
 
 

@@ -198,3 +198,29 @@ def test_any_changed_bit_of_a_cosignature_fails(body: str, ts: int, flip: int) -
     sig[flip // 8] ^= 1 << (flip % 8)
     assert w.verifier.timestamp_if_valid(text, NoteSignature(line.name, line.key_hash, bytes(sig))) is None
     assert w.verifier.timestamp_if_valid(text + "x\n", line) is None
+
+
+def test_one_key_under_two_names_is_one_witness() -> None:
+    # Issue 23 item 5: the quorum counted (name, key) pairs, so one party cosigning under
+    # two names met --min-witnesses 2.
+    log_key = SigningKey(bytes([9]) * 32, "log")
+    raw = checkpoint_note(log_key)
+    text = parse_note(raw).text
+    alice, alias = CosignerKey(SEED, "alice"), CosignerKey(SEED, "not-alice")
+    both = add_signature_lines(raw, [alice.cosign(text, 1), alias.cosign(text, 1)], 100)
+    assert both is not None
+    keys = (alice.verifier, alias.verifier)
+    with pytest.raises(UsageError, match="distinct witness public key"):
+        WitnessPolicy(keys, 2)
+    with pytest.raises(UsageError):
+        WitnessPolicy.parse([k.vkey() for k in keys], 2)
+    assert WitnessPolicy.parse([k.vkey() for k in keys], None) == WitnessPolicy(keys, 1)
+    # A policy of two real witnesses is not met by one of them cosigning under an alias too.
+    bob = CosignerKey(bytes([5]) * 32, "bob")
+    policy = WitnessPolicy((alice.verifier, alias.verifier, bob.verifier), 2)
+    with pytest.raises(VerificationError) as e:
+        require_cosignatures(both, policy, "cp")
+    assert e.value.check == "witness.quorum"
+    three = add_signature_lines(both, [bob.cosign(text, 2)], 100)
+    assert three is not None
+    assert len({c.witness.public_key for c in require_cosignatures(three, policy, "cp")}) == 2

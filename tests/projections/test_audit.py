@@ -26,6 +26,7 @@ from mnemolog.projections import audit, schema
 from mnemolog.projections.db import DB_NAME
 from mnemolog.substrate.home import Home
 from tests.projections.kit import new_home, open_sub
+from tests.support.fake_embedder import FakeEmbedder
 
 EXE = Path(sys.executable).with_name("mnemolog")
 
@@ -48,6 +49,22 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Home:
         m = s.store(long, title="Post-mortem")
         s.atomise(m["id"], curator="rules")
     return home
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Home:
+    """A home that embeds: every memory has its vector, from the embedding cache."""
+    home = new_home(tmp_path_factory.mktemp("audit-vec") / "home")
+    with open_sub(home, embedder=FakeEmbedder()) as s:
+        for text in ("database failover: promote the replica", "lunch menu: soup", "deploy at 09:05"):
+            s.store(text)
+    return home
+
+
+def test_an_honest_projection_with_vectors_passes(embedded: Home) -> None:
+    r = verify(embedded)
+    assert r["tables"]["vectors"] == 3 and r["tables"]["vector_docs"] == 3
+    assert r["tables"]["vector_meta"] == r["tables"]["vector_rows"] == 1
 
 
 RESPONSE = (
@@ -283,6 +300,42 @@ def _pack_member(h: Home) -> tuple[str, str | None]:
     return "ctx_pack_members", None  # the key holds `included`: the row is missing and another extra
 
 
+# Issue 23 item 11: the vector tables change recall's answers, and were not compared.
+FIRST_VECTOR = "(SELECT min(doc) FROM vectors)"
+
+
+def _vector_swapped(h: Home) -> tuple[str, str | None]:
+    forge(
+        h,
+        "UPDATE vectors SET vec = "
+        f"(SELECT vec FROM vectors WHERE doc <> {FIRST_VECTOR} ORDER BY doc LIMIT 1) "
+        f"WHERE doc = {FIRST_VECTOR}",
+    )
+    return "vectors", "vec"
+
+
+def _vector_removed(h: Home) -> tuple[str, str | None]:
+    forge(h, f"DELETE FROM vectors WHERE doc = {FIRST_VECTOR}")
+    return "vector_docs", None
+
+
+def _vector_model(h: Home) -> tuple[str, str | None]:
+    forge(h, "UPDATE vector_meta SET model_id = 'another/model'")
+    return "vector_meta", None
+
+
+def _vector_rows(h: Home) -> tuple[str, str | None]:
+    forge(h, "UPDATE vector_meta SET rows = rows + 5")
+    return "vector_rows", None
+
+
+def _vector_tables_dropped(h: Home) -> tuple[str, str | None]:
+    forge(h, "DROP TABLE vectors")
+    forge(h, "DROP TABLE vector_pending")
+    forge(h, "DROP TABLE vector_meta")
+    return "vectors", None
+
+
 FORGERIES: list[Forgery] = [
     _content,
     _unarchive,
@@ -298,6 +351,13 @@ FORGERIES: list[Forgery] = [
     _atomisation,
     _duplicate_touch,
     _state,
+]
+VECTOR_FORGERIES: list[Forgery] = [
+    _vector_swapped,
+    _vector_removed,
+    _vector_model,
+    _vector_rows,
+    _vector_tables_dropped,
 ]
 
 
@@ -318,7 +378,9 @@ LOOP_FORGERIES: list[Forgery] = [
 
 @pytest.mark.parametrize(
     ("fixture", "forgery"),
-    [("populated", f) for f in FORGERIES] + [("loop", f) for f in LOOP_FORGERIES],
+    [("populated", f) for f in FORGERIES]
+    + [("loop", f) for f in LOOP_FORGERIES]
+    + [("embedded", f) for f in VECTOR_FORGERIES],
     ids=lambda v: v.__name__.strip("_") if callable(v) else v,
 )
 def test_every_forgery_is_reported(
@@ -372,3 +434,22 @@ def test_the_cli_reports_the_first_difference(populated: Home, tmp_path: Path) -
     assert (d["expected"], d["found"]) == (original, "all is well")
     code, doc = run("verify")
     assert code == 8 and doc["details"]["check"] == "projection.row"
+
+
+@pytest.mark.parametrize("how", ["projections_missing", "proj_state_dropped"])
+def test_a_projection_that_records_nothing_is_not_reported_ok(
+    populated: Home, tmp_path: Path, how: str
+) -> None:
+    """Issue 23 item 11: with nothing to compare, verify said "ok ... first 0 entries"."""
+    import shutil
+
+    home = Home(tmp_path / "home")
+    shutil.copytree(populated.root, home.root)
+    if how == "projections_missing":
+        shutil.rmtree(home.projections_dir)
+    else:
+        forge(home, "DROP TABLE proj_state")
+    with pytest.raises(audit.NothingChecked) as info:
+        verify(home)
+    assert info.value.exit_code != 0 and "checked nothing" in info.value.message
+    assert info.value.details["log_entries"] > 20

@@ -214,3 +214,37 @@ def rebuild_for(root: Path, ex: forensics.ExportedBundle, mid: str, keep: list[i
         key,
     )
     return members_of(data)
+
+
+def test_a_claim_older_than_the_checkpoint_says_what_it_leaves_out(home: Path) -> None:
+    """Issue 23 item 6: heads as of L under a checkpoint of size n > L + 1 verified silently."""
+    ex = export(home)
+    h = genuine_heads(ex)
+    with Substrate.open(home, long_lived=False) as sub:
+        sub.writer.append("memory.updated", {"id": MID, "confidence": 0.9})  # about MID, after L
+        sub.writer.append("note.added", {"pad": 2})
+        cp, cp_raw = sub.writer.checkpoint()
+        cp_size = cp.size
+    m = members_of(ex.data)
+    key_entries = parse_entries(m[bundle.KEYS], "k")
+    with Log(home / "log") as log:
+        entries = [log.entry(s) for s in ex.seqs]  # the new update left out
+        proofs = {s: log.inclusion_proof(s, cp_size) for s in [*ex.seqs, *(e.seq for e in key_entries)]}
+        heads = HeadsEvidence(h.entry, log.inclusion_proof(h.entry.seq, cp_size), h.proofs)
+    key = load_private_key(home / "keys" / "signing.key")
+    data = bundle.build_bundle(
+        BundleInput(MID, False, [MID], [], key_entries, entries, cp_raw, proofs, heads), key
+    )
+    r = bundle.verify_members(members_of(data))
+    assert r.completeness is not None
+    assert r.completeness["as_of_tree_size"] == h.entry.seq
+    assert r.completeness["tree_size"] == cp_size == h.entry.seq + 3
+    assert r.completeness["uncovered_entries"] == 2
+    assert (
+        f"outside     2 signed entries of the checkpoint's tree (seqs {h.entry.seq}..{cp_size - 1}"
+        in r.text()
+    )
+    # The exporter's own bundles commit to everything before their heads entry: nothing outside.
+    fresh = bundle.verify_members(members_of(export(home).data))
+    assert fresh.completeness is not None and fresh.completeness["uncovered_entries"] == 0
+    assert "outside" not in fresh.text()
