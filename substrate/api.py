@@ -71,7 +71,15 @@ from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
 from mnemolog.substrate.ids import looks_like_id
-from mnemolog.substrate.importer import BATCH, ImportReport, import_jsonl
+from mnemolog.substrate.importer import (
+    BATCH,
+    ImportFailed,
+    ImportReport,
+    check_records,
+    import_jsonl,
+    write_checked,
+)
+from mnemolog.substrate.importers import read_source
 from mnemolog.substrate.knowledge import Knowledge
 from mnemolog.substrate.session import ProjectionBehind, Session
 
@@ -999,6 +1007,77 @@ class Substrate:
         if warnings:
             report["warnings"] = warnings
         return report
+
+    def import_from(
+        self,
+        fmt: str,
+        path: str | Path,
+        *,
+        trust: bool = False,
+        dry_run: bool = False,
+        progress: bool | None = None,
+        batch: int = BATCH,
+    ) -> dict[str, Any]:
+        """Store the items of another tool's export (substrate.importers) through the JSON Lines path.
+
+        Candidates unless `trust` (then active). Ids derive from each item's
+        source pointer and stored ids are skipped, so a re-import adds
+        nothing. `dry_run` checks everything and returns the mapping
+        (`mapping`: one entry per item, `exists` for those stored already)
+        without writing. ImportFailed (65, or 5 for governance) names each
+        bad item by its number and source; nothing is written then.
+        """
+        path = Path(path)
+        records = read_source(fmt, path)
+        status = "active" if trust else "candidate"
+        checked = check_records(records, self, self.hooks, skip_existing=True, status=status)
+        if checked.bad_count:
+            for b in checked.bad:
+                src = records[b["line"] - 1].get("source")
+                b["message"] = f"item {b['line']} ({src}): {b['message']}"
+            raise ImportFailed(path, checked.bad, checked.bad_count)
+        if dry_run:
+            new = {p.id for _n, p in checked.payloads}
+            return {
+                "format": fmt,
+                "file": str(path),
+                "status": status,
+                "dry_run": True,
+                "items": len(records),
+                "new": len(new),
+                "skipped_existing": checked.skipped,
+                "mapping": [
+                    {
+                        "id": r["id"],
+                        "namespace": r["namespace"],
+                        "kind": r.get("kind", "observation"),
+                        "title": r.get("title"),
+                        "source": r.get("source"),
+                        "created_at": r.get("created_at"),
+                        "tags": r.get("tags", []),
+                        "content": r["content"][:200],
+                        "exists": r["id"] not in new,
+                    }
+                    for r in records
+                ],
+            }
+        report, warnings = write_checked(
+            path,
+            checked,
+            self,
+            self.embedding,
+            self.hooks,
+            self.atomiser.plan,
+            batch=batch,
+            progress=progress,
+        )
+        if report["atomisation_requested"]:
+            self.atomiser.wake()
+        out: dict[str, Any] = {"format": fmt, "status": status, "dry_run": False, **report}
+        out["items"] = out.pop("lines")
+        if warnings:
+            out["warnings"] = warnings
+        return out
 
     # -- embeddings ----------------------------------------------------------------
 

@@ -1,0 +1,169 @@
+"""basic-memory: a folder of Markdown notes (or one note).
+
+A note has YAML frontmatter (`title`, `permalink`, `tags`, `type`), then
+Markdown in which list items of the form `- [category] text #tag (context)`
+are observations and `- relation_type [[Target]]` are relations. Every
+observation is a memory in `notes/basic-memory`, titled with the note,
+tagged with the note's tags and its own, source `memory://<permalink>`
+(basic-memory's own address for the note); a note without observations is
+one memory holding its body. The note's relations are kept in
+`metadata.basic_memory.relations` of each of its memories (mnemolog links
+are between memories, and a relation joins notes). Times: the frontmatter's
+`created` (or `date`), else the file's modification time.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime
+from typing import Any, Final
+
+import yaml
+
+from mnemolog.substrate.importers._common import MapError, derived_id, micros, tag
+
+FORMAT = "basic-memory"
+NAMESPACE: Final = "notes/basic-memory"
+MAX_FRONTMATTER: Final = 64 * 1024
+
+_OBSERVATION: Final = re.compile(r"^\s*[-*]\s+\[([^\]\n]+)\]\s+(\S.*?)\s*$")
+_RELATION: Final = re.compile(r"^\s*[-*]\s+([^\[\]\s][^\[\]]*?)\s+\[\[([^\]\n]+)\]\]\s*(?:\((.*)\))?\s*$")
+_TAG: Final = re.compile(r"(?<![\w&])#([\w][\w\-/]*)")
+_FENCE: Final = re.compile(r"^\s*(```|~~~)")
+_CHECKBOX: Final = frozenset({" ", "x", "X", "-"})
+
+
+def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
+    """(frontmatter, body); a note without `---` frontmatter has an empty one."""
+    if not text.startswith("---"):
+        return {}, text
+    lines = text.split("\n")
+    if lines[0].strip() != "---":
+        return {}, text
+    for i in range(1, len(lines)):
+        if lines[i].strip() in ("---", "..."):
+            head = "\n".join(lines[1:i])
+            break
+    else:
+        raise MapError(f"{where}: the frontmatter has no closing '---'", file=where, field="frontmatter")
+    if len(head) > MAX_FRONTMATTER:
+        raise MapError(
+            f"{where}: frontmatter over {MAX_FRONTMATTER} characters", file=where, field="frontmatter"
+        )
+    try:
+        meta = yaml.safe_load(head) if head.strip() else {}
+    except yaml.YAMLError as exc:
+        raise MapError(
+            f"{where}: the frontmatter is not YAML: {exc}", file=where, field="frontmatter"
+        ) from exc
+    if not isinstance(meta, dict):
+        raise MapError(f"{where}: the frontmatter must be a mapping", file=where, field="frontmatter")
+    return meta, "\n".join(lines[i + 1 :])
+
+
+def _tags(value: Any, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [t for t in re.split(r"[,\s]+", value) if t]
+    if not isinstance(value, list):
+        raise MapError(f"{where}: frontmatter `tags` must be a list or text", file=where, field="tags")
+    return [t for t in (tag(str(v).lstrip("#")) for v in value if isinstance(v, str | int)) if t]
+
+
+def _when(meta: dict[str, Any], mtime: float | None, where: str) -> int | None:
+    for key in ("created", "date"):
+        v = meta.get(key)
+        if isinstance(v, datetime | date):
+            v = v.isoformat()
+        if v is not None:
+            return micros(v, f"{where}: frontmatter `{key}`")
+    return micros(mtime, f"{where}: modification time") if mtime is not None else None
+
+
+def permalink_of(path: str) -> str:
+    """basic-memory's permalink of a note without one: its path, lower case, words joined by '-'."""
+    stem = path[:-3] if path.lower().endswith(".md") else path
+    return "/".join(re.sub(r"[^a-z0-9]+", "-", p.lower()).strip("-") or "_" for p in stem.split("/"))
+
+
+def map_note(path: str, text: str, mtime: float | None) -> list[dict[str, Any]]:
+    """The memories of one note; `path` is relative to the folder imported (it names the note in errors)."""
+    meta, body = split_frontmatter(text, path)
+    title = meta.get("title")
+    title = (
+        str(title)
+        if isinstance(title, str | int | float) and str(title).strip()
+        else path.rsplit("/", 1)[-1][:-3]
+    )
+    permalink = meta.get("permalink")
+    permalink = (
+        str(permalink).strip("/")
+        if isinstance(permalink, str) and permalink.strip("/")
+        else permalink_of(path)
+    )
+    note_tags = _tags(meta.get("tags"), path)
+    when = _when(meta, mtime, path)
+    observations: list[tuple[str, str]] = []
+    relations: list[dict[str, str]] = []
+    fenced = False
+    for line in body.split("\n"):
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if (m := _OBSERVATION.match(line)) and m.group(1) not in _CHECKBOX:
+            if (m.group(1).strip(), m.group(2)) not in observations:
+                observations.append((m.group(1).strip(), m.group(2)))
+        elif r := _RELATION.match(line):
+            relations.append({"type": r.group(1).strip(), "target": r.group(2).strip()})
+    source = f"memory://{permalink}"
+    info: dict[str, Any] = {"permalink": permalink, "file": path}
+    if isinstance(meta.get("type"), str):
+        info["type"] = meta["type"]
+    if relations:
+        info["relations"] = relations
+    base = {
+        "namespace": NAMESPACE,
+        "title": title[:512],
+        "source": source,
+        "created_at": when,
+    }
+    if not observations:
+        if not body.strip():
+            return []
+        return [
+            {
+                **base,
+                "id": derived_id(FORMAT, permalink),
+                "content": body.strip(),
+                "kind": "reference",
+                "tags": note_tags,
+                "metadata": {"basic_memory": info},
+            }
+        ]
+    out = []
+    for category, content in observations:
+        own = [t for t in (tag(x) for x in _TAG.findall(content)) if t]
+        cat = tag(category)
+        tags = list(dict.fromkeys([*note_tags, *([cat] if cat else []), *own]))
+        out.append(
+            {
+                **base,
+                "id": derived_id(FORMAT, f"{permalink}\0{category}\0{content}"),
+                "content": content,
+                "kind": "observation",
+                "tags": tags,
+                "metadata": {"basic_memory": {**info, "category": category}},
+            }
+        )
+    return out
+
+
+def map_basic_memory(notes: list[tuple[str, str, float | None]]) -> list[dict[str, Any]]:
+    """(relative path, text, modification time) of each note -> memories, notes in path order."""
+    out: list[dict[str, Any]] = []
+    for path, text, mtime in sorted(notes):
+        out += map_note(path, text, mtime)
+    return out
