@@ -13,6 +13,8 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime
+import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,7 +26,7 @@ import duckdb
 from pydantic import ValidationError
 
 from mnemolog.curators.embed import Embedder
-from mnemolog.eventlog import memview
+from mnemolog.eventlog import fsio, memview
 from mnemolog.eventlog.errors import (
     BadInput,
     MnemologError,
@@ -80,6 +82,7 @@ from mnemolog.substrate.importer import (
     write_checked,
 )
 from mnemolog.substrate.importers import read_source
+from mnemolog.substrate.importers.export import EXPORT_FORMATS, basic_memory_notes, jsonl_bytes
 from mnemolog.substrate.knowledge import Knowledge
 from mnemolog.substrate.session import ProjectionBehind, Session
 
@@ -1079,6 +1082,44 @@ class Substrate:
             out["warnings"] = warnings
         return out
 
+    def export_memories(self, fmt: str, out: str | Path, *, namespace: str | None = None) -> dict[str, Any]:
+        """Write the active memories (of `namespace` and below) as `jsonl` or a `basic-memory` folder.
+
+        jsonl: one file in exactly the format `import` reads, replaced
+        atomically (an existing OUT must be a regular file). basic-memory: a
+        folder of notes, built beside OUT and renamed into place, so OUT
+        appears whole or not at all (an existing OUT must be an empty folder).
+        """
+        if fmt not in EXPORT_FORMATS:
+            raise UsageError(f"unknown export format {fmt!r}; one of {', '.join(EXPORT_FORMATS)}", field="to")
+        out = Path(out)
+        f = self._filters(namespace, True, (), (), False, (DEFAULT_STATUS,), None, ())
+        memories: list[Memory] = []
+        with self.session() as s:
+            # One session: the pages are of one state of the home.
+            while page := q.list_memories(s.conn, f, 1000, len(memories)):
+                memories += page
+        memories.reverse()  # oldest first, the order they were stored in
+        try:
+            if fmt == "jsonl":
+                if out.is_dir():
+                    raise UsageError(f"{out} is a directory; a jsonl export writes one file", file=str(out))
+                fsio.atomic_write(out, jsonl_bytes(memories))
+                files = 1
+            else:
+                files = _write_folder(out, basic_memory_notes(memories))
+        except fsio.NotReplaceable as exc:
+            raise UsageError(f"{out} {exc.strerror}", file=str(out)) from exc
+        except OSError as exc:
+            raise UsageError(f"cannot write {out}: {exc.strerror}", file=str(out)) from exc
+        return {
+            "format": fmt,
+            "out": str(out),
+            "namespace": namespace,
+            "memories": len(memories),
+            "files": files,
+        }
+
     # -- embeddings ----------------------------------------------------------------
 
     def set_embedder(self, kind: str, model: str | None = None) -> dict[str, Any]:
@@ -1250,3 +1291,38 @@ class Substrate:
             "source": payload.source,
             "set_aside": set_aside,
         }
+
+
+def _write_folder(out: Path, notes: list[tuple[str, bytes]]) -> int:
+    """Write `notes` (relative paths) as the folder `out`, which must be absent or empty.
+
+    The notes go into a hidden sibling first and the folder is renamed into
+    place, so a failure (a full disk) leaves no half-written export.
+    """
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UsageError(
+            f"{out} exists and is not a folder; a basic-memory export writes a folder", file=str(out)
+        )
+    if out.is_dir() and any(out.iterdir()):
+        raise UsageError(
+            f"{out} is not empty; a basic-memory export writes a new or empty folder", file=str(out)
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        for rel, data in notes:
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "xb") as fh:
+                fh.write(data)
+                os.fsync(fh.fileno())
+        if out.is_dir():
+            out.rmdir()  # empty, checked above
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsio.fsync_dir(out.parent)
+    return len(notes)

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import yaml
 
+from mnemolog.substrate.events import KINDS
 from mnemolog.substrate.importers._common import MapError, derived_id, micros, tag
 
 FORMAT = "basic-memory"
@@ -131,14 +132,19 @@ def map_note(path: str, text: str, mtime: float | None) -> list[dict[str, Any]]:
         "created_at": when,
     }
     if not observations:
+        # The heading that repeats the title (as `export --to basic-memory` writes it) is not content.
+        lines = body.strip().split("\n")
+        if lines and lines[0].startswith("# ") and " ".join(lines[0][2:].split()) == " ".join(title.split()):
+            body = "\n".join(lines[1:])
         if not body.strip():
             return []
+        kind = meta.get("type") if meta.get("type") in KINDS else "reference"
         return [
             {
                 **base,
                 "id": derived_id(FORMAT, permalink),
                 "content": body.strip(),
-                "kind": "reference",
+                "kind": kind,
                 "tags": note_tags,
                 "metadata": {"basic_memory": info},
             }
