@@ -171,5 +171,10 @@ def map_basic_memory(notes: list[tuple[str, str, float | None]]) -> list[dict[st
     """(relative path, text, modification time) of each note -> memories, notes in path order."""
     out: list[dict[str, Any]] = []
     for path, text, mtime in sorted(notes):
-        out += map_note(path, text, mtime)
+        try:
+            out += map_note(path, text, mtime)
+        except MapError as exc:
+            if "file" in exc.details:
+                raise
+            raise MapError(exc.message, file=path, **exc.details) from exc
     return out
