@@ -122,7 +122,9 @@ def _branch(mapping: dict[str, Any], current: Any) -> list[Any]:
     node seen before, so a hostile cycle of parents ends.
     """
     if isinstance(current, str) and current in mapping:
-        path, seen, node = [], set(), current
+        path: list[Any] = []
+        seen: set[str] = set()
+        node: Any = current
         while isinstance(node, str) and node in mapping and node not in seen:
             seen.add(node)
             path.append(mapping[node])

@@ -48,7 +48,7 @@ def map_mem0(doc: Any) -> list[dict[str, Any]]:
             ns = "imports/mem0"
         categories = [c for c in items(item, "categories", w, required=False) if isinstance(c, str)]
         extra = need(item, "metadata", w, dict, required=False)
-        kept = {k: v for k, v in owners.items() if v is not None}
+        kept: dict[str, Any] = {k: v for k, v in owners.items() if v is not None}
         if categories:
             kept["categories"] = categories
         if extra:
