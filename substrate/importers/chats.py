@@ -115,29 +115,28 @@ def map_claude(doc: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _branch(mapping: dict[str, Any], current: Any) -> list[Any]:
-    """The nodes of the conversation's shown branch, root first (current_node back through parents).
+def _branch(mapping: dict[str, Any], current: Any) -> list[tuple[str, Any]]:
+    """(key, node) of the conversation's shown branch, root first (current_node back through parents).
 
     Without a usable current_node, every node, by time. The walk stops at a
     node seen before, so a hostile cycle of parents ends.
     """
     if isinstance(current, str) and current in mapping:
-        path: list[Any] = []
+        path: list[tuple[str, Any]] = []
         seen: set[str] = set()
         node: Any = current
         while isinstance(node, str) and node in mapping and node not in seen:
             seen.add(node)
-            path.append(mapping[node])
-            parent = mapping[node].get("parent") if isinstance(mapping[node], dict) else None
-            node = parent
+            path.append((node, mapping[node]))
+            node = mapping[node].get("parent") if isinstance(mapping[node], dict) else None
         return list(reversed(path))
 
-    def when(n: Any) -> float:
-        m = n.get("message") if isinstance(n, dict) else None
+    def when(kv: tuple[str, Any]) -> float:
+        m = kv[1].get("message") if isinstance(kv[1], dict) else None
         t = m.get("create_time") if isinstance(m, dict) else None
         return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else 0.0
 
-    return sorted(mapping.values(), key=when)
+    return sorted(mapping.items(), key=when)
 
 
 def map_chatgpt(doc: Any) -> list[dict[str, Any]]:
@@ -149,8 +148,7 @@ def map_chatgpt(doc: Any) -> list[dict[str, Any]]:
         title = need(conv, "title", w, str, required=False)
         mapping = need(conv, "mapping", w, dict)
         msgs = []
-        for node in _branch(mapping, conv.get("current_node")):
-            nid = node.get("id") if isinstance(node, dict) else None
+        for nid, node in _branch(mapping, conv.get("current_node")):
             nw = f"{w}.mapping[{nid!r}]"
             m = need(node, "message", nw, dict, required=False)
             if m is None:
