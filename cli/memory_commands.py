@@ -471,7 +471,9 @@ def _mapping(r: Mapping[str, Any]) -> str:
     ]
     lines.append(
         f"{r['items']} items from {r['file']} ({r['format']}): {r['new']} new ({r['status']}), "
-        f"{r['skipped_existing']} stored already (=); nothing written (dry run)"
+        f"{r['skipped_existing']} stored already (=)"
+        + (f", {len(r['links'])} relation link(s)" if r.get("links") else "")
+        + "; nothing written (dry run)"
     )
     return "\n".join(lines)
 

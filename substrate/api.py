@@ -81,7 +81,7 @@ from mnemolog.substrate.importer import (
     import_jsonl,
     write_checked,
 )
-from mnemolog.substrate.importers import read_source
+from mnemolog.substrate.importers import read_source, relation_links
 from mnemolog.substrate.importers.export import EXPORT_FORMATS, basic_memory_notes, jsonl_bytes
 from mnemolog.substrate.knowledge import Knowledge
 from mnemolog.substrate.session import ProjectionBehind, Session
@@ -1039,6 +1039,9 @@ class Substrate:
                 src = records[b["line"] - 1].get("source")
                 b["message"] = f"item {b['line']} ({src}): {b['message']}"
             raise ImportFailed(path, checked.bad, checked.bad_count)
+        # basic-memory relations between notes of this import become links (related_to, the
+        # note's relation type in the link's metadata); link() skips an edge drawn already.
+        links = relation_links(records) if fmt == "basic-memory" else []
         if dry_run:
             new = {p.id for _n, p in checked.payloads}
             return {
@@ -1063,6 +1066,7 @@ class Substrate:
                     }
                     for r in records
                 ],
+                "links": [{"src": a, "dst": b, "type": t} for a, b, t in links],
             }
         report, warnings = write_checked(
             path,
@@ -1076,7 +1080,12 @@ class Substrate:
         )
         if report["atomisation_requested"]:
             self.atomiser.wake()
-        out: dict[str, Any] = {"format": fmt, "status": status, "dry_run": False, **report}
+        drawn = 0
+        for a, b, t in links:
+            drawn += "already_linked" not in self.link(
+                a, b, "related_to", {"type": t, "from": "basic-memory"}
+            )
+        out: dict[str, Any] = {"format": fmt, "status": status, "dry_run": False, **report, "links": drawn}
         out["items"] = out.pop("lines")
         if warnings:
             out["warnings"] = warnings

@@ -24,12 +24,12 @@ from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, read_regular
 from mnemolog.substrate.importer import MAX_IMPORT_BYTES
 from mnemolog.substrate.importers._common import MapError, derived_id
-from mnemolog.substrate.importers.basic_memory import map_basic_memory
+from mnemolog.substrate.importers.basic_memory import map_basic_memory, relation_links
 from mnemolog.substrate.importers.chats import map_chatgpt, map_claude
 from mnemolog.substrate.importers.letta import map_letta
 from mnemolog.substrate.importers.mem0 import map_mem0
 
-__all__ = ["FORMATS", "MapError", "derived_id", "read_source"]
+__all__ = ["FORMATS", "MapError", "derived_id", "read_source", "relation_links"]
 
 FORMATS: Final = ("mem0", "letta", "basic-memory", "claude", "chatgpt")
 _JSON: Final[dict[str, Callable[[Any], list[dict[str, Any]]]]] = {

@@ -7,8 +7,10 @@ observation is a memory in `notes/basic-memory`, titled with the note,
 tagged with the note's tags and its own, source `memory://<permalink>`
 (basic-memory's own address for the note); a note without observations is
 one memory holding its body. The note's relations are kept in
-`metadata.basic_memory.relations` of each of its memories (mnemolog links
-are between memories, and a relation joins notes). Times: the frontmatter's
+`metadata.basic_memory.relations` of each of its memories; those whose
+both notes are imported together also become links (relation_links) between
+the notes' first memories, since a mnemolog link joins memories and a
+relation joins notes. Times: the frontmatter's
 `created` (or `date`), else the file's modification time.
 """
 
@@ -177,4 +179,34 @@ def map_basic_memory(notes: list[tuple[str, str, float | None]]) -> list[dict[st
             if "file" in exc.details:
                 raise
             raise MapError(exc.message, file=path, **exc.details) from exc
+    return out
+
+
+def relation_links(records: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(src id, dst id, relation type) for the relations whose both notes are among `records`.
+
+    A note is represented by its first memory (its first observation, or its
+    body). `[[Target]]` names a note by its title or its permalink, as in
+    basic-memory; a target that is not among the records stays only in the
+    memories' metadata.
+    """
+    anchor: dict[str, dict[str, Any]] = {}
+    by_title: dict[str, str] = {}
+    for r in records:
+        info = r.get("metadata", {}).get("basic_memory", {})
+        link = info.get("permalink")
+        if isinstance(link, str) and link not in anchor:
+            anchor[link] = r
+            by_title.setdefault(str(r.get("title", "")).strip().lower(), link)
+    out: list[tuple[str, str, str]] = []
+    for link, r in anchor.items():
+        for rel in r["metadata"]["basic_memory"].get("relations", ()):
+            target = rel["target"].strip()
+            hit = (
+                by_title.get(target.lower())
+                or (target.strip("/") if target.strip("/") in anchor else None)
+                or (permalink_of(target) if permalink_of(target) in anchor else None)
+            )
+            if hit is not None and hit != link and (r["id"], anchor[hit]["id"], rel["type"]) not in out:
+                out.append((r["id"], anchor[hit]["id"], rel["type"]))
     return out

@@ -554,3 +554,18 @@ def test_times_come_back_as_utc(home: Path) -> None:
         sub.import_from("chatgpt", DATA / "chatgpt_conversations.json")
         ts = sorted(m["created_at"] for m in memories(sub))
     assert datetime.fromtimestamp(ts[0] / 1e6, UTC).isoformat() == "2024-06-10T06:13:30+00:00"
+
+
+def test_basic_memory_relations_between_imported_notes_become_links(home: Path) -> None:
+    with open_sub(home) as sub:
+        dry = sub.import_from("basic-memory", DATA / "basic-memory", dry_run=True)
+        assert sorted(x["type"] for x in dry["links"]) == ["pairs_with", "relates_to"]
+        assert sub.import_from("basic-memory", DATA / "basic-memory")["links"] == 2
+        assert sub.import_from("basic-memory", DATA / "basic-memory")["links"] == 0  # drawn already
+        first = {m["source"]: m for m in memories(sub) if m["content"].startswith(("Pour", "Ethiopian"))}
+        brewing = first["memory://coffee/coffee-brewing-methods"]
+        edges = sub.get(brewing["id"])["links"]["outgoing"]
+    # "requires [[Grinding Technique]]" names no imported note: metadata only.
+    assert [(e["dst"], e["relation"], e["metadata"]["type"]) for e in edges] == [
+        (first["memory://coffee/coffee-bean-origins"]["id"], "related_to", "relates_to")
+    ]
