@@ -1066,7 +1066,7 @@ class Substrate:
                     }
                     for r in records
                 ],
-                "links": [{"src": a, "dst": b, "type": t} for a, b, t in links],
+                "links": [{"src": src, "dst": dst, "type": kind} for src, dst, kind in links],
             }
         report, warnings = write_checked(
             path,
@@ -1081,10 +1081,9 @@ class Substrate:
         if report["atomisation_requested"]:
             self.atomiser.wake()
         drawn = 0
-        for a, b, t in links:
-            drawn += "already_linked" not in self.link(
-                a, b, "related_to", {"type": t, "from": "basic-memory"}
-            )
+        for src, dst, kind in links:
+            edge = self.link(src, dst, "related_to", {"type": kind, "from": "basic-memory"})
+            drawn += "already_linked" not in edge
         out: dict[str, Any] = {"format": fmt, "status": status, "dry_run": False, **report, "links": drawn}
         out["items"] = out.pop("lines")
         if warnings:
