@@ -569,3 +569,17 @@ def test_basic_memory_relations_between_imported_notes_become_links(home: Path) 
     assert [(e["dst"], e["relation"], e["metadata"]["type"]) for e in edges] == [
         (first["memory://coffee/coffee-bean-origins"]["id"], "related_to", "relates_to")
     ]
+
+
+def test_basic_memory_reads_one_note_and_refuses_an_oversized_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = DATA / "basic-memory" / "plain-note.md"
+    assert [r["source"] for r in read_source("basic-memory", one)] == ["memory://plain-note"]
+    monkeypatch.setattr(importers, "MAX_NOTE_BYTES", 10)
+    with pytest.raises(UsageError, match="larger than 10 bytes"):
+        read_source("basic-memory", DATA / "basic-memory")
+    (tmp_path / "bad.md").write_bytes(b"- [a] \xff")
+    monkeypatch.setattr(importers, "MAX_NOTE_BYTES", 1 << 20)
+    with pytest.raises(BadInput, match="not valid UTF-8"):
+        read_source("basic-memory", tmp_path)
