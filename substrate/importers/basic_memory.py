@@ -29,11 +29,27 @@ FORMAT = "basic-memory"
 NAMESPACE: Final = "notes/basic-memory"
 MAX_FRONTMATTER: Final = 64 * 1024
 
-_OBSERVATION: Final = re.compile(r"^\s*[-*]\s+\[([^\]\n]+)\]\s+(\S.*?)\s*$")
-_RELATION: Final = re.compile(r"^\s*[-*]\s+([^\[\]\s][^\[\]]*?)\s+\[\[([^\]\n]+)\]\]\s*(?:\((.*)\))?\s*$")
+# Linear patterns only: a note is hostile input, and a lazy group beside a run of spaces
+# backtracks quadratically on a long line.
+_OBSERVATION: Final = re.compile(r"^\s*[-*]\s+\[([^\]\n]+)\]\s+(.*)$")
+_ITEM: Final = re.compile(r"^\s*[-*]\s+(.*)$")
 _TAG: Final = re.compile(r"(?<![\w&])#([\w][\w\-/]*)")
 _FENCE: Final = re.compile(r"^\s*(```|~~~)")
 _CHECKBOX: Final = frozenset({" ", "x", "X", "-"})
+
+
+def _relation(line: str) -> dict[str, str] | None:
+    """`- relation_type [[Target]] (context)` as {type, target}; None for any other line."""
+    m = _ITEM.match(line)
+    if m is None:
+        return None
+    item = m.group(1)
+    i = item.find("[[")
+    j = item.find("]]", i + 2)
+    kind, target = item[:i].strip(), item[i + 2 : j].strip()
+    if i <= 0 or j < 0 or not kind or not target or any(c in kind + target for c in "[]"):
+        return None
+    return {"type": kind, "target": target}
 
 
 def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
@@ -116,11 +132,11 @@ def map_note(path: str, text: str, mtime: float | None) -> list[dict[str, Any]]:
             continue
         if fenced:
             continue
-        if (m := _OBSERVATION.match(line)) and m.group(1) not in _CHECKBOX:
-            if (m.group(1).strip(), m.group(2)) not in observations:
-                observations.append((m.group(1).strip(), m.group(2)))
-        elif r := _RELATION.match(line):
-            relations.append({"type": r.group(1).strip(), "target": r.group(2).strip()})
+        if (m := _OBSERVATION.match(line)) and m.group(1) not in _CHECKBOX and m.group(2).strip():
+            if (m.group(1).strip(), m.group(2).strip()) not in observations:
+                observations.append((m.group(1).strip(), m.group(2).strip()))
+        elif r := _relation(line):
+            relations.append(r)
     source = f"memory://{permalink}"
     info: dict[str, Any] = {"permalink": permalink, "file": path}
     if isinstance(meta.get("type"), str):

@@ -583,3 +583,17 @@ def test_basic_memory_reads_one_note_and_refuses_an_oversized_one(
     monkeypatch.setattr(importers, "MAX_NOTE_BYTES", 1 << 20)
     with pytest.raises(BadInput, match="not valid UTF-8"):
         read_source("basic-memory", tmp_path)
+
+
+def test_long_hostile_lines_are_read_in_linear_time() -> None:
+    # Patterns with a lazy group beside a run of spaces took minutes on lines like these.
+    n = 500_000
+    lines = [
+        "- a" + " " * n + "x",
+        "- [a] x" + " " * n + "y",
+        "- a " + "b " * n + "[[x]] (",
+        "- [a" + " " * n,
+    ]
+    recs = map_note("n.md", "\n".join(lines), None)
+    assert [r["metadata"]["basic_memory"]["category"] for r in recs] == ["a"]
+    assert recs[0]["metadata"]["basic_memory"]["relations"][0]["target"] == "x"
