@@ -124,6 +124,7 @@ def map_note(path: str, text: str, mtime: float | None) -> list[dict[str, Any]]:
     note_tags = _tags(meta.get("tags"), path)
     when = _when(meta, mtime, path)
     observations: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
     relations: list[dict[str, str]] = []
     fenced = False
     for line in body.split("\n"):
@@ -133,8 +134,10 @@ def map_note(path: str, text: str, mtime: float | None) -> list[dict[str, Any]]:
         if fenced:
             continue
         if (m := _OBSERVATION.match(line)) and m.group(1) not in _CHECKBOX and m.group(2).strip():
-            if (m.group(1).strip(), m.group(2).strip()) not in observations:
-                observations.append((m.group(1).strip(), m.group(2).strip()))
+            obs = (m.group(1).strip(), m.group(2).strip())
+            if obs not in seen:  # a set: a note may hold a million lines
+                seen.add(obs)
+                observations.append(obs)
         elif r := _relation(line):
             relations.append(r)
     source = f"memory://{permalink}"
@@ -215,6 +218,7 @@ def relation_links(records: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
             anchor[link] = r
             by_title.setdefault(str(r.get("title", "")).strip().lower(), link)
     out: list[tuple[str, str, str]] = []
+    drawn: set[tuple[str, str, str]] = set()
     for link, r in anchor.items():
         for rel in r["metadata"]["basic_memory"].get("relations", ()):
             target = rel["target"].strip()
@@ -223,6 +227,8 @@ def relation_links(records: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
                 or (target.strip("/") if target.strip("/") in anchor else None)
                 or (permalink_of(target) if permalink_of(target) in anchor else None)
             )
-            if hit is not None and hit != link and (r["id"], anchor[hit]["id"], rel["type"]) not in out:
-                out.append((r["id"], anchor[hit]["id"], rel["type"]))
+            edge = (r["id"], anchor[hit]["id"], rel["type"]) if hit is not None and hit != link else None
+            if edge is not None and edge not in drawn:
+                drawn.add(edge)
+                out.append(edge)
     return out
