@@ -15,6 +15,7 @@ import contextlib
 import datetime
 import os
 import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -1316,10 +1317,10 @@ def _write_folder(out: Path, notes: list[tuple[str, bytes]]) -> int:
             f"{out} is not empty; a basic-memory export writes a new or empty folder", file=str(out)
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    # A fresh name (mkdtemp), never a guessed one that might be someone's folder to delete;
+    # mkdtemp makes it 0700, so the export is private to its owner until they share it.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        tmp.mkdir()
         for rel, data in notes:
             target = tmp / rel
             target.parent.mkdir(parents=True, exist_ok=True)
