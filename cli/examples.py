@@ -18,6 +18,7 @@ EXAMPLES: dict[str, str] = {
     "link": "mnemolog link 01J9Z8K7T3V5W2X4Y6Z8A0B1C2 01J9Z8K7T3V5W2X4Y6Z8A0B1C3 --relation derived_from",
     "unlink": "mnemolog unlink 01J9Z8K7T3V5W2X4Y6Z8A0B1C2 01J9Z8K7T3V5W2X4Y6Z8A0B1C3 --relation derived_from",
     "import": "mnemolog import memories.jsonl --skip-existing",
+    "export": "mnemolog export --to basic-memory --namespace team/x ./notes",
     "atomise": "mnemolog atomise 01J9Z8K7T3V5W2X4Y6Z8A0B1C2 --curator rules",
     "policy get": "mnemolog policy get ops",
     "policy set": "mnemolog policy set ops --auto-atomise-mode deferred --threshold 400",

@@ -70,6 +70,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Split a long memory into 2-10 atoms; the parent is archived, the atoms recall in its place.",
     ),
     "embeddings": ("embedding_commands:embeddings_group", "The home's embedding model and its vectors."),
+    "export": (
+        "export_commands:export_cmd",
+        "Write the active memories to OUT as JSON Lines (what import reads) or basic-memory notes.",
+    ),
     "export-forensic-bundle": (
         "bundle_commands:export_forensic_bundle",
         "Write a sparse, signed, offline-verifiable bundle of everything about one memory.",
@@ -142,8 +146,8 @@ _EXTRA_SUBCOMMANDS: dict[str, list[str]] = {"log": ["bundle_commands:log_export"
 #: How `mnemolog --help` groups the commands; every command is in exactly one section.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Memories": (
-        "store", "get", "update", "archive", "restore", "link", "unlink", "import", "atomise", "policy",
-        "worker",
+        "store", "get", "update", "archive", "restore", "link", "unlink", "import", "export", "atomise",
+        "policy", "worker",
     ),
     "Recall": ("recall", "search", "list", "embeddings"),
     "Knowledge": (

@@ -19,6 +19,7 @@ from mnemolog.eventlog.vocabulary_knowledge import STATUSES
 from mnemolog.substrate.api import MAX_CONTENT_BYTES, Substrate
 from mnemolog.substrate.events import KINDS, RELATIONS
 from mnemolog.substrate.importer import ImportFailed
+from mnemolog.substrate.importers import FORMATS as IMPORT_FORMATS
 
 
 @contextmanager
@@ -480,26 +481,72 @@ def stats(ctx: Ctx) -> None:
     ctx.emit({"stats": st}, lambda: tables.stats(st))
 
 
+def _mapping(r: Mapping[str, Any]) -> str:
+    """A dry run's mapping: one line per item (id, namespace, time, source, content), then the counts."""
+    lines = [
+        f"{'=' if m['exists'] else '+'} {m['id']}  {m['namespace']}  {tables.date(m['created_at'])}  "
+        f"{m['source']}  {tables.one_line(m['content'], 60)}"
+        for m in r["mapping"]
+    ]
+    lines.append(
+        f"{r['items']} items from {r['file']} ({r['format']}): {r['new']} new ({r['status']}), "
+        f"{r['skipped_existing']} stored already (=)"
+        + (f", {len(r['links'])} relation link(s)" if r.get("links") else "")
+        + "; nothing written (dry run)"
+    )
+    return "\n".join(lines)
+
+
 @click.command("import")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--from",
+    "fmt",
+    type=click.Choice(IMPORT_FORMATS),
+    default=None,
+    help="FILE is another tool's export (a folder of notes for basic-memory), not JSON Lines.",
+)
+@click.option("--trust", is_flag=True, help="With --from: store the items active, not as candidates.")
+@click.option("--dry-run", is_flag=True, help="With --from: show the mapping, write nothing.")
 @click.option("--skip-existing", is_flag=True, help="Skip lines whose id is stored already (resume a run).")
 @click.option("--batch", type=click.IntRange(1, 100_000), default=2000, help="Memories per group commit.")
 @json_option
 @click.pass_obj
-def import_cmd(ctx: Ctx, file: Path, skip_existing: bool, batch: int) -> None:
-    """Store the memories of a JSON Lines FILE: every line checked first, then written in batches."""
+def import_cmd(
+    ctx: Ctx, file: Path, fmt: str | None, trust: bool, dry_run: bool, skip_existing: bool, batch: int
+) -> None:
+    """Store the memories of a JSON Lines FILE: every line checked first, then written in batches.
+
+    With --from, FILE is a mem0, Letta, basic-memory, Claude or ChatGPT export:
+    its items become candidates (active with --trust), and a second import adds nothing.
+    """
+    if fmt is None and (trust or dry_run):
+        raise click.UsageError("--trust and --dry-run go with --from")
     with opened(ctx) as s:
         try:
-            r = s.import_jsonl(file, skip_existing=skip_existing, batch=batch, progress=None)
+            if fmt is not None:
+                r = s.import_from(fmt, file, trust=trust, dry_run=dry_run, batch=batch, progress=None)
+            else:
+                r = dict(s.import_jsonl(file, skip_existing=skip_existing, batch=batch, progress=None))
         except ImportFailed as exc:
             if not ctx.json:
                 for b in exc.details["bad_lines"]:
-                    ctx.info(f"mnemolog: {file}:{b['line']}: {b['message']}")
+                    # An item's message names its number and source already.
+                    ctx.info(
+                        f"mnemolog: {b['message']}"
+                        if fmt
+                        else f"mnemolog: {file}:{b['line']}: {b['message']}"
+                    )
             raise
     warn(ctx, r)
+    if r.get("dry_run"):
+        ctx.emit({"import": r}, lambda: _mapping(r))
+        return
+    unit = f"{r['items']} items" if fmt else f"{r['lines']} lines"
     ctx.emit(
         {"import": r},
-        f"imported {r['imported']} memories from {r['lines']} lines in {r['batches']} batches"
+        f"imported {r['imported']} memories from {unit} in {r['batches']} batches"
+        + ((" as candidates" if r["status"] == "candidate" else " as active memories") if fmt else "")
         + (f" ({r['skipped_existing']} already stored)" if r["skipped_existing"] else "")
         + (f"; {r['pending']} wait for their vectors" if r["pending"] else ""),
     )

@@ -13,6 +13,9 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime
+import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,7 +27,7 @@ import duckdb
 from pydantic import ValidationError
 
 from mnemolog.curators.embed import Embedder
-from mnemolog.eventlog import memview
+from mnemolog.eventlog import fsio, memview
 from mnemolog.eventlog.errors import (
     BadInput,
     MnemologError,
@@ -72,7 +75,16 @@ from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
 from mnemolog.substrate.ids import looks_like_id
-from mnemolog.substrate.importer import BATCH, ImportReport, import_jsonl
+from mnemolog.substrate.importer import (
+    BATCH,
+    ImportFailed,
+    ImportReport,
+    check_records,
+    import_jsonl,
+    write_checked,
+)
+from mnemolog.substrate.importers import read_source, relation_links
+from mnemolog.substrate.importers.export import EXPORT_FORMATS, basic_memory_notes, jsonl_bytes
 from mnemolog.substrate.knowledge import Knowledge
 from mnemolog.substrate.session import ProjectionBehind, Session
 
@@ -1072,6 +1084,123 @@ class Substrate:
             report["warnings"] = warnings
         return report
 
+    def import_from(
+        self,
+        fmt: str,
+        path: str | Path,
+        *,
+        trust: bool = False,
+        dry_run: bool = False,
+        progress: bool | None = None,
+        batch: int = BATCH,
+    ) -> dict[str, Any]:
+        """Store the items of another tool's export (substrate.importers) through the JSON Lines path.
+
+        Candidates unless `trust` (then active). Ids derive from each item's
+        source pointer and stored ids are skipped, so a re-import adds
+        nothing. `dry_run` checks everything and returns the mapping
+        (`mapping`: one entry per item, `exists` for those stored already)
+        without writing. ImportFailed (65, or 5 for governance) names each
+        bad item by its number and source; nothing is written then.
+        """
+        path = Path(path)
+        records = read_source(fmt, path)
+        status = "active" if trust else "candidate"
+        checked = check_records(records, self, self.hooks, skip_existing=True, status=status)
+        if checked.bad_count:
+            for b in checked.bad:
+                src = records[b["line"] - 1].get("source")
+                b["message"] = f"item {b['line']} ({src}): {b['message']}"
+            raise ImportFailed(path, checked.bad, checked.bad_count)
+        # basic-memory relations between notes of this import become links (related_to, the
+        # note's relation type in the link's metadata); link() skips an edge drawn already.
+        links = relation_links(records) if fmt == "basic-memory" else []
+        if dry_run:
+            new = {p.id for _n, p in checked.payloads}
+            return {
+                "format": fmt,
+                "file": str(path),
+                "status": status,
+                "dry_run": True,
+                "items": len(records),
+                "new": len(new),
+                "skipped_existing": checked.skipped,
+                "mapping": [
+                    {
+                        "id": r["id"],
+                        "namespace": r["namespace"],
+                        "kind": r.get("kind", "observation"),
+                        "title": r.get("title"),
+                        "source": r.get("source"),
+                        "created_at": r.get("created_at"),
+                        "tags": r.get("tags", []),
+                        "content": r["content"][:200],
+                        "exists": r["id"] not in new,
+                    }
+                    for r in records
+                ],
+                "links": [{"src": src, "dst": dst, "type": kind} for src, dst, kind in links],
+            }
+        report, warnings = write_checked(
+            path,
+            checked,
+            self,
+            self.embedding,
+            self.hooks,
+            self.atomiser.plan,
+            batch=batch,
+            progress=progress,
+        )
+        if report["atomisation_requested"]:
+            self.atomiser.wake()
+        drawn = 0
+        for src, dst, kind in links:
+            edge = self.link(src, dst, "related_to", {"type": kind, "from": "basic-memory"})
+            drawn += "already_linked" not in edge
+        out: dict[str, Any] = {"format": fmt, "status": status, "dry_run": False, **report, "links": drawn}
+        out["items"] = out.pop("lines")
+        if warnings:
+            out["warnings"] = warnings
+        return out
+
+    def export_memories(self, fmt: str, out: str | Path, *, namespace: str | None = None) -> dict[str, Any]:
+        """Write the active memories (of `namespace` and below) as `jsonl` or a `basic-memory` folder.
+
+        jsonl: one file in exactly the format `import` reads, replaced
+        atomically (an existing OUT must be a regular file). basic-memory: a
+        folder of notes, built beside OUT and renamed into place, so OUT
+        appears whole or not at all (an existing OUT must be an empty folder).
+        """
+        if fmt not in EXPORT_FORMATS:
+            raise UsageError(f"unknown export format {fmt!r}; one of {', '.join(EXPORT_FORMATS)}", field="to")
+        out = Path(out)
+        f = self._filters(namespace, True, (), (), False, (DEFAULT_STATUS,), None, ())
+        memories: list[Memory] = []
+        with self.session() as s:
+            # One session: the pages are of one state of the home.
+            while page := q.list_memories(s.conn, f, 1000, len(memories)):
+                memories += page
+        memories.reverse()  # oldest first, the order they were stored in
+        try:
+            if fmt == "jsonl":
+                if out.is_dir():
+                    raise UsageError(f"{out} is a directory; a jsonl export writes one file", file=str(out))
+                fsio.atomic_write(out, jsonl_bytes(memories))
+                files = 1
+            else:
+                files = _write_folder(out, basic_memory_notes(memories))
+        except fsio.NotReplaceable as exc:
+            raise UsageError(f"{out} {exc.strerror}", file=str(out)) from exc
+        except OSError as exc:
+            raise UsageError(f"cannot write {out}: {exc.strerror}", file=str(out)) from exc
+        return {
+            "format": fmt,
+            "out": str(out),
+            "namespace": namespace,
+            "memories": len(memories),
+            "files": files,
+        }
+
     # -- embeddings ----------------------------------------------------------------
 
     def set_embedder(self, kind: str, model: str | None = None) -> dict[str, Any]:
@@ -1243,3 +1372,38 @@ class Substrate:
             "source": payload.source,
             "set_aside": set_aside,
         }
+
+
+def _write_folder(out: Path, notes: list[tuple[str, bytes]]) -> int:
+    """Write `notes` (relative paths) as the folder `out`, which must be absent or empty.
+
+    The notes go into a hidden sibling first and the folder is renamed into
+    place, so a failure (a full disk) leaves no half-written export.
+    """
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UsageError(
+            f"{out} exists and is not a folder; a basic-memory export writes a folder", file=str(out)
+        )
+    if out.is_dir() and any(out.iterdir()):
+        raise UsageError(
+            f"{out} is not empty; a basic-memory export writes a new or empty folder", file=str(out)
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # A fresh name (mkdtemp), never a guessed one that might be someone's folder to delete;
+    # mkdtemp makes it 0700, so the export is private to its owner until they share it.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        for rel, data in notes:
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "xb") as fh:
+                fh.write(data)
+                os.fsync(fh.fileno())
+        if out.is_dir():
+            out.rmdir()  # empty, checked above
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsio.fsync_dir(out.parent)
+    return len(notes)

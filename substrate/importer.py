@@ -48,7 +48,15 @@ from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
 from mnemolog.substrate.ids import looks_like_id, new_id
 from mnemolog.substrate.session import Sessions
 
-__all__ = ["FIELDS", "ImportFailed", "ImportReport", "import_jsonl"]
+__all__ = [
+    "FIELDS",
+    "ImportFailed",
+    "ImportReport",
+    "check_records",
+    "import_jsonl",
+    "parse_record",
+    "write_checked",
+]
 
 FIELDS: Final = (
     "id",
@@ -124,7 +132,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def parse_line(raw: bytes) -> MemoryStored:
+def parse_line(raw: bytes, status: str = "active") -> MemoryStored:
     """One line as a store's payload, or BadInput/UsageError saying what is wrong with it."""
     if len(raw) > MAX_LINE_BYTES:
         raise BadInput(f"the line is {len(raw)} bytes; a memory's line is at most {MAX_LINE_BYTES}")
@@ -136,6 +144,11 @@ def parse_line(raw: bytes) -> MemoryStored:
         obj = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys)
     except (json.JSONDecodeError, ValueError, RecursionError) as exc:
         raise BadInput(f"not valid JSON: {exc}") from exc
+    return parse_record(obj, status)
+
+
+def parse_record(obj: Any, status: str = "active") -> MemoryStored:
+    """One parsed line (or a format mapper's record) as a store's payload with `status`."""
     if not isinstance(obj, dict):
         raise BadInput(f"a line must be a JSON object, found {type(obj).__name__}")
     unknown = sorted(set(obj) - set(FIELDS))
@@ -159,6 +172,7 @@ def parse_line(raw: bytes) -> MemoryStored:
             "metadata": obj.get("metadata"),
             "created_at": obj.get("created_at"),
             "last_seen": obj.get("last_seen"),
+            "status": status,
         }
     )
     # What the log's encoder would refuse (an integer beyond 64 bits, nesting too deep) is
@@ -247,6 +261,36 @@ def check_file(path: Path, sessions: Sessions, hooks: HookChain, *, skip_existin
                 continue
             first_line[p.id] = n
             out.payloads.append((n, p))
+    return _check_stored(out, sessions, hooks, skip_existing=skip_existing)
+
+
+def check_records(
+    records: list[dict[str, Any]],
+    sessions: Sessions,
+    hooks: HookChain,
+    *,
+    skip_existing: bool,
+    status: str = "active",
+) -> _Checked:
+    """Check records a format mapper made (numbered from 1) as the lines of a file are; nothing is written."""
+    out = _Checked(lines=len(records))
+    first: dict[str, int] = {}
+    for n, obj in enumerate(records, 1):
+        try:
+            p = parse_record(obj, status)
+        except MnemologError as exc:
+            out.fail(n, exc)
+            continue
+        if p.id in first:
+            out.fail(n, BadInput(f"id {p.id} is on record {first[p.id]} already", field="id"))
+            continue
+        first[p.id] = n
+        out.payloads.append((n, p))
+    return _check_stored(out, sessions, hooks, skip_existing=skip_existing)
+
+
+def _check_stored(out: _Checked, sessions: Sessions, hooks: HookChain, *, skip_existing: bool) -> _Checked:
+    """The checks against the home: ids stored already, write policies, pre_store hooks."""
     if out.bad_count:
         return out
     with sessions.session() as s:
@@ -294,6 +338,21 @@ def import_jsonl(
     checked = check_file(path, sessions, hooks, skip_existing=skip_existing)
     if checked.bad_count:
         raise ImportFailed(path, checked.bad, checked.bad_count)
+    return write_checked(path, checked, sessions, embedding, hooks, plan, batch=batch, progress=progress)
+
+
+def write_checked(
+    path: Path,
+    checked: _Checked,
+    sessions: Sessions,
+    embedding: Embedding,
+    hooks: HookChain,
+    plan: Any,
+    *,
+    batch: int = BATCH,
+    progress: bool | None = None,
+) -> tuple[ImportReport, list[str]]:
+    """Write what check_file or check_records accepted, in batches (see import_jsonl)."""
     payloads = [p for _, p in checked.payloads]
     report: ImportReport = {
         "file": str(path),
