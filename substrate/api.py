@@ -104,7 +104,7 @@ class _At:
         self.at = at
 
     def session(self) -> contextlib.AbstractContextManager[Session]:
-        return self.sub._reading(self.at)  # noqa: SLF001 - the substrate's own helper
+        return self.sub._reading(self.at)
 
 
 class Substrate:
@@ -1035,21 +1035,27 @@ class Substrate:
         project: str | None = None,
         domains: Sequence[str] = (),
         include_expired: bool = False,
+        as_of: int | str | None = None,
     ) -> list[Memory]:
         """Exact keywords, all required, ranked by BM25.
 
         Only active memories unless ``statuses`` says otherwise; ``project``
         ("" = memories of no project) and ``domains`` (all of them) narrow it.
+        ``as_of`` (a seq or an ISO 8601 UTC time) answers from the log as it stood then.
         """
         f = self._filters(
             namespace, descendants, kinds, tags, include_archived, statuses, project, domains, include_expired
         )
-        return self._ranked(q.search, query, f, limit)
+        return self._ranked(q.search, query, f, limit, as_of)
 
-    def _ranked(self, ranker: Ranker, query: str, f: Filters, limit: int) -> list[Memory]:
+    def _ranked(
+        self, ranker: Ranker, query: str, f: Filters, limit: int, as_of: int | str | None = None
+    ) -> list[Memory]:
         if not isinstance(query, str) or not query.strip():
             raise BadInput("the query is empty", field="query")
-        with self.session() as s:
+        at = self._as_of(as_of)
+        f = self._at(f, at)
+        with self._reading(at) as s:
             out = []
             for m, score in ranker(s.conn, query, self._scoped(s, f), check_limit(limit)):
                 m["score"] = score
@@ -1070,10 +1076,12 @@ class Substrate:
         project: str | None = None,
         domains: Sequence[str] = (),
         include_expired: bool = False,
+        as_of: int | str | None = None,
     ) -> list[Memory]:
         """Memories newest first (by when stored); active ones unless ``statuses`` says otherwise.
 
         Expired memories (`metadata.vault.expires_at` passed) are left out unless `include_expired`.
+        ``as_of`` (a seq or an ISO 8601 UTC time) lists them as the log stood then.
         """
         f = self._filters(
             namespace, descendants, kinds, tags, include_archived, statuses, project, domains, include_expired
@@ -1082,7 +1090,9 @@ class Substrate:
             raise UsageError(
                 "offset must be an integer in [0, 2**63)", field="offset", found=repr(offset)[:40]
             )
-        with self.session() as s:
+        at = self._as_of(as_of)
+        f = self._at(f, at)
+        with self._reading(at) as s:
             return q.list_memories(s.conn, self._scoped(s, f), check_limit(limit), offset)
 
     def stats(self) -> dict[str, Any]:

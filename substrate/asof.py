@@ -115,7 +115,8 @@ def resolve(log: Log, point: int | dt.datetime) -> AsOf:
     if last is None:
         first = AsOf(0, log.entry(0).ts).to_json()["ts"] if size else "none"
         raise UsageError(
-            f"as_of {point.isoformat()} is before the log's first entry ({first}); the log has {size} entries",
+            f"as_of {point.isoformat()} is before the log's first entry ({first}); "
+            f"the log has {size} entries",
             field="as_of",
             found=point.isoformat(),
             log_size=size,
