@@ -248,3 +248,21 @@ def test_as_of_the_end_is_the_plain_recall(
             assert then.pop("as_of")["seq"] == end
             assert then == plain
         assert s.list(as_of=end) == s.list()
+
+
+def test_without_the_prefix_vectors_the_default_falls_back_to_bm25(tmp_path: Path) -> None:
+    import sqlite3
+
+    root = tmp_path / "home"
+    init_home(root, key_name="test")
+    with Substrate.open(root, long_lived=False, worker=False, embedder=FakeEmbedder()) as s:
+        a = s.store("The pool size is eight workers")["id"]
+        end = s.log.refresh() - 1
+        assert s.recall_report("pool", as_of=end)["mode"] == "hybrid"
+        with sqlite3.connect(s.projections.cache.path) as db:
+            db.execute("DELETE FROM cache")
+        s.store("The deploy runs at nine")  # another point: folded afresh, from the emptied cache
+        r = s.recall_report("pool", as_of=end + 1)
+        assert r["mode"] == "bm25" and r["fallback"] is not None and "embedding cache" in r["fallback"]
+        assert [m["id"] for m in r["results"]] == [a]
+        assert s.recall_report("pool")["mode"] == "hybrid"  # the live projection keeps its vectors
