@@ -350,7 +350,7 @@ def _recall(s: Substrate, a: RecallArgs) -> dict[str, Any]:
         as_of=a.as_of,
         **a.filters(),
     )
-    out = {
+    out: dict[str, Any] = {
         "query": a.query,
         "mode": r["mode"],
         "fallback": r["fallback"],
