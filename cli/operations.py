@@ -59,6 +59,11 @@ class Filters(Verbose):
     statuses: list[Status] = Field(
         default_factory=_active, description="Only memories in these knowledge statuses."
     )
+    as_of: int | str | None = Field(
+        None,
+        description="Answer from the log as it stood then: a seq (entries 0..seq) or an ISO 8601 "
+        "UTC time such as 2026-12-04T17:00:00Z (the entries stamped at or before it).",
+    )
 
     def filters(self) -> dict[str, Any]:
         return {
@@ -105,11 +110,6 @@ class RecallArgs(QueryArgs):
     explain: bool = Field(False, description="Add each result's BM25 and vector ranks and scores.")
     min_score: float | None = Field(
         None, ge=0, description="Only results scoring at least this (default: any above 0)."
-    )
-    as_of: int | str | None = Field(
-        None,
-        description="Answer from the log as it stood then: a seq (entries 0..seq) or an ISO 8601 "
-        "UTC time such as 2026-12-04T17:00:00Z (the entries stamped at or before it).",
     )
 
 
@@ -364,7 +364,7 @@ def _recall(s: Substrate, a: RecallArgs) -> dict[str, Any]:
 
 
 def _search(s: Substrate, a: QueryArgs) -> dict[str, Any]:
-    hits = s.search(a.query, limit=a.limit, **a.filters())
+    hits = s.search(a.query, limit=a.limit, as_of=a.as_of, **a.filters())
     return {"query": a.query, "matched": bool(hits), "results": views.memories_view(hits, a.verbose)}
 
 
@@ -373,7 +373,7 @@ def _get(s: Substrate, a: IdArgs) -> dict[str, Any]:
 
 
 def _list(s: Substrate, a: ListArgs) -> dict[str, Any]:
-    rows = s.list(limit=a.limit, offset=a.offset, **a.filters())
+    rows = s.list(limit=a.limit, offset=a.offset, as_of=a.as_of, **a.filters())
     return {"memories": views.memories_view(rows, a.verbose)}
 
 

@@ -192,6 +192,9 @@ def test_mcp(story: Story, sub: Substrate) -> None:
     result = mcp_server.call(sub, "memory_recall", {"query": "pool", "as_of": story.size})
     assert result.is_error and result.structured_content is not None
     assert result.structured_content["exit_code"] == 64
+    result = mcp_server.call(sub, "memory_list", {"as_of": story.archived_b - 1})
+    assert result.structured_content is not None
+    assert story.b in shown(result.structured_content["memories"])
 
 
 def test_http(story: Story, sub: Substrate) -> None:
@@ -204,6 +207,10 @@ def test_http(story: Story, sub: Substrate) -> None:
     assert r.status_code == 200 and shown(r.json()["results"])[story.a] == "The pool size is eight workers"
     r = client.post("/recall", json={"query": "pool", "as_of": "1999-01-01T00:00:00Z"})
     assert r.status_code == 400 and r.json()["exit_code"] == 64
+    r = client.post("/search", json={"query": "pool", "as_of": story.stored_b})
+    assert r.status_code == 200 and {m["id"] for m in r.json()["results"]} == {story.a, story.b}
+    r = client.post("/list", json={"as_of": story.updated_a - 1})
+    assert r.status_code == 200 and shown(r.json()["memories"])[story.a] == "The pool size is eight workers"
 
 
 # -- as of the log's end is the plain recall ------------------------------------------------------
