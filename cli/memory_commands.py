@@ -407,6 +407,14 @@ def explained(results: Sequence[Mapping[str, Any]]) -> str:
     default=None,
     help="Only results scoring at least this (the score shown; default: any above 0).",
 )
+@click.option(
+    "--as-of",
+    "as_of",
+    metavar="SEQ|TIME",
+    default=None,
+    help="Answer from the log as it stood then: a seq (entries 0..SEQ) or an ISO 8601 UTC time "
+    "(the entries stamped at or before it), e.g. 2026-12-04T17:00:00Z.",
+)
 @json_option
 @click.pass_obj
 def recall(
@@ -416,6 +424,7 @@ def recall(
     mode: str | None,
     explain: bool,
     min_score: float | None,
+    as_of: str | None,
 ) -> None:
     """Rank memories for a question: BM25 over title, tags and content, vectors, or both fused."""
     with opened(ctx) as s:
@@ -425,7 +434,10 @@ def recall(
             mode=mode,  # type: ignore[arg-type]
             explain=explain,
             min_score=min_score,
+            as_of=as_of,
         )
+    if "as_of" in report:
+        ctx.info(f"mnemolog: as of seq {report['as_of']['seq']} ({report['as_of']['ts']})")
     if report["fallback"]:
         ctx.info(f"mnemolog: recall used {report['mode']}: {report['fallback']}")
     results = report["results"]
@@ -441,32 +453,50 @@ def recall(
 @click.command("search")
 @click.argument("query")
 @filter_options
+@click.option(
+    "--as-of",
+    "as_of",
+    metavar="SEQ|TIME",
+    default=None,
+    help="Answer from the log as it stood then: a seq (entries 0..SEQ) or an ISO 8601 UTC time "
+    "(the entries stamped at or before it), e.g. 2026-12-04T17:00:00Z.",
+)
 @json_option
 @click.pass_obj
 def search(
     ctx: Ctx,
     query: str,
     scope: Scope,
+    as_of: str | None,
 ) -> None:
     """Memories holding every keyword as a word (of title, tags or content), ranked by BM25."""
     with opened(ctx) as s:
-        results = s.search(query, **scope)
+        results = s.search(query, **scope, as_of=as_of)
     ctx.emit({"query": query, "results": results}, lambda: tables.memories(results, "(no matches)"))
 
 
 @click.command("list")
 @filter_options
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip the first N (for paging).")
+@click.option(
+    "--as-of",
+    "as_of",
+    metavar="SEQ|TIME",
+    default=None,
+    help="Answer from the log as it stood then: a seq (entries 0..SEQ) or an ISO 8601 UTC time "
+    "(the entries stamped at or before it), e.g. 2026-12-04T17:00:00Z.",
+)
 @json_option
 @click.pass_obj
 def list_cmd(
     ctx: Ctx,
     scope: Scope,
     offset: int,
+    as_of: str | None,
 ) -> None:
     """List memories, newest first."""
     with opened(ctx) as s:
-        rows = s.list(offset=offset, **scope)
+        rows = s.list(offset=offset, **scope, as_of=as_of)
     ctx.emit({"memories": rows}, lambda: tables.memories(rows, "(none)"))
 
 

@@ -59,6 +59,11 @@ class Filters(Verbose):
     statuses: list[Status] = Field(
         default_factory=_active, description="Only memories in these knowledge statuses."
     )
+    as_of: int | str | None = Field(
+        None,
+        description="Answer from the log as it stood then: a seq (entries 0..seq) or an ISO 8601 "
+        "UTC time such as 2026-12-04T17:00:00Z (the entries stamped at or before it).",
+    )
 
     def filters(self) -> dict[str, Any]:
         return {
@@ -337,9 +342,15 @@ def _store(s: Substrate, a: StoreArgs) -> dict[str, Any]:
 
 def _recall(s: Substrate, a: RecallArgs) -> dict[str, Any]:
     r = s.recall_report(
-        a.query, limit=a.limit, mode=a.mode, explain=a.explain, min_score=a.min_score, **a.filters()
+        a.query,
+        limit=a.limit,
+        mode=a.mode,
+        explain=a.explain,
+        min_score=a.min_score,
+        as_of=a.as_of,
+        **a.filters(),
     )
-    return {
+    out: dict[str, Any] = {
         "query": a.query,
         "mode": r["mode"],
         "fallback": r["fallback"],
@@ -347,10 +358,13 @@ def _recall(s: Substrate, a: RecallArgs) -> dict[str, Any]:
         "matched": bool(r["results"]),
         "results": views.memories_view(r["results"], a.verbose),
     }
+    if "as_of" in r:
+        out["as_of"] = r["as_of"]
+    return out
 
 
 def _search(s: Substrate, a: QueryArgs) -> dict[str, Any]:
-    hits = s.search(a.query, limit=a.limit, **a.filters())
+    hits = s.search(a.query, limit=a.limit, as_of=a.as_of, **a.filters())
     return {"query": a.query, "matched": bool(hits), "results": views.memories_view(hits, a.verbose)}
 
 
@@ -359,7 +373,7 @@ def _get(s: Substrate, a: IdArgs) -> dict[str, Any]:
 
 
 def _list(s: Substrate, a: ListArgs) -> dict[str, Any]:
-    rows = s.list(limit=a.limit, offset=a.offset, **a.filters())
+    rows = s.list(limit=a.limit, offset=a.offset, as_of=a.as_of, **a.filters())
     return {"memories": views.memories_view(rows, a.verbose)}
 
 
@@ -567,6 +581,11 @@ OPERATIONS: dict[str, Operation] = {
                         "description": "Why the mode used is not the default asked for (else null).",
                     },
                     "matched": {"type": "boolean", "description": "False when no memory matched."},
+                    "as_of": {
+                        "type": "object",
+                        "properties": {"seq": {"type": "integer"}, "ts": {"type": "string"}},
+                        "description": "With as_of: the last log entry answered from, and its time.",
+                    },
                     "results": MEMORIES_SCHEMA,
                 },
                 ["query", "mode", "results"],

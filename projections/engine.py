@@ -112,6 +112,7 @@ class Projections:
         idle_release_ms: int = 250,
         progress: bool | None = None,
         memory_limit: str | None = None,
+        cache: EmbedCache | None = None,
     ) -> None:
         self.log = log
         self.upcast = upcast
@@ -119,7 +120,10 @@ class Projections:
         self._known: tuple[int, State] | None = None
         # (attachment, seq) up to which the vector tables were last made to follow the memories.
         self._followed: tuple[int, int] | None = None
-        self.cache = EmbedCache(directory)
+        # A projection of a log prefix (substrate.asof) borrows the home's cache: vectors are
+        # content-addressed, so the prefix's memories find theirs without asking a model.
+        self._own_cache = cache is None
+        self.cache = cache if cache is not None else EmbedCache(directory)
         self.store = ProjectionStore(
             directory,
             on_connect=install_macros,
@@ -150,7 +154,8 @@ class Projections:
 
     def close(self) -> None:
         self.store.close()
-        self.cache.close()
+        if self._own_cache:
+            self.cache.close()
 
     def follow_vectors(self, conn: duckdb.DuckDBPyConnection, seq: int) -> vectors.SyncResult:
         """Bring the vector tables up to the memories at `seq` (once per attachment and seq)."""
@@ -162,10 +167,10 @@ class Projections:
         return result
 
     @contextmanager
-    def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection whose tables reflect every entry in the log right now."""
+    def session(self, stop: int | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection whose tables reflect every entry in the log right now (or its first `stop`)."""
         with self.store.session() as conn:
-            self.catch_up(conn)
+            self.catch_up(conn, stop=stop)
             yield conn
 
     @contextmanager

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import duckdb
 from pydantic import ValidationError
@@ -45,7 +45,7 @@ from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
 from mnemolog.projections.memories import MEMORY_FIELDS, Edge, Memory
 from mnemolog.projections.recall import Filters
-from mnemolog.substrate import agentfolder, governance, recall_policy, witnessing
+from mnemolog.substrate import agentfolder, asof, governance, recall_policy, witnessing
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion
@@ -105,6 +105,18 @@ class RecallReport(TypedDict):
     requested: str | None
     fallback: str | None
     results: list[Memory]
+    as_of: NotRequired[dict[str, Any]]  # {"seq": N, "ts": ISO time}: the log prefix answered from
+
+
+class _At:
+    """The sessions of a substrate at one point of its log (None: now), for the recall policy."""
+
+    def __init__(self, sub: Substrate, at: asof.AsOf | None) -> None:
+        self.sub = sub
+        self.at = at
+
+    def session(self) -> contextlib.AbstractContextManager[Session]:
+        return self.sub._reading(self.at)
 
 
 class Substrate:
@@ -157,6 +169,7 @@ class Substrate:
             self.home, self, clock=clock, checkpoint=self._checkpoint_now, options=curator_options
         )
         self.embedding = Embedding(self.home, self.projections.cache, embedder=embedder)
+        self._asof = asof.AsOfProjections(self.home, upcast, self.projections.cache)
         self.fusion = parse_fusion(self.home.config.raw.get("recall"))
         if long_lived and worker:
             self.atomiser.start_worker()
@@ -210,6 +223,7 @@ class Substrate:
         self.atomiser.stop_worker()
         self.knowledge.stop_daily()
         self.embedding.stop_worker()
+        self._asof.close()
         self.projections.close()
         with self._lock:
             if self._writer is not None:
@@ -265,6 +279,23 @@ class Substrate:
     def require_writer(self) -> None:
         """Open the writer now: a command that must sign fails here, before anything runs."""
         _ = self.writer
+
+    @contextmanager
+    def _reading(self, at: asof.AsOf | None) -> Iterator[Session]:
+        """A session on the live tables, or on the fold of the log up to `at` (read-only)."""
+        if at is None:
+            with self.session() as s:
+                yield s
+            return
+
+        def refuse() -> LogWriter:
+            raise UsageError("an as-of read cannot write")
+
+        with self._asof.session(at) as (conn, proj):
+            yield Session(conn, refuse, proj, self.hooks)
+
+    def _as_of(self, value: int | str | None) -> asof.AsOf | None:
+        return None if value is None else asof.resolve(self._asof.log, asof.parse(value))
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -875,6 +906,13 @@ class Substrate:
             hide_superseded="superseded" not in statuses,
         )
 
+    @staticmethod
+    def _at(f: Filters, at: asof.AsOf | None) -> Filters:
+        # As of a point, a memory's expiry is judged at that point's time, not now.
+        if at is None or f.expired_at is None:
+            return f
+        return replace(f, expired_at=at.ts)
+
     def _scoped(self, s: Session, f: Filters) -> Filters:
         """The filters with their project canonicalised (the registry is read in the session)."""
         if f.project is None:
@@ -898,6 +936,7 @@ class Substrate:
         explain: bool = False,
         include_expired: bool = False,
         min_score: float | None = None,
+        as_of: int | str | None = None,
     ) -> list[Memory]:
         """Rank memories for a natural-language query (any term may match). No side effects.
 
@@ -908,6 +947,7 @@ class Substrate:
 
         Only active memories unless ``statuses`` says otherwise; ``project``
         ("" = memories of no project) and ``domains`` (all of them) narrow it.
+        ``as_of`` (a seq or an ISO 8601 UTC time) answers from the log as it stood then.
         """
         return self.recall_report(
             query,
@@ -924,6 +964,7 @@ class Substrate:
             explain=explain,
             include_expired=include_expired,
             min_score=min_score,
+            as_of=as_of,
         )["results"]
 
     def recall_report(
@@ -943,8 +984,12 @@ class Substrate:
         explain: bool = False,
         include_expired: bool = False,
         min_score: float | None = None,
+        as_of: int | str | None = None,
     ) -> RecallReport:
-        """`recall`, with the mode used and why it differs from the one asked for (if it does)."""
+        """`recall`, with the mode used and why it differs from the one asked for (if it does).
+
+        With `as_of` the report says which seq it answered at (`as_of`: seq and ts).
+        """
         f = self._filters(
             namespace, descendants, kinds, tags, include_archived, statuses, project, domains, include_expired
         )
@@ -956,8 +1001,12 @@ class Substrate:
             raise BadInput("the query is empty", field="query")
         recall_policy.check_mode(mode)
         n = check_limit(limit)
-        plan = recall_policy.plan(self, self.embedding, query, mode)
-        with self.session() as s:
+        at = self._as_of(as_of)
+        f = self._at(f, at)
+        plan = recall_policy.plan(_At(self, at), self.embedding, query, mode)
+        with self._reading(at) as s:
+            if at is not None:
+                plan = recall_policy.prefix_vectors(s.conn, plan)
             plan, found = recall_policy.rank(
                 s, plan, query, self._scoped(s, f), n, self.fusion, min_score=min_score
             )
@@ -974,7 +1023,15 @@ class Substrate:
                     if plan.mode == "hybrid":
                         m["explain"]["fusion"] = self.fusion.method
                 results.append(m)
-        return {"mode": plan.mode, "requested": plan.requested, "fallback": plan.fallback, "results": results}
+        report: RecallReport = {
+            "mode": plan.mode,
+            "requested": plan.requested,
+            "fallback": plan.fallback,
+            "results": results,
+        }
+        if at is not None:
+            report["as_of"] = at.to_json()
+        return report
 
     def search(
         self,
@@ -990,21 +1047,27 @@ class Substrate:
         project: str | None = None,
         domains: Sequence[str] = (),
         include_expired: bool = False,
+        as_of: int | str | None = None,
     ) -> list[Memory]:
         """Exact keywords, all required, ranked by BM25.
 
         Only active memories unless ``statuses`` says otherwise; ``project``
         ("" = memories of no project) and ``domains`` (all of them) narrow it.
+        ``as_of`` (a seq or an ISO 8601 UTC time) answers from the log as it stood then.
         """
         f = self._filters(
             namespace, descendants, kinds, tags, include_archived, statuses, project, domains, include_expired
         )
-        return self._ranked(q.search, query, f, limit)
+        return self._ranked(q.search, query, f, limit, as_of)
 
-    def _ranked(self, ranker: Ranker, query: str, f: Filters, limit: int) -> list[Memory]:
+    def _ranked(
+        self, ranker: Ranker, query: str, f: Filters, limit: int, as_of: int | str | None = None
+    ) -> list[Memory]:
         if not isinstance(query, str) or not query.strip():
             raise BadInput("the query is empty", field="query")
-        with self.session() as s:
+        at = self._as_of(as_of)
+        f = self._at(f, at)
+        with self._reading(at) as s:
             out = []
             for m, score in ranker(s.conn, query, self._scoped(s, f), check_limit(limit)):
                 m["score"] = score
@@ -1025,10 +1088,12 @@ class Substrate:
         project: str | None = None,
         domains: Sequence[str] = (),
         include_expired: bool = False,
+        as_of: int | str | None = None,
     ) -> list[Memory]:
         """Memories newest first (by when stored); active ones unless ``statuses`` says otherwise.
 
         Expired memories (`metadata.vault.expires_at` passed) are left out unless `include_expired`.
+        ``as_of`` (a seq or an ISO 8601 UTC time) lists them as the log stood then.
         """
         f = self._filters(
             namespace, descendants, kinds, tags, include_archived, statuses, project, domains, include_expired
@@ -1037,7 +1102,9 @@ class Substrate:
             raise UsageError(
                 "offset must be an integer in [0, 2**63)", field="offset", found=repr(offset)[:40]
             )
-        with self.session() as s:
+        at = self._as_of(as_of)
+        f = self._at(f, at)
+        with self._reading(at) as s:
             return q.list_memories(s.conn, self._scoped(s, f), check_limit(limit), offset)
 
     def stats(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import duckdb
 import numpy as np
 
 from mnemolog.curators.embed import EmbedderFailed
@@ -101,3 +102,24 @@ def rank(
         in_scope=in_scope,
     )
     return p, hybrid.with_memories(s.conn, ranked)
+
+
+def prefix_vectors(conn: duckdb.DuckDBPyConnection, p: Plan) -> Plan:
+    """The plan for a projection of a log prefix (`as_of`), whose vectors come from the cache only.
+
+    When some of the prefix's memories have no vector in the embedding cache (embedded under
+    a model the cache no longer holds, or never), the default mode ranks by bm25 and says why:
+    a hybrid ranking that silently gave those memories the lowest cosine would not be the
+    one the home gave then. A mode asked for by name is kept.
+    """
+    if p.mode == "bm25" or p.requested is not None:
+        return p
+    missing = vectors.pending_count(conn)
+    if missing == 0:
+        return p
+    return replace(
+        p,
+        mode="bm25",
+        query_vector=None,
+        fallback=f"{missing} memories of that point have no vector in the embedding cache",
+    )
