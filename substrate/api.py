@@ -225,21 +225,25 @@ class Substrate:
         self.embedding.stop_worker()
         self._asof.close()
         self.projections.close()
-        with self._lock:
-            if self._writer is not None:
-                try:
-                    self._writer.close()
-                except (StorageError, OSError) as exc:
-                    # The closing checkpoint is a convenience: every acknowledged entry is
-                    # durable already, and the next writer signs a checkpoint. It must not
-                    # turn writes that succeeded into a failed command.
-                    reason = exc.message if isinstance(exc, StorageError) else str(exc)
-                    self.close_warnings.append(
-                        f"closing the log writer failed ({reason}); nothing written is lost"
-                    )
-        self.log.close()
-        if self._witnesses is not None:
-            self._witnesses.close()  # after the closing checkpoint, so it is sent too
+        try:
+            with self._lock:
+                if self._writer is not None:
+                    try:
+                        self._writer.close()
+                    except (StorageError, OSError) as exc:
+                        # The closing checkpoint is a convenience: every acknowledged entry is
+                        # durable already, and the next writer signs a checkpoint. It must not
+                        # turn writes that succeeded into a failed command.
+                        reason = exc.message if isinstance(exc, StorageError) else str(exc)
+                        self.close_warnings.append(
+                            f"closing the log writer failed ({reason}); nothing written is lost"
+                        )
+        finally:
+            # A writer that refuses to close (it saw its log cut: exit 8) still lets the log
+            # and the witness sender go; the refusal is what the caller hears.
+            self.log.close()
+            if self._witnesses is not None:
+                self._witnesses.close()  # after the closing checkpoint, so it is sent too
 
     def __enter__(self) -> Substrate:
         return self
