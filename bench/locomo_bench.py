@@ -1,6 +1,6 @@
 """LoCoMo-10: does recall find the dialogue turns that answer a question? bm25, vector, hybrid.
 
-    python -m bench.locomo_bench [--conversations N] [--embedder wordllama|minilm|ollama [--model M]]
+    python -m bench.locomo_bench [--conversations N] [--embedder minilm|wordllama|ollama [--model M]]
                                  [--atomise] [--data PATH]
 
 The data (LoCoMo-10, evaluation only) is read from
@@ -8,7 +8,7 @@ The data (LoCoMo-10, evaluation only) is read from
 when it is absent the benchmark prints {"ok": true, "skipped": REASON}.
 Nothing of it is written anywhere but a temporary home.
 
-Per conversation: a new home embedding with --embedder (default WordLlama,
+Per conversation: a new home embedding with --embedder (default MiniLM,
 the default offline embedder); every turn is one memory, speaker name
 prefixed ("Calvin: ..."), stored through the bulk path (`import`, which
 embeds on insert); ingest is timed beside the same texts put into SQLite

@@ -148,11 +148,11 @@ def test_a_projection_that_cannot_fold_a_durable_store_is_a_warning(
     real = Projections.catch_up
     calls = {"n": 0}
 
-    def failing(self: Projections, conn: Any) -> Any:
+    def failing(self: Projections, conn: Any, **kw: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:  # the first catch-up opens the session; the second folds the store
             raise StorageError("the projection database failed: No space left on device")
-        return real(self, conn)
+        return real(self, conn, **kw)
 
     monkeypatch.setattr(Projections, "catch_up", failing)
     m = sub.store("durable even so", tags=["t"])
