@@ -478,3 +478,25 @@ def test_hand_lines_survive_the_switch_to_sub_indexes(tmp_path: Path) -> None:
     assert "- [INDEX_reference.md](INDEX_reference.md) — 200 entries" in text
     assert len(text.splitlines()) <= INDEX_MAX_LINES
     assert errors(validate_vault(tmp_path)) == []
+
+
+def test_wiki_index_keeps_hand_lines_and_a_deleted_region_is_reported(tmp_path: Path) -> None:
+    page = rec("w1", kind="knowledge", title="Tax strategy", sources=["raw/tax.pdf"])
+    render_vault(tmp_path, "ag", [page, rec("a", kind="feedback", title="First rule")])
+    wiki = tmp_path / "ag/wiki/INDEX.md"
+    wiki.write_text("Pages I still have to write: pensions.\n\n" + wiki.read_text())
+    memory = tmp_path / "ag/memory/INDEX.md"
+    text = memory.read_text()
+    start = text.index("<!-- mnemolog:begin index.user ")
+    end = text.index("<!-- mnemolog:end index.user -->\n") + len("<!-- mnemolog:end index.user -->\n")
+    memory.write_text(text[:start] + text[end:])
+    more = [page, rec("w2", kind="knowledge", title="Pensions", sources=["raw/p.pdf"])]
+    report = render_vault(tmp_path, "ag", [*more, rec("a", kind="feedback", title="First rule"), rec("u")])
+    assert wiki.read_text().startswith("Pages I still have to write: pensions.\n\n# ag — Wiki Index\n")
+    assert "[`Pensions`](pensions_note.md)" in wiki.read_text()
+    # Deleted, markers and all: not put back (as persona files), and the note it would list
+    # is then unreferenced, which validation says.
+    assert report.missing_regions == ["ag/memory/INDEX.md: index.user"]
+    assert "index.user" not in memory.read_text()
+    unlisted = [p for p in errors(validate_vault(tmp_path)) if p.field == "index"]
+    assert [p.file for p in unlisted] == ["ag/memory/user_title_of_u.md"]
