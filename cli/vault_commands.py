@@ -33,10 +33,14 @@ def vault_render(ctx: Ctx, directory: Path, agent: str, namespace: str | None) -
         r = v.render(s, directory, agent, namespace)
         folder = s.render_agent_folder(directory, agent, namespace)
     written = r.written + folder["written"]
+    # INDEX.md's entry lists are managed regions too: its hand edits are reported alike.
+    kept_edits = r.kept_edits + folder["kept_edits"]
+    missing = r.missing_regions + folder["missing_regions"]
+    conflicts = r.conflicts + folder["conflicts"]
 
     def text() -> str:
-        lines = [f"kept a hand edit: {k}" for k in folder["kept_edits"]]
-        lines += [f"left alone: {c}" for c in folder["conflicts"]]
+        lines = [f"kept a hand edit: {k}" for k in kept_edits]
+        lines += [f"left alone: {c}" for c in conflicts]
         lines.append(
             f"{len(written)} file(s) written, {r.unchanged + folder['unchanged']} unchanged, "
             f"{len(r.removed)} removed under {directory / agent}"
@@ -48,9 +52,9 @@ def vault_render(ctx: Ctx, directory: Path, agent: str, namespace: str | None) -
             "written": written,
             "unchanged": r.unchanged + folder["unchanged"],
             "removed": r.removed,
-            "kept_edits": folder["kept_edits"],
-            "missing_regions": folder["missing_regions"],
-            "conflicts": folder["conflicts"],
+            "kept_edits": kept_edits,
+            "missing_regions": missing,
+            "conflicts": conflicts,
         },
         text,
     )

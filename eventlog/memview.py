@@ -24,8 +24,10 @@ from typing import Any
 from mnemolog.eventlog import vocabulary as vk
 from mnemolog.eventlog.entry import Entry, to_jsonable
 from mnemolog.eventlog.vocabulary import (
+    ATOMISATION_ARCHIVED_KEY,
     UNDO_FIELDS,
     merge_metadata,
+    mirror_atomisation_archive,
     read_float,
     read_id,
     read_int,
@@ -197,8 +199,18 @@ def entry_touched_ids(e: Entry) -> list[str]:
     return touched_ids(e.type, upcast(e.type, e.tv, e.data))
 
 
-def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict[str, Any]]:
-    """The views of the memories `ids` after `entries` (in seq order); stored ones only."""
+def _mirror(meta: dict[str, Any], archived_us: int | None) -> dict[str, Any]:
+    return to_jsonable(mirror_atomisation_archive(meta, archived_us))  # type: ignore[no-any-return]
+
+
+def fold_views(
+    entries: Iterable[Entry], ids: Collection[str], *, mirror: bool = True
+) -> dict[str, dict[str, Any]]:
+    """The views of the memories `ids` after `entries` (in seq order); stored ones only.
+
+    `mirror=False` folds as releases before the atomisation-archive mirror did (no
+    `metadata.atomisation_archived_at`), so a bundle exported by one still verifies.
+    """
     views: dict[str, dict[str, Any]] = {}
     wanted = set(ids)
     # Every entry about a memory, even one that precedes its store (as the touches table has it).
@@ -249,11 +261,15 @@ def fold_views(entries: Iterable[Entry], ids: Collection[str]) -> dict[str, dict
         elif e.type == "memory.archived" and target is not None:
             if d.get("by") == "atomisation":
                 target["atomisation_archived_at"] = e.ts
+                if mirror:
+                    target["metadata"] = _mirror(target["metadata"], e.ts)
             else:
                 target["archived_at"] = e.ts
                 target["archive_reason"] = read_str(d.get("reason"))
             target["last_event_seq"] = e.seq
         elif e.type == "memory.restored" and target is not None:
+            if mirror and ATOMISATION_ARCHIVED_KEY in target["metadata"]:
+                target["metadata"] = _mirror(target["metadata"], None)
             target["archived_at"] = None
             target["archive_reason"] = None
             target["atomisation_archived_at"] = None

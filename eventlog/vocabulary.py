@@ -21,6 +21,7 @@ at the model's `TV`.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -203,6 +204,23 @@ MUTABLE_FIELDS: Final[tuple[str, ...]] = (
 )
 # What a migration's update replaced and its rollback puts back.
 UNDO_FIELDS: Final[tuple[str, ...]] = (*MUTABLE_FIELDS, "updated_at", "last_event_seq")
+
+
+#: The parent's metadata key that mirrors its archive by atomisation (docs/curators.md,
+#: the atomisation contract): both folds set it from the `memory.archived` with
+#: `by: atomisation` and drop it on `memory.restored`, so get, list and bundles show it.
+ATOMISATION_ARCHIVED_KEY: Final = "atomisation_archived_at"
+
+
+def iso_time(us: int) -> str:
+    """An ISO-8601 UTC time with a Z of a µs timestamp (as atomisation's result envelope says it)."""
+    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def mirror_atomisation_archive(meta: dict[str, Any], archived_us: int | None) -> dict[str, Any]:
+    """`meta` with the atomisation-archive mirror set to that time, or removed when None."""
+    when = None if archived_us is None else iso_time(archived_us)
+    return merge_metadata(meta, {ATOMISATION_ARCHIVED_KEY: when})
 
 
 def merge_metadata(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,9 @@ import duckdb
 from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.entry import Entry, to_jsonable
 from mnemolog.eventlog.vocabulary import (
+    ATOMISATION_ARCHIVED_KEY,
     merge_metadata,
+    mirror_atomisation_archive,
     read_float,
     read_id,
     read_int,
@@ -512,6 +514,7 @@ class Fold:
                 "UPDATE memories SET atomisation_archived_at = ?, last_event_seq = ? WHERE id = ?",
                 [e.ts, e.seq, mid],
             )
+            self._mirror_archive(mid, e.ts)
         else:
             self.conn.execute(
                 "UPDATE memories SET archived_at = ?, archive_reason = ?, last_event_seq = ? WHERE id = ?",
@@ -519,9 +522,23 @@ class Fold:
             )
         self._refresh_hidden(mid)
 
+    def _mirror_archive(self, mid: str, archived_us: int | None) -> None:
+        """The metadata mirror of the atomisation archive, as memview's fold keeps it."""
+        row = self.conn.execute("SELECT metadata FROM memories WHERE id = ?", [mid]).fetchone()
+        if row is None:
+            return
+        meta = json.loads(row[0])
+        if archived_us is None and ATOMISATION_ARCHIVED_KEY not in meta:
+            return
+        self.conn.execute(
+            "UPDATE memories SET metadata = ? WHERE id = ?",
+            [canonical_json(mirror_atomisation_archive(meta, archived_us)), mid],
+        )
+
     def restored(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()
         mid = read_id(d.get("id"))
+        self._mirror_archive(mid, None)
         self.conn.execute(
             "UPDATE memories SET archived_at = NULL, archive_reason = NULL, "
             "atomisation_archived_at = NULL, last_event_seq = ? WHERE id = ?",

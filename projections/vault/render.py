@@ -47,7 +47,7 @@ from mnemolog.eventlog.fsio import (
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.vocabulary import KINDS, RELATIONS
 from mnemolog.projections.vault import index as index_format
-from mnemolog.projections.vault import naming, schema
+from mnemolog.projections.vault import naming, regions, schema
 from mnemolog.projections.vault.frontmatter import (
     FIELD_ORDER,
     Document,
@@ -207,11 +207,19 @@ class NoteRecord:
 
 @dataclass(frozen=True)
 class RenderReport:
-    """Paths relative to the vault root; `unchanged` counts files left as they were."""
+    """Paths relative to the vault root; `unchanged` counts files left as they were.
+
+    The last three lists are about the managed regions of INDEX files, as
+    `AgentFilesReport` says them for persona files: "file: region" for a region a
+    person edited (kept) or deleted (not put back), "file: why" for a file left alone.
+    """
 
     written: list[str]
     unchanged: int
     removed: list[str]
+    kept_edits: list[str] = field(default_factory=list)
+    missing_regions: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
 
 
 class UnmanagedFileConflict(UsageError):
@@ -393,23 +401,37 @@ def _slice_files(title: str, heading: str, slice_name: str, entries: Sequence[st
     return files
 
 
+def index_region(slice_name: str) -> str:
+    """The managed region holding one section's lines in INDEX.md (`index.feedback`, ...)."""
+    return f"index.{slice_name}"
+
+
+def _top_index(title: str, sections: Sequence[tuple[str, str, list[str]]]) -> str:
+    # Each section's lines sit in a managed region (regions.py), so a line a person adds
+    # outside them survives the next render; headings and title are outside, plain Markdown.
+    parts = [f"# {title}\n"]
+    for heading, slice_name, lines in sections:
+        body = "".join(f"{line}\n" for line in lines)
+        parts.append(f"\n## {heading}\n" + regions.block(index_region(slice_name), body))
+    return "".join(parts)
+
+
 def _index_files(title: str, sections: Sequence[tuple[str, str, list[str]]]) -> dict[str, str]:
     """INDEX.md inline when it fits in INDEX_MAX_LINES, else one sub-index per non-empty section."""
-    inline = [f"# {title}", ""]
-    for heading, _, entries in sections:
-        inline += [f"## {heading}", *entries, ""]
-    if len(inline) <= INDEX_MAX_LINES:
-        return {naming.INDEX_FILENAME: "\n".join(inline)}
+    inline = _top_index(title, sections)
+    # The count includes the region markers: it is the length a reader meets.
+    if inline.count("\n") <= INDEX_MAX_LINES:
+        return {naming.INDEX_FILENAME: inline}
     files: dict[str, str] = {}
-    top = [f"# {title}", ""]
+    top: list[tuple[str, str, list[str]]] = []
     for heading, slice_name, entries in sections:
-        top.append(f"## {heading}")
+        links = []
         if entries:
             files.update(_slice_files(title, heading, slice_name, entries))
             sub = naming.index_filename(slice_name)
-            top.append(f"- [{sub}]({sub}) {index_format.EM_DASH} {len(entries)} entries")
-        top.append("")
-    files[naming.INDEX_FILENAME] = "\n".join(top)
+            links.append(f"- [{sub}]({sub}) {index_format.EM_DASH} {len(entries)} entries")
+        top.append((heading, slice_name, links))
+    files[naming.INDEX_FILENAME] = _top_index(title, top)
     return files
 
 
@@ -524,6 +546,36 @@ def _remove_leftovers(agent_dir: Path, managed: set[str]) -> None:
                     temp.unlink()
 
 
+# The INDEX files a person may add lines to (their entry lists are managed regions);
+# sub-index pages are mnemolog's alone and rewritten whole.
+_TOP_INDEXES: Final = (f"memory/{naming.INDEX_FILENAME}", f"wiki/{naming.INDEX_FILENAME}")
+
+
+def _merge_index(path: Path, planned: bytes) -> tuple[regions.MergeResult | None, str | None]:
+    """The INDEX on disk with its regions brought up to `planned`; (None, why) to leave it alone.
+
+    (None, None) when the file has no region at all: it is an INDEX written before
+    the regions were, so the planned one replaces it.
+    """
+    try:
+        existing = read_regular(path, MANIFEST_MAX_BYTES).decode("utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    except (FileTooLarge, NotRegularFile) as exc:
+        return None, str(exc)
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc}") from exc
+    try:
+        if not regions.parse(existing):
+            return None, None
+        contents = {r.name: r.content(t) for t in [planned.decode("utf-8")] for r in regions.parse(t)}
+        return regions.merge(existing, contents), None
+    except regions.RegionError as exc:
+        return None, f"{exc}; fix its markers to have it rendered again"
+
+
 def render_vault(
     root: Path,
     agent: str,
@@ -545,6 +597,21 @@ def render_vault(
     owned = _read_manifest(manifest)
     _remove_leftovers(agent_dir, owned | set(files))
     state = {rel: _same_bytes(agent_dir / rel, data) for rel, data in files.items()}
+    kept: list[str] = []
+    missing: list[str] = []
+    left_alone: list[str] = []
+    for rel in _TOP_INDEXES:
+        if rel in files and state[rel] is False and rel in owned:
+            merged, why = _merge_index(agent_dir / rel, files[rel])
+            where = f"{agent}/{rel}"
+            if why is not None:
+                left_alone.append(f"{where}: {why}")
+                state[rel] = True  # left as it is on disk
+            elif merged is not None:
+                kept += [f"{where}: {n}" for n in merged.kept_edits]
+                missing += [f"{where}: {n}" for n in merged.missing]
+                files[rel] = merged.text.encode("utf-8")
+                state[rel] = _same_bytes(agent_dir / rel, files[rel])
     conflicts = sorted(rel for rel, same in state.items() if same is False and rel not in owned)
     if conflicts and not overwrite_unmanaged:
         raise UnmanagedFileConflict(
@@ -582,4 +649,11 @@ def render_vault(
         fsync_dir(d)
     if owned != wanted:
         _write_manifest(manifest, agent, wanted)
-    return RenderReport(written=written, unchanged=len(files) - len(written), removed=removed)
+    return RenderReport(
+        written=written,
+        unchanged=len(files) - len(written),
+        removed=removed,
+        kept_edits=kept,
+        missing_regions=missing,
+        conflicts=left_alone,
+    )

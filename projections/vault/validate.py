@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from mnemolog.eventlog.errors import BadInput, NotFound
 from mnemolog.eventlog.fsio import FileTooLarge, read_regular
-from mnemolog.projections.vault import agentfiles, naming, schema
+from mnemolog.projections.vault import agentfiles, naming, regions, schema
 from mnemolog.projections.vault import index as index_format
 from mnemolog.projections.vault.frontmatter import (
     MAX_FILE_BYTES,
@@ -237,6 +237,13 @@ def _check_index_coverage(a: _Agent, notes: dict[str, _File], indexes: list[str]
         text = a.read_text("memory", name)
         if text is None:
             continue
+        if name == top:
+            # Its entry lists are managed regions: broken markers stop render, hand edits are noted.
+            found = regions.check_regions(text)
+            a.add(
+                a.rel("memory", name),
+                [(f, m, "error" if sev == "error" else "warning") for f, m, sev in found],
+            )
         refs = index_format.references(text)
         spans.update(refs.code_spans)
         for target in refs.links:

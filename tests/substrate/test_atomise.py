@@ -47,6 +47,8 @@ def test_the_six_hermetic_invariants(sub: Substrate, home: Path) -> None:
     # 1. the parent is marked atomised (both signals)
     p = sub.get(parent["id"])
     assert p["atomised_into"] == n and p["atomisation_archived_at"] is not None
+    # ... and its metadata mirrors the archive with the envelope's time (the contract's name)
+    assert res.archived_at is not None and p["metadata"]["atomisation_archived_at"] == res.archived_at
     # 2. atoms point back to it: atom_of, a derives_from edge, a verbatim source span
     for aid in res.atom_ids:
         a = sub.get(aid)

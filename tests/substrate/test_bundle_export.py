@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import shutil
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mnemolog.eventlog import bundle, codec, memview, merkle
+from mnemolog.eventlog.bundle_format import MEMORIES
 from mnemolog.eventlog.errors import (
     BadInput,
     NotFound,
@@ -26,6 +29,7 @@ from mnemolog.eventlog.note import peek_checkpoint
 from mnemolog.eventlog.offline import split_sequence
 from mnemolog.eventlog.trust import PinnedKey
 from mnemolog.eventlog.verify import verify_log
+from mnemolog.eventlog.vocabulary import iso_time as iso
 from mnemolog.eventlog.writer import Durability
 from mnemolog.projections import queries
 from mnemolog.projections import recall as q
@@ -552,3 +556,44 @@ def test_atomisation_helper_writes_the_engine_shape(tmp_path: Path) -> None:
         m = sub.get(parent)
     assert m["atomised_into"] == 2 and m["atomisation_archived_at"] is not None
     assert {link["src"] for link in m["links"]["incoming"]} == set(atoms)
+
+
+# -- the atomisation archive mirrored in metadata ---------------------------------------------
+
+
+def test_the_parent_metadata_mirrors_its_atomisation_archive(world: Atomised) -> None:
+    with Substrate.open(world.home, long_lived=False) as sub:
+        parent = sub.get(world.parent)
+        atom = sub.get(world.atoms[0])
+    archived = parent["atomisation_archived_at"]
+    assert archived is not None
+    # The contract's name and an ISO time (the result envelope's `archived_at`), next to
+    # the keys the memory was stored and updated with.
+    assert parent["metadata"] == {"team": "infra", "reviewed": True, "atomisation_archived_at": iso(archived)}
+    assert "atomisation_archived_at" not in atom["metadata"]
+    views = json.loads(members_of(export(world.home, world.parent).data)[MEMORIES])["memories"]
+    assert views[world.parent]["metadata"]["atomisation_archived_at"] == iso(archived)
+    with Substrate.open(world.home, long_lived=False) as sub:
+        sub.restore(world.parent)
+        assert sub.get(world.parent)["metadata"] == {"team": "infra", "reviewed": True}
+    bundle.verify_members(members_of(export(world.home, world.parent).data))
+
+
+def test_a_bundle_exported_before_the_mirror_still_verifies(
+    world: Atomised, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The exporter of an earlier release: its views had no metadata mirror.
+    monkeypatch.setattr(memview, "fold_views", functools.partial(memview.fold_views, mirror=False))
+    old = members_of(export(world.home, world.parent).data)
+    monkeypatch.undo()
+    assert "atomisation_archived_at" not in json.loads(old[MEMORIES])["memories"][world.parent]["metadata"]
+    r = bundle.verify_members(old)
+    assert r.memory_id == world.parent
+    # The legacy fold is a second accepted rendering of the same entries, no loophole:
+    # a changed view is still refused.
+    forged = json.loads(old[MEMORIES])
+    forged["memories"][world.parent]["metadata"]["team"] = "someone else"
+    tampered = dict(old)
+    tampered[MEMORIES] = json.dumps(forged).encode()
+    with pytest.raises(VerificationError):
+        bundle.verify_members(tampered)

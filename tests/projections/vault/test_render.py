@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.projections.vault import frontmatter as fm
-from mnemolog.projections.vault import naming
+from mnemolog.projections.vault import naming, regions
 from mnemolog.projections.vault.render import (
     INDEX_MAX_LINES,
     MANIFEST_NAME,
@@ -28,6 +28,11 @@ from mnemolog.projections.vault.render import (
 from mnemolog.projections.vault.validate import errors, validate_vault
 
 from .strategies import records
+
+
+def without_markers(text: str) -> str:
+    """An INDEX as a reader sees it once the region markers (HTML comments) are dropped."""
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("<!-- mnemolog:"))
 
 
 def rec(memory_id: str, **kw: object) -> NoteRecord:
@@ -145,7 +150,18 @@ def test_layout_and_index_sections(tmp_path: Path) -> None:
         "caldwell/wiki/tax_strategy_2026.md",
     ]
     index = (tmp_path / "caldwell/memory/INDEX.md").read_text()
-    assert index == (
+    # Each section's lines are a managed region of its own, none of them hand-edited.
+    assert [r.name for r in regions.parse(index)] == [
+        "index.feedback",
+        "index.decisions",
+        "index.user",
+        "index.projects",
+        "index.reference",
+        "index.promoted",
+        "index.archive",
+    ]
+    assert regions.hand_edited(index) == []
+    assert without_markers(index) == (
         "# caldwell — Memory Index\n\n"
         "## Critical Feedback\n"
         "- [`Debt priority order`](feedback_debt_priority_order.md) — A hook\n\n"
@@ -390,3 +406,97 @@ def test_oversized_manifest_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(render_module, "MANIFEST_MAX_BYTES", 10)
     with pytest.raises(BadInput, match="exceeds 10 bytes"):
         render_vault(tmp_path, "a", [rec("m")])
+
+
+def test_a_hand_line_in_index_survives_a_render_that_adds_an_entry(tmp_path: Path) -> None:
+    rs = [rec("a", kind="feedback", title="First rule")]
+    render_vault(tmp_path, "ag", rs)
+    index = tmp_path / "ag/memory/INDEX.md"
+    hand = "My own note: see also [the handbook](https://example.org/handbook)\n"
+    index.write_text(index.read_text().replace("## Reference\n", "## Reference\n" + hand))
+    report = render_vault(tmp_path, "ag", [*rs, rec("b", kind="feedback", title="Second rule")])
+    text = index.read_text()
+    assert "ag/memory/INDEX.md" in report.written
+    assert report.kept_edits == [] and report.conflicts == []
+    assert "## Reference\n" + hand in text
+    assert "- [`Second rule`](feedback_second_rule.md)" in text
+    assert "- [`First rule`](feedback_first_rule.md)" in text
+    assert validate_vault(tmp_path) == []
+    # With nothing new, the next render leaves the file as it is.
+    again = render_vault(tmp_path, "ag", [*rs, rec("b", kind="feedback", title="Second rule")])
+    assert again.written == [] and index.read_text() == text
+
+
+def test_an_edit_inside_an_index_region_is_kept_and_reported(tmp_path: Path) -> None:
+    rs = [rec("a", kind="feedback", title="First rule")]
+    render_vault(tmp_path, "ag", rs)
+    index = tmp_path / "ag/memory/INDEX.md"
+    edited = index.read_text().replace("— A hook", "— A hook (checked by hand)")
+    index.write_text(edited)
+    report = render_vault(tmp_path, "ag", [*rs, rec("b", kind="feedback", title="Second rule")])
+    assert report.kept_edits == ["ag/memory/INDEX.md: index.feedback"]
+    text = index.read_text()
+    assert "(checked by hand)" in text
+    # The edited region is the person's now: the new entry is not forced into it.
+    assert "feedback_second_rule.md" not in text
+    found = validate_vault(tmp_path)
+    assert any(p.message.startswith("region index.feedback was edited by hand") for p in found)
+
+
+def test_broken_index_markers_leave_the_file_alone(tmp_path: Path) -> None:
+    rs = [rec("a", kind="feedback", title="First rule")]
+    render_vault(tmp_path, "ag", rs)
+    index = tmp_path / "ag/memory/INDEX.md"
+    broken = index.read_text().replace("<!-- mnemolog:end index.user -->\n", "")
+    index.write_text(broken)
+    report = render_vault(tmp_path, "ag", [*rs, rec("b", kind="feedback", title="Second rule")])
+    assert len(report.conflicts) == 1 and report.conflicts[0].startswith("ag/memory/INDEX.md: line ")
+    assert index.read_text() == broken
+    assert any(p.field == "regions" and p.severity == "error" for p in validate_vault(tmp_path))
+
+
+def test_an_index_without_regions_is_replaced(tmp_path: Path) -> None:
+    # An INDEX.md rendered before the entry lists were regions is mnemolog's whole file.
+    rs = [rec("a", kind="feedback", title="First rule")]
+    render_vault(tmp_path, "ag", rs)
+    index = tmp_path / "ag/memory/INDEX.md"
+    index.write_text(without_markers(index.read_text()))
+    render_vault(tmp_path, "ag", rs)
+    assert index.read_bytes() == plan_vault("ag", rs)["memory/INDEX.md"]
+
+
+def test_hand_lines_survive_the_switch_to_sub_indexes(tmp_path: Path) -> None:
+    few = [rec("a", kind="feedback", title="First rule")]
+    render_vault(tmp_path, "ag", few)
+    index = tmp_path / "ag/memory/INDEX.md"
+    index.write_text(index.read_text() + "\nHand-written footer\n")
+    many = few + [rec(f"r{i:03d}", kind="observation", title=f"Observation {i}") for i in range(200)]
+    report = render_vault(tmp_path, "ag", many)
+    text = index.read_text()
+    assert report.kept_edits == []
+    assert text.endswith("\nHand-written footer\n")
+    assert "- [INDEX_reference.md](INDEX_reference.md) — 200 entries" in text
+    assert len(text.splitlines()) <= INDEX_MAX_LINES
+    assert errors(validate_vault(tmp_path)) == []
+
+
+def test_wiki_index_keeps_hand_lines_and_a_deleted_region_is_reported(tmp_path: Path) -> None:
+    page = rec("w1", kind="knowledge", title="Tax strategy", sources=["raw/tax.pdf"])
+    render_vault(tmp_path, "ag", [page, rec("a", kind="feedback", title="First rule")])
+    wiki = tmp_path / "ag/wiki/INDEX.md"
+    wiki.write_text("Pages I still have to write: pensions.\n\n" + wiki.read_text())
+    memory = tmp_path / "ag/memory/INDEX.md"
+    text = memory.read_text()
+    start = text.index("<!-- mnemolog:begin index.user ")
+    end = text.index("<!-- mnemolog:end index.user -->\n") + len("<!-- mnemolog:end index.user -->\n")
+    memory.write_text(text[:start] + text[end:])
+    more = [page, rec("w2", kind="knowledge", title="Pensions", sources=["raw/p.pdf"])]
+    report = render_vault(tmp_path, "ag", [*more, rec("a", kind="feedback", title="First rule"), rec("u")])
+    assert wiki.read_text().startswith("Pages I still have to write: pensions.\n\n# ag — Wiki Index\n")
+    assert "[`Pensions`](pensions_note.md)" in wiki.read_text()
+    # Deleted, markers and all: not put back (as persona files), and the note it would list
+    # is then unreferenced, which validation says.
+    assert report.missing_regions == ["ag/memory/INDEX.md: index.user"]
+    assert "index.user" not in memory.read_text()
+    unlisted = [p for p in errors(validate_vault(tmp_path)) if p.field == "index"]
+    assert [p.file for p in unlisted] == ["ag/memory/user_title_of_u.md"]
