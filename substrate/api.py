@@ -1115,10 +1115,12 @@ class Substrate:
         budget: int | None = None,
         unit: str | None = None,
         record: bool = True,
+        personal: bool = False,
     ) -> dict[str, Any]:
         """The context pack for `query`: five tiers under a budget; recorded as `context.built`.
 
         `project` is a registered name or any of its aliases; memories are ranked as `recall` ranks.
+        `personal` asks for the personal scope (`[context] personal_domains`), without any project.
         """
         cfg = ctx.pack_config(self.home.config.raw)
         return ctx.build_context(
@@ -1132,6 +1134,7 @@ class Substrate:
             record=record,
             embedding=self.embedding,
             fusion=self.fusion,
+            personal=personal,
         )
 
     def show_context(self, pack_id: str) -> dict[str, Any]:
