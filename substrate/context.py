@@ -377,7 +377,17 @@ def build_context(
             used, found = recall_policy.rank(s, plan, q, f, limit, fusion or Fusion(), in_scope=in_scope)
             return [(m, r.score) for m, r in found]
 
-        c = sources.candidates(s.conn, query, proj, cfg, rank)
+        # Chunks are ranked in the mode memories are: hybrid with the same query vector and
+        # fusion (both fall back to BM25 when the projection has no vectors).
+        c = sources.candidates(
+            s.conn,
+            query,
+            proj,
+            cfg,
+            rank,
+            query_vector=plan.query_vector if plan.mode == "hybrid" else None,
+            fusion=fusion or Fusion(),
+        )
         pack = assemble(
             query,
             proj,

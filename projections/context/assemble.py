@@ -112,6 +112,9 @@ class ChunkRow:
     heading_path: tuple[str, ...] = ()
     project: str = ""
     score: float = 0.0
+    # The chunk ranking found it relevant (a word in common, or close in meaning): relevant
+    # even at the lowest fused score, as a memory recall returned is.
+    hit: bool = False
 
 
 @dataclass(frozen=True)
@@ -395,7 +398,7 @@ def _classify(
         rel = c.score / top if top > 0 and c.score > 0 else 0.0
         if project and c.project == project:
             rel *= 1.0 + cfg.project_boost
-        if rel <= 0:
+        if rel <= 0 and not c.hit:
             excluded.append(Excluded("chunk", c.id, "not_relevant"))
             continue
         label = " › ".join((c.document, *c.heading_path))
