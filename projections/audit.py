@@ -82,6 +82,14 @@ COMPARED = [
         "ctx_pack_members", "SELECT * FROM {c}.ctx_pack_members", ("seq", "tier", "source", "id", "included")
     ),
 ]
+# The chunk vectors exist only while the log records an embedder that embeds; the scratch
+# re-fold fills them from the home's embedding cache (never a model), so they must agree.
+# Memory vectors are not compared (a re-fold would fill every one of them; issue for later).
+VECTOR_COMPARED = [
+    Compared("chunk_vectors", "SELECT doc, sha, vec::FLOAT[] AS vec FROM {c}.chunk_vectors", ("doc",)),
+    Compared("chunk_vector_pending", "SELECT * FROM {c}.chunk_vector_pending", ("doc",)),
+]
+
 COVERED_TABLES = {"postings_delta"} | {c.name for c in COMPARED}
 
 
@@ -141,7 +149,13 @@ def verify_projections(
         with tempfile.TemporaryDirectory(prefix="mnemolog-verify-", dir=scratch) as tmp:
             t0 = time.perf_counter()
             limit = projections.store.memory_limit
-            fresh = Projections(Path(tmp), projections.log, upcast, memory_limit=limit)
+            fresh = Projections(
+                Path(tmp),
+                projections.log,
+                upcast,
+                memory_limit=limit,
+                cache_dir=projections.cache.path.parent,
+            )
             try:
                 fresh.rebuild(stop=size)
             finally:
@@ -153,10 +167,28 @@ def verify_projections(
             try:
                 for c in COMPARED:
                     report.tables[c.name] = _compare(conn, c)
+                for c in VECTOR_COMPARED:
+                    on_disk, in_fold = (_has_table(conn, cat, c.name) for cat in (CATALOG, FRESH))
+                    if on_disk != in_fold:
+                        raise VerificationError(
+                            f"projection table {c.name} is {'present' if on_disk else 'missing'} on disk "
+                            "but not in the log's fold",
+                            check="projection.table",
+                            table=c.name,
+                        )
+                    if on_disk:
+                        report.tables[c.name] = _compare(conn, c)
             finally:
                 conn.execute(f"DETACH {FRESH}")
             report.compare_seconds = time.perf_counter() - t0
     return report
+
+
+def _has_table(conn: duckdb.DuckDBPyConnection, catalog: str, table: str) -> bool:
+    row = conn.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?", [catalog, table]
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _compare(conn: duckdb.DuckDBPyConnection, c: Compared) -> int:

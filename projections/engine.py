@@ -111,6 +111,7 @@ class Projections:
         idle_release_ms: int = 250,
         progress: bool | None = None,
         memory_limit: str | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         self.log = log
         self.upcast = upcast
@@ -118,7 +119,8 @@ class Projections:
         self._known: tuple[int, State] | None = None
         # (attachment, seq) up to which the vector tables were last made to follow the memories.
         self._followed: tuple[int, int] | None = None
-        self.cache = EmbedCache(directory)
+        # `cache_dir`: another home's embedding cache (an audit's scratch re-fold reads the home's).
+        self.cache = EmbedCache(cache_dir if cache_dir is not None else directory)
         self.store = ProjectionStore(
             directory,
             on_connect=install_macros,

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mnemolog.eventlog.errors import VerificationError
 from mnemolog.projections import vectors
 from mnemolog.projections.context import store
 from mnemolog.substrate.api import Substrate
@@ -84,7 +85,15 @@ def test_chunk_vectors_come_from_the_cache_on_rebuild_and_verify_passes(
     sub.rebuild()
     assert rows() == before
     report = sub.verify_projections()
-    assert report["tables"]["ctx_chunks"] == 2
+    assert report["tables"]["ctx_chunks"] == 2 and report["tables"]["chunk_vectors"] == 2
+    # A forged chunk vector on disk is found.
+    with sub.projections.raw_session() as conn:
+        conn.execute(
+            "UPDATE chunk_vectors SET vec = (SELECT vec FROM chunk_vectors ORDER BY doc DESC LIMIT 1)"
+        )
+    with pytest.raises(VerificationError) as err:
+        sub.verify_projections()
+    assert err.value.details["table"] == "chunk_vectors"
 
 
 def test_python_and_sql_chunk_texts_agree(sub: Substrate) -> None:
