@@ -1085,7 +1085,7 @@ class Substrate:
         return record.model_dump()
 
     def embed_pending(self, *, limit: int | None = None, progress: bool | None = None) -> dict[str, int]:
-        """Embed the memories waiting for a vector now (what the background worker does)."""
+        """Embed the memories and chunks waiting for a vector now (what the background worker does)."""
         return self.embedding.drain(self, limit=limit, progress=progress)
 
     def embedding_status(self) -> EmbeddingStatus:

@@ -120,3 +120,62 @@ def test_with_embeddings_off_chunks_rank_by_bm25(tmp_path: Path, monkeypatch: py
         s.ingest([d])
         assert chunk_texts(s.build_context(QUERY, record=False)) == []
         assert len(chunk_texts(s.build_context("spindle temperature", record=False))) == 1
+
+
+def test_chunks_wait_when_the_embedder_is_down_and_drain_embeds_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnemolog.curators.embed import EmbedderFailed
+
+    monkeypatch.setenv("MNEMOLOG_EMBED", "minilm")
+    h = tmp_path / "down"
+    init_home(h)
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "bench.md").write_text(f"# Spindle\n{NEAR}\n\n# Paper\n{FAR}\n")
+    with Substrate.open(h, long_lived=False) as s:
+        s.store("warm up the cache and record the embedder")
+        e = s.embedding.build("minilm", None)
+        assert e is not None
+        real = e.embed
+
+        def down(texts: list[str]) -> Any:
+            raise EmbedderFailed("down for the test", reason="unavailable")
+
+        monkeypatch.setattr(e, "embed", down)
+        r = s.ingest([d])
+        assert r["chunks"] == 2
+        assert s.embedding_status()["pending"] == 2
+        with s.projections.session() as conn:
+            assert conn.execute("SELECT count(*) FROM chunk_vectors").fetchone() == (0,)
+        # Pending chunks rank by words meanwhile.
+        assert chunk_texts(s.build_context("spindle temperature", record=False))
+        monkeypatch.setattr(e, "embed", real)
+        assert s.embed_pending()["pending"] == 0
+        with s.projections.session() as conn:
+            assert conn.execute("SELECT count(*) FROM chunk_vectors").fetchone() == (2,)
+        assert "Spindle temperature" in s.build_context(QUERY, record=False)["text"]
+        assert s.verify_projections()["tables"]["chunk_vectors"] == 2
+
+
+def test_a_new_version_or_a_removal_takes_the_old_chunks_vectors_away(
+    home: Path, tmp_path: Path, sub: Substrate
+) -> None:
+    d = tmp_path / "docs"
+
+    def docs() -> tuple[list[int], list[int]]:
+        with sub.projections.session() as conn:
+            have = [r[0] for r in conn.execute("SELECT doc FROM chunk_vectors ORDER BY doc").fetchall()]
+            want = [r[0] for r in conn.execute("SELECT doc FROM ctx_chunks ORDER BY doc").fetchall()]
+        return have, want
+
+    (d / "bench.md").write_text(f"# Spindle\n{NEAR}\n")
+    sub.ingest([d], project="p06-polisher")
+    have, want = docs()
+    assert have == want and len(want) == 1
+    (d / "bench.md").unlink()
+    (d / "other.md").write_text(f"# Paper\n{FAR}\n")
+    sub.ingest([d], project="p06-polisher")
+    have, want = docs()
+    assert have == want and len(want) == 1
+    assert sub.verify_projections()["tables"]["chunk_vectors"] == 1

@@ -94,3 +94,21 @@ def test_personal_domains_are_configurable(tmp_path: Path) -> None:
     assert PackConfig.from_mapping({"personal_domains": ["x"]}).personal_domains == ("x",)
     with pytest.raises(UsageError):
         PackConfig.from_mapping({"personal_domains": "health"})
+
+
+def test_http_asks_for_the_personal_scope_as_the_api_does(sub: Substrate, tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from mnemolog.cli import http_api
+
+    ids = seeded(sub, tmp_path)
+    client = TestClient(http_api.app(sub, http_api.HttpSettings()), base_url="http://127.0.0.1")
+    body = {"query": QUERY, "record": False}
+    plain = client.post("/context/build", json=body)
+    mine = client.post("/context/build", json={**body, "personal": True})
+    assert plain.status_code == 200 and mine.status_code == 200, (plain.text, mine.text)
+    assert ids["health"] not in ids_of(plain.json(), "memory")
+    assert ids["health"] in ids_of(mine.json(), "memory")
+    assert mine.json()["text"] == sub.build_context(QUERY, personal=True, record=False)["text"]
+    both = client.post("/context/build", json={**body, "personal": True, "project": "p06-polisher"})
+    assert both.status_code == 400
