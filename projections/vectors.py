@@ -337,6 +337,12 @@ def _sync_chunks(
     conn: duckdb.DuckDBPyConnection, meta: Meta, cache: EmbedCache, fresh: Mapping[bytes, Vectors] | None
 ) -> SyncResult:
     """Chunk vectors after new entries (inside sync's transaction): gone chunks' out, new ones in."""
+    # Chunks change only with a document's version or removal: most catch-ups skip the scans.
+    changed = conn.execute(
+        "SELECT count(*) FROM ctx_documents WHERE seq > ? OR removed_seq > ?", [meta.synced_seq] * 2
+    ).fetchone()
+    if not changed or not changed[0]:
+        return SyncResult()
     gone = conn.execute("DELETE FROM chunk_vectors WHERE doc NOT IN (SELECT doc FROM ctx_chunks)").fetchone()
     conn.execute("DELETE FROM chunk_vector_pending WHERE doc NOT IN (SELECT doc FROM ctx_chunks)")
     # Chunks are numbered seq << CHUNK_SHIFT + index: those of entries after synced_seq are new.
