@@ -13,6 +13,11 @@ Some columns record how the rows were built rather than what they mean: the
 split of the word index between its main part and its delta depends on when
 it was last compacted, so the two parts are compared as one, and the
 part sizes in `proj_state` are left out.
+
+Vectors need a model, so the scratch fold reads the home's embedding cache
+(it never embeds): the chunk vectors it fills must equal the disk's, and
+are compared when the log records an embedder. Memory vectors are not
+compared.
 """
 
 from __future__ import annotations
