@@ -79,10 +79,21 @@ def context() -> None:
 @click.option("--budget", type=int, default=None, help="The pack's size (default from config: 3000).")
 @click.option("--unit", type=click.Choice(["chars", "tokens"]), default=None, help="chars, or cl100k tokens.")
 @click.option("--no-record", is_flag=True, help="Do not write a context.built event.")
+@click.option(
+    "--personal",
+    is_flag=True,
+    help="The personal scope: memories of [context] personal_domains may enter; no project data does.",
+)
 @json_option
 @click.pass_obj
 def context_build(
-    ctx: Ctx, query: str, project: str | None, budget: int | None, unit: str | None, no_record: bool
+    ctx: Ctx,
+    query: str,
+    project: str | None,
+    budget: int | None,
+    unit: str | None,
+    no_record: bool,
+    personal: bool,
 ) -> None:
     """Assemble the pack for QUERY: project state, identity, project memories, domain knowledge, chunks.
 
@@ -91,7 +102,9 @@ def context_build(
     printed on stderr).
     """
     with opened(ctx) as s:
-        pack = s.build_context(query, project=project, budget=budget, unit=unit, record=not no_record)
+        pack = s.build_context(
+            query, project=project, budget=budget, unit=unit, record=not no_record, personal=personal
+        )
     if not ctx.json and pack["pack_id"]:
         ctx.info(f"mnemolog: pack {pack['pack_id']} (seq {pack['seq']}), {pack['cost']} {pack['unit']}")
     ctx.emit(pack, lambda: pack["text"].rstrip("\n"))

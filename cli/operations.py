@@ -246,6 +246,10 @@ class ContextBuildArgs(Args):
     budget: int | None = Field(None, ge=1, description="The pack's size budget (default: the home's).")
     unit: Literal["chars", "tokens"] | None = Field(None, description="What the budget counts.")
     record: bool = Field(True, description="Sign the pack as a context.built event.")
+    personal: bool = Field(
+        False,
+        description="The personal scope: memories of the personal domains may enter; no project data does.",
+    )
 
 
 class ContextShowArgs(Args):
@@ -544,7 +548,11 @@ def _reject(s: Substrate, a: RejectArgs) -> dict[str, Any]:
 
 
 def _context_build(s: Substrate, a: ContextBuildArgs) -> dict[str, Any]:
-    return _object(s.build_context(a.query, project=a.project, budget=a.budget, unit=a.unit, record=a.record))
+    return _object(
+        s.build_context(
+            a.query, project=a.project, budget=a.budget, unit=a.unit, record=a.record, personal=a.personal
+        )
+    )
 
 
 def _context_show(s: Substrate, a: ContextShowArgs) -> dict[str, Any]:

@@ -28,6 +28,10 @@ like any other row.
 A projection that records no applied entry while the log has some (its file
 missing, or `proj_state` deleted, which resets it on open) holds nothing to
 compare: that is reported (`NothingChecked`), never as "ok".
+
+Chunk vectors (document chunks, for tier 5 of context packs) are filled the
+same way by the scratch fold, from the home's cache (never a model), and
+must equal the disk's wherever either side has them.
 """
 
 from __future__ import annotations
@@ -108,6 +112,13 @@ COMPARED = [
         "ctx_pack_members", "SELECT * FROM {c}.ctx_pack_members", ("seq", "tier", "source", "id", "included")
     ),
 ]
+# The chunk vectors exist only while the log records an embedder that embeds; the scratch
+# re-fold fills them from the home's embedding cache (never a model), so they must agree.
+CHUNK_VECTOR_COMPARED = [
+    Compared("chunk_vectors", "SELECT doc, sha, vec::FLOAT[] AS vec FROM {c}.chunk_vectors", ("doc",)),
+    Compared("chunk_vector_pending", "SELECT * FROM {c}.chunk_vector_pending", ("doc",)),
+]
+
 COVERED_TABLES = {"postings_delta"} | {c.name for c in COMPARED}
 
 # The vector tables (projections/vectors.py), when the log records an embedder that embeds.
@@ -198,10 +209,11 @@ def verify_projections(
         with tempfile.TemporaryDirectory(prefix="mnemolog-verify-", dir=scratch) as tmp:
             t0 = time.perf_counter()
             limit = projections.store.memory_limit
-            fresh = Projections(Path(tmp), projections.log, upcast, memory_limit=limit)
-            # Vectors come from the home's embedding cache, as the projection's did.
-            fresh.cache.close()
-            fresh.cache = projections.cache
+            # Vectors come from the home's embedding cache, as the projection's did (borrowed:
+            # closing the scratch projection leaves it open).
+            fresh = Projections(
+                Path(tmp), projections.log, upcast, memory_limit=limit, cache=projections.cache
+            )
             try:
                 fresh.rebuild(stop=size)
             finally:
@@ -216,6 +228,17 @@ def verify_projections(
                 if _vector_tables(conn, FRESH, CATALOG):
                     for c in VECTOR_COMPARED:
                         report.tables[c.name] = _compare(conn, c)
+                for c in CHUNK_VECTOR_COMPARED:
+                    on_disk, in_fold = (_has_table(conn, cat, c.name) for cat in (CATALOG, FRESH))
+                    if on_disk != in_fold:
+                        raise VerificationError(
+                            f"projection table {c.name} is {'present' if on_disk else 'missing'} on disk "
+                            "but not in the log's fold",
+                            check="projection.table",
+                            table=c.name,
+                        )
+                    if on_disk:
+                        report.tables[c.name] = _compare(conn, c)
             finally:
                 conn.execute(f"DETACH {FRESH}")
             report.compare_seconds = time.perf_counter() - t0
@@ -229,7 +252,7 @@ def _vector_tables(conn: duckdb.DuckDBPyConnection, fresh: str, disk: str) -> bo
         rows = conn.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main'", [cat]
         ).fetchall()
-        have[cat] = {str(r[0]) for r in rows} >= set(vectors.TABLES)
+        have[cat] = {str(r[0]) for r in rows} >= set(vectors.TABLES) - set(vectors.CHUNK_TABLES)
     if have[fresh] != have[disk]:
         raise VerificationError(
             "the projection "
@@ -238,11 +261,18 @@ def _vector_tables(conn: duckdb.DuckDBPyConnection, fresh: str, disk: str) -> bo
             + ("" if have[fresh] else ", but the log records no embedder that embeds"),
             check="projection.row",
             table="vectors",
-            key={"tables": list(vectors.TABLES)},
+            key={"tables": [t for t in vectors.TABLES if t not in vectors.CHUNK_TABLES]},
             expected=have[fresh],
             found=have[disk],
         )
     return have[fresh]
+
+
+def _has_table(conn: duckdb.DuckDBPyConnection, catalog: str, table: str) -> bool:
+    row = conn.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?", [catalog, table]
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _compare(conn: duckdb.DuckDBPyConnection, c: Compared) -> int:

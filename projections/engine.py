@@ -113,6 +113,7 @@ class Projections:
         progress: bool | None = None,
         memory_limit: str | None = None,
         cache: EmbedCache | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         self.log = log
         self.upcast = upcast
@@ -122,8 +123,11 @@ class Projections:
         self._followed: tuple[int, int] | None = None
         # A projection of a log prefix (substrate.asof) borrows the home's cache: vectors are
         # content-addressed, so the prefix's memories find theirs without asking a model.
+        # `cache_dir`: another home's embedding cache (an audit's scratch re-fold reads the home's).
         self._own_cache = cache is None
-        self.cache = cache if cache is not None else EmbedCache(directory)
+        self.cache = (
+            cache if cache is not None else EmbedCache(cache_dir if cache_dir is not None else directory)
+        )
         self.store = ProjectionStore(
             directory,
             on_connect=install_macros,

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 11  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
-# 10 dates as words, 11 model_calls.trigger
+SCHEMA_VERSION = 12  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
+# 10 dates as words, 11 model_calls.trigger, 12 chunk vectors
 
 # The one archive guard, shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -190,7 +190,12 @@ TABLES = [
 # Tables of earlier schema versions, dropped when a database is reset.
 RETIRED_TABLES = ["counters", "postings_new", "dead"]
 # Tables created on demand by another module (projections/vectors.py), dropped with the rest.
-OWNED_ELSEWHERE = ["vectors", "vector_meta", "vector_pending"]
+OWNED_ELSEWHERE = ["vectors", "vector_meta", "vector_pending", "chunk_vectors", "chunk_vector_pending"]
+
+#: A chunk's number in ctx_chunks is seq * 2^CHUNK_SHIFT + its index: the entry that holds it
+#: is `doc >> CHUNK_SHIFT` (projections/context/store.py folds them, projections/vectors.py
+#: embeds those added since it last looked).
+CHUNK_SHIFT = 20
 
 
 def create(conn: duckdb.DuckDBPyConnection) -> None:

@@ -5,6 +5,8 @@ Tables (the vector part of the projection; derived data like the rest):
     vector_meta(version, model_id, dim, synced_seq, rows)   one row: whose vectors these are
     vectors(doc, sha, vec FLOAT[dim])                       one per embedded memory (doc = stored_seq)
     vector_pending(doc, sha)                                memories whose vector is not in the cache yet
+    chunk_vectors(doc, sha, vec FLOAT[dim])                 one per embedded chunk (doc = ctx_chunks.doc)
+    chunk_vector_pending(doc, sha)                          chunks whose vector is not in the cache yet
 
 A memory's vector is its embedder's vector of `embed_text(title, content,
 tags)`, cached by (model id, SHA-256 of that text) in the embedding cache
@@ -26,6 +28,13 @@ cache: an incremental catch-up and a rebuild hold the same rows.
 
 Every memory has a vector except a source fully atomised (both atomisation
 signals): its atoms carry its meaning, as they carry its recall.
+
+Document chunks (ctx_chunks) follow the same way, under the same model and
+cache: a chunk's vector is that of `chunk_embed_text(heading path, text)`.
+A chunk's text never changes (a new version of a document is new chunks,
+numbered by the seq of its entry), so `sync` looks only at chunks of entries
+after `synced_seq` and drops the vectors of chunks that left the index.
+Chunks are few next to memories and searched by an exact scan.
 
 Search is exact (a scan with `array_cosine_distance`) until the table holds
 HNSW_MIN_ROWS vectors; from there an HNSW index (DuckDB vss) finds
@@ -51,13 +60,14 @@ import numpy.typing as npt
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.projections.embed_cache import EmbedCache
 from mnemolog.projections.recall import Filters, restriction
+from mnemolog.projections.schema import CHUNK_SHIFT
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 Vectors = npt.NDArray[np.float32]
 
-VECTOR_VERSION: Final = 2
+VECTOR_VERSION: Final = 3  # 3: chunk vectors
 #: Below this many vectors an exact scan is used (see docs/recall.md for the measurement).
 HNSW_MIN_ROWS: Final = 20_000
 #: HNSW candidates fetched per wanted result before filters; doubled until enough pass.
@@ -78,12 +88,21 @@ EMBED_TEXT = (
     "nullif(array_to_string({m}.tags, ' '), ''))"
 )
 TEXT_SHA = "unhex(sha256(" + EMBED_TEXT + "))"
+# The text a chunk is embedded from (`chunk_embed_text` in Python; a test holds them equal).
+CHUNK_EMBED_TEXT = (
+    "concat_ws(chr(10), nullif(array_to_string({c}.heading_path, ' › '), ''), nullif({c}.text, ''))"
+)
+CHUNK_TEXT_SHA = "unhex(sha256(" + CHUNK_EMBED_TEXT + "))"
 
 META_DDL = """CREATE TABLE IF NOT EXISTS vector_meta(
     version INTEGER NOT NULL, model_id VARCHAR NOT NULL, dim INTEGER NOT NULL,
     synced_seq BIGINT NOT NULL, rows BIGINT NOT NULL)"""
 PENDING_DDL = "CREATE TABLE IF NOT EXISTS vector_pending(doc BIGINT NOT NULL, sha BLOB NOT NULL)"
-TABLES: Final = ("vectors", "vector_meta", "vector_pending")
+CHUNK_PENDING_DDL = "CREATE TABLE IF NOT EXISTS chunk_vector_pending(doc BIGINT NOT NULL, sha BLOB NOT NULL)"
+TABLES: Final = ("vectors", "vector_meta", "vector_pending", "chunk_vectors", "chunk_vector_pending")
+#: (vector table, pending table) of memories and of document chunks.
+MEMORY_TABLES: Final = ("vectors", "vector_pending")
+CHUNK_TABLES: Final = ("chunk_vectors", "chunk_vector_pending")
 
 # Connections whose file was attached since their index was last checked (by id()).
 _unchecked: set[int] = set()
@@ -95,6 +114,11 @@ _has_index: dict[int, bool] = {}
 def embed_text(title: str | None, content: str | None, tags: list[str] | tuple[str, ...] = ()) -> str:
     """The text a memory is embedded from: its title, its content and its tags, one per line."""
     return "\n".join(p for p in (title or "", content or "", " ".join(tags)) if p)
+
+
+def chunk_embed_text(heading_path: list[str] | tuple[str, ...], text: str) -> str:
+    """The text a document chunk is embedded from: its heading path (joined by ' › '), then its text."""
+    return "\n".join(p for p in (" › ".join(heading_path), text) if p)
 
 
 def text_sha(text: str) -> bytes:
@@ -226,9 +250,11 @@ def configure(conn: duckdb.DuckDBPyConnection, model_id: str, dim: int) -> Meta:
     drop(conn)
     conn.execute(META_DDL)
     conn.execute(PENDING_DDL)
-    conn.execute(
-        f"CREATE TABLE vectors(doc BIGINT NOT NULL, sha BLOB NOT NULL, vec FLOAT[{int(dim)}] NOT NULL)"
-    )
+    conn.execute(CHUNK_PENDING_DDL)
+    for table in ("vectors", "chunk_vectors"):
+        conn.execute(
+            f"CREATE TABLE {table}(doc BIGINT NOT NULL, sha BLOB NOT NULL, vec FLOAT[{int(dim)}] NOT NULL)"
+        )
     conn.execute("INSERT INTO vector_meta VALUES (?, ?, ?, -1, 0)", [VECTOR_VERSION, model_id, dim])
     return Meta(model_id, dim, -1, 0)
 
@@ -294,17 +320,44 @@ def sync(
             "WHERE w.ok AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.doc = w.doc)"
         )
         filled = _fill(conn, meta, cache, fresh, "SELECT doc FROM ml_vwant WHERE ok", [])
+        chunks = _sync_chunks(conn, meta, cache, fresh)
+        filled += chunks.filled
         _save(conn, target)
-        left = conn.execute("SELECT count(*) FROM vector_pending").fetchone()
+        left = pending_count(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     finally:
         conn.execute("DROP TABLE IF EXISTS ml_vwant")
-    return SyncResult(
-        filled=filled, removed=int(stale[0]) if stale else 0, pending=int(left[0]) if left else 0
+    return SyncResult(filled=filled, removed=(int(stale[0]) if stale else 0) + chunks.removed, pending=left)
+
+
+def _sync_chunks(
+    conn: duckdb.DuckDBPyConnection, meta: Meta, cache: EmbedCache, fresh: Mapping[bytes, Vectors] | None
+) -> SyncResult:
+    """Chunk vectors after new entries (inside sync's transaction): gone chunks' out, new ones in."""
+    # Chunks change only with a document's version or removal: most catch-ups skip the scans.
+    changed = conn.execute(
+        "SELECT count(*) FROM ctx_documents WHERE seq > ? OR removed_seq > ?", [meta.synced_seq] * 2
+    ).fetchone()
+    if not changed or not changed[0]:
+        return SyncResult()
+    gone = conn.execute("DELETE FROM chunk_vectors WHERE doc NOT IN (SELECT doc FROM ctx_chunks)").fetchone()
+    conn.execute("DELETE FROM chunk_vector_pending WHERE doc NOT IN (SELECT doc FROM ctx_chunks)")
+    # Chunks are numbered seq << CHUNK_SHIFT + index: those of entries after synced_seq are new.
+    first = (meta.synced_seq + 1) << CHUNK_SHIFT
+    sha = CHUNK_TEXT_SHA.format(c="c")
+    conn.execute(
+        f"INSERT INTO chunk_vector_pending SELECT c.doc, {sha} FROM ctx_chunks c WHERE c.doc >= ? "
+        "AND NOT EXISTS (SELECT 1 FROM chunk_vectors v WHERE v.doc = c.doc) "
+        "AND NOT EXISTS (SELECT 1 FROM chunk_vector_pending p WHERE p.doc = c.doc)",
+        [first],
     )
+    filled = _fill(
+        conn, meta, cache, fresh, "SELECT doc FROM chunk_vector_pending WHERE doc >= ?", [first], CHUNK_TABLES
+    )
+    return SyncResult(filled=filled, removed=int(gone[0]) if gone else 0)
 
 
 def fill(
@@ -316,20 +369,24 @@ def fill(
     """Give pending memories their vectors: those of `fresh` (just embedded), or, without it, the cache's."""
     conn.execute("BEGIN TRANSACTION")
     try:
-        if fresh is None:
-            filled = _fill(conn, meta, cache, None, "SELECT doc FROM vector_pending", [])
-        else:
-            filled = _fill(
-                conn, meta, cache, fresh,
-                "SELECT doc FROM vector_pending WHERE sha IN (SELECT unnest(?::BLOB[]))", [list(fresh)],
-            )  # fmt: skip
+        filled = 0
+        for tables in (MEMORY_TABLES, CHUNK_TABLES):
+            pending = tables[1]
+            if fresh is None:
+                filled += _fill(conn, meta, cache, None, f"SELECT doc FROM {pending}", [], tables)
+            else:
+                filled += _fill(
+                    conn, meta, cache, fresh,
+                    f"SELECT doc FROM {pending} WHERE sha IN (SELECT unnest(?::BLOB[]))", [list(fresh)],
+                    tables,
+                )  # fmt: skip
         conn.execute("UPDATE vector_meta SET rows = (SELECT count(*) FROM vectors)")
-        left = conn.execute("SELECT count(*) FROM vector_pending").fetchone()
+        left = pending_count(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    return SyncResult(filled=filled, pending=int(left[0]) if left else 0)
+    return SyncResult(filled=filled, pending=left)
 
 
 def _fill(
@@ -339,11 +396,15 @@ def _fill(
     fresh: Mapping[bytes, Vectors] | None,
     candidates: str,
     args: list[Any],
+    tables: tuple[str, str] = MEMORY_TABLES,
 ) -> int:
-    """Vectors for the pending memories among `candidates` (a query of docs), a chunk at a time."""
+    """Vectors for the pending rows among `candidates` (a query of docs), a chunk at a time.
+
+    `tables`: (vector table, pending table), of memories or of document chunks.
+    """
+    table, pending = tables
     cur = conn.execute(
-        f"SELECT p.doc, p.sha FROM vector_pending p SEMI JOIN ({candidates}) c ON c.doc = p.doc "
-        "ORDER BY p.doc",
+        f"SELECT p.doc, p.sha FROM {pending} p SEMI JOIN ({candidates}) c ON c.doc = p.doc ORDER BY p.doc",
         args,
     )
     todo: list[tuple[int, bytes]] = [(int(d), bytes(s)) for d, s in cur.fetchall()]
@@ -358,9 +419,9 @@ def _fill(
             found.update(cache.get_many(meta.model_id, missing, meta.dim))
         rows = [(d, s) for d, s in part if s in found]
         if rows:
-            _insert(conn, rows, found, meta.dim)
+            _insert(conn, rows, found, meta.dim, table)
             conn.execute(
-                "DELETE FROM vector_pending WHERE doc IN (SELECT unnest(?::BIGINT[]))", [[d for d, _ in rows]]
+                f"DELETE FROM {pending} WHERE doc IN (SELECT unnest(?::BIGINT[]))", [[d for d, _ in rows]]
             )
             filled += len(rows)
     return filled
@@ -378,7 +439,11 @@ def check_shape(vecs: Vectors, n: int, dim: int, model_id: str) -> None:
 
 
 def _insert(
-    conn: duckdb.DuckDBPyConnection, rows: list[tuple[int, bytes]], found: Mapping[bytes, Vectors], dim: int
+    conn: duckdb.DuckDBPyConnection,
+    rows: list[tuple[int, bytes]],
+    found: Mapping[bytes, Vectors],
+    dim: int,
+    table: str = "vectors",
 ) -> None:
     vecs = np.vstack([found[s] for _, s in rows]).astype(np.float32)
     if vecs.shape[1] != dim:
@@ -398,7 +463,7 @@ def _insert(
     )
     conn.register("ml_vec_new", tbl)
     try:
-        conn.execute(f"INSERT INTO vectors SELECT doc, sha, vec::FLOAT[{dim}] FROM ml_vec_new ORDER BY doc")
+        conn.execute(f"INSERT INTO {table} SELECT doc, sha, vec::FLOAT[{dim}] FROM ml_vec_new ORDER BY doc")
     finally:
         conn.unregister("ml_vec_new")
 
@@ -408,23 +473,71 @@ def _save(conn: duckdb.DuckDBPyConnection, synced: int) -> None:
 
 
 def pending_count(conn: duckdb.DuckDBPyConnection) -> int:
-    """Memories waiting for their vector (the embedder could not be reached, or a model change)."""
+    """Memories and chunks waiting for their vector (the embedder could not be reached, or a model change)."""
     try:
-        row = conn.execute("SELECT count(*) FROM vector_pending").fetchone()
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM vector_pending) + (SELECT count(*) FROM chunk_vector_pending)"
+        ).fetchone()
     except duckdb.CatalogException:
         return 0
     return int(row[0]) if row else 0
 
 
 def pending_texts(conn: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[bytes, str]]:
-    """Up to `limit` distinct (text hash, text) of pending memories, oldest first."""
+    """Up to `limit` distinct (text hash, text) of pending memories, oldest first, then of pending chunks."""
     text = EMBED_TEXT.format(m="m")
     rows = conn.execute(
         f"""SELECT p.sha, any_value({text}), min(p.doc) AS first FROM vector_pending p
             JOIN memories m ON m.stored_seq = p.doc GROUP BY p.sha ORDER BY first LIMIT ?""",
         [limit],
     ).fetchall()
-    return [(bytes(r[0]), str(r[1])) for r in rows]
+    out = [(bytes(r[0]), str(r[1])) for r in rows]
+    if len(out) < limit:
+        ctext = CHUNK_EMBED_TEXT.format(c="c")
+        seen = {s for s, _ in out}
+        rows = conn.execute(
+            f"""SELECT p.sha, any_value({ctext}), min(p.doc) AS first FROM chunk_vector_pending p
+                JOIN ctx_chunks c ON c.doc = p.doc GROUP BY p.sha ORDER BY first LIMIT ?""",
+            [limit],
+        ).fetchall()
+        out += [(bytes(r[0]), str(r[1])) for r in rows if bytes(r[0]) not in seen][: limit - len(out)]
+    return out
+
+
+# -- chunk search --------------------------------------------------------------------------------
+
+
+def chunk_search(
+    conn: duckdb.DuckDBPyConnection, query: np.ndarray, limit: int, *, meta: Meta, project: str | None = None
+) -> list[tuple[int, float]]:
+    """(chunk doc, cosine distance) of the `limit` nearest chunks (of `project` when given), nearest first.
+
+    An exact scan: chunks are ranked at most once per pack. Ties break by the older chunk first
+    (lower doc), as the chunks' BM25 does.
+    """
+    where, args = ("", [])
+    if project is not None:
+        where, args = ("WHERE v.doc IN (SELECT doc FROM ctx_chunks WHERE project = ?)", [project])
+    rows = conn.execute(
+        f"""SELECT v.doc, array_cosine_distance(v.vec, ?::VARCHAR::FLOAT[{meta.dim}]) AS d
+            FROM chunk_vectors v {where} ORDER BY d, v.doc LIMIT ?""",
+        [vector_literal(query), *args, limit],
+    ).fetchall()
+    return [(int(d), float(x)) for d, x in rows]
+
+
+def chunk_distances(
+    conn: duckdb.DuckDBPyConnection, query: np.ndarray, docs: list[int], *, meta: Meta
+) -> dict[int, float]:
+    """The exact cosine distance of these chunks' vectors to `query` (those that have one)."""
+    if not docs:
+        return {}
+    rows = conn.execute(
+        f"SELECT doc, array_cosine_distance(vec, ?::VARCHAR::FLOAT[{meta.dim}]) FROM chunk_vectors "
+        "WHERE doc IN (SELECT unnest(?::BIGINT[]))",
+        [vector_literal(query), docs],
+    ).fetchall()
+    return {int(d): float(x) for d, x in rows}
 
 
 # -- the HNSW index ------------------------------------------------------------------------------

@@ -1285,7 +1285,7 @@ class Substrate:
         return record.model_dump()
 
     def embed_pending(self, *, limit: int | None = None, progress: bool | None = None) -> dict[str, int]:
-        """Embed the memories waiting for a vector now (what the background worker does)."""
+        """Embed the memories and chunks waiting for a vector now (what the background worker does)."""
         return self.embedding.drain(self, limit=limit, progress=progress)
 
     def embedding_status(self) -> EmbeddingStatus:
@@ -1315,10 +1315,12 @@ class Substrate:
         budget: int | None = None,
         unit: str | None = None,
         record: bool = True,
+        personal: bool = False,
     ) -> dict[str, Any]:
         """The context pack for `query`: five tiers under a budget; recorded as `context.built`.
 
         `project` is a registered name or any of its aliases; memories are ranked as `recall` ranks.
+        `personal` asks for the personal scope (`[context] personal_domains`), without any project.
         """
         cfg = ctx.pack_config(self.home.config.raw)
         return ctx.build_context(
@@ -1332,6 +1334,7 @@ class Substrate:
             record=record,
             embedding=self.embedding,
             fusion=self.fusion,
+            personal=personal,
         )
 
     def show_context(self, pack_id: str) -> dict[str, Any]:

@@ -339,16 +339,26 @@ def build_context(
     record: bool = True,
     embedding: Embedding | None = None,
     fusion: Fusion | None = None,
+    personal: bool = False,
 ) -> dict[str, Any]:
     """The pack for `query` as JSON (with `pack_id` and `seq` when recorded).
 
     `project` may be a registered name or any alias of it. Memories are
     ranked by the recall policy (`embedding` and `fusion` as `recall` has
-    them; BM25 without an `embedding`).
+    them; BM25 without an `embedding`). `personal` asks for the personal
+    scope: memories of the personal domains may enter, and nothing of any
+    project does (so it cannot be combined with `project`).
     """
     check_query(query)
     name = check_project(project)
-    cfg = config.with_request(budget, unit)
+    if not isinstance(personal, bool):
+        raise UsageError("personal must be true or false", field="personal")
+    if personal and name:
+        raise UsageError(
+            "a personal pack holds no project data; ask for --personal or --project, not both",
+            field="personal",
+        )
+    cfg = config.with_request(budget, unit, personal)
     measure = measure_for(cfg.unit)
     plan = (
         recall_policy.plan(sessions, embedding, query)
@@ -367,7 +377,17 @@ def build_context(
             used, found = recall_policy.rank(s, plan, q, f, limit, fusion or Fusion(), in_scope=in_scope)
             return [(m, r.score) for m, r in found]
 
-        c = sources.candidates(s.conn, query, proj, cfg, rank)
+        # Chunks are ranked in the mode memories are: hybrid with the same query vector and
+        # fusion (both fall back to BM25 when the projection has no vectors).
+        c = sources.candidates(
+            s.conn,
+            query,
+            proj,
+            cfg,
+            rank,
+            query_vector=plan.query_vector if plan.mode == "hybrid" else None,
+            fusion=fusion or Fusion(),
+        )
         pack = assemble(
             query,
             proj,
@@ -480,6 +500,8 @@ def show_context(sessions: Sessions, log: Log, pack_id: str) -> dict[str, Any]:
         "budget": data.get("budget"),
         "unit": data.get("unit"),
         "sha256": data.get("sha256"),
+        # Every setting that decided the pack, as recorded (the personal scope among them).
+        "config": data.get("config"),
         "verified": True,
         "sources_checked": checked,
         "tiers": data.get("tiers"),

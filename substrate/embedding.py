@@ -12,7 +12,9 @@ re-embedding everything).
 Embed-on-insert: before a batch of events is appended (`before_append`,
 called by `Session.append_many`), the texts the batch gives memories (a
 store's, an update's result) are embedded, checked and put in the cache;
-the fold's catch-up then finds them there (projections/vectors.py). An
+the fold's catch-up then finds them there (projections/vectors.py). The
+chunks of an ingested document are embedded the same way, so tier 5 of a
+context pack ranks them by meaning too. An
 embedder that answers with the wrong dimension, NaN or infinity refuses the
 write (`embedder_failed`, reason `bad_vectors`, exit 4) before anything is
 written. One that cannot be reached now (down, timing out, not serving the
@@ -48,6 +50,7 @@ from mnemolog.eventlog.progress import Progress
 from mnemolog.projections import hybrid, vectors
 from mnemolog.projections.embed_cache import EmbedCache
 from mnemolog.substrate.events import EmbedderConfigured, MemoryStored, MemoryUpdated, Payload
+from mnemolog.substrate.events.context import DocumentIngested
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.session import Session, Sessions
 
@@ -265,8 +268,14 @@ class Embedding:
         """Embed what the batch writes; return the batch, with the embedder's record first if needed."""
         texts: dict[str, str] = {}
         skipped: dict[str, str] = {}
+        # Document chunks, by text hash: embedded with the memories, reported by no memory.
+        chunk_texts: dict[bytes, str] = {}
         for p in payloads:
-            if isinstance(p, MemoryStored):
+            if isinstance(p, DocumentIngested):
+                for c in p.chunks:
+                    t = vectors.chunk_embed_text(c.heading_path, c.text)
+                    chunk_texts[vectors.text_sha(t)] = t
+            elif isinstance(p, MemoryStored):
                 if p.id in s.skip_embedding:
                     skipped[p.id] = s.skip_embedding[p.id]
                 else:
@@ -285,7 +294,7 @@ class Embedding:
             rec = self.choice(s)
             on = rec is not None and rec.embeds
             s.embedded.update({i: why if on else "off" for i, why in skipped.items()})
-        if not texts:
+        if not texts and not chunk_texts:
             return list(payloads)
         rec = vectors.recorded(s.conn)
         head: list[Payload] = []
@@ -304,14 +313,15 @@ class Embedding:
         if not rec.embeds:
             s.embedded.update(dict.fromkeys(texts, "off"))
             return [*head, *payloads]
-        by_sha = {vectors.text_sha(t): t for t in texts.values()}
+        by_sha = {**chunk_texts, **{vectors.text_sha(t): t for t in texts.values()}}
         try:
             self.embed_into_cache(rec, by_sha)
         except EmbedderFailed as exc:
             if exc.reason == "bad_vectors":
                 raise
             s.embedded.update(dict.fromkeys(texts, "pending"))
-            s.warnings.append(f"embedding: {exc.message}; the memory waits for its vector")
+            what = "the memory waits for its vector" if texts else "the chunks wait for their vectors"
+            s.warnings.append(f"embedding: {exc.message}; {what}")
             self.wake()
             return [*head, *payloads]
         s.embedded.update(dict.fromkeys(texts, "embedded"))

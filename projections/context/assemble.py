@@ -11,8 +11,11 @@ The rules, in order:
 
 1. **Exclusion.** A memory enters only when its status is `active`, it is
    not archived, its `expires_at` is not at or before `now`, and its
-   project is empty or the project in scope. A state entry enters only
-   when it is active and belongs to the project in scope.
+   project is empty or the project in scope. A memory of a personal domain
+   (`personal_domains`) enters only a pack that asks for the personal scope
+   (`personal`), and such a pack has no project in scope and takes no chunk
+   of a project. A state entry enters only when it is active and belongs to
+   the project in scope.
 2. **Tiers.** `state`: the project's state entries, by category (status,
    decision, requirement, contact, milestone, fact, config, then others by
    name) and key. `identity`: pinned memories first (always wanted), then
@@ -109,6 +112,9 @@ class ChunkRow:
     heading_path: tuple[str, ...] = ()
     project: str = ""
     score: float = 0.0
+    # The chunk ranking found it relevant (a word in common, or close in meaning): relevant
+    # even at the lowest fused score, as a memory recall returned is.
+    hit: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,7 +170,8 @@ class Trimmed:
 class Excluded:
     source: str
     id: str
-    reason: str  # superseded | invalid | candidate | ... | archived | expired | other_project | not_relevant
+    # superseded | invalid | candidate | ... | archived | expired | other_project | personal | not_relevant
+    reason: str
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "id": self.id, "reason": self.reason}
@@ -358,6 +365,9 @@ def _classify(
             excluded.append(Excluded("memory", m.id, "expired"))
         elif m.project and m.project != project:
             excluded.append(Excluded("memory", m.id, "other_project"))
+        elif not cfg.personal and is_personal(m.domains, cfg.personal_domains):
+            # Private to the person: only a pack that asks for the personal scope holds it.
+            excluded.append(Excluded("memory", m.id, "personal"))
         elif m.pinned or (not m.project and m.kind in cfg.identity_kinds):
             placed.append(("identity", m))
         elif m.project:
@@ -381,10 +391,14 @@ def _classify(
     crows = _dedupe(chunks)
     top = _top(c.score for c in crows)
     for c in crows:
+        if cfg.personal and c.project:
+            # A personal pack holds no project data, chunks of a project included.
+            excluded.append(Excluded("chunk", c.id, "other_project"))
+            continue
         rel = c.score / top if top > 0 and c.score > 0 else 0.0
         if project and c.project == project:
             rel *= 1.0 + cfg.project_boost
-        if rel <= 0:
+        if rel <= 0 and not c.hit:
             excluded.append(Excluded("chunk", c.id, "not_relevant"))
             continue
         label = " › ".join((c.document, *c.heading_path))
@@ -393,6 +407,12 @@ def _classify(
         cands.sort(key=lambda c: c.rank)
     excluded.sort(key=lambda x: (x.source, x.id))
     return tiers, excluded
+
+
+def is_personal(domains: Sequence[str], personal_domains: Sequence[str]) -> bool:
+    """Whether a memory of these domains is in the personal scope (letter case does not matter)."""
+    wanted = set(personal_domains)
+    return any(d.lower() in wanted for d in domains)
 
 
 def _shares(cfg: PackConfig) -> dict[str, int]:

@@ -32,6 +32,11 @@ DEFAULT_TRIM_ORDER: Final = ("chunks", "domain", "project", "identity", "state")
 DEFAULT_IDENTITY_KINDS: Final = ("user", "feedback")
 #: Recall candidates fetched per ranked tier; more than any tier's share can hold.
 DEFAULT_CANDIDATES: Final = 20
+#: Domains whose memories are private to the person: they enter only packs that ask for them
+#: (`personal`), and such a pack holds no project data. Only "finance" is a built-in knowledge
+#: domain (eventlog.vocabulary_knowledge.DOMAINS); "health" and "personal" are names a home
+#: adds with `[knowledge] domains`, and until it does no memory carries them.
+DEFAULT_PERSONAL_DOMAINS: Final = ("health", "finance", "personal")
 
 #: Words that make a query evoke a domain. A domain's own name always counts;
 #: these are the subjects each domain covers (CTE being a thermal-expansion
@@ -122,6 +127,10 @@ class PackConfig:
     project_boost: float = 0.5
     candidates: int = DEFAULT_CANDIDATES
     domain_terms: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_DOMAIN_TERMS))
+    personal_domains: tuple[str, ...] = DEFAULT_PERSONAL_DOMAINS
+    #: The pack asked for the personal scope (per call, like the budget): its personal-domain
+    #: memories may enter, and nothing of any project does.
+    personal: bool = False
 
     def __post_init__(self) -> None:
         check_budget(self.budget, self.unit)
@@ -148,6 +157,12 @@ class PackConfig:
         if not all(isinstance(k, str) and k for k in kinds):
             raise _bad("identity_kinds must be memory kinds", field="identity_kinds")
         object.__setattr__(self, "identity_kinds", kinds)
+        personal = tuple(self.personal_domains)
+        if not all(isinstance(d, str) and d.strip() for d in personal):
+            raise _bad("personal_domains must be a list of domain names", field="personal_domains")
+        object.__setattr__(self, "personal_domains", tuple(sorted({d.strip().lower() for d in personal})))
+        if not isinstance(self.personal, bool):
+            raise _bad("personal must be true or false", field="personal")
         object.__setattr__(self, "domain_weight", _weight("domain_weight", self.domain_weight))
         object.__setattr__(self, "project_boost", _weight("project_boost", self.project_boost))
         if isinstance(self.candidates, bool) or not isinstance(self.candidates, int):
@@ -164,12 +179,15 @@ class PackConfig:
             terms[domain] = tuple(sorted({w.strip().lower() for w in words}))
         object.__setattr__(self, "domain_terms", dict(sorted(terms.items())))
 
-    def with_request(self, budget: int | None = None, unit: str | None = None) -> PackConfig:
-        """This configuration with a per-call budget and unit (validated)."""
+    def with_request(
+        self, budget: int | None = None, unit: str | None = None, personal: bool | None = None
+    ) -> PackConfig:
+        """This configuration with a per-call budget, unit and scope (validated)."""
         u = unit if unit is not None else self.unit
         b = budget if budget is not None else self.budget
         check_budget(b, u)
-        return replace(self, budget=b, unit=u)  # type: ignore[arg-type]
+        p = self.personal if personal is None else personal
+        return replace(self, budget=b, unit=u, personal=p)  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -181,6 +199,8 @@ class PackConfig:
             "domain_weight": self.domain_weight,
             "project_boost": self.project_boost,
             "candidates": self.candidates,
+            "personal_domains": list(self.personal_domains),
+            "personal": self.personal,
         }
 
     @classmethod
@@ -196,6 +216,7 @@ class PackConfig:
             "project_boost",
             "candidates",
             "domain_terms",
+            "personal_domains",
         }
         unknown = sorted(set(m) - known)
         if unknown:
@@ -209,7 +230,7 @@ class PackConfig:
             if not isinstance(shares, Mapping):
                 raise _bad("[context] shares must be a table of tier = fraction", field="shares")
             kw["shares"] = {**DEFAULT_SHARES, **shares}
-        for key in ("trim_order", "identity_kinds"):
+        for key in ("trim_order", "identity_kinds", "personal_domains"):
             if key in m:
                 v = m[key]
                 if isinstance(v, str) or not isinstance(v, Sequence):

@@ -17,8 +17,9 @@ them, so a richer source swaps in here without touching the assembly.
   whatever their words, so knowledge earned on another project enters by
   its domain. And the always-wanted ones: pinned notes and the newest
   identity and preference memories.
-- Chunks (tier 5): the chunk index's BM25 ranking, the project's best ones
-  included (`store.chunk_candidates`).
+- Chunks (tier 5): ranked by the recall policy's mode, BM25 or hybrid (BM25
+  over heading path and text fused with the chunks' vectors), the project's
+  best ones included (`store.chunk_candidates`).
 
 A memory the ranker returned is a *hit*: recall found it relevant to the
 query, even when its fused score is the lowest of its candidates (0 after
@@ -41,11 +42,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections.context import store
 from mnemolog.projections.context.assemble import ChunkRow, MemoryRow, StateRow, evoked_domains
 from mnemolog.projections.context.config import PackConfig
+from mnemolog.projections.hybrid import Fusion
 from mnemolog.projections.memories import MEMORY_SELECT, Memory, row_to_memory
 from mnemolog.projections.recall import Filters, recall
 from mnemolog.projections.schema import visible
@@ -239,10 +242,19 @@ def candidates(
     project: str | None,
     cfg: PackConfig,
     rank: Ranker | None = None,
+    *,
+    query_vector: np.ndarray | None = None,
+    fusion: Fusion | None = None,
 ) -> Candidates:
-    """What a pack for ``query`` may hold; ``project`` is canonical (the caller resolved any alias)."""
+    """What a pack for ``query`` may hold; ``project`` is canonical (the caller resolved any alias).
+
+    ``query_vector`` (the recall policy's, when it ranks hybrid) ranks the chunks hybrid too,
+    with ``fusion``; without it they are ranked by BM25.
+    """
     return Candidates(
         state=state_rows(conn, project),
         memories=memory_candidates(conn, query, project, cfg, rank),
-        chunks=store.chunk_candidates(conn, query, project, cfg.candidates),
+        chunks=store.chunk_candidates(
+            conn, query, project, cfg.candidates, query_vector=query_vector, fusion=fusion
+        ),
     )

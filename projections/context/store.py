@@ -17,7 +17,8 @@ Tables (DDL in `projections.schema`; rebuilt from the log like every projection)
 
 Fold functions are total: a malformed payload folds to nothing rather than
 raising. Queries are named for what they answer; `chunk_candidates` is the
-one place that ranks chunks (BM25 today), so a better ranking swaps in here.
+one place that ranks chunks (BM25, or hybrid with the chunks' vectors, which
+projections/vectors.py keeps beside the memories').
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
+import numpy as np
 
+from mnemolog.projections import hybrid, vectors
 from mnemolog.projections.context.assemble import ChunkRow
+from mnemolog.projections.schema import CHUNK_SHIFT
 from mnemolog.projections.text import drop_staged, stage_postings
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-CHUNK_SHIFT: Final = 20
 MAX_CHUNKS_PER_DOCUMENT: Final = (1 << CHUNK_SHIFT) - 1
 K1: Final = 1.2
 B: Final = 0.75
@@ -375,19 +378,12 @@ def chunk_count(conn: duckdb.DuckDBPyConnection) -> int:
     return int(row[0]) if row else 0
 
 
-def chunk_candidates(
-    conn: duckdb.DuckDBPyConnection, query: str, project: str | None, limit: int
-) -> list[ChunkRow]:
-    """The chunks best matching `query` by BM25 (the memories' tokenizer and formula), best first.
-
-    Any project's chunks compete; the best `limit` of `project` are taken
-    too, so the pack's boost can lift them even when other projects fill
-    the first `limit`. Ties break by the chunk's number (ingest order).
-    """
+def _bm25(conn: duckdb.DuckDBPyConnection, query: str, project: str | None, limit: int) -> dict[int, float]:
+    """BM25 scores (scaled by SCORE_SCALE) of the `limit` best chunks, and of `project`'s best `limit`."""
     got = conn.execute("SELECT list_distinct(ml_terms(?))", [query]).fetchone()
     terms = list(got[0] or [])[:MAX_QUERY_TERMS] if got else []
     if not terms:
-        return []
+        return {}
     ph = ", ".join("?" * len(terms))
     project_top = ""
     args: list[Any] = [*terms, limit]
@@ -413,9 +409,13 @@ def chunk_candidates(
         {project_top}""",
         args,
     ).fetchall()
-    if not best:
+    return {int(d): float(sc) if math.isfinite(float(sc)) else 0.0 for d, sc in best}
+
+
+def _rows(conn: duckdb.DuckDBPyConnection, scores: Mapping[int, float]) -> list[ChunkRow]:
+    """The chunk rows of these docs with their scores, best first (ties: the older chunk first)."""
+    if not scores:
         return []
-    scores = {int(d): float(sc) for d, sc in best}
     ints = ", ".join(str(d) for d in sorted(scores))
     rows = conn.execute(
         f"SELECT doc, chunk_id, text, name, heading_path, project FROM ctx_chunks WHERE doc IN ({ints})"
@@ -428,10 +428,70 @@ def chunk_candidates(
             document=r[3],
             heading_path=tuple(r[4] or ()),
             project=r[5],
-            score=scores[int(r[0])] / SCORE_SCALE if math.isfinite(scores[int(r[0])]) else 0.0,
+            score=scores[int(r[0])],
+            hit=True,
         )
         for r in rows
     ]
+
+
+def chunk_candidates(
+    conn: duckdb.DuckDBPyConnection,
+    query: str,
+    project: str | None,
+    limit: int,
+    *,
+    query_vector: np.ndarray | None = None,
+    fusion: hybrid.Fusion | None = None,
+) -> list[ChunkRow]:
+    """The chunks best matching `query`, best first: by BM25, or hybrid given the query's vector.
+
+    BM25 uses the memories' tokenizer and formula over heading path and text. With
+    `query_vector` (the recall policy's, when it ranks memories hybrid) and chunk vectors in
+    the projection, chunks are ranked as hybrid recall ranks memories (projections/hybrid.py):
+    BM25's and the cosine's candidates fused with the same method and weights, and a chunk
+    that shares no word with the query is a candidate only when its cosine reaches
+    `fusion.min_cosine`. Any project's chunks compete; the best `limit` of `project` are taken
+    too, so the pack's boost can lift them even when other projects fill the first `limit`.
+    """
+    meta = vectors.read_meta(conn) if query_vector is not None else None
+    if query_vector is None or meta is None:
+        return _rows(conn, {d: sc / SCORE_SCALE for d, sc in _bm25(conn, query, project, limit).items()})
+    fusion = fusion or hybrid.Fusion()
+    depth = max(limit, fusion.depth)
+    lex = {d: sc / SCORE_SCALE for d, sc in _bm25(conn, query, project, depth).items()}
+    near = vectors.chunk_search(conn, query_vector, depth, meta=meta)
+    if project:
+        near += vectors.chunk_search(conn, query_vector, depth, meta=meta, project=project)
+    near = sorted(set(near), key=lambda x: (x[1], x[0]))
+    dist = dict(near)
+    missing = [d for d in lex if d not in dist]
+    dist.update(vectors.chunk_distances(conn, query_vector, missing, meta=meta))
+    if fusion.method == "rrf":
+        by_bm25 = sorted(lex, key=lambda d: (-lex[d], d))
+        fused = [
+            (d, sc)
+            for d, sc, _ in hybrid.rrf(
+                {"bm25": by_bm25, "vector": [d for d, _ in near]},
+                {"bm25": fusion.bm25_weight, "vector": fusion.vector_weight},
+                fusion.k,
+            )
+        ]
+    else:
+        fused = hybrid.convex(
+            list(lex.items()),
+            {d: 1.0 - x for d, x in dist.items()},
+            [d for d, _ in near],
+            (fusion.bm25_weight, fusion.vector_weight),
+        )
+    # The relevance rule of hybrid recall: a word in common, or a cosine of min_cosine.
+    kept = {
+        d: sc for d, sc in fused if lex.get(d, 0.0) > 0 or (d in dist and 1.0 - dist[d] >= fusion.min_cosine)
+    }
+    rows = _rows(conn, kept)
+    own = [r for r in rows if project and r.project == project][:limit]
+    chosen = {r.id for r in rows[:limit]} | {r.id for r in own}
+    return [r for r in rows if r.id in chosen]
 
 
 @dataclass(frozen=True)

@@ -77,3 +77,17 @@ def test_an_alias_names_the_project_in_scope(tmp_path: Path) -> None:
     assert by_tier["state"] == ["p06-polisher/decision/vendor_path"] and by_tier["project"] == [mid]
     assert pack["text"].startswith("## Trusted project state (p06-polisher)\n- decision/vendor_path: Twyman")
     assert ok(home, "context", "show", pack["pack_id"])["sources_checked"] == 2
+
+
+def test_personal_scope_through_the_cli(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    new_home(home)
+    mid = ok(home, "store", "Medication budget is 40 a month", "--domain", "finance")["memory"]["id"]
+    plain = ok(home, "context", "build", "medication budget", "--no-record")
+    assert mid not in plain["text"]
+    assert {"source": "memory", "id": mid, "reason": "personal"} in plain["excluded"]
+    mine = ok(home, "context", "build", "medication budget", "--personal")
+    assert mid in {e["id"] for t in mine["tiers"] for e in t["entries"]}
+    assert ok(home, "context", "show", mine["pack_id"])["config"]["personal"] is True
+    p = mnemolog(home, "context", "build", "medication budget", "--personal", "--project", "p06")
+    assert p.returncode == 64 and json.loads(p.stdout)["error"] == "usage"

@@ -121,7 +121,7 @@ def test_domain_tags_count_and_a_query_evoking_no_domain_leaves_the_memory_out()
 
 def test_evoked_domains_outrank_an_equal_text_score() -> None:
     mems = [
-        MemoryRow("01A", "knowledge", "a note", domains=("finance",), score=1.0),
+        MemoryRow("01A", "knowledge", "a note", domains=("software",), score=1.0),
         MemoryRow("01B", "knowledge", "b note", domains=("materials",), score=1.0),
     ]
     pack = build(memories=mems)
@@ -527,3 +527,20 @@ def test_a_recall_hit_is_relevant_at_score_zero_and_a_mere_candidate_is_not() ->
     pack = assemble(QUERY, P06, now=NOW, config=PackConfig(), memories=rows)
     assert ids(pack, "project") == ["c", "a"] and ids(pack, "domain") == ["g"]
     assert excluded(pack) == {"b": "not_relevant"}
+
+
+def test_personal_domains_enter_only_a_personal_pack_without_project_data() -> None:
+    mems = [
+        MemoryRow("01H", "knowledge", "thermal note", domains=("Health",), score=1.0),
+        MemoryRow("01G", "knowledge", "thermal glass", domains=("materials",), score=1.0),
+    ]
+    chunks = [
+        ChunkRow("d/1/0", "thermal mine", "mine.md", score=1.0),
+        ChunkRow("e/1/0", "thermal work", "work.md", project="p06", score=1.0),
+    ]
+    plain = build(memories=mems, chunks=chunks)
+    assert ids(plain, "domain") == ["01G"] and excluded(plain)["01H"] == "personal"
+    assert sorted(ids(plain, "chunks")) == ["d/1/0", "e/1/0"]
+    mine = assemble(QUERY, None, now=NOW, config=PackConfig(personal=True), memories=mems, chunks=chunks)
+    assert sorted(ids(mine, "domain")) == ["01G", "01H"]
+    assert ids(mine, "chunks") == ["d/1/0"] and excluded(mine)["e/1/0"] == "other_project"

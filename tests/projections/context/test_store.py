@@ -144,3 +144,33 @@ def _shared() -> duckdb.DuckDBPyConnection:
         schema.create(c)
         _CONN.append(c)
     return _CONN[0]
+
+
+@pytest.mark.parametrize("method", ["convex", "rrf"])
+def test_hybrid_chunks_take_words_or_a_close_meaning(conn: duckdb.DuckDBPyConnection, method: str) -> None:
+    import numpy as np
+
+    from mnemolog.projections import hybrid, vectors
+
+    store.fold_ingested(conn, 10, 1, ingested("A", 1, ["thermal drift of the polisher"]))
+    store.fold_ingested(conn, 11, 1, ingested("B", 1, ["quarterly invoices"], project="p06"))
+    store.fold_ingested(conn, 12, 1, ingested("C", 1, ["spindle heat climbs"]))
+    meta = vectors.configure(conn, "fake", 3)
+    vecs = {10: [1.0, 0.2, 0.0], 11: [0.0, 1.0, 0.0], 12: [0.9, 0.1, 0.4]}
+    for seq, v in vecs.items():
+        conn.execute(
+            "INSERT INTO chunk_vectors VALUES (?, ?, ?::VARCHAR::FLOAT[3])",
+            [seq << schema.CHUNK_SHIFT, b"x", vectors.vector_literal(np.array(v, dtype=np.float32))],
+        )
+    q = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    fusion = hybrid.Fusion(method=method)  # type: ignore[arg-type]
+    for project in (None, "p06"):
+        hits = store.chunk_candidates(conn, "thermal drift", project, 10, query_vector=q, fusion=fusion)
+        # A shares words, C only meaning (cosine above min_cosine); B neither, even for its project.
+        assert [h.id for h in hits] == ["A/1/0", "C/1/0"] and all(h.hit for h in hits)
+    assert meta.dim == 3
+    # Without a query vector, words only.
+    assert [h.id for h in store.chunk_candidates(conn, "thermal drift", None, 10)] == ["A/1/0"]
+    strict = hybrid.Fusion(method=method, min_cosine=0.99)  # type: ignore[arg-type]
+    hits = store.chunk_candidates(conn, "thermal drift", None, 10, query_vector=q, fusion=strict)
+    assert [h.id for h in hits] == ["A/1/0"]
