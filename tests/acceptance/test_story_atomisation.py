@@ -12,28 +12,14 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from mnemolog.cli.demo import POST_MORTEM
 from mnemolog.eventlog.bundle import verify_bundle
-from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.home import init_home
 
 from .doors import Doors, ids
 
 QUESTION = "why did workers time out"
-
-
-@pytest.fixture
-def doors(tmp_path: Path) -> Iterator[Doors]:
-    home = tmp_path / "home"
-    init_home(home)
-    sub = Substrate.open(home, long_lived=False)
-    yield Doors(home, sub)
-    sub.close()
 
 
 def outgoing(links: object) -> set[tuple[str, str]]:

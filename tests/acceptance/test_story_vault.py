@@ -13,45 +13,18 @@ and a rollback to that ref restores every file.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from mnemolog.cli import mcp_server
 from mnemolog.cli.main import cli
 from mnemolog.projections.vault import regions
-from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.home import init_home
 from mnemolog.substrate.vault import DEFAULT_AGENT
+from tests.substrate.migrations.contract import BUMP
 
 from .doors import Doors
 
-BUMP = """
-FROM_VERSION = 1
-TO_VERSION = 2
-
-def applies_to(unit):
-    return unit.read_frontmatter().get("schema_version") == 1
-
-def migrate(unit):
-    meta = unit.read_frontmatter()
-    meta["schema_version"] = 2
-    unit.write_frontmatter(meta)
-    return {"changes": ["schema_version 1 -> 2"]}
-"""
-
 HAND_LINE = "Ask Alice before archiving anything here.\n"
-
-
-@pytest.fixture
-def doors(tmp_path: Path) -> Iterator[Doors]:
-    home = tmp_path / "home"
-    init_home(home)
-    sub = Substrate.open(home, long_lived=False)
-    yield Doors(home, sub)
-    sub.close()
 
 
 def tree(root: Path) -> dict[str, bytes]:

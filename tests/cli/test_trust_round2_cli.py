@@ -14,44 +14,18 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from mnemolog.eventlog.entry import make_entry
 from mnemolog.eventlog.keys import SigningKey
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.segments import list_segments
-
-OK, VERIFY = 0, 8
-
-
-def run(home: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    assert "Traceback" not in r.stdout + r.stderr
-    doc = json.loads(r.stdout.strip().splitlines()[-1])
-    assert doc["ok"] is (r.exit_code == 0)
-    return r.exit_code, doc
-
-
-def ok(home: Path, *args: str) -> dict[str, Any]:
-    code, doc = run(home, *args)
-    assert code == OK, doc
-    return doc
-
-
-def fails(home: Path, check: str, *args: str) -> dict[str, Any]:
-    code, doc = run(home, *args)
-    assert code == VERIFY, doc
-    assert doc["details"]["check"] == check, doc
-    return doc
+from tests.cli.test_trust_cli import VERIFY, fails, ok, run
 
 
 def sql(home: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:

@@ -13,20 +13,7 @@ from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import NotFound
 from mnemolog.substrate.governance import legacy_read, resolve
 from tests.projections.kit import log_digest, new_home, open_sub
-
-BUMP = """
-FROM_VERSION = 1
-TO_VERSION = 2
-
-def applies_to(unit):
-    return unit.read_frontmatter().get("schema_version") == 1
-
-def migrate(unit):
-    meta = unit.read_frontmatter()
-    meta["schema_version"] = 2
-    unit.write_frontmatter(meta)
-    return {"changes": ["schema_version 1 -> 2"]}
-"""
+from tests.substrate.migrations.contract import BUMP
 
 
 @pytest.mark.parametrize(
