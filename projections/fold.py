@@ -146,6 +146,9 @@ class _Buffer:
     migrations: list[tuple[int, str, str, str, int]] = field(default_factory=list)
     interactions: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     inactive: list[int] = field(default_factory=list)  # stored_seq of memories stored not active
+    # Memories stored as candidates (id, seq): each is a row of the triage queue from its store on,
+    # whoever stored it (an extraction annotates its own rows when its candidate.extracted folds).
+    candidates: list[tuple[str, int]] = field(default_factory=list)
     # memory.superseded events not applied yet (id -> seq, confidence); knowledge_fold applies them
     superseded: dict[str, tuple[int, float | None]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
@@ -158,6 +161,7 @@ class _Buffer:
             + len(self.atomisations)
             + len(self.interactions)
             + len(self.superseded)
+            + len(self.candidates)
         )
 
 
@@ -216,6 +220,8 @@ class Fold:
         b = self.buf
         if b.memories["id"]:
             self._flush_memories()
+        if b.candidates:
+            knowledge_fold.flush_stored_candidates(self)
         if b.superseded:
             knowledge_fold.flush_superseded(self)
         if b.links:
@@ -438,6 +444,7 @@ class Fold:
         if status == "candidate":
             m["status"].append("candidate")
             self.buf.inactive.append(e.seq)
+            self.buf.candidates.append((mid, e.seq))
         else:
             m["status"].append("active")
         m["stored_seq"].append(e.seq)

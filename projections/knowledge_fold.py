@@ -200,6 +200,22 @@ def flush_interactions(f: Fold) -> None:
         f.conn.unregister("ml_interactions")
 
 
+def flush_stored_candidates(f: Fold) -> None:
+    """Queue rows for the memories stored as candidates since the last flush.
+
+    A candidate an extraction proposed gets its row here too, from its store, with
+    placeholders (no interaction, extractor "stored") that its `candidate.extracted`,
+    folded right after in the same batch, replaces; a candidate stored any other way
+    (an import) keeps them, so triage sees it like any other.
+    """
+    rows, f.buf.candidates = f.buf.candidates, []
+    f.conn.executemany(
+        "INSERT OR IGNORE INTO candidates (id, interaction_id, extractor, extracted_seq, triage, "
+        "triage_failures) VALUES (?, '', 'stored', ?, 'pending', 0)",
+        [[mid, seq] for mid, seq in rows],
+    )
+
+
 def candidate_extracted(f: Fold, e: Entry, d: dict[str, Any]) -> None:
     f.flush()
     iid = read_id(d.get("interaction_id"))
@@ -221,9 +237,14 @@ def candidate_extracted(f: Fold, e: Entry, d: dict[str, Any]) -> None:
         if not cid:
             continue
         c = about.get(cid, {})
+        # The row its store queued (with placeholders) takes what the extraction says of it.
         f.conn.execute(
-            "INSERT OR IGNORE INTO candidates (id, interaction_id, layer, rule, side, extractor, model, "
-            "extracted_seq, triage, triage_failures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
+            "INSERT INTO candidates (id, interaction_id, layer, rule, side, extractor, model, "
+            "extracted_seq, triage, triage_failures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0) "
+            "ON CONFLICT (id) DO UPDATE SET interaction_id = excluded.interaction_id, "
+            "layer = excluded.layer, rule = excluded.rule, side = excluded.side, "
+            "extractor = excluded.extractor, model = excluded.model, extracted_seq = excluded.extracted_seq "
+            "WHERE candidates.interaction_id = ''",
             [
                 cid,
                 iid,

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 12  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
-# 10 dates as words, 11 model_calls.trigger, 12 chunk vectors
+SCHEMA_VERSION = 13  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
+# 10 dates as words, 11 model_calls.trigger, 12 chunk vectors, 13 every stored candidate queued
 
 # The one archive guard, shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived

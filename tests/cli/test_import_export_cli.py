@@ -48,6 +48,12 @@ def test_import_from_mem0_then_again_then_promote(home: Path) -> None:
     found = ok(home, "list", "--status", "candidate", "--namespace", "users")["memories"]
     assert sorted(m["namespace"] for m in found) == ["users/arjun", "users/dev"]
     assert ok(home, "recall", "TechCorp")["results"] == []  # a candidate is not recalled
+    # They wait in the triage queue like extraction's candidates, and triage decides them.
+    queued = ok(home, "candidates", "list", "--status", "pending")
+    listed = queued.get("candidates", queued.get("memories", []))
+    assert {m["id"] for m in listed} >= {m["id"] for m in found}
+    triaged = ok(home, "triage", "--pending", "--triager", "rules", "--dry-run")
+    assert {r["id"] for r in triaged["results"]} >= {m["id"] for m in found}
     ok(home, "promote", found[0]["id"])
     assert [m["id"] for m in ok(home, "recall", found[0]["content"].split()[0])["results"]][:1] == [
         found[0]["id"]
