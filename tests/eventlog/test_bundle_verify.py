@@ -436,6 +436,20 @@ def test_verify_md_is_covered_by_the_manifest(members: dict[str, bytes]) -> None
     assert err.check == "bundle.file_size" and err.file == VERIFY_MD
 
 
+def test_verify_md_quotes_the_manifests_format_and_digests_are_over_raw_bytes(
+    members: dict[str, bytes],
+) -> None:
+    """docs/forensics.md §2 and §6: VERIFY.md names the format; `files` hashes each member's bytes."""
+    import hashlib
+
+    man = codec.decode(members["manifest.cbor"])
+    assert man["format"] == bundle.FORMAT_V2
+    assert f"(format `{man['format']}`)".encode() in members[VERIFY_MD]
+    for f in man["files"]:
+        raw = members[f["name"]]
+        assert (f["size"], f["sha256"]) == (len(raw), hashlib.sha256(raw).digest())
+
+
 # -- key rotation -------------------------------------------------------------------
 
 

@@ -1,0 +1,168 @@
+"""docs/forensics.md and each bundle's VERIFY.md stay exact: format strings, § references, cosignatures.
+
+The witness cosignature worked example in docs/forensics.md §10 is rebuilt
+here from the code; every "§N" that a document in docs/ or a string in the
+code cites of docs/format.md or docs/forensics.md must name a heading that
+exists; VERIFY.md quotes the format its bundle's manifest carries.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mnemolog.eventlog import bundle_format
+from mnemolog.eventlog.cosignature import CosignerKey, CosignerVerifier, cosignatures, signed_message
+from mnemolog.eventlog.cosignature import add_signature_lines
+from mnemolog.eventlog.note import parse_note
+from tests.eventlog.test_format_doc import _example
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+FORENSICS = DOCS / "forensics.md"
+WITNESS = CosignerKey(bytes(range(0x20, 0x40)), "witness.example")
+TS = 1_700_000_100
+
+
+def cosigned_example() -> tuple[str, bytes, bytes]:
+    """The format.md §11 checkpoint cosigned by the example witness: (body text, message, note)."""
+    _, _, cp = _example()
+    text = parse_note(cp, "example").text
+    note = add_signature_lines(cp, [WITNESS.cosign(text, TS)], 100)
+    assert note is not None
+    return text, signed_message(text, TS), note
+
+
+def cosignature_block() -> str:
+    """The text of the doc's `<!-- example: cosignature -->` block."""
+    _, message, note = cosigned_example()
+    v = WITNESS.verifier
+    return (
+        "```text\n"
+        f"witness vkey   {v.vkey()}\n"
+        f"key hash       {v.key_hash.hex()}\n"
+        f"timestamp      {TS} (8 bytes: {TS.to_bytes(8, 'big').hex()})\n"
+        "```\n\n"
+        "The signed message (every line ends in a newline, the last one included):\n\n"
+        "<!-- example: cosignature-message -->\n"
+        f"```text\n{message.decode()}```\n\n"
+        "The cosigned checkpoint file (the log key's line, then the witness's):\n\n"
+        "<!-- example: cosigned-checkpoint -->\n"
+        f"```text\n{note.decode()}```\n"
+    )
+
+
+def _doc() -> str:
+    return FORENSICS.read_text("utf-8")
+
+
+def test_the_cosignature_example_is_the_codes() -> None:
+    text = _doc()
+    start = text.index("<!-- example: cosignature -->\n") + len("<!-- example: cosignature -->\n")
+    assert text[start:].startswith(cosignature_block()), "regenerate with cosignature_block()"
+
+
+def test_the_cosignature_example_checks_by_the_doc_steps() -> None:
+    text, message, note = cosigned_example()
+    import base64
+    import hashlib
+
+    import nacl.signing
+
+    vkey = WITNESS.verifier.vkey()
+    name, _, b64 = vkey.split("+", 2)
+    raw = base64.b64decode(b64)
+    assert raw[0] == 0x04
+    pk = raw[1:]
+    khash = hashlib.sha256(name.encode() + b"\n\x04" + pk).digest()[:4]
+    lines = note.decode().split("\n\n", 1)[1].splitlines()
+    mine = [base64.b64decode(ln.split(" ")[2]) for ln in lines if ln.split(" ")[1] == name]
+    assert len(mine) == 1 and len(mine[0]) == 76 and mine[0][:4] == khash
+    t = int.from_bytes(mine[0][4:12], "big")
+    assert t == TS
+    rebuilt = f"cosignature/v1\ntime {t}\n".encode() + text.encode()
+    assert rebuilt == message
+    nacl.signing.VerifyKey(pk).verify(rebuilt, mine[0][12:])
+    # The same line read by the code, also with the key given as a plain Ed25519 (0x01) vkey.
+    got = cosignatures(parse_note(note, "x"), [CosignerVerifier.from_vkey(vkey)])
+    assert [c.timestamp for c in got] == [TS]
+
+
+def test_verify_md_quotes_the_bundles_format() -> None:
+    for fmt in bundle_format.FORMATS:
+        md = bundle_format.verify_md("m", True, "mnemolog/00", 3, 2, fmt).decode()
+        assert f"(format `{fmt}`)" in md
+        others = set(bundle_format.FORMATS) - {fmt}
+        assert not any(f"(format `{o}`)" in md for o in others)
+    # What the exporter writes today is the newest format, and the doc says so.
+    assert bundle_format.FORMATS[-1] == bundle_format.FORMAT_V2
+    assert f'`"{bundle_format.FORMAT_V2}"` (what the exporter writes' in _doc()
+
+
+def test_verify_md_explains_cosignatures() -> None:
+    md = bundle_format.verify_md("m", True, "mnemolog/00", 3, 2).decode()
+    for needle in ("cosignature/v1", "0x0a || 0x04", "76 bytes", "--witness-key", "--min-witnesses"):
+        assert needle in md, needle
+
+
+# -- § references ----------------------------------------------------------------------
+
+
+def headings(doc: Path) -> dict[str, str]:
+    """Section number -> heading title, for the `## N. Title` headings of a doc."""
+    out = {}
+    for m in re.finditer(r"^## (\d+[a-z]?)\. (.+)$", doc.read_text("utf-8"), re.M):
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+# A citation of format.md or forensics.md, then its section number(s): "format.md §8",
+# "[format.md](format.md) §8", "format.md of mnemolog, §13", "format.md §4 and §6".
+CITE = re.compile(r"(format|forensics)\.md\)?(?: of mnemolog,)? ((?:§\d+[a-z]?(?:, | and | or |–)?)+)")
+SELF = re.compile(r"(?<![0-9A-Za-z.)] )(?<!RFC \d{4} )(?<!md\) )(?<!\.md )§(\d+[a-z]?)")
+
+
+def _cited(text: str) -> list[tuple[str, str]]:
+    return [(m.group(1), n) for m in CITE.finditer(text) for n in re.findall(r"§(\d+[a-z]?)", m.group(2))]
+
+
+def _code_texts() -> dict[str, str]:
+    out = {}
+    for sub in ("eventlog", "substrate", "cli", "projections", "curators"):
+        for p in sorted((REPO / sub).rglob("*.py")):
+            out[str(p.relative_to(REPO))] = p.read_text("utf-8")
+    out["README.md"] = (REPO / "README.md").read_text("utf-8")
+    return out
+
+
+def test_every_cited_section_exists() -> None:
+    known = {"format": headings(DOCS / "format.md"), "forensics": headings(FORENSICS)}
+    texts = {str(p.relative_to(REPO)): p.read_text("utf-8") for p in sorted(DOCS.glob("*.md"))}
+    texts |= _code_texts()
+    bad = [(where, doc, n) for where, t in texts.items() for doc, n in _cited(t) if n not in known[doc]]
+    assert not bad, bad
+    # Bare "§N" in format.md and forensics.md cite the document itself.
+    for name in ("format", "forensics"):
+        t = (DOCS / f"{name}.md").read_text("utf-8")
+        t = CITE.sub("", t)
+        t = re.sub(r"RFC \d{4} §[\d.]+|\(§4\.2\.1\)|\[[a-z]+\.md\]\([a-z]+\.md\) §\d+[a-z]?", "", t)
+        t = re.sub(r"[a-z]+\.md §\d+", "", t)
+        own = set(re.findall(r"§(\d+[a-z]?)\b", t))
+        assert own <= set(known[name]), (name, sorted(own - set(known[name])))
+
+
+@pytest.mark.parametrize(
+    ("where", "number", "words"),
+    [
+        ("eventlog/bundle_format.py", "13", "committed heads"),
+        ("eventlog/verify.py", "8", "What verification checks"),
+        ("eventlog/entry.py", "2", "Entries"),
+        ("eventlog/backchain.py", "3a", "Completeness"),
+    ],
+)
+def test_code_citations_name_the_right_section(where: str, number: str, words: str) -> None:
+    doc = "forensics" if number == "3a" else "format"
+    assert words in headings(DOCS / f"{doc}.md")[number]
+    assert f"§{number}" in (REPO / where).read_text("utf-8")
