@@ -14,8 +14,13 @@ from pathlib import Path
 import pytest
 
 from mnemolog.eventlog import bundle_format
-from mnemolog.eventlog.cosignature import CosignerKey, CosignerVerifier, cosignatures, signed_message
-from mnemolog.eventlog.cosignature import add_signature_lines
+from mnemolog.eventlog.cosignature import (
+    CosignerKey,
+    CosignerVerifier,
+    add_signature_lines,
+    cosignatures,
+    signed_message,
+)
 from mnemolog.eventlog.note import parse_note
 from tests.eventlog.test_format_doc import _example
 
