@@ -32,7 +32,7 @@ def _project() -> dict[str, Any]:
 
 
 def _dist_name(project: dict[str, Any]) -> str:
-    return project["name"].replace("-", "_")
+    return str(project["name"]).replace("-", "_")
 
 
 def _metadata(project: dict[str, Any]) -> str:
