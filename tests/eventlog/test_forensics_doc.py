@@ -163,6 +163,7 @@ def test_every_cited_section_exists() -> None:
     ("where", "number", "words"),
     [
         ("eventlog/bundle_format.py", "13", "committed heads"),
+        ("eventlog/bundle_format.py", "12", "Cosignatures"),
         ("eventlog/verify.py", "8", "What verification checks"),
         ("eventlog/entry.py", "2", "Entries"),
         ("eventlog/backchain.py", "3a", "Completeness"),
