@@ -133,3 +133,33 @@ def test_when_the_rotation_overlap_line_is_written(tmp_path: Path) -> None:
         retired.rename(tmp_path / "away.key")
         assert witnessing.overlap_signer(log, home / "keys", log.size, hours, ts) is None
     assert "`keys/retired/<kid of the previous key in hex>.key`" in _text()
+
+
+def test_the_older_versions_paragraph_names_every_upcaster() -> None:
+    """§14 "Older versions" describes each step; a new upcaster must be described there too."""
+    described = {(t, since - 1) for t, since in vocabulary.CHAINED_SINCE.items()}
+    described |= {
+        ("memory.stored", 2),
+        ("memory.updated", 2),
+        ("candidate.triaged", 1),
+        ("policy.set", 1),
+    }
+    assert set(vocabulary.UPCASTERS) == described
+    old = vocabulary.upcast("memory.stored", 1, {"id": "m"})
+    assert (old["project"], old["domains"], old["status"]) == ("", [], "active")
+    assert vocabulary.upcast("memory.updated", 2, {"id": "m", "project": "p"}) == {"id": "m"}
+    tri = vocabulary.upcast("candidate.triaged", 1, {"id": "c"})
+    assert (tri["similarity"], tri["similar_to"]) == (None, None)
+    assert set(vocabulary.upcast("policy.set", 1, {"policy": {}})) == {
+        "namespace",
+        "changes",
+        "unset",
+        "clear",
+    }
+    text = _text()
+    for needle in (
+        "`project`,\n`domains` and `status`",
+        "`similarity` and `similar_to`",
+        "`changes`, `unset`, `clear`",
+    ):
+        assert needle in text, needle
