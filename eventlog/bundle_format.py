@@ -140,6 +140,9 @@ The quick way is the standalone verifier, which needs only Python, cbor2 and pyn
 
     python -m mnemolog.eventlog.bundle BUNDLE.tar --trusted-key 'NAME+HASH+BASE64'
 
+(Install it alone, from the `mnemolog-verifier` wheel that a mnemolog checkout
+builds offline: docs/forensics.md of mnemolog, §12.)
+
 Without `--trusted-key` the genesis key inside the bundle anchors trust: that
 proves integrity and internal consistency, not who signed. Pin the key you
 got from the log's operator by another channel.
