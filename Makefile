@@ -39,8 +39,8 @@ install: $(STAMP)
 	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "add $(PREFIX)/bin to your PATH";; esac
 
 lint: $(STAMP) .typecheck/mnemolog
-	$(BIN)/ruff check $(PKGS) tests bench
-	$(BIN)/ruff format --check $(PKGS) tests bench
+	$(BIN)/ruff check $(PKGS) tests bench packaging
+	$(BIN)/ruff format --check $(PKGS) tests bench packaging
 	cd .typecheck && PYTHONPATH=. ../$(BIN)/lint-imports ../pyproject.toml
 
 typecheck: $(STAMP) .typecheck/mnemolog

@@ -82,6 +82,7 @@ def build_bundle(inp: BundleInput, signer: SigningKey) -> bytes:
     if set(views) != set(ids):
         raise ValueError(f"no memory.stored among the entries for {sorted(set(ids) - set(views))}")
     genesis = inp.key_entries[0]
+    fmt = FORMAT if inp.heads is None else FORMAT_V2
     proofs = {
         "tree_size": cp.size,
         "proofs": [[s, list(inp.proofs[s])] for s in sorted({*key_seqs, *seqs})],
@@ -94,12 +95,12 @@ def build_bundle(inp: BundleInput, signer: SigningKey) -> bytes:
         PARQUET: entries_parquet(everything),
         MEMORIES: memview.render_views(views),
         ENVELOPES: memview.render_envelopes(views),
-        VERIFY_MD: verify_md(inp.memory_id, inp.include_chain, cp.origin, cp.size, len(everything)),
+        VERIFY_MD: verify_md(inp.memory_id, inp.include_chain, cp.origin, cp.size, len(everything), fmt),
     }
     if inp.heads is not None:
         files[HEADS] = inp.heads.encode()
     manifest: dict[str, Any] = {
-        "format": FORMAT if inp.heads is None else FORMAT_V2,
+        "format": fmt,
         "log_id": genesis.data["log_id"],
         "origin": cp.origin,
         "memory_id": inp.memory_id,

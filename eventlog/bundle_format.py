@@ -116,10 +116,13 @@ def sha256(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def verify_md(memory_id: str, include_chain: bool, origin: str, size: int, n_entries: int) -> bytes:
+def verify_md(
+    memory_id: str, include_chain: bool, origin: str, size: int, n_entries: int, fmt: str = FORMAT_V2
+) -> bytes:
+    """VERIFY.md of a bundle of format `fmt` (the manifest's `format`, which it quotes)."""
     chain = "with its whole atomisation chain" if include_chain else "without the atomisation chain"
     return VERIFY_TEMPLATE.format(
-        memory_id=memory_id, chain=chain, origin=origin, size=size, n_entries=n_entries
+        memory_id=memory_id, chain=chain, origin=origin, size=size, n_entries=n_entries, format=fmt
     ).encode()
 
 
@@ -130,12 +133,15 @@ def merkle_b64(h: bytes) -> str:
 VERIFY_TEMPLATE = """\
 # Verifying this forensic bundle by hand
 
-This archive is a mnemolog forensic bundle (format `mnemolog/forensic-bundle/v1`)
+This archive is a mnemolog forensic bundle (format `{format}`)
 about memory `{memory_id}`, {chain}. It holds {n_entries} log entries of the log
 `{origin}` and proves each of them is in that log's Merkle tree of size {size}.
 The quick way is the standalone verifier, which needs only Python, cbor2 and pynacl:
 
     python -m mnemolog.eventlog.bundle BUNDLE.tar --trusted-key 'NAME+HASH+BASE64'
+
+(Install it alone, from the `mnemolog-verifier` wheel that a mnemolog checkout
+builds offline: docs/forensics.md of mnemolog, §12.)
 
 Without `--trusted-key` the genesis key inside the bundle anchors trust: that
 proves integrity and internal consistency, not who signed. Pin the key you
@@ -192,11 +198,32 @@ All CBOR is RFC 8949 deterministic encoding; re-encode what you decode
 entries in 6 and 7: its signature, and its inclusion proof, also in this
 file, against the checkpoint), whose payload commits to every memory's
 newest entry among the log's first `size` entries, and one proof per memory
-id of this bundle from that Merkle map (docs/format.md of mnemolog, §11).
+id of this bundle from that Merkle map (docs/format.md of mnemolog, §13).
 For each id, the newest entry of this bundle touching it below `size` must
 be the committed head; and each entry's `touch_prev` must name the previous
 entry of this bundle about the same memory (-1 for the first). Then the
 bundle holds every entry about its memories among the first `size`.
+
+## Witness cosignatures, by hand
+
+`checkpoint` may carry, after the log key's line, lines by witnesses
+(C2SP tlog-cosignature/v1; docs/format.md of mnemolog, §12). Check them
+with the witness keys you trust, each `NAME+HASH+BASE64` where the base64
+decodes to 0x04 (or 0x01) followed by the 32-byte Ed25519 public key:
+
+1. The key hash is `SHA-256(NAME || 0x0a || 0x04 || public key)[0:4]`
+   (0x04 even when the key was given with 0x01).
+2. Take the lines `— NAME BASE64` whose NAME is the witness's name and whose
+   BASE64 decodes to 76 bytes starting with that key hash: the next 8 bytes
+   are the timestamp (POSIX seconds, unsigned big-endian), the last 64 the
+   Ed25519 signature. Lines of other names or hashes are not this witness's.
+3. The signed message is `cosignature/v1` LF `time ` decimal timestamp LF,
+   then the checkpoint's three body lines (origin, size, root), each ending
+   in LF: the note text above the blank line, nothing of the signature
+   lines. The signature must verify under the witness's public key; a line
+   with the witness's name and hash that does not verify rejects the note.
+4. Count distinct public keys with a valid line; the standalone verifier
+   does it with `--witness-key VKEY` (repeatable) and `--min-witnesses N`.
 
 ## Querying
 

@@ -436,6 +436,38 @@ def test_verify_md_is_covered_by_the_manifest(members: dict[str, bytes]) -> None
     assert err.check == "bundle.file_size" and err.file == VERIFY_MD
 
 
+def test_verify_md_quotes_the_manifests_format_and_digests_are_over_raw_bytes(
+    members: dict[str, bytes],
+) -> None:
+    """docs/forensics.md §2 and §6: VERIFY.md names the format; `files` hashes each member's bytes."""
+    import hashlib
+
+    man = codec.decode(members["manifest.cbor"])
+    assert man["format"] == bundle.FORMAT_V2
+    assert f"(format `{man['format']}`)".encode() in members[VERIFY_MD]
+    for f in man["files"]:
+        raw = members[f["name"]]
+        assert (f["size"], f["sha256"]) == (len(raw), hashlib.sha256(raw).digest())
+
+
+def test_the_exporters_heads_cover_every_entry_before_them(world: tuple[Atomised, bytes]) -> None:
+    """format.md §13, what a commitment covers: L = the heads entry's seq; each id, its newest seq."""
+    from mnemolog.eventlog import memview
+    from mnemolog.eventlog.heads import HeadsMap
+    from mnemolog.eventlog.log import Log
+    from mnemolog.eventlog.offline import parse_entries
+
+    heads = codec.decode(members_of(world[1])["heads.cbor"])
+    (e,) = parse_entries(heads["entry"], "heads.cbor")
+    assert e.type == "heads.committed" and e.data["size"] == e.seq
+    newest: dict[str, int] = {}
+    with Log(world[0].home.log_dir) as log:
+        for x in log.iter_entries(0, e.data["size"]):
+            for m in memview.entry_touched_ids(x):
+                newest[m] = x.seq
+    assert e.data["count"] == len(newest) and e.data["root"] == HeadsMap(newest).root
+
+
 # -- key rotation -------------------------------------------------------------------
 
 
