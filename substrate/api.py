@@ -39,13 +39,13 @@ from mnemolog.eventlog.errors import (
 from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
 from mnemolog.eventlog.vocabulary_knowledge import DEFAULT_STATUS, check_statuses
 from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
-from mnemolog.projections import audit, hybrid, queries
+from mnemolog.projections import hybrid, queries
 from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
 from mnemolog.projections.memories import MEMORY_FIELDS, Edge, Memory
 from mnemolog.projections.recall import Filters
-from mnemolog.substrate import agentfolder, asof, governance, recall_policy, witnessing
+from mnemolog.substrate import asof, governance, recall_policy, witnessing
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion
@@ -83,8 +83,6 @@ from mnemolog.substrate.importer import (
     import_jsonl,
     write_checked,
 )
-from mnemolog.substrate.importers import read_source, relation_links
-from mnemolog.substrate.importers.export import EXPORT_FORMATS, basic_memory_notes, jsonl_bytes
 from mnemolog.substrate.knowledge import Knowledge
 from mnemolog.substrate.session import ProjectionBehind, Session
 
@@ -1175,6 +1173,8 @@ class Substrate:
         bad item by its number and source; nothing is written then.
         """
         path = Path(path)
+        from mnemolog.substrate.importers import read_source, relation_links
+
         records = read_source(fmt, path)
         status = "active" if trust else "candidate"
         checked = check_records(records, self, self.hooks, skip_existing=True, status=status)
@@ -1242,6 +1242,8 @@ class Substrate:
         folder of notes, built beside OUT and renamed into place, so OUT
         appears whole or not at all (an existing OUT must be an empty folder).
         """
+        from mnemolog.substrate.importers.export import EXPORT_FORMATS, basic_memory_notes, jsonl_bytes
+
         if fmt not in EXPORT_FORMATS:
             raise UsageError(f"unknown export format {fmt!r}; one of {', '.join(EXPORT_FORMATS)}", field="to")
         out = Path(out)
@@ -1349,6 +1351,8 @@ class Substrate:
         self, root: str | Path, agent: str = "mnemolog", namespace: str | None = None
     ) -> dict[str, Any]:
         """Write (merge) persona files, journal days and run logs under root/agent; hand edits kept."""
+        from mnemolog.substrate import agentfolder  # the vault's planners: only a render needs them
+
         return agentfolder.render_agent_folder(self, Path(root), agent, self.home.config, namespace).to_json()
 
     def promote_to_persona(
@@ -1356,6 +1360,8 @@ class Substrate:
     ) -> Memory:
         """Record that a memory joins the agent's persona (today), optionally in one file's section."""
         today = datetime.datetime.fromtimestamp(self.clock() / 1e6, datetime.UTC).date()
+        from mnemolog.substrate import agentfolder
+
         return agentfolder.promote_to_persona(self, memory_id, today=today, file=file, section=section)
 
     def rebuild(self, *, accept_rollback: bool = False) -> dict[str, Any]:
@@ -1394,6 +1400,8 @@ class Substrate:
         """Re-fold the log and compare every projection table with disk (VerificationError on a
         difference: table, key, column, expected, found)."""
         with self._lock:
+            from mnemolog.projections import audit  # a re-fold and a comparison: only verify needs it
+
             return audit.verify_projections(self.projections, upcast).to_json()
 
     def _high_water_rollback(self) -> Rollback | None:
