@@ -1,0 +1,301 @@
+"""Every output README.md and docs/*.md show is one a test produces and compares.
+
+Inventory (file:line of the shown output -> the test that compares it; "here" is this module).
+Ids, times and hashes are masked where the docs show placeholders.
+
+README.md
+  176-186 Quick start (recall finds the decision, the atom, `ok: N entries`)
+                                  -> tests/test_readme.py::test_the_quick_start_runs_verbatim_in_a_clean_shell
+  189     `store` prints `stored <ID>`; `--json` prints one object          -> here
+  420-432 the knowledge worked example, its comments (extract, triage,
+          candidates, promote, recall, bundle contents)                    -> here
+  520-531 the p06 context pack    -> tests/acceptance/test_story_context.py::
+                                     test_the_readme_context_example_prints_what_the_readme_shows
+  637-642 the HTTP block (`"ok": true, "version"`, `"results": [{`)
+                                  -> tests/test_readme.py::test_the_quick_start_runs_verbatim_in_a_clean_shell
+  811-812 the `--json` success and error objects                           -> here
+  814-827 the exit-code table     -> tests/test_docs.py::test_the_exit_code_table_is_the_codes_errors_carry
+  827     exit 70 `mnemolog: internal error (please report)`               -> tests/cli/test_hostile_cli.py
+docs/format.md
+  467-470 `log prove --json`, 477-480 `log consistency --json` (keys, types) -> here
+  494-580 the worked example (key, entries, leaf hashes, root, checkpoint)
+                                  -> tests/eventlog/test_format_doc.py
+docs/context.md
+  152-166 the pack's bytes        -> tests/projections/context/test_assemble.py::
+                                     test_the_pack_docs_context_md_shows_is_what_assembly_renders
+  352-357 the agent folder `vault render` writes                           -> here
+  369-374 a managed region of USER.md after `persona promote`              -> here
+docs/vault.md
+  18-30   the vault layout (the files render writes; `_migrations/` and `wiki/` are not render's)
+                                                                             -> here (render's part)
+  171-181 INDEX.md's seven sections, in order                              -> here
+  401-402 `Snapshot created: <path>`, `Snapshot ref: ...`
+                                  -> tests/substrate/migrations/contract.py, tests/substrate/test_format_contracts.py
+docs/knowledge.md
+  180-183 the rules extractor's precision/recall table                     -> here
+docs/forensics.md, docs/recall.md, docs/surfaces.md, docs/curators.md, docs/robustness.md
+  figures of benchmarks (times, rates, sizes: measured on one machine, not comparable
+  in a test) and protocol descriptions; no command output block. Not compared.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import pytest
+from click.testing import CliRunner
+
+from mnemolog.cli.main import cli
+from mnemolog.eventlog.bundle import read_members
+from mnemolog.substrate.home import init_home
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+DOCS = REPO / "docs"
+ULID = r"[0-9A-HJKMNP-TV-Z]{26}"
+OFFLINE = {"MNEMOLOG_EMBED": "off"}  # no embedder: the examples here are about words and the loop
+
+
+def doc(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def run(home: Path, *args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(cli, ["--home", str(home), *args], env=OFFLINE)
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return r.exit_code, r.stdout
+
+
+def run_json(home: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    code, out = run(home, "--json", *args)
+    (line,) = out.splitlines()  # one object, one line
+    obj: dict[str, Any] = json.loads(line)
+    return code, obj
+
+
+def commands(block: str) -> list[tuple[list[str], str]]:
+    """The commands of a ```sh block, each with its trailing `# comment` (what it shows)."""
+    out, acc = [], ""
+    for line in block.splitlines(keepends=True):
+        acc += line
+        try:
+            argv = shlex.split(acc, comments=True)
+        except ValueError:
+            continue  # a quoted argument continues on the next line
+        comment = acc.rsplit("  # ", 1)[1].strip() if "  # " in acc else ""
+        out.append((argv, comment))
+        acc = ""
+    return out
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    h = tmp_path / "home"
+    init_home(h)
+    return h
+
+
+# README.md:189 and 811: `stored <ID>`, and one `{"ok": ...}` object with --json.
+
+
+def test_store_prints_stored_and_the_id_and_json_prints_one_object(home: Path) -> None:
+    assert "`mnemolog store` prints `stored <ID>`" in README
+    code, out = run(home, "store", "Prefer pg_repack over ALTER TABLE for large tables")
+    assert code == 0 and re.fullmatch(rf"stored ({ULID})\n", out), out
+    code, obj = run_json(home, "store", "Raise the pool with the workers")
+    assert code == 0 and obj["ok"] is True
+
+
+def test_the_json_error_object_is_the_one_the_readme_shows(home: Path) -> None:
+    shown = re.search(r'`(\{"ok": false, "error": SLUG, [^`]*\})`', README)
+    assert shown is not None
+    keys = re.findall(r'"(\w+)":', shown.group(1))
+    assert keys == ["ok", "error", "message", "exit_code", "details"]
+    code, obj = run_json(home, "get", "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    assert list(obj) == keys
+    assert obj["ok"] is False and obj["exit_code"] == code == 2
+    assert obj["error"] == "not_found" and isinstance(obj["message"], str) and isinstance(obj["details"], dict)
+
+
+# README.md:420-432: the knowledge loop's worked example, run as written; its comments are the claims.
+
+
+def readme_knowledge_example() -> list[tuple[list[str], str]]:
+    start = README.index("A worked example: knowledge earned on one project reaches another.")
+    block = re.search(r"```sh\n(.*?)```", README[start:], re.S)
+    assert block is not None
+    return commands(block.group(1))
+
+
+def test_the_readme_knowledge_example_does_what_its_comments_say(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the bundle is written to the working directory
+    outputs: dict[str, str] = {}
+    chosen = ""
+    for argv, comment in readme_knowledge_example():
+        assert argv[0] == "mnemolog"
+        args = [a.replace("<ID>", chosen) for a in argv[1:]]
+        code, out = run(home, *args)
+        assert code == 0, (args, out)
+        outputs[args[0]] = out
+        if args[0] == "candidates":
+            (row,) = out.splitlines()  # one candidate waits for a person: the lesson
+            chosen = row.split()[1]
+        if comment:
+            outputs[args[0] + "#"] = comment
+    # extract: "a p04 decision candidate and a [materials] one, project empty"
+    rows = outputs["extract"].splitlines()[1:]
+    assert len(rows) == 2, outputs["extract"]
+    assert re.match(rf"\s+{ULID}\s+project\s+p04-gigabit\s+CTE gradient analysis", rows[0]), rows
+    assert re.match(rf"\s+{ULID}\s+domain\s+materials\s+Zerodur CTE gradient", rows[1]), rows
+    # triage: "the labelled decision is promoted; the lesson waits for a person"
+    decision, lesson = outputs["triage"].splitlines()
+    assert re.match(rf"{ULID}: promote [\d.]+ -> promote \(promoted", decision), decision
+    assert re.match(rf"{ULID}: needs_human [\d.]+ -> wait \(", lesson), lesson
+    assert lesson.startswith(chosen) and "Zerodur" in outputs["candidates"]
+    assert "needs_human" in outputs["candidates"]
+    assert outputs["promote"] == f"promoted {chosen}\n"
+    # recall --domain materials: "working on p06: there it is"
+    assert chosen in outputs["recall"] and "Zerodur CTE gradient dominates" in outputs["recall"]
+    # the bundle: "holds the interaction, the candidate, the verdict, the promotion"
+    m = re.match(r"wrote (bundle-\S+\.tar) ", outputs["export-forensic-bundle"])
+    assert m is not None, outputs["export-forensic-bundle"]
+    members = read_members(tmp_path / m.group(1))
+    stream = io.BytesIO(members["entries.cbor"])
+    types = set()
+    while stream.tell() < len(members["entries.cbor"]):
+        types.add(cbor2.load(stream)["type"])
+    assert {"interaction.captured", "candidate.triaged", "memory.promoted"} <= types, types
+    assert any(t.startswith("candidate.") and t != "candidate.triaged" for t in types), types
+
+
+# docs/format.md:467 and 477: the JSON of `log prove` and `log consistency`.
+
+
+def shown_json(text: str, after: str) -> dict[str, Any]:
+    block = re.search(r"```json\n(.*?)```", text[text.index(after) :], re.S)
+    assert block is not None
+    obj: dict[str, Any] = json.loads(block.group(1).replace("\n", " "))
+    return obj
+
+
+def same_shape(shown: dict[str, Any], got: dict[str, Any]) -> None:
+    """Same keys in the same order; a `<placeholder>` stands for any string, numbers for any int."""
+    assert list(got) == list(shown), (list(got), list(shown))
+    for k, v in shown.items():
+        if isinstance(v, bool):
+            assert got[k] is v
+        elif isinstance(v, int):
+            assert isinstance(got[k], int) and not isinstance(got[k], bool)
+        elif isinstance(v, list):
+            assert isinstance(got[k], list) and all(isinstance(x, str) for x in got[k])
+        else:
+            assert isinstance(got[k], str) and got[k]
+
+
+def test_log_prove_and_consistency_print_the_json_format_md_shows(home: Path) -> None:
+    text = doc("format.md")
+    for i in range(5):
+        assert run(home, "store", f"memory number {i} for the proofs")[0] == 0
+    code, prove = run_json(home, "log", "prove", "3")
+    assert code == 0
+    same_shape(shown_json(text, "`mnemolog --json log prove SEQ` prints"), prove)
+    assert prove["seq"] == 3 and prove["checkpoint"].endswith("\n")
+    assert prove["checkpoint"].splitlines()[1] == str(prove["tree_size"])
+    code, cons = run_json(home, "log", "consistency", "2", "6")
+    assert code == 0
+    same_shape(shown_json(text, "`mnemolog --json log consistency OLD NEW` prints"), cons)
+    assert (cons["old_size"], cons["new_size"]) == (2, 6) and cons["proof"]
+
+
+# docs/knowledge.md:180-183: the rules extractor's figures, as bench/knowledge_bench.py computes them.
+
+
+def test_the_extraction_figures_are_what_the_bench_computes() -> None:
+    from mnemolog.curators.extract_rules import RulesExtractor
+    from tests.support.extraction_labels import DATA, load, score
+
+    text = doc("knowledge.md")
+    rows = re.findall(r"^\| (labelled|held out)[^|]*\| (\d+) \| (\d+) \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$",
+                      text, re.M)  # fmt: skip
+    assert [r[0] for r in rows] == ["labelled", "held out"]
+    rules = RulesExtractor()
+    # As bench/knowledge_bench.py's extraction_quality, which prints the figures.
+    for row, path in zip(rows, (DATA, DATA.with_name("extraction_heldout.json")), strict=True):
+        items = load(path)
+        g = score(items, lambda i: rules.extract(i).candidates).to_json()
+        assert [int(x) for x in row[1:4]] == [len(items), g["expected"], g["proposed"]], (row, g)
+        shown = [row[4], row[5], row[6]]
+        assert shown == [f"{g[k]:.2f}" for k in ("precision", "recall", "domain_accuracy")], (row, g)
+
+
+# docs/vault.md:18-30 and 171-181, docs/context.md:352-374: what `vault render` writes.
+
+
+def code_block_after(text: str, after: str) -> str:
+    block = re.search(r"```\n(.*?)```", text[text.index(after) :], re.S)
+    assert block is not None
+    return block.group(1)
+
+
+def test_vault_render_writes_the_folders_and_index_the_docs_show(home: Path, tmp_path: Path) -> None:
+    for content, kind in (
+        ("Pool size must match workers", "feedback"),
+        ("Prefer pg_repack over ALTER TABLE", "decision"),
+        ("Antoine prefers short answers", "user"),
+        ("Zerodur CTE gradient dominates WFE", "knowledge"),
+    ):
+        assert run(home, "store", content, "--kind", kind)[0] == 0
+    code, out = run(home, "store", "Mechanical/optical engineer at Atomaste", "--kind", "user", "--title", "role")
+    assert code == 0
+    memory_id = out.split()[1]
+    assert run(home, "capture", "--prompt", "What did the thermal study show?", "--response", "CTE.")[0] == 0
+    assert run(home, "extract", "--pending")[0] == 0  # a run: the run log of the day
+    assert run(home, "persona", "promote", memory_id, "--file", "USER.md", "--section", "Role and context")[0] == 0
+    root = tmp_path / "vault"
+    code, out = run(home, "vault", "render", str(root), "--agent", "ada")
+    assert code == 0, out
+    agent = root / "ada"
+
+    # docs/vault.md's layout: the part render writes (not _migrations/, not wiki/).
+    layout = code_block_after(doc("vault.md"), "## Layout")
+    for name in (".mnemolog-vault.json", "memory/", "INDEX.md"):
+        assert name in layout
+    assert (agent / ".mnemolog-vault.json").is_file() and (agent / "memory" / "INDEX.md").is_file()
+    for note in (agent / "memory").glob("*.md"):
+        assert note.name == "INDEX.md" or re.fullmatch(r"[a-z]+_[a-z0-9_]+\.md", note.name), note.name
+
+    # docs/vault.md's INDEX.md: its title line and its seven sections, in order.
+    shown = code_block_after(doc("vault.md"), "### INDEX.md")
+    index = (agent / "memory" / "INDEX.md").read_text()
+    assert index.splitlines()[0] == shown.splitlines()[0].replace("<agent>", "ada")
+    shown_sections = [re.split(r"\s{2,}", line)[0] for line in shown.splitlines() if line.startswith("## ")]
+    assert [line for line in index.splitlines() if line.startswith("## ")] == shown_sections
+    assert len(shown_sections) == 7
+
+    # docs/context.md's agent folder.
+    tree = code_block_after(doc("context.md"), "## 10. The agent folder")
+    persona = re.search(r"├── (.*)\n", tree)
+    assert persona is not None
+    for name in persona.group(1).split():
+        assert (agent / name).is_file(), name
+    (journal,) = list((agent / "journal").glob("*/*.md"))
+    assert re.fullmatch(r"\d{4}-\d{2}/\d{4}-\d{2}-\d{2}\.md", journal.relative_to(agent / "journal").as_posix())
+    (runlog,) = list((agent / "logs").glob("*/*.jsonl"))
+    assert re.fullmatch(r"\d{4}-\d{2}/\d{4}-\d{2}-\d{2}\.jsonl", runlog.relative_to(agent / "logs").as_posix())
+    assert ".mnemolog-agentfiles.json" in tree and (agent / ".mnemolog-agentfiles.json").is_file()
+
+    # docs/context.md's managed region, the date, digest and note's file name masked.
+    region = code_block_after(doc("context.md"), "mnemolog keeps one *managed region*")
+    pattern = re.escape(region)
+    pattern = re.sub(r"sha256=[0-9a-f]{16}", "sha256=[0-9a-f]{16}", pattern)
+    pattern = pattern.replace(re.escape("2026-05-06"), r"\d{4}-\d{2}-\d{2}")
+    pattern = pattern.replace(re.escape("user_role.md"), r"user_\w+\.md")
+    assert re.search(pattern, (agent / "USER.md").read_text()), (agent / "USER.md").read_text()
