@@ -30,7 +30,7 @@ docs/vault.md
                                                                              -> here (render's part)
   171-181 INDEX.md's seven sections, in order                              -> here
   401-402 `Snapshot created: <path>`, `Snapshot ref: ...`
-                                  -> tests/substrate/migrations/contract.py, tests/substrate/test_format_contracts.py
+          -> tests/substrate/migrations/contract.py, tests/substrate/test_format_contracts.py
 docs/knowledge.md
   180-183 the rules extractor's precision/recall table                     -> here
 docs/forensics.md, docs/recall.md, docs/surfaces.md, docs/curators.md, docs/robustness.md
@@ -120,7 +120,8 @@ def test_the_json_error_object_is_the_one_the_readme_shows(home: Path) -> None:
     code, obj = run_json(home, "get", "01ARZ3NDEKTSV4RRFFQ69G5FAV")
     assert list(obj) == keys
     assert obj["ok"] is False and obj["exit_code"] == code == 2
-    assert obj["error"] == "not_found" and isinstance(obj["message"], str) and isinstance(obj["details"], dict)
+    assert obj["error"] == "not_found" and isinstance(obj["message"], str)
+    assert isinstance(obj["details"], dict)
 
 
 # README.md:420-432: the knowledge loop's worked example, run as written; its comments are the claims.
@@ -223,8 +224,8 @@ def test_the_extraction_figures_are_what_the_bench_computes() -> None:
     from tests.support.extraction_labels import DATA, load, score
 
     text = doc("knowledge.md")
-    rows = re.findall(r"^\| (labelled|held out)[^|]*\| (\d+) \| (\d+) \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$",
-                      text, re.M)  # fmt: skip
+    figures = r" (\d+) \| (\d+) \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$"
+    rows = re.findall(r"^\| (labelled|held out)[^|]*\|" + figures, text, re.M)
     assert [r[0] for r in rows] == ["labelled", "held out"]
     rules = RulesExtractor()
     # As bench/knowledge_bench.py's extraction_quality, which prints the figures.
@@ -253,12 +254,14 @@ def test_vault_render_writes_the_folders_and_index_the_docs_show(home: Path, tmp
         ("Zerodur CTE gradient dominates WFE", "knowledge"),
     ):
         assert run(home, "store", content, "--kind", kind)[0] == 0
-    code, out = run(home, "store", "Mechanical/optical engineer at Atomaste", "--kind", "user", "--title", "role")
+    role = "Mechanical/optical engineer at Atomaste"
+    code, out = run(home, "store", role, "--kind", "user", "--title", "role")
     assert code == 0
     memory_id = out.split()[1]
     assert run(home, "capture", "--prompt", "What did the thermal study show?", "--response", "CTE.")[0] == 0
     assert run(home, "extract", "--pending")[0] == 0  # a run: the run log of the day
-    assert run(home, "persona", "promote", memory_id, "--file", "USER.md", "--section", "Role and context")[0] == 0
+    promote = ("persona", "promote", memory_id, "--file", "USER.md", "--section", "Role and context")
+    assert run(home, *promote)[0] == 0
     root = tmp_path / "vault"
     code, out = run(home, "vault", "render", str(root), "--agent", "ada")
     assert code == 0, out
@@ -287,9 +290,10 @@ def test_vault_render_writes_the_folders_and_index_the_docs_show(home: Path, tmp
     for name in persona.group(1).split():
         assert (agent / name).is_file(), name
     (journal,) = list((agent / "journal").glob("*/*.md"))
-    assert re.fullmatch(r"\d{4}-\d{2}/\d{4}-\d{2}-\d{2}\.md", journal.relative_to(agent / "journal").as_posix())
+    day = r"\d{4}-\d{2}/\d{4}-\d{2}-\d{2}"
+    assert re.fullmatch(day + r"\.md", journal.relative_to(agent / "journal").as_posix())
     (runlog,) = list((agent / "logs").glob("*/*.jsonl"))
-    assert re.fullmatch(r"\d{4}-\d{2}/\d{4}-\d{2}-\d{2}\.jsonl", runlog.relative_to(agent / "logs").as_posix())
+    assert re.fullmatch(day + r"\.jsonl", runlog.relative_to(agent / "logs").as_posix())
     assert ".mnemolog-agentfiles.json" in tree and (agent / ".mnemolog-agentfiles.json").is_file()
 
     # docs/context.md's managed region, the date, digest and note's file name masked.
