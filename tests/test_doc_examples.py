@@ -7,6 +7,9 @@ README.md
   176-186 Quick start (recall finds the decision, the atom, `ok: N entries`)
                                   -> tests/test_readme.py::test_the_quick_start_runs_verbatim_in_a_clean_shell
   189     `store` prints `stored <ID>`; `--json` prints one object          -> here
+  218     `No such command 'recal'. Did you mean 'recall'?`, exit 64       -> tests/cli/test_help.py
+  269     `already_stored: true` of `store --id`                 -> tests/substrate/test_idempotent_store.py
+  344-348 `resumed: true`, the orphans' archive reason                     -> here
   420-432 the knowledge worked example, its comments (extract, triage,
           candidates, promote, recall, bundle contents)                    -> here
   520-531 the p06 context pack    -> tests/acceptance/test_story_context.py::
@@ -303,3 +306,68 @@ def test_vault_render_writes_the_folders_and_index_the_docs_show(home: Path, tmp
     pattern = pattern.replace(re.escape("2026-05-06"), r"\d{4}-\d{2}-\d{2}")
     pattern = pattern.replace(re.escape("user_role.md"), r"user_\w+\.md")
     assert re.search(pattern, (agent / "USER.md").read_text()), (agent / "USER.md").read_text()
+
+
+# README.md:342-347: an atomisation killed part way; the JSON and the archive reason it shows.
+
+
+class Killed(BaseException):
+    """The process dying between two appends (BaseException: nothing on the way catches it)."""
+
+
+def killed_atomise(home: Path, mid: str, monkeypatch: pytest.MonkeyPatch, when: str, budget: int) -> None:
+    from mnemolog.substrate import session as sm
+    from mnemolog.substrate.api import Substrate
+
+    real = sm.Session.append_many
+    seen = {"atoms": 0}
+
+    def append_many(self: Any, payloads: Any) -> Any:
+        out = real(self, payloads)
+        for p in payloads:
+            if type(p).__name__ == "MemoryStored" and getattr(p, "atom_of", None):
+                seen["atoms"] += 1
+                if when == "atoms:3" and seen["atoms"] == 3:
+                    raise Killed
+            if type(p).__name__ == "AtomisationCompleted" and when == "completed":
+                raise Killed
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(sm.Session, "append_many", append_many)
+        with pytest.raises(Killed), Substrate.open(home, long_lived=False, worker=False) as s:
+            s.atomise(mid, curator="rules", max_atom_tokens=budget)
+
+
+def test_an_interrupted_atomisation_resumes_as_the_readme_says(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnemolog.eventlog.log import Log
+    from tests.support.long_texts import LONG_POST_MORTEM
+
+    section = README[README.index("An atomisation killed part way") :][:800]
+    assert "the JSON says `resumed: true`" in section
+    shown_reason = re.search(r"with the reason `([^`]+)`", section)
+    assert shown_reason is not None
+    monkeypatch.setenv("MNEMOLOG_EMBED", "off")
+
+    # A completion without the parent's archive: the next run writes it, `resumed: true`.
+    code, out = run(home, "store", LONG_POST_MORTEM)
+    mid = out.split()[1]
+    killed_atomise(home, mid, monkeypatch, "completed", 200)
+    code, env = run_json(home, "atomise", mid, "--curator", "rules")
+    assert code == 0 and env["resumed"] is True, env
+
+    # Atoms no completion lists, and a curator giving others: those are archived, with the reason shown.
+    other = home
+    mid = run(other, "store", LONG_POST_MORTEM + "\nA second copy.")[1].split()[1]
+    killed_atomise(other, mid, monkeypatch, "atoms:3", 200)
+    code, env = run_json(other, "atomise", mid, "--curator", "rules", "--max-atom-tokens", "120")
+    assert code == 0 and len(env["archived_orphan_ids"]) == 3, env
+    with Log(other / "log") as log:
+        reasons = {
+            e.data["id"]: e.data.get("reason") for e in log.iter_entries(0) if e.type == "memory.archived"
+        }
+    pattern = re.escape(" ".join(shown_reason.group(1).split())).replace(re.escape("<parent id>"), ULID)
+    for orphan in env["archived_orphan_ids"]:
+        assert re.fullmatch(pattern, reasons[orphan]), reasons[orphan]
