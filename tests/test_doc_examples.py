@@ -21,6 +21,7 @@ README.md
   827     exit 70 `mnemolog: internal error (please report)`               -> tests/cli/test_hostile_cli.py
 docs/format.md
   467-470 `log prove --json`, 477-480 `log consistency --json` (keys, types) -> here
+  161, 311-315 (forensics.md) verify-bundle's "complete as of tree size", its JSON, its failure -> here
   494-580 the worked example (key, entries, leaf hashes, root, checkpoint)
                                   -> tests/eventlog/test_format_doc.py
 docs/context.md
@@ -371,3 +372,101 @@ def test_an_interrupted_atomisation_resumes_as_the_readme_says(
     pattern = re.escape(" ".join(shown_reason.group(1).split())).replace(re.escape("<parent id>"), ULID)
     for orphan in env["archived_orphan_ids"]:
         assert re.fullmatch(pattern, reasons[orphan]), reasons[orphan]
+
+
+# README.md:448 and docs/forensics.md:161, 311-315: what verify-bundle reports.
+
+
+def test_verify_bundle_reports_what_forensics_md_says(home: Path, tmp_path: Path) -> None:
+    forensics = " ".join(doc("forensics.md").split())
+    assert "The report then says **complete as of tree size L**." in forensics
+    assert 'so the report can say "complete as of tree size N"' in README
+    mid = run(home, "store", "The pool was exhausted")[1].split()[1]
+    assert run(home, "update", mid, "--tag", "incident")[0] == 0
+    bundle = tmp_path / "b.tar"
+    assert run(home, "export-forensic-bundle", "--memory-id", mid, "-o", str(bundle))[0] == 0
+    code, out = run(home, "verify-bundle", str(bundle))
+    assert code == 0 and re.search(r"^complete\s+as of tree size \d+\b", out, re.M), out
+    code, report = run_json(home, "verify-bundle", str(bundle))
+    # "with the memory, the memory set, the checkpoint and its signer, the trust anchor, the
+    # entries' seqs, the envelopes, the files, the context packs checked and the list of checks"
+    assert '`--json` prints `{"ok": true, ...}` with the memory, the memory set, the checkpoint' in forensics
+    assert report["ok"] is True and report["memory_id"] == mid and report["memories"] == [mid]
+    for key in (
+        "tree_size",
+        "root",
+        "checkpoint_key",
+        "trust",
+        "seqs",
+        "envelopes",
+        "files",
+        "packs",
+        "checks",
+    ):
+        assert key in report, key
+    assert "completeness" in report["checks"]
+    # "a failure prints the error object ... ({"ok": false, "error", "message", "exit_code", "details"})"
+    shown = re.search(r'\(`\{"ok": false, ("\w+"(?:, "\w+")*)\}`\)', forensics)
+    assert shown is not None
+    bad = tmp_path / "bad.tar"
+    data = bytearray(bundle.read_bytes())
+    data[len(data) // 2] ^= 1
+    bad.write_bytes(bytes(data))
+    code, failure = run_json(home, "verify-bundle", str(bad))
+    assert code == 8 and failure["ok"] is False
+    assert list(failure) == ["ok", *re.findall(r'"(\w+)"', shown.group(1))]
+
+
+# docs/recall.md:362-375: the limits table, each row's "refused with" (error slug and exit code).
+
+UNKNOWN = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+LIMIT_CASES: dict[str, list[tuple[str, ...]]] = {
+    "content": [("store", " "), ("store", "x" * (256 * 1024 + 1))],
+    "title": [("store", "x", "--title", "t" * 513)],
+    "tags": [("store", "x", "--tag", "two words")],
+    "metadata": [("store", "x", "--meta", "[1]"), ("store", "x", "--meta", '{"n": 18446744073709551616}')],
+    "source": [("store", "x", "--source", "s" * 2049)],
+    "confidence": [("store", "x", "--confidence", "2")],
+    "namespace": [("store", "x", "--namespace", "a//b")],
+    "kind, relation": [
+        ("store", "x", "--kind", "nonsense"),
+        ("link", UNKNOWN, UNKNOWN, "--relation", "nope"),
+    ],
+    "limit": [("recall", "x", "--limit", "0"), ("recall", "x", "--limit", "1001")],
+    "query": [("recall", " ")],
+    "unknown id": [("get", UNKNOWN)],
+}
+
+
+def test_the_limits_table_is_what_the_commands_refuse_with(home: Path) -> None:
+    text = doc("recall.md")
+    table = text[text.index("## Limits") :].split("\n\n", 2)[1]
+    rows = re.findall(r"^\| ([^|]+?) \|[^|]*\| (`.*) \|$", table, re.M)
+    assert [r[0] for r in rows] == list(LIMIT_CASES)  # a new row needs its case here
+    for what, cell in rows:
+        shown = {(slug, int(code)) for slug, code in re.findall(r"`(\w+)` \((\d+)\)", cell)}
+        got = set()
+        for args in LIMIT_CASES[what]:
+            code, err = run_json(home, *args)
+            assert err["exit_code"] == code, err
+            got.add((err["error"], code))
+        assert got == shown, (what, got, shown)
+
+
+# docs/curators.md:89-91: the result envelope and a second run.
+
+
+def test_the_atomise_envelope_is_the_one_curators_md_shows(home: Path) -> None:
+    from tests.support.long_texts import LONG_POST_MORTEM
+
+    text = " ".join(doc("curators.md").split())
+    shown = re.search(r"A run returns `\{([\w, ]+)\}`", text)
+    assert shown is not None and "`already_atomised: true` (exit 1, informational)" in text
+    keys = [k.strip() for k in shown.group(1).split(",")]
+    mid = run(home, "store", LONG_POST_MORTEM)[1].split()[1]
+    code, env = run_json(home, "atomise", mid, "--curator", "rules")
+    assert code == 0 and env["ok"] is True
+    assert set(keys) <= set(env), (keys, list(env))
+    assert env["atom_count"] == len(env["atom_ids"]) > 0 and env["source_id"] == mid
+    code, again = run_json(home, "atomise", mid, "--curator", "rules")
+    assert code == 1 and again["already_atomised"] is True and again["atom_ids"] == env["atom_ids"]
