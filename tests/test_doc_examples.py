@@ -470,3 +470,45 @@ def test_the_atomise_envelope_is_the_one_curators_md_shows(home: Path) -> None:
     assert env["atom_count"] == len(env["atom_ids"]) > 0 and env["source_id"] == mid
     code, again = run_json(home, "atomise", mid, "--curator", "rules")
     assert code == 1 and again["already_atomised"] is True and again["atom_ids"] == env["atom_ids"]
+
+
+# README.md:176-186, in process: the Quick start's commands after `make demo`, and what their comments say.
+# (tests/test_readme.py runs the block verbatim in a clean shell, marked slow; this is the fast check.)
+
+
+def test_the_quick_start_commands_print_what_the_readme_says(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start = README.index("\n## Quick start\n")
+    block = re.search(r"```sh\n(.*?)```", README[start:], re.S)
+    assert block is not None
+    lines = [ln for ln in block.group(1).splitlines() if ln.startswith(("mnemolog ", "ID="))]
+    assert [ln.split()[1] for ln in lines] == ["init", "store", "recall", "store", "atomise", "recall", "log"]
+    monkeypatch.chdir(REPO)  # examples/post-mortem.txt
+    memory_id = ""
+    outs = []
+    for line in lines[1:]:
+        if line.startswith("ID="):
+            m = re.fullmatch(r"ID=\$\((mnemolog store - .*) < (\S+) \| cut -d\' \' -f2\)", line)
+            assert m is not None, line
+            argv = shlex.split(m.group(1))[1:]
+            r = CliRunner().invoke(
+                cli, ["--home", str(home), *argv], input=(REPO / m.group(2)).read_text(), env=OFFLINE
+            )
+            assert r.exit_code == 0 and re.fullmatch(rf"stored {ULID}\n", r.stdout), r.stdout
+            memory_id = r.stdout.split(" ")[1].strip()  # `cut -d' ' -f2`
+            continue
+        comment = line.split("  # ", 1)[1] if "  # " in line else ""
+        argv = shlex.split(line.replace('"$ID"', memory_id), comments=True)[1:]
+        code, out = run(home, *argv)
+        assert code == 0, (argv, out)
+        outs.append((argv, comment, out))
+    (_, _, stored), (_, _, first), (_, _, atomised), (_, comment, second), (_, _, verified) = outs
+    assert re.fullmatch(rf"stored {ULID}\n", stored)
+    assert "Prefer pg_repack over ALTER TABLE" in first.splitlines()[0]  # the decision, first
+    assert memory_id in atomised and "atomised" in atomised
+    assert comment == "an atom, not the archived parent"
+    hits = [row.split()[1] for row in second.splitlines()]
+    assert hits and memory_id not in hits  # the parent is archived: not among the hits
+    assert all("atom-of:" in row for row in second.splitlines()), second
+    assert re.match(r"ok: \d+ entries", verified), verified
