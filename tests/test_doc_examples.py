@@ -1,45 +1,59 @@
 """Every output README.md and docs/*.md show is one a test produces and compares.
 
-Inventory (file:line of the shown output -> the test that compares it; "here" is this module).
-Ids, times and hashes are masked where the docs show placeholders.
+Inventory: file:line of a shown output -> the test comparing it ("here": this module). Ids,
+times, digests and dates are masked where the docs show placeholders; what the docs show
+literally is compared literally.
 
 README.md
-  176-186 Quick start (recall finds the decision, the atom, `ok: N entries`)
-                                  -> tests/test_readme.py::test_the_quick_start_runs_verbatim_in_a_clean_shell
-  189     `store` prints `stored <ID>`; `--json` prints one object          -> here
-  218     `No such command 'recal'. Did you mean 'recall'?`, exit 64       -> tests/cli/test_help.py
-  269     `already_stored: true` of `store --id`                 -> tests/substrate/test_idempotent_store.py
-  344-348 `resumed: true`, the orphans' archive reason                     -> here
-  420-432 the knowledge worked example, its comments (extract, triage,
-          candidates, promote, recall, bundle contents)                    -> here
-  520-531 the p06 context pack    -> tests/acceptance/test_story_context.py::
-                                     test_the_readme_context_example_prints_what_the_readme_shows
-  637-642 the HTTP block (`"ok": true, "version"`, `"results": [{`)
-                                  -> tests/test_readme.py::test_the_quick_start_runs_verbatim_in_a_clean_shell
-  811-812 the `--json` success and error objects                           -> here
-  814-827 the exit-code table     -> tests/test_docs.py::test_the_exit_code_table_is_the_codes_errors_carry
-  827     exit 70 `mnemolog: internal error (please report)`               -> tests/cli/test_hostile_cli.py
+  171-186 Quick start: the first recall finds the decision, `stored <ID>`, the second recall
+          an atom (not the archived parent), `ok: N entries`              -> here (in process);
+          verbatim in a clean shell: tests/test_readme.py::test_the_quick_start_runs_verbatim... (slow)
+  189-190 `stored <ID>`; `--json` prints one object                          -> here
+  218     `No such command 'recal'. Did you mean 'recall'?`, exit 64         -> tests/cli/test_help.py
+  225     `log show`: seq, time, type, key id, payload                       -> here
+  269     `already_stored: true`, `embedding` values  -> tests/substrate/test_idempotent_store.py,
+                                                         tests/substrate/test_embedding.py
+  344-348 `resumed: true`; the orphans' archive reason                       -> here
+  361     `vault validate`: `file: field: message`, exit 65                  -> here
+  409     `capture` prints its id                                            -> here
+  419-432 the knowledge worked example's comments (extract, triage, candidates,
+          promote, recall, what the bundle holds)                            -> here
+  448     verify-bundle's "complete as of tree size N"                       -> here
+  522-532 the p06 context pack        -> tests/acceptance/test_story_context.py::
+                                         test_the_readme_context_example_prints_what_the_readme_shows
+  639-644 the HTTP block's answers    -> tests/test_readme.py (the slow Quick start test)
+  812-813 the `--json` success and error objects                             -> here
+  815-828 exit codes   -> tests/test_docs.py::test_the_exit_code_table_is_the_codes_errors_carry
+  828     `mnemolog: internal error (please report)`                         -> tests/cli/test_hostile_cli.py
 docs/format.md
-  467-470 `log prove --json`, 477-480 `log consistency --json` (keys, types) -> here
-  161, 311-315 (forensics.md) verify-bundle's "complete as of tree size", its JSON, its failure -> here
-  494-580 the worked example (key, entries, leaf hashes, root, checkpoint)
-                                  -> tests/eventlog/test_format_doc.py
+  465-480 `log prove --json`, `log consistency --json` (keys, order, types)  -> here
+  493-579 the worked example (key, entries, hashes, root, checkpoint) -> tests/eventlog/test_format_doc.py
+docs/forensics.md
+  161, 311-315 verify-bundle's report, its JSON, the failure object          -> here
+  433-441 the witness's answers; 509-513 the witness checks
+                                      -> tests/substrate/test_witness_server.py, tests/cli (witness.* checks)
 docs/context.md
-  152-166 the pack's bytes        -> tests/projections/context/test_assemble.py::
-                                     test_the_pack_docs_context_md_shows_is_what_assembly_renders
-  352-357 the agent folder `vault render` writes                           -> here
-  369-374 a managed region of USER.md after `persona promote`              -> here
+  153-167 the pack's bytes            -> tests/projections/context/test_assemble.py::
+                                         test_the_pack_docs_context_md_shows_is_what_assembly_renders
+  353-357 the agent folder `vault render` writes                             -> here
+  370-374 USER.md's managed region after `persona promote`                   -> here
 docs/vault.md
-  18-30   the vault layout (the files render writes; `_migrations/` and `wiki/` are not render's)
-                                                                             -> here (render's part)
-  171-181 INDEX.md's seven sections, in order                              -> here
+  16-30   the layout (render's part; `_migrations/` is the runner's, `wiki/` a person's) -> here
+  169-181 INDEX.md: title line and its seven sections, in order              -> here
   401-402 `Snapshot created: <path>`, `Snapshot ref: ...`
           -> tests/substrate/migrations/contract.py, tests/substrate/test_format_contracts.py
 docs/knowledge.md
-  180-183 the rules extractor's precision/recall table                     -> here
-docs/forensics.md, docs/recall.md, docs/surfaces.md, docs/curators.md, docs/robustness.md
-  figures of benchmarks (times, rates, sizes: measured on one machine, not comparable
-  in a test) and protocol descriptions; no command output block. Not compared.
+  178-181 the rules extractor's figures (as bench/knowledge_bench.py computes them) -> here
+docs/curators.md
+  89-91   the atomise envelope; `already_atomised: true` (exit 1)            -> here
+docs/recall.md
+  361-375 the limits table's "refused with" (slug, exit code)                -> here
+docs/robustness.md
+  88-98 and the other tables: exit codes per damage -> the tests each row cites ([`tests/...`])
+Not compared, and why: the benchmark figures of docs/recall.md (LoCoMo: a data set not in
+the repository; latencies and rates: one machine's timings), of docs/surfaces.md and
+docs/forensics.md (bench/*: timings and sizes of a run), and the command tables' prose
+(behaviour, not output). Tables of fields, formats and configuration are not outputs.
 """
 
 from __future__ import annotations
@@ -512,3 +526,27 @@ def test_the_quick_start_commands_print_what_the_readme_says(
     assert hits and memory_id not in hits  # the parent is archived: not among the hits
     assert all("atom-of:" in row for row in second.splitlines()), second
     assert re.match(r"ok: \d+ entries", verified), verified
+
+
+# README.md (command tables): `log show` prints "seq, time, type, key id, payload"; `vault validate`
+# prints every problem "as `file: field: message`"; `capture` prints the interaction's id.
+
+
+def test_log_show_vault_validate_and_capture_print_what_the_tables_say(home: Path, tmp_path: Path) -> None:
+    assert "| print entries (seq, time, type, key id, payload) |" in README
+    assert "every problem printed as `file: field: message`; exit 65 when any is an error" in README
+    assert "record an interaction and print its id" in README
+    code, out = run(home, "capture", "--prompt", "Why did checkout fail?", "--response", "The pool.")
+    assert code == 0 and re.fullmatch(rf"{ULID}\n", out), out
+    code, out = run(home, "log", "show", "--type", "interaction.captured")
+    assert code == 0
+    (row,) = out.splitlines()
+    m = re.fullmatch(r"\s*(\d+)\s+(\d{4}-\d\d-\d\dT[\d:.]+Z)\s+(\S+)\s+([0-9a-f]{16})\s+(\{.*)", row)
+    assert m is not None and m.group(3) == "interaction.captured", row
+    root = tmp_path / "vault"
+    assert run(home, "vault", "render", str(root), "--agent", "ada")[0] == 0
+    (root / "ada" / "memory" / "feedback_stray.md").write_text("no frontmatter\n")
+    code, out = run(home, "vault", "validate", str(root))
+    assert code == 65 and out.splitlines(), out
+    for line in out.splitlines():
+        assert re.fullmatch(r"ada/memory/feedback_stray\.md: [\w.-]+: .+", line), line
