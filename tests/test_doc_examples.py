@@ -9,7 +9,7 @@ README.md
           an atom (not the archived parent), `ok: N entries`              -> here (in process);
           verbatim in a clean shell: tests/test_readme.py::test_the_quick_start_runs_verbatim... (slow)
   189-190 `stored <ID>`; `--json` prints one object                          -> here
-  218     `No such command 'recal'. Did you mean 'recall'?`, exit 64         -> tests/cli/test_help.py
+  218     `No such command 'recal'. Did you mean 'recall'?`, exit 64         -> here
   225     `log show`: seq, time, type, key id, payload                       -> here
   269     `already_stored: true`, `embedding` values  -> tests/substrate/test_idempotent_store.py,
                                                          tests/substrate/test_embedding.py
@@ -31,7 +31,7 @@ docs/format.md
 docs/forensics.md
   161, 311-315 verify-bundle's report, its JSON, the failure object          -> here
   433-441 the witness's answers; 509-513 the witness checks
-                                      -> tests/substrate/test_witness_server.py, tests/cli (witness.* checks)
+                                      -> tests/substrate/test_witness_server.py, tests/cli/test_witness_cli.py
 docs/context.md
   153-167 the pack's bytes            -> tests/projections/context/test_assemble.py::
                                          test_the_pack_docs_context_md_shows_is_what_assembly_renders
@@ -550,3 +550,13 @@ def test_log_show_vault_validate_and_capture_print_what_the_tables_say(home: Pat
     assert code == 65 and out.splitlines(), out
     for line in out.splitlines():
         assert re.fullmatch(r"ada/memory/feedback_stray\.md: [\w.-]+: .+", line), line
+
+
+# README.md:218: a mistyped command, the message quoted literally.
+
+
+def test_a_mistyped_command_prints_the_message_the_readme_quotes(home: Path) -> None:
+    shown = re.search(r"\(`(No such command 'recal'\. Did you mean 'recall'\?)`, exit 64\)", README)
+    assert shown is not None
+    r = CliRunner().invoke(cli, ["--home", str(home), "recal", "x"])
+    assert r.exit_code == 64 and shown.group(1) in r.stderr, r.stderr
