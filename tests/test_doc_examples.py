@@ -40,6 +40,7 @@ docs/context.md
 docs/vault.md
   16-30   the layout (render's part; `_migrations/` is the runner's, `wiki/` a person's) -> here
   169-181 INDEX.md: title line and its seven sections, in order              -> here
+  183-188 INDEX.md's lines: archive (superseded, archived) and promoted forms -> here
   401-402 `Snapshot created: <path>`, `Snapshot ref: ...`
           -> tests/substrate/migrations/contract.py, tests/substrate/test_format_contracts.py
 docs/knowledge.md
@@ -49,6 +50,7 @@ docs/curators.md
 docs/recall.md
   361-375 the limits table's "refused with" (slug, exit code)                -> here
 docs/robustness.md
+  178-179 the orphans' archive reason and `by`                               -> here
   88-98 and the other tables: exit codes per damage -> the tests each row cites ([`tests/...`])
 Not compared, and why: the benchmark figures of docs/recall.md (LoCoMo: a data set not in
 the repository; latencies and rates: one machine's timings), of docs/surfaces.md and
@@ -380,12 +382,17 @@ def test_an_interrupted_atomisation_resumes_as_the_readme_says(
     code, env = run_json(other, "atomise", mid, "--curator", "rules", "--max-atom-tokens", "120")
     assert code == 0 and len(env["archived_orphan_ids"]) == 3, env
     with Log(other / "log") as log:
-        reasons = {
-            e.data["id"]: e.data.get("reason") for e in log.iter_entries(0) if e.type == "memory.archived"
-        }
-    pattern = re.escape(" ".join(shown_reason.group(1).split())).replace(re.escape("<parent id>"), ULID)
-    for orphan in env["archived_orphan_ids"]:
-        assert re.fullmatch(pattern, reasons[orphan]), reasons[orphan]
+        archived = [e.data for e in log.iter_entries(0) if e.type == "memory.archived"]
+    reasons = {d["id"]: d.get("reason") for d in archived}
+    archived_by = {d["id"]: d.get("by") for d in archived}
+    robustness = " ".join(doc("robustness.md").split())
+    also = re.search(r"archived once, by `(\w+)`, with the reason `([^`]+)`", robustness)
+    assert also is not None
+    for shown in (shown_reason.group(1), also.group(2)):  # README.md:347, docs/robustness.md:178
+        pattern = re.escape(" ".join(shown.split())).replace(re.escape("<parent id>"), ULID)
+        for orphan in env["archived_orphan_ids"]:
+            assert re.fullmatch(pattern, reasons[orphan]), reasons[orphan]
+    assert {archived_by[orphan] for orphan in env["archived_orphan_ids"]} == {also.group(1)}
 
 
 # README.md:448 and docs/forensics.md:161, 311-315: what verify-bundle reports.
@@ -560,3 +567,47 @@ def test_a_mistyped_command_prints_the_message_the_readme_quotes(home: Path) -> 
     assert shown is not None
     r = CliRunner().invoke(cli, ["--home", str(home), "recal", "x"])
     assert r.exit_code == 64 and shown.group(1) in r.stderr, r.stderr
+
+
+# docs/vault.md:183-188: INDEX.md's lines, in the archive and the promoted section.
+
+
+def test_the_index_lines_are_the_ones_vault_md_shows(home: Path, tmp_path: Path) -> None:
+    text = " ".join(doc("vault.md").split())
+    assert "``- [`Title`](feedback_debt_priority_order.md) — hook``" in text
+    forms = re.search(
+        r"in the archive it is `(superseded by <file>, <captured date of the newer>)` or "
+        r"`(archived <last_seen>: <hook>)`; in the promoted section `(promoted <date> from <file>)`",
+        text,
+    )
+    assert forms is not None
+    old = run(home, "store", "Old pool rule", "--kind", "decision")[1].split()[1]
+    new = run(home, "store", "New pool rule", "--kind", "decision")[1].split()[1]
+    gone = run(home, "store", "Archived thing", "--kind", "reference", "--title", "Arch")[1].split()[1]
+    tea = run(home, "store", "Likes tea", "--kind", "user")[1].split()[1]
+    assert run(home, "link", new, old, "--relation", "supersedes")[0] == 0
+    assert run(home, "archive", gone)[0] == 0
+    assert run(home, "persona", "promote", tea)[0] == 0
+    assert run(home, "vault", "render", str(tmp_path / "v"), "--agent", "ada")[0] == 0
+    lines = (tmp_path / "v" / "ada" / "memory" / "INDEX.md").read_text().splitlines()
+    date = r"\d{4}-\d{2}-\d{2}"
+    masks = {
+        "<file>": r"\w+\.md",
+        "<captured date of the newer>": date,
+        "<last_seen>": date,
+        "<date>": date,
+        "<hook>": "Archived thing",
+    }
+
+    def line(title: str, form: str) -> str:
+        pattern = re.escape(form)
+        for placeholder, mask in masks.items():
+            pattern = pattern.replace(re.escape(placeholder), mask)
+        return rf"- \[`{re.escape(title)}`\]\(\w+\.md\) — {pattern}"
+
+    for title, form in (("Old pool rule", 1), ("Arch", 2), ("Likes tea", 3)):
+        assert any(re.fullmatch(line(title, forms.group(form)), x) for x in lines), (title, lines)
+    assert (
+        "- [`Old pool rule`](decision_old_pool_rule.md) — superseded by decision_new_pool_rule.md, "
+        in "\n".join(lines)
+    )
