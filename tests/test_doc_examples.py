@@ -48,6 +48,7 @@ docs/knowledge.md
 docs/curators.md
   89-91   the atomise envelope; `already_atomised: true` (exit 1)            -> here
 docs/recall.md
+  197-198 `matched: false` in the recall and search answers (HTTP)          -> here
   361-375 the limits table's "refused with" (slug, exit code)                -> here
 docs/robustness.md
   178-179 the orphans' archive reason and `by`                               -> here
@@ -611,3 +612,25 @@ def test_the_index_lines_are_the_ones_vault_md_shows(home: Path, tmp_path: Path)
         "- [`Old pool rule`](decision_old_pool_rule.md) — superseded by decision_new_pool_rule.md, "
         in "\n".join(lines)
     )
+
+
+# docs/recall.md:197-198: the HTTP (and MCP: one operations module) answers carry `matched: false`.
+
+
+def test_recall_and_search_answers_say_matched_false_when_nothing_matched(home: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from mnemolog.cli import http_api
+    from mnemolog.substrate.api import Substrate
+
+    text = " ".join(doc("recall.md").split())
+    assert "and `memory_search` carry `matched: false` when nothing matched." in text
+    assert run(home, "store", "Prefer pg_repack over ALTER TABLE for large tables")[0] == 0
+    with Substrate.open(home, long_lived=False) as s:
+        client = TestClient(http_api.app(s, http_api.HttpSettings()), base_url="http://127.0.0.1")
+        for route in ("/recall", "/search"):
+            hit = client.post(route, json={"query": "pg_repack"})
+            miss = client.post(route, json={"query": "zebra"})
+            assert hit.status_code == miss.status_code == 200, (hit.text, miss.text)
+            assert hit.json()["matched"] is True and hit.json()["results"]
+            assert miss.json()["matched"] is False and miss.json()["results"] == []
