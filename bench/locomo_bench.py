@@ -317,30 +317,18 @@ def atomisation_experiment(
     return out
 
 
-MONTHS = (
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-)
-
-
 def session_dates(conv: dict[str, Any]) -> dict[int, tuple[int, int, int]]:
     """(year, month, day) of each session, from `session_N_date_time` ("1:56 pm on 8 May, 2023")."""
     out = {}
     for k, v in conv.items():
         m = re.fullmatch(r"session_(\d+)_date_time", k)
         d = re.search(r"(\d{1,2}) ([A-Za-z]+),? (\d{4})", str(v)) if m else None
-        if m and d and d.group(2).lower() in MONTHS:
-            out[int(m.group(1))] = (int(d.group(3)), MONTHS.index(d.group(2).lower()) + 1, int(d.group(1)))
+        if m and d:
+            try:
+                when = datetime.datetime.strptime(" ".join(d.groups()), "%d %B %Y")
+            except ValueError:
+                continue  # not a month name: no date for that session
+            out[int(m.group(1))] = (when.year, when.month, when.day)
     return out
 
 

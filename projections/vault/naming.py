@@ -29,22 +29,12 @@ from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from typing import Final, Literal, TypeVar
 
+from mnemolog.projections.text import MONTH_NAMES
+
 NOTE_TYPES: Final = ("user", "feedback", "project", "decision", "reference")
 EVERGREEN_TYPES: Final = frozenset({"user", "feedback", "reference"})
-MONTHS: Final = (
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-)
+#: Month names as note names spell them (lowercase English, whatever the locale).
+MONTHS: Final = tuple(m.lower() for m in MONTH_NAMES)
 INDEX_FILENAME: Final = "INDEX.md"
 MIN_TOPIC_WORDS: Final = 2
 MAX_TOPIC_WORDS: Final = 5
