@@ -121,3 +121,8 @@ class VerificationError(MnemologError):
         self.file = file
         self.expected = expected
         self.found = found
+
+    def restated(self, message: str) -> VerificationError:
+        """The same failure (check, where, what) told in the words of the caller that met it."""
+        details = {k: v for k, v in self.details.items() if k not in ("check",)}
+        return VerificationError(message, check=self.check, **details)

@@ -220,14 +220,9 @@ class KeySchedule:
                 if e.seq >= signatures_from or e.type == ROTATION_TYPE:
                     self.check_entry(e)
             except VerificationError as exc:
-                raise VerificationError(
+                raise exc.restated(
                     f"{exc.message}: an entry outside the log's key history is not served; "
-                    "run `mnemolog log verify`",
-                    check=exc.check,
-                    seq=exc.seq,
-                    file=exc.file,
-                    expected=exc.expected,
-                    found=exc.found,
+                    "run `mnemolog log verify`"
                 ) from exc
             if e.type == ROTATION_TYPE:
                 self.add(e)

@@ -642,14 +642,9 @@ class LogWriter:
             self._release_files()
         if self._unreported is not None:
             d = self._unreported
-            raise VerificationError(
+            raise d.restated(
                 f"closing the log writer: {d.message} (seen by the periodic checkpointer; nothing "
-                "was signed after it)",
-                check=d.check,
-                seq=d.seq,
-                file=d.file,
-                expected=d.expected,
-                found=d.found,
+                "was signed after it)"
             ) from d
 
     def _release_files(self) -> None:

@@ -27,9 +27,10 @@ to MAX_IMPORT_BYTES; split larger ones.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final, NotRequired, TypedDict
@@ -248,19 +249,8 @@ def check_file(path: Path, sessions: Sessions, hooks: HookChain, *, skip_existin
         size = os.fstat(f.fileno()).st_size
         if size > MAX_IMPORT_BYTES:
             raise _too_large(path, size)
-        first_line: dict[str, int] = {}
-        for n, raw in _lines(f, MAX_IMPORT_BYTES, path):
-            out.lines = n
-            try:
-                p = parse_line(raw)
-            except MnemologError as exc:
-                out.fail(n, exc)
-                continue
-            if p.id in first_line:
-                out.fail(n, BadInput(f"id {p.id} is on line {first_line[p.id]} already", field="id"))
-                continue
-            first_line[p.id] = n
-            out.payloads.append((n, p))
+        lines = ((n, functools.partial(parse_line, raw)) for n, raw in _lines(f, MAX_IMPORT_BYTES, path))
+        _gather(out, lines, "line")
     return _check_stored(out, sessions, hooks, skip_existing=skip_existing)
 
 
@@ -274,19 +264,27 @@ def check_records(
 ) -> _Checked:
     """Check records a format mapper made (numbered from 1) as the lines of a file are; nothing is written."""
     out = _Checked(lines=len(records))
+    _gather(
+        out, ((n, functools.partial(parse_record, obj, status)) for n, obj in enumerate(records, 1)), "record"
+    )
+    return _check_stored(out, sessions, hooks, skip_existing=skip_existing)
+
+
+def _gather(out: _Checked, numbered: Iterable[tuple[int, Callable[[], MemoryStored]]], unit: str) -> None:
+    """Parse each numbered item into `out`: its payload, or why it is refused (a repeated id too)."""
     first: dict[str, int] = {}
-    for n, obj in enumerate(records, 1):
+    for n, parse in numbered:
+        out.lines = max(out.lines, n)
         try:
-            p = parse_record(obj, status)
+            p = parse()
         except MnemologError as exc:
             out.fail(n, exc)
             continue
         if p.id in first:
-            out.fail(n, BadInput(f"id {p.id} is on record {first[p.id]} already", field="id"))
+            out.fail(n, BadInput(f"id {p.id} is on {unit} {first[p.id]} already", field="id"))
             continue
         first[p.id] = n
         out.payloads.append((n, p))
-    return _check_stored(out, sessions, hooks, skip_existing=skip_existing)
 
 
 def _check_stored(out: _Checked, sessions: Sessions, hooks: HookChain, *, skip_existing: bool) -> _Checked:

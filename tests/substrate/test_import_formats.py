@@ -21,7 +21,7 @@ from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
 from mnemolog.substrate import importers
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.ids import looks_like_id
-from mnemolog.substrate.importer import ImportFailed
+from mnemolog.substrate.importer import FIELDS, ImportFailed
 from mnemolog.substrate.importers import MapError, derived_id, read_source
 from mnemolog.substrate.importers.basic_memory import map_note
 from mnemolog.substrate.importers.chats import map_chatgpt, map_claude
@@ -438,18 +438,7 @@ ROWS: list[dict[str, Any]] = [
 
 
 def _comparable(ms: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    keep = (
-        "id",
-        "content",
-        "namespace",
-        "kind",
-        "title",
-        "tags",
-        "confidence",
-        "source",
-        "metadata",
-        "created_at",
-    )
+    keep = tuple(f for f in FIELDS if f != "last_seen")  # the fields an import carries, as it reads them
     return sorted(({k: m[k] for k in keep} for m in ms), key=lambda m: m["id"])
 
 
