@@ -159,6 +159,17 @@ def filter_options(f: Any) -> Any:
     return click.option("--limit", type=click.IntRange(1, 1000), default=10, help="At most N results.")(g)
 
 
+#: The edge's kind, for link and unlink alike.
+relation_option = click.option(
+    "--relation",
+    "-r",
+    type=click.Choice(RELATIONS),
+    default="related_to",
+    show_default=True,
+    help="The edge's kind.",
+)
+
+
 @click.command()
 @click.argument("text")
 @click.option("--namespace", "-n", default="default", help="Namespace, e.g. team/project.")
@@ -292,14 +303,7 @@ def update(
 @click.command()
 @click.argument("src")
 @click.argument("dst")
-@click.option(
-    "--relation",
-    "-r",
-    type=click.Choice(RELATIONS),
-    default="related_to",
-    show_default=True,
-    help="The edge's kind.",
-)
+@relation_option
 @click.option("--meta", "meta_json", help="Edge metadata, a JSON object.")
 @json_option
 @click.pass_obj
@@ -319,14 +323,7 @@ def link(ctx: Ctx, src: str, dst: str, relation: str, meta_json: str | None) -> 
 @click.command()
 @click.argument("src")
 @click.argument("dst")
-@click.option(
-    "--relation",
-    "-r",
-    type=click.Choice(RELATIONS),
-    default="related_to",
-    show_default=True,
-    help="The edge's kind.",
-)
+@relation_option
 @click.option("--reason", help="Why the edge is taken back (kept in the signed event).")
 @json_option
 @click.pass_obj
