@@ -33,6 +33,7 @@ import duckdb
 
 from mnemolog.eventlog.errors import UsageError
 from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.vocabulary import iso_time
 from mnemolog.projections import bm25
 from mnemolog.projections.embed_cache import EmbedCache
 from mnemolog.projections.engine import Projections
@@ -52,8 +53,7 @@ class AsOf:
     ts: int
 
     def to_json(self) -> dict[str, Any]:
-        when = dt.datetime.fromtimestamp(self.ts / 1e6, dt.UTC).isoformat().replace("+00:00", "Z")
-        return {"seq": self.seq, "ts": when}
+        return {"seq": self.seq, "ts": iso_time(self.ts)}
 
 
 def parse(value: object) -> int | dt.datetime:

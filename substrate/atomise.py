@@ -21,7 +21,6 @@ request completes exactly once).
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import threading
 import time
@@ -36,6 +35,7 @@ from mnemolog.curators.tokens import DEFAULT_ATOM_TOKENS, check_max_atom_tokens,
 from mnemolog.eventlog.errors import Informational, LockTimeout, MnemologError, NotFound, UsageError
 from mnemolog.eventlog.lock import FileLock
 from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.vocabulary import iso_time
 from mnemolog.projections import queries
 from mnemolog.projections.memories import Memory
 from mnemolog.substrate.events import (
@@ -82,9 +82,7 @@ class AlreadyAtomised(Informational):
 
 def iso(us: int | None) -> str | None:
     """An ISO-8601 UTC time of a µs timestamp (None stays None)."""
-    if us is None:
-        return None
-    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).isoformat().replace("+00:00", "Z")
+    return None if us is None else iso_time(us)
 
 
 @dataclass

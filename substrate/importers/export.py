@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import yaml
 
+from mnemolog.eventlog.vocabulary import iso_time
 from mnemolog.substrate.importer import FIELDS
 
 EXPORT_FORMATS: Final = ("jsonl", "basic-memory")
@@ -36,9 +36,7 @@ def _slug(text: str) -> str:
 
 
 def _iso(us: int | None) -> str | None:
-    if us is None:
-        return None
-    return datetime.fromtimestamp(us / 1_000_000, UTC).isoformat().replace("+00:00", "Z")
+    return None if us is None else iso_time(us)
 
 
 def basic_memory_notes(memories: Iterable[Mapping[str, Any]]) -> list[tuple[str, bytes]]:
