@@ -23,12 +23,16 @@ def host_of(scope: Scope) -> str:
     return ""
 
 
+def refusal_message(host: str) -> str:
+    return f"Host {host[:80]!r} is not a loopback name; this server answers only on this machine"
+
+
 def refusal_body(host: str) -> bytes:
     return json.dumps(
         {
             "ok": False,
             "error": "forbidden_host",
-            "message": f"Host {host[:80]!r} is not a loopback name; this server answers only on this machine",
+            "message": refusal_message(host),
             "exit_code": 64,
             "details": {},
         }

@@ -46,6 +46,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mnemolog.cli import operations
+from mnemolog.cli.hostguard import refusal_message
 from mnemolog.cli.listen import loopback_host_header
 from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, UsageError
 from mnemolog.substrate.api import Substrate
@@ -482,10 +483,7 @@ class Api:
         if self.settings.loopback_only:
             host = request.headers.get("host", "")
             if not loopback_host_header(host):
-                raise HttpError(
-                    "forbidden_host",
-                    f"Host {host[:80]!r} is not a loopback name; this server answers only on this machine",
-                )
+                raise HttpError("forbidden_host", refusal_message(host))
 
 
 class Guard:
