@@ -32,6 +32,7 @@ from typing import Any
 import duckdb
 
 from mnemolog.eventlog.errors import UsageError
+from mnemolog.eventlog.fsio import pid_alive
 from mnemolog.eventlog.log import Log
 from mnemolog.eventlog.vocabulary import iso_time
 from mnemolog.projections import bm25
@@ -124,16 +125,6 @@ def resolve(log: Log, point: int | dt.datetime) -> AsOf:
     return last
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # someone else's process: alive
-    return True
-
-
 class AsOfProjections:
     """The last as-of projection of this process (see the module docstring). Thread-safe."""
 
@@ -207,5 +198,5 @@ def _sweep(parent: Path) -> None:
     """Remove the directories of processes that ended without removing theirs (killed)."""
     for p in parent.iterdir():
         pid = p.name.split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
