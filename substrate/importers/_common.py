@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.substrate.ids import encode_128
 
-_ALPHABET: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _SEGMENT_BAD: Final = re.compile(r"[^A-Za-z0-9_.\-]+")
 #: Years a timestamp may name: an epoch in ms or µs read as seconds lands far outside.
 _YEARS: Final = range(1971, 2200)
@@ -35,12 +35,7 @@ def derived_id(fmt: str, pointer: str) -> str:
     skip-existing path adds nothing the second time. 128 bits of SHA-256 in
     26 base32 characters (the first is 0-7, as in any 128-bit ULID).
     """
-    value = int.from_bytes(hashlib.sha256(f"{fmt}\0{pointer}".encode()).digest()[:16], "big")
-    out = []
-    for _ in range(26):
-        out.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    return encode_128(int.from_bytes(hashlib.sha256(f"{fmt}\0{pointer}".encode()).digest()[:16], "big"))
 
 
 def segment(text: str) -> str:
