@@ -45,7 +45,7 @@ from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
 from mnemolog.projections.memories import MEMORY_FIELDS, Edge, Memory
 from mnemolog.projections.recall import Filters
-from mnemolog.substrate import asof, governance, recall_policy, witnessing
+from mnemolog.substrate import asof, governance, recall_hits, recall_policy, witnessing
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion
@@ -940,7 +940,8 @@ class Substrate:
         min_score: float | None = None,
         as_of: int | str | None = None,
     ) -> list[Memory]:
-        """Rank memories for a natural-language query (any term may match). No side effects.
+        """Rank memories for a natural-language query (any term may match). Writes nothing to the log;
+        the ids it answers with are noted in the local recall-hit ledger, which decay reads.
 
         `mode`: "bm25" (title, tags and content), "vector" (cosine of the
         embeddings), "hybrid" (both, fused), or None: hybrid when the home
@@ -1033,6 +1034,8 @@ class Substrate:
         }
         if at is not None:
             report["as_of"] = at.to_json()
+        else:  # decay counts a hit as a reference; a look into the past references nothing now
+            recall_hits.note(self.home.state_dir, (m["id"] for m in results), self.clock())
         return report
 
     def search(

@@ -52,6 +52,7 @@ from mnemolog.projections.knowledge import (
 )
 from mnemolog.projections.knowledge_match import echo, normalised, terms
 from mnemolog.projections.memories import Memory
+from mnemolog.substrate import recall_hits
 from mnemolog.substrate.events import (
     MemoryStored,
     MemoryUpdated,
@@ -160,6 +161,8 @@ def _exemption(row: Mapping[str, Any], policy: DecayPolicy) -> str | None:
         return "stored"
     if row["in_pack"]:
         return "in_pack"
+    if row["recalled"]:
+        return "recalled"
     return None
 
 
@@ -896,10 +899,12 @@ class Knowledge:
         policy = self.settings.decay
         gone: list[dict[str, Any]] = []
         decaying = 0
-        exempt = {"pinned": 0, "kind": 0, "stored": 0, "in_pack": 0}
+        exempt = {"pinned": 0, "kind": 0, "stored": 0, "in_pack": 0, "recalled": 0}
+        hits = recall_hits.last_hits(self.home.state_dir)
         with self.sessions.session() as s:
             rows = kq.decay_rows(s.conn, at - (policy.idle_days + 1) * DAY_US).to_pylist()
             for row in rows:
+                row["recalled"] = row["id"] in hits
                 anchor = row["anchor"]
                 if decay_days(anchor_us=anchor, reference_count=0, now_us=at, policy=policy) == 0:
                     continue
@@ -925,6 +930,7 @@ class Knowledge:
             if announce is not None:
                 announce(gone[:_MAX_LISTED])
             if not dry_run:
+                recall_hits.compact(self.home.state_dir, hits)
                 recorded = policy.to_data()
                 for start in range(0, len(gone), DECAY_BATCH):
                     s.append_many(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from mnemolog.projections.knowledge import DAY_US
+from mnemolog.substrate import recall_hits
 from mnemolog.substrate.api import Substrate
 from tests.projections.kit import FakeClock, new_home, open_sub
 
@@ -35,13 +36,21 @@ def sub(tmp_path: Path, clock: FakeClock) -> Iterator[Substrate]:
 
 def promoted_candidate(sub: Substrate) -> dict[str, Any]:
     """A memory the loop proposed and triage promoted: the kind decay is for."""
-    sub.capture("What did we decide?", DECISION, project="p04")
+    mid = promoted_candidate_of(sub, DECISION)
+    m = sub.get(mid)
+    assert m["status"] == "active" and m["promoted_at"] is not None
+    return m
+
+
+def promoted_candidate_of(sub: Substrate, text: str) -> str:
+    """The id of the memory the loop promoted from one captured answer ``text``."""
+    before = {m["id"] for m in sub.list(project="p04")}
+    sub.capture("What did we decide?", text, project="p04")
     sub.extract(pending=True, extractor="rules")
     out = sub.triage(pending=True, triager="rules")
     assert out["promoted"] == 1, out
-    (m,) = sub.list(project="p04")
-    assert m["status"] == "active" and m["promoted_at"] is not None
-    return m
+    (mid,) = {m["id"] for m in sub.list(project="p04")} - before
+    return str(mid)
 
 
 def test_a_pinned_user_memory_and_direct_stores_survive_a_year(sub: Substrate) -> None:
@@ -55,7 +64,7 @@ def test_a_pinned_user_memory_and_direct_stores_survive_a_year(sub: Substrate) -
     out = sub.decay(now=YEAR_AHEAD, announce=announced.append)
     assert [r["id"] for r in out["superseded"]] == [loop["id"]]
     assert announced == [out["superseded"]]  # listed, then written
-    assert out["exempt"] == {"pinned": 1, "kind": 1, "stored": 1, "in_pack": 0}
+    assert out["exempt"] == {"pinned": 1, "kind": 1, "stored": 1, "in_pack": 0, "recalled": 0}
     for m in (pinned, feedback, note):
         assert sub.get(m["id"])["status"] == "active"
     assert sub.get(loop["id"])["status"] == "superseded"
@@ -126,3 +135,59 @@ def test_restore_undoes_a_persons_supersession_and_an_archive_together(sub: Subs
     assert back["status"] == "active" and back["archived_at"] is None
     types = [e.type for e in sub.log.iter_entries(0)][-2:]
     assert types == ["memory.reinstated", "memory.restored"]
+
+
+def test_a_recall_hit_is_a_reference(sub: Substrate) -> None:
+    loop = promoted_candidate(sub)
+    other = promoted_candidate_of(sub, "Decision: the polishing lap is pitch, not polyurethane.")
+    assert [m["id"] for m in sub.recall("whiffletree mirror support", mode="bm25")][:1] == [loop["id"]]
+    out = sub.decay(now=YEAR_AHEAD)
+    assert out["exempt"]["recalled"] >= 1
+    assert sub.get(loop["id"])["status"] == "active"
+    assert sub.get(other)["status"] == "superseded"  # never recalled: the hint keeps only what was asked for
+
+
+def test_a_look_into_the_past_is_not_a_reference(sub: Substrate) -> None:
+    loop = promoted_candidate(sub)
+    sub.recall("whiffletree mirror support", mode="bm25", as_of=sub.log.refresh() - 1)
+    assert sub.decay(now=YEAR_AHEAD)["superseded_count"] == 1
+    assert sub.get(loop["id"])["status"] == "superseded"
+
+
+@pytest.mark.parametrize(
+    "ledger",
+    [
+        b"\x00\xff garbage\n",
+        b"01ARZ3NDEKTSV4RRFFQ69G5FAV\n",  # torn: no time
+        b"01ARZ3NDEKTSV4RRFFQ69G5FAV 99999999999999999999999\n",  # oversized number
+        b"not-an-id 12\n" * 10_000,
+        "01ARZ3NDEKTSV4RRFFQ69G5FAV 12\n".encode("utf-16"),
+    ],
+)
+def test_a_damaged_ledger_never_breaks_decay(sub: Substrate, ledger: bytes) -> None:
+    loop = promoted_candidate(sub)
+    (sub.home.state_dir / recall_hits.NAME).write_bytes(ledger)
+    assert sub.decay(now=YEAR_AHEAD)["superseded_count"] == 1
+    assert sub.get(loop["id"])["status"] == "superseded"
+
+
+def test_a_ledger_that_is_a_directory_or_a_read_only_home_loses_only_the_hint(sub: Substrate) -> None:
+    loop = promoted_candidate(sub)
+    (sub.home.state_dir / recall_hits.NAME).mkdir()
+    assert sub.recall("whiffletree mirror support", mode="bm25")[0]["id"] == loop["id"]
+    assert sub.decay(now=YEAR_AHEAD)["exempt"]["recalled"] == 0
+
+
+def test_the_ledger_is_compacted_to_the_last_hit_of_each_memory(tmp_path: Path) -> None:
+    a, b = "01ARZ3NDEKTSV4RRFFQ69G5FAV", "01BX5ZZKBKACTAV9WEVGEMMVRZ"
+    for t in range(3):
+        recall_hits.note(tmp_path, [a, b, a, "../../etc/passwd"], t)
+    assert recall_hits.last_hits(tmp_path) == {a: 2, b: 2}
+    path = tmp_path / recall_hits.NAME
+    assert path.read_text().count("\n") == 6  # duplicates within one recall are noted once
+    recall_hits.compact(tmp_path, recall_hits.last_hits(tmp_path))
+    assert path.read_text().count("\n") == 6  # below the bound: left alone
+    with path.open("ab") as f:
+        f.write(b"x" * (recall_hits.MAX_BYTES + 1))
+    recall_hits.compact(tmp_path, {a: 2, b: 2})
+    assert path.read_text() == f"{a} 2\n{b} 2\n"
