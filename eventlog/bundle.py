@@ -35,13 +35,21 @@ from typing import Any
 
 from mnemolog.eventlog import offline, packview, tarball
 from mnemolog.eventlog.bundle_build import BundleInput, build_bundle, resign_manifest
-from mnemolog.eventlog.bundle_checks import check_files, check_heads, check_proofs, check_views
+from mnemolog.eventlog.bundle_checks import (
+    check_files,
+    check_heads,
+    check_proofs,
+    check_tables,
+    check_views,
+    read_heads,
+)
 from mnemolog.eventlog.bundle_format import (
     CHECKPOINT,
     ENTRIES,
     ENVELOPES,
     FORMAT,
     FORMAT_V2,
+    FORMAT_V3,
     FORMATS,
     HEADS,
     HEADS_TYPE,
@@ -55,9 +63,11 @@ from mnemolog.eventlog.bundle_format import (
     PARQUET,
     PARQUET_COLUMNS,
     PROOFS,
+    TOUCHES,
     VERIFY_MD,
     VERIFY_TEMPLATE,
     entries_parquet,
+    entries_parquet_v3,
     manifest_tbs,
     merkle_b64,
     verify_md,
@@ -83,6 +93,7 @@ __all__ = [
     "FORMAT",
     "FORMATS",
     "FORMAT_V2",
+    "FORMAT_V3",
     "HEADS",
     "HEADS_TYPE",
     "KEYS",
@@ -95,12 +106,14 @@ __all__ = [
     "PARQUET",
     "PARQUET_COLUMNS",
     "PROOFS",
+    "TOUCHES",
     "VERIFY_MD",
     "VERIFY_TEMPLATE",
     "BundleInput",
     "BundleReport",
     "build_bundle",
     "entries_parquet",
+    "entries_parquet_v3",
     "main",
     "manifest_tbs",
     "merkle_b64",
@@ -188,15 +201,21 @@ class _Check:
         # 8. Selection, chain and views, recomputed from the entries alone.
         views = check_views(self.m, man, key_entries, entries)
         r.memories, r.envelopes = views.memories, views.envelopes
-        r.checks += ["selection", "atomisation_chain", "memory_views", "envelopes", "parquet"]
+        r.checks += ["selection", "atomisation_chain", "memory_views", "envelopes"]
         # 8b. The context packs these memories went into: re-rendered, hashes and quotes checked.
         r.packs = packview.verify_packs(entries, views.memories)
         if r.packs:
             r.checks.append("context_packs")
         # 9. (v2) Completeness: the committed heads of every memory are the bundle's newest entries.
-        if man["format"] == FORMAT_V2:
+        everything = sorted([*key_entries, *entries], key=lambda e: e.seq)
+        if man["format"] in (FORMAT_V2, FORMAT_V3):
             r.completeness = check_heads(self.m, man, cp, keys, entries).to_json()
             self.done("completeness")
+        # 10. The auditor's tables, recomputed (from v3 the heads entry, checked above, is a row).
+        if man["format"] == FORMAT_V3:
+            everything = sorted([*everything, read_heads(self.m)[1]], key=lambda e: e.seq)
+        check_tables(self.m, man["format"], everything)
+        r.checks.append("parquet")
         r.memory_id = man["memory_id"]
         r.include_chain = bool(man["include_chain"])
         r.origin = cp.origin

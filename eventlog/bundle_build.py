@@ -19,17 +19,20 @@ from mnemolog.eventlog.bundle_format import (
     ENTRIES,
     ENVELOPES,
     FORMAT,
-    FORMAT_V2,
+    FORMAT_V3,
     HEADS,
     KEYS,
     MANIFEST,
     MEMORIES,
     PARQUET,
     PROOFS,
+    TOUCHES,
     VERIFY_MD,
     entries_parquet,
+    entries_parquet_v3,
     manifest_tbs,
     sha256,
+    touches_parquet,
     verify_md,
 )
 from mnemolog.eventlog.entry import Entry
@@ -82,7 +85,7 @@ def build_bundle(inp: BundleInput, signer: SigningKey) -> bytes:
     if set(views) != set(ids):
         raise ValueError(f"no memory.stored among the entries for {sorted(set(ids) - set(views))}")
     genesis = inp.key_entries[0]
-    fmt = FORMAT if inp.heads is None else FORMAT_V2
+    fmt = FORMAT if inp.heads is None else FORMAT_V3
     proofs = {
         "tree_size": cp.size,
         "proofs": [[s, list(inp.proofs[s])] for s in sorted({*key_seqs, *seqs})],
@@ -99,6 +102,9 @@ def build_bundle(inp: BundleInput, signer: SigningKey) -> bytes:
     }
     if inp.heads is not None:
         files[HEADS] = inp.heads.encode()
+        tables = sorted([*everything, inp.heads.entry], key=lambda e: e.seq)
+        files[PARQUET] = entries_parquet_v3(tables)
+        files[TOUCHES] = touches_parquet(everything)
     manifest: dict[str, Any] = {
         "format": fmt,
         "log_id": genesis.data["log_id"],

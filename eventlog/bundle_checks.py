@@ -16,6 +16,7 @@ from mnemolog.eventlog import memview, merkle, offline, vocabulary
 from mnemolog.eventlog.bundle_format import (
     ENTRIES,
     ENVELOPES,
+    FORMAT_V3,
     HEADS,
     HEADS_KEYS,
     HEADS_TYPE,
@@ -23,8 +24,11 @@ from mnemolog.eventlog.bundle_format import (
     MEMORIES,
     PARQUET,
     PROOFS,
+    TOUCHES,
     entries_parquet,
+    entries_parquet_v3,
     sha256,
+    touches_parquet,
 )
 from mnemolog.eventlog.bundle_format import listed as bundle_files
 from mnemolog.eventlog.entry import Entry, to_jsonable
@@ -221,7 +225,6 @@ def check_views(
             expected=envelopes,
             found=to_jsonable(man["envelopes"]),
         )
-    same(members, PARQUET, entries_parquet(everything), "view.parquet")
     return Views(list(ids), envelopes)
 
 
@@ -231,7 +234,7 @@ def same(members: dict[str, bytes], name: str, want: bytes, check: str) -> None:
     if have == want:
         return
     detail = ""
-    if name != PARQUET:
+    if name not in (PARQUET, TOUCHES):
         try:
             a = json.loads(want)
             b = json.loads(have)
@@ -338,6 +341,32 @@ def check_back_chains(entries: list[Entry], ids: list[str]) -> dict[str, int]:
     return out
 
 
+def read_heads(members: dict[str, bytes]) -> tuple[dict[str, Any], Entry]:
+    """heads.cbor decoded, and the one entry it carries (not yet checked against anything)."""
+    hf = offline.decode_map(need(members, HEADS), HEADS, "heads.decode")
+    offline.require_keys(hf, HEADS_KEYS, HEADS, "heads.decode")
+    raw = hf["entry"]
+    if not isinstance(raw, bytes):
+        raise fail(f"{HEADS}: entry must be the entry's bytes", "heads.decode", file=HEADS)
+    items = offline.parse_entries(raw, HEADS)
+    if len(items) != 1:
+        raise fail(f"{HEADS}: entry must be exactly one entry", "heads.decode", file=HEADS)
+    return hf, items[0]
+
+
+def check_tables(members: dict[str, bytes], fmt: str, everything: list[Entry]) -> None:
+    """entries.parquet (and, from v3, touches.parquet) equal what the entries give, byte for byte.
+
+    From v3 the heads entry is a row of entries.parquet too: `everything` is then
+    the key history, the entries and the heads entry, already checked.
+    """
+    if fmt != FORMAT_V3:
+        same(members, PARQUET, entries_parquet(everything), "view.parquet")
+        return
+    same(members, PARQUET, entries_parquet_v3(everything), "view.parquet")
+    same(members, TOUCHES, touches_parquet(everything), "view.touches")
+
+
 def check_heads(
     members: dict[str, bytes],
     man: dict[str, Any],
@@ -354,15 +383,7 @@ def check_heads(
     bundle entry touching each id below L must be that head; an id the map
     proves untouched must have no bundle entry below L.
     """
-    hf = offline.decode_map(need(members, HEADS), HEADS, "heads.decode")
-    offline.require_keys(hf, HEADS_KEYS, HEADS, "heads.decode")
-    raw = hf["entry"]
-    if not isinstance(raw, bytes):
-        raise fail(f"{HEADS}: entry must be the entry's bytes", "heads.decode", file=HEADS)
-    items = offline.parse_entries(raw, HEADS)
-    if len(items) != 1:
-        raise fail(f"{HEADS}: entry must be exactly one entry", "heads.decode", file=HEADS)
-    he = items[0]
+    hf, he = read_heads(members)
     if he.type != HEADS_TYPE:
         raise fail(
             f"{HEADS}: entry {he.seq} is a {he.type!r}, not {HEADS_TYPE}",

@@ -22,7 +22,10 @@ from mnemolog.eventlog.entry import Entry, to_jsonable
 FORMAT = "mnemolog/forensic-bundle/v1"
 # v2 adds heads.cbor: the committed per-memory heads that make a bundle provably complete.
 FORMAT_V2 = "mnemolog/forensic-bundle/v2"
-FORMATS = (FORMAT, FORMAT_V2)
+# v3 makes the tables an auditor's SQL: entries.parquet with typed payload columns, BLOB hashes
+# and the heads entry, and touches.parquet naming the memories of each entry.
+FORMAT_V3 = "mnemolog/forensic-bundle/v3"
+FORMATS = (FORMAT, FORMAT_V2, FORMAT_V3)
 MANIFEST_DOMAIN = b"mnemolog/bundle-manifest/v1\x00"
 
 MANIFEST = "manifest.cbor"
@@ -35,9 +38,11 @@ MEMORIES = "memories.json"
 ENVELOPES = "envelopes.json"
 VERIFY_MD = "VERIFY.md"
 HEADS = "heads.cbor"
+TOUCHES = "touches.parquet"
 # Every file but the manifest, which lists them all.
 LISTED = (CHECKPOINT, ENTRIES, ENVELOPES, PARQUET, MEMORIES, PROOFS, KEYS, VERIFY_MD)
 LISTED_V2 = (*LISTED, HEADS)
+LISTED_V3 = (*LISTED_V2, TOUCHES)
 HEADS_KEYS = {"entry", "inclusion", "proofs"}
 # The log entry that commits the heads map: {"size": L, "root": bytes(32), "count": M}, the heads
 # of the M memories touched among the first L entries (L <= its own seq).
@@ -46,7 +51,7 @@ HEADS_TYPE = vocabulary.HEADS_COMMITTED
 
 def listed(fmt: str) -> tuple[str, ...]:
     """The files a bundle of format `fmt` holds besides its manifest."""
-    return LISTED_V2 if fmt == FORMAT_V2 else LISTED
+    return {FORMAT_V2: LISTED_V2, FORMAT_V3: LISTED_V3}.get(fmt, LISTED)
 
 
 MANIFEST_KEYS = {
@@ -87,7 +92,7 @@ def json_compact(value: Any) -> str:
 
 
 def entries_parquet(entries: Sequence[Entry]) -> bytes:
-    """entries.parquet: one row per bundle entry (key history included), by seq."""
+    """entries.parquet of formats v1 and v2: one row per bundle entry (key history included), by seq."""
     rows = [
         (
             e.seq,
@@ -107,6 +112,103 @@ def entries_parquet(entries: Sequence[Entry]) -> bytes:
     return parquet.write_table(PARQUET_COLUMNS, rows)
 
 
+V3_COLUMNS = (
+    parquet.Column("seq", "int64"),
+    parquet.Column("ts", "timestamp_us"),
+    parquet.Column("type", "string"),
+    parquet.Column("tv", "int64"),
+    parquet.Column("kid", "binary"),
+    parquet.Column("prev", "binary"),
+    parquet.Column("leaf_hash", "binary"),
+    parquet.Column("sig", "binary"),
+    parquet.Column("data", "string"),
+    parquet.Column("entry", "binary"),
+)
+#: Typed payload columns are named by this prefix and the payload field.
+PAYLOAD_PREFIX = "p_"
+TOUCHES_COLUMNS = (parquet.Column("memory_id", "string"), parquet.Column("seq", "int64"))
+
+
+def _payload_kind(values: Sequence[Any]) -> parquet.Kind:
+    """The one Parquet kind of a payload field's values, or `string` (as JSON) when they differ."""
+    kinds = set()
+    for v in values:
+        if isinstance(v, bool):
+            kinds.add("boolean")
+        elif isinstance(v, int) and -(2**63) <= v < 2**63:
+            kinds.add("int64")
+        elif isinstance(v, float):
+            kinds.add("double")
+        elif isinstance(v, bytes):
+            kinds.add("binary")
+        elif isinstance(v, str):
+            kinds.add("text")
+        else:
+            kinds.add("json")
+    if len(kinds) == 1 and (kind := next(iter(kinds))) not in ("text", "json"):
+        return kind  # type: ignore[return-value]
+    return "string"
+
+
+def entries_parquet_v3(entries: Sequence[Entry]) -> bytes:
+    """entries.parquet of format v3: one row per entry by seq, its payload as typed columns.
+
+    Fixed columns first (hashes, key ids and signatures as BLOBs; `data` the
+    signed payload as JSON); then one OPTIONAL column `p_<field>` per payload
+    field any entry has, in name order, read from the payload as the current
+    type version has it (upcast). A field whose values are all of one kind is
+    that kind (BIGINT, DOUBLE, BOOLEAN, BLOB); text, lists, maps and mixed
+    kinds are VARCHAR (text as it is, anything else as compact JSON).
+    """
+    ordered = sorted(entries, key=lambda e: e.seq)
+    payloads = [vocabulary.upcast(e.type, e.tv, e.data) for e in ordered]
+    fields = sorted({k for d in payloads for k in d if isinstance(k, str)})
+    columns = list(V3_COLUMNS)
+    typed: list[tuple[str, parquet.Kind]] = []
+    for f in fields:
+        kind = _payload_kind([d[f] for d in payloads if f in d])
+        typed.append((f, kind))
+        columns.append(parquet.Column(PAYLOAD_PREFIX + f, kind, optional=True))
+    if len({c.name for c in columns}) != len(columns):
+        raise ValueError("a payload field's column name collides with a fixed column")
+
+    def cell(d: dict[Any, Any], f: str, kind: parquet.Kind) -> Any:
+        if f not in d:
+            return None
+        v = d[f]
+        if kind == "string" and not isinstance(v, str):
+            return json_compact(v)
+        return v
+
+    rows = [
+        (
+            e.seq,
+            e.ts,
+            e.type,
+            e.tv,
+            e.kid,
+            e.prev,
+            e.leaf,
+            e.sig,
+            json_compact(e.data),
+            e.raw,
+            *(cell(d, f, kind) for f, kind in typed),
+        )
+        for e, d in zip(ordered, payloads, strict=True)
+    ]
+    return parquet.write_table(columns, rows)
+
+
+def touches_parquet(entries: Sequence[Entry]) -> bytes:
+    """touches.parquet: one row per (memory, entry that touches it), by seq then id."""
+    rows = [
+        (mid, e.seq)
+        for e in sorted(entries, key=lambda e: e.seq)
+        for mid in sorted(set(memview.entry_touched_ids(e)))
+    ]
+    return parquet.write_table(TOUCHES_COLUMNS, rows)
+
+
 def manifest_tbs(manifest: dict[str, Any]) -> bytes:
     """The signed bytes: domain tag || canonical CBOR of the manifest without `sig`."""
     return MANIFEST_DOMAIN + codec.encode({k: v for k, v in manifest.items() if k != "sig"})
@@ -117,13 +219,28 @@ def sha256(data: bytes) -> bytes:
 
 
 def verify_md(
-    memory_id: str, include_chain: bool, origin: str, size: int, n_entries: int, fmt: str = FORMAT_V2
+    memory_id: str, include_chain: bool, origin: str, size: int, n_entries: int, fmt: str = FORMAT_V3
 ) -> bytes:
     """VERIFY.md of a bundle of format `fmt` (the manifest's `format`, which it quotes)."""
     chain = "with its whole atomisation chain" if include_chain else "without the atomisation chain"
+    query = QUERY_V3.format(memory_id=memory_id) if fmt == FORMAT_V3 else QUERY_V1
     return VERIFY_TEMPLATE.format(
-        memory_id=memory_id, chain=chain, origin=origin, size=size, n_entries=n_entries, format=fmt
+        memory_id=memory_id,
+        chain=chain,
+        origin=origin,
+        size=size,
+        n_entries=n_entries,
+        format=fmt,
+        query=query,
     ).encode()
+
+
+QUERY_V1 = """    duckdb -c "SELECT seq, ts, type, memory_ids, data FROM 'entries.parquet' ORDER BY seq\""""
+# Every change to the bundle's memory, with the payload's own columns.
+QUERY_V3 = (
+    "    duckdb -c \"SELECT e.seq, e.ts, e.type, e.p_title, e.p_content FROM 'entries.parquet' e \\\n"
+    "      JOIN 'touches.parquet' t USING (seq) WHERE t.memory_id = '{memory_id}' ORDER BY e.seq\""
+)
 
 
 def merkle_b64(h: bytes) -> str:
@@ -227,7 +344,7 @@ decodes to 0x04 (or 0x01) followed by the 32-byte Ed25519 public key:
 
 ## Querying
 
-    duckdb -c "SELECT seq, ts, type, memory_ids, data FROM 'entries.parquet' ORDER BY seq"
+{query}
 
 A bundle is sparse: it proves that each entry it holds is in the log at the
 checkpoint; that it holds every entry about its memories is proven only by a

@@ -11,7 +11,12 @@ protocol. Same rows, same bytes.
 
 Column kinds: `int64`, `timestamp_us` (INT64 annotated TIMESTAMP(MICROS),
 not adjusted to UTC: a plain TIMESTAMP in DuckDB, microseconds since the
-epoch in UTC by our convention), `string` (BYTE_ARRAY annotated STRING) and `binary` (BYTE_ARRAY).
+epoch in UTC by our convention), `string` (BYTE_ARRAY annotated STRING),
+`binary` (BYTE_ARRAY), `double` (DOUBLE) and `boolean` (BOOLEAN, bit-packed).
+A column may be OPTIONAL (`Column(..., optional=True)`, None for a null): its
+page then starts with the definition levels, one bit each, as a single
+bit-packed run of the RLE/bit-packing hybrid behind a 4-byte length, and
+holds only the values that are there.
 """
 
 from __future__ import annotations
@@ -25,12 +30,17 @@ MAGIC = b"PAR1"
 CREATED_BY = "mnemolog parquet writer v1"
 MAX_PAGE = 2**31 - 1
 
-Kind = Literal["int64", "timestamp_us", "string", "binary"]
+Kind = Literal["int64", "timestamp_us", "string", "binary", "double", "boolean"]
+KINDS = ("int64", "timestamp_us", "string", "binary", "double", "boolean")
 
 # Parquet enums (parquet.thrift).
+_T_BOOLEAN = 0
 _T_INT64 = 2
+_T_DOUBLE = 5
 _T_BYTE_ARRAY = 6
+_PHYSICAL = {"int64": _T_INT64, "timestamp_us": _T_INT64, "double": _T_DOUBLE, "boolean": _T_BOOLEAN}
 _REQUIRED = 0
+_OPTIONAL = 1
 _PLAIN = 0
 _RLE = 3
 _UNCOMPRESSED = 0
@@ -53,6 +63,7 @@ Field = tuple[int, int, Any]  # (field id, compact type, value)
 class Column:
     name: str
     kind: Kind
+    optional: bool = False
 
 
 def _varint(n: int) -> bytes:
@@ -106,6 +117,10 @@ def _struct(fields: Sequence[Field]) -> bytes:
 def _plain(kind: Kind, values: Sequence[Any]) -> bytes:
     if kind in ("int64", "timestamp_us"):
         return struct.pack(f"<{len(values)}q", *values)
+    if kind == "double":
+        return struct.pack(f"<{len(values)}d", *values)
+    if kind == "boolean":
+        return _bits(values)
     parts: list[bytes] = []
     for v in values:
         raw = v.encode("utf-8") if kind == "string" else bytes(v)
@@ -114,9 +129,26 @@ def _plain(kind: Kind, values: Sequence[Any]) -> bytes:
     return b"".join(parts)
 
 
+def _bits(values: Sequence[Any]) -> bytes:
+    """Booleans (or 0/1 levels) packed eight to a byte, least significant bit first."""
+    out = bytearray((len(values) + 7) // 8)
+    for i, v in enumerate(values):
+        if v:
+            out[i >> 3] |= 1 << (i & 7)
+    return bytes(out)
+
+
+def _levels(values: Sequence[Any]) -> bytes:
+    """Definition levels (1 = present) of an OPTIONAL column: one bit-packed run, length-prefixed."""
+    groups = (len(values) + 7) // 8
+    run = _varint((groups << 1) | 1) + _bits([v is not None for v in values])
+    return struct.pack("<I", len(run)) + run
+
+
 def _schema_element(col: Column) -> list[Field]:
-    ptype = _T_INT64 if col.kind in ("int64", "timestamp_us") else _T_BYTE_ARRAY
-    fields: list[Field] = [(1, _C_I32, ptype), (3, _C_I32, _REQUIRED), (4, _C_BINARY, col.name)]
+    ptype = _PHYSICAL.get(col.kind, _T_BYTE_ARRAY)
+    rep = _OPTIONAL if col.optional else _REQUIRED
+    fields: list[Field] = [(1, _C_I32, ptype), (3, _C_I32, rep), (4, _C_BINARY, col.name)]
     if col.kind == "string":
         fields.append((6, _C_I32, _CONVERTED_UTF8))
         fields.append((10, _C_STRUCT, [(1, _C_STRUCT, [])]))  # LogicalType.STRING
@@ -135,13 +167,22 @@ def _check(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> None:
     if not columns or len(set(names)) != len(names):
         raise ValueError("a table needs at least one column and unique column names")
     for c in columns:
-        if c.kind not in ("int64", "timestamp_us", "string", "binary"):
+        if c.kind not in KINDS:
             raise ValueError(f"column {c.name}: unknown kind {c.kind!r}")
     for i, row in enumerate(rows):
         if len(row) != len(columns):
             raise ValueError(f"row {i} has {len(row)} values for {len(columns)} columns")
         for c, v in zip(columns, row, strict=True):
-            if c.kind in ("int64", "timestamp_us"):
+            if v is None:
+                if not c.optional:
+                    raise ValueError(f"row {i}, column {c.name}: a required column has no null")
+            elif c.kind == "double":
+                if not isinstance(v, float):
+                    raise ValueError(f"row {i}, column {c.name}: {v!r} is not a float")
+            elif c.kind == "boolean":
+                if not isinstance(v, bool):
+                    raise ValueError(f"row {i}, column {c.name}: {v!r} is not a boolean")
+            elif c.kind in ("int64", "timestamp_us"):
                 if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63:
                     raise ValueError(f"row {i}, column {c.name}: {v!r} is not a 64-bit integer")
             elif c.kind == "string" and not isinstance(v, str):
@@ -158,7 +199,10 @@ def write_table(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> byt
     chunks: list[list[Field]] = []
     total = 0
     for j, col in enumerate(columns):
-        page = _plain(col.kind, [r[j] for r in rows])
+        column = [r[j] for r in rows]
+        page = _plain(col.kind, [v for v in column if v is not None])
+        if col.optional:
+            page = _levels(column) + page
         if len(page) > MAX_PAGE:
             raise ValueError(f"column {col.name} is larger than one Parquet page may be")
         page_header = _struct(
@@ -178,7 +222,7 @@ def write_table(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> byt
         out += page
         size = len(page_header) + len(page)
         total += size
-        ptype = _T_INT64 if col.kind in ("int64", "timestamp_us") else _T_BYTE_ARRAY
+        ptype = _PHYSICAL.get(col.kind, _T_BYTE_ARRAY)
         meta: list[Field] = [
             (1, _C_I32, ptype),
             (2, _C_LIST, (_C_I32, [_PLAIN])),

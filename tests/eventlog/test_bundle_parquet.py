@@ -139,3 +139,53 @@ def test_thrift_compact_integers() -> None:
     assert len(parquet._varint(parquet._zigzag(-(2**63)))) == 10
     with pytest.raises(ValueError):
         parquet._struct([(2, parquet._C_I32, 1), (1, parquet._C_I32, 1)])
+
+
+optional_rows = st.lists(
+    st.tuples(
+        st.none() | int64s,
+        st.none() | st.floats(allow_nan=False),
+        st.none() | st.booleans(),
+        st.none() | st.text(max_size=20),
+        st.none() | st.binary(max_size=20),
+        st.booleans(),
+    ),
+    max_size=40,
+)
+OPTIONAL = [
+    Column("i", "int64", optional=True),
+    Column("d", "double", optional=True),
+    Column("b", "boolean", optional=True),
+    Column("s", "string", optional=True),
+    Column("x", "binary", optional=True),
+    Column("flag", "boolean"),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=optional_rows)
+def test_optional_columns_of_every_kind_read_back_in_pyarrow_and_duckdb(
+    rows: list[tuple[Any, ...]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    data = write_table(OPTIONAL, rows)
+    t = table(data)
+    assert [tuple(r.values()) for r in t.to_pylist()] == rows
+    assert [f.nullable for f in t.schema] == [True] * 5 + [False]
+    path = tmp_path_factory.mktemp("opt") / "t.parquet"
+    path.write_bytes(data)
+    with duckdb.connect() as conn:
+        assert conn.execute(f"SELECT * FROM '{path}'").fetchall() == rows
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        (Column("s", "string"), None),  # a null in a required column
+        (Column("d", "double", optional=True), 1),  # an int where a float belongs
+        (Column("b", "boolean", optional=True), 1),  # 1 is not True
+        (Column("i", "int64", optional=True), True),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_refused(column: Column, value: Any) -> None:
+    with pytest.raises(ValueError, match=column.name):
+        write_table([column], [(value,)])

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mnemolog.eventlog import bundle, codec
+from mnemolog.eventlog import bundle, bundle_format, codec
 from mnemolog.eventlog.bundle import (
     CHECKPOINT,
     ENTRIES,
@@ -87,7 +87,7 @@ def test_valid_bundle_verifies(world: tuple[Atomised, bytes], members: dict[str,
     assert r.memory_id == a.parent
     assert set(r.memories) == {a.parent, *a.atoms}
     assert r.trust["anchor"] == "genesis" and r.trust["pinned"] is False
-    assert r.checks[-2:] == ["parquet", "completeness"]
+    assert r.checks[-2:] == ["completeness", "parquet"]
     env = r.envelopes[a.parent]
     assert env == {
         "memory_id": a.parent,
@@ -100,7 +100,7 @@ def test_valid_bundle_verifies(world: tuple[Atomised, bytes], members: dict[str,
     for atom in a.atoms:
         assert r.envelopes[atom]["atom_of"] == a.parent
         assert r.envelopes[atom]["atom_ids"] == []
-    assert set(members) == {MANIFEST, *LISTED_V2}
+    assert set(members) == {MANIFEST, *bundle_format.LISTED_V3}
 
 
 def test_pinned_key_is_reported(
@@ -443,7 +443,7 @@ def test_verify_md_quotes_the_manifests_format_and_digests_are_over_raw_bytes(
     import hashlib
 
     man = codec.decode(members["manifest.cbor"])
-    assert man["format"] == bundle.FORMAT_V2
+    assert man["format"] == bundle.FORMAT_V3
     assert f"(format `{man['format']}`)".encode() in members[VERIFY_MD]
     for f in man["files"]:
         raw = members[f["name"]]
