@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemolog.curators.embed import EmbedderFailed
+from mnemolog.eventlog.errors import UsageError
 from mnemolog.projections import hybrid
 from mnemolog.projections import vectors as vx
 from mnemolog.projections.recall import Filters
@@ -500,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         embedder = make(args.embedder, args.model)
         assert embedder is not None
         model_id = embedder.model_id
-    except EmbedderFailed as exc:
+    except (EmbedderFailed, UsageError) as exc:  # no server, or no model named
         print(json.dumps({"ok": True, "bench": "locomo", "skipped": f"{args.embedder}: {exc.message}"}))
         return 0
     if args.atomise:

@@ -55,7 +55,7 @@ from mnemolog.eventlog.vocabulary import (
 )
 from mnemolog.projections import knowledge_fold
 from mnemolog.projections.context import store as context_store
-from mnemolog.projections.knowledge import project_key
+from mnemolog.projections.knowledge import canonical_name
 from mnemolog.projections.schema import visible
 from mnemolog.projections.text import ONE_DOC_POSTINGS, doc_text_py, drop_staged, stage_postings
 
@@ -454,7 +454,7 @@ class Fold:
         """The registered project ``name`` stands for, as of this point of the log."""
         if self.project_index is None:
             self.project_index = knowledge_fold.load_project_index(self.conn)
-        return self.project_index.get(project_key(name), name.strip())
+        return canonical_name(self.project_index, name)
 
     def updated(self, e: Entry, d: dict[str, Any]) -> None:
         self.flush()

@@ -36,6 +36,14 @@ def project_key(name: str) -> str:
     return name.strip().lower()
 
 
+def canonical_name(index: Mapping[str, str], name: str) -> str:
+    """The registered name ``name`` stands for in ``index`` (key -> name); unknown: stripped, unchanged.
+
+    The one rule every boundary and the fold apply to a project name or alias.
+    """
+    return index.get(project_key(name), name.strip())
+
+
 @dataclass(frozen=True, slots=True)
 class Project:
     name: str
@@ -58,7 +66,7 @@ class ProjectRegistry:
         """The registered name ``name`` stands for; unknown names come back stripped, unchanged."""
         if name is None:
             return ""
-        return self.index.get(project_key(name), name.strip())
+        return canonical_name(self.index, name)
 
     def resolve(self, name: str) -> Project:
         """The registered project ``name`` (or one of its aliases) names, else NotFound."""
