@@ -57,6 +57,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "context_commands:ingest",
         "Read Markdown and text files into heading-aware chunks, as signed document events.",
     ),
+    "monitor": (
+        "publish_commands:monitor_cmd",
+        "Follow a log published as C2SP tlog-tiles; exit 8 on a fork or a rollback.",
+    ),
     "persona": (
         "context_commands:persona",
         "The agent's persona files (IDENTITY.md, SOUL.md, USER.md, tools.md, model.md).",
@@ -155,7 +159,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "decay", "domains", "project", "state",
     ),
     "Context": ("context", "ingest", "persona", "vault"),
-    "Audit": ("verify", "log", "export-forensic-bundle", "verify-bundle", "replay", "witness"),
+    "Audit": ("verify", "log", "export-forensic-bundle", "verify-bundle", "replay", "witness", "monitor"),
     "Admin": ("init", "stats", "rebuild", "key", "migrate", "mcp", "serve"),
 }  # fmt: skip
 

@@ -28,3 +28,89 @@ def log_publish(ctx: Ctx, out: Path) -> None:
             + (f"; {r.large_entries} entry(ies) over 64 KiB at large-entry/" if r.large_entries else "")
         ),
     )
+
+
+@click.command("monitor")
+@click.argument("url")
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where the checkpoint seen last and the tree's right edge are kept between runs.",
+)
+@click.option(
+    "--trusted-key",
+    default=None,
+    help="The log's public key (name+hash+base64, or a file); needed on a first run, then kept in --state.",
+)
+@click.option(
+    "--witness",
+    "witness_keys",
+    multiple=True,
+    help="A witness's cosigner key (or a file): the checkpoint must carry its cosignature (repeatable).",
+)
+@click.option(
+    "--min-witnesses",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How many of the --witness witnesses must have cosigned (default: all).",
+)
+@click.option("--entries", "check_entries", is_flag=True, help="Also fetch the new entries and hash them.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1, max=600),
+    default=10.0,
+    show_default=True,
+    help="Seconds of silence allowed per request (a whole response gets three times this).",
+)
+@json_option
+@click.pass_obj
+def monitor_cmd(
+    ctx: Ctx,
+    url: str,
+    state_path: Path | None,
+    trusted_key: str | None,
+    witness_keys: tuple[str, ...],
+    min_witnesses: int | None,
+    check_entries: bool,
+    timeout: float,
+) -> None:
+    """Follow the log published at URL (http(s)://, file:// or a directory); exit 8 on a fork or rollback."""
+    from mnemolog.eventlog.cosignature import WitnessPolicy
+    from mnemolog.eventlog.progress import Progress
+    from mnemolog.substrate.monitor import HttpSource, monitor, open_source
+
+    witnesses = WitnessPolicy.parse(witness_keys, min_witnesses)
+    src = open_source(url, timeout)
+    bar = Progress("monitoring")
+    try:
+        r = monitor(
+            src,
+            state_path,
+            trusted_key=trusted_key,
+            witnesses=witnesses,
+            check_entries=check_entries,
+            progress=bar.advance,
+        )
+    finally:
+        bar.close()
+        if isinstance(src, HttpSource):
+            src.close()
+
+    def text() -> str:
+        lines = [f"ok: {r.origin} at {r.url}: size {r.size}, root {r.root}"]
+        if r.previous_root is None:
+            lines.append(f"first run: {r.size} entries verified from {r.tiles_fetched} tile(s)")
+        else:
+            lines.append(
+                f"consistent with size {r.previous_size} seen before; {r.new_entries} new "
+                f"entries verified from {r.tiles_fetched} tile(s)"
+            )
+        if check_entries:
+            lines.append(f"{r.entries_checked} entries hash to their leaves ({r.large_entries} large)")
+        if r.witnesses:
+            lines.append("cosigned by " + ", ".join(w["name"] for w in r.witnesses))
+        return "\n".join(lines)
+
+    ctx.emit(r.to_json(), text)
