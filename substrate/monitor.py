@@ -50,7 +50,7 @@ STATE_VERSION = 1
 MAX_STATE_BYTES = 1 << 20
 DEFAULT_TIMEOUT_S = 10.0
 _REL = re.compile(
-    r"^(checkpoint|tile/(0|[1-9][0-9]?)/(x[0-9]{3}/)*[0-9]{3}(\.p/[1-9][0-9]{0,2})?"
+    r"^(checkpoint|tile/(0|[1-9]|[1-5][0-9]|6[0-3])/(x[0-9]{3}/)*[0-9]{3}(\.p/[1-9][0-9]{0,2})?"
     r"|tile/entries/(x[0-9]{3}/)*[0-9]{3}(\.p/[1-9][0-9]{0,2})?|large-entry/(x[0-9]{3}/)*[0-9]{3})$"
 )
 
