@@ -145,7 +145,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("atomise_commands:worker", "The deferred-atomisation worker."),
 }
 
-_EXTRA_SUBCOMMANDS: dict[str, list[str]] = {"log": ["bundle_commands:log_export", "publish_commands:log_publish"]}
+_EXTRA_SUBCOMMANDS: dict[str, list[str]] = {
+    "log": ["bundle_commands:log_export", "publish_commands:log_publish"]
+}
 
 #: How `mnemolog --help` groups the commands; every command is in exactly one section.
 SECTIONS: dict[str, tuple[str, ...]] = {

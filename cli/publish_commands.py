@@ -76,7 +76,10 @@ def monitor_cmd(
     check_entries: bool,
     timeout: float,
 ) -> None:
-    """Follow the log published at URL (http(s)://, file:// or a directory); exit 8 on a fork or rollback."""
+    """Follow a log published as C2SP tlog-tiles; exit 8 on a fork or a rollback.
+
+    URL is an http(s):// prefix, a file:// URL or a directory.
+    """
     from mnemolog.eventlog.cosignature import WitnessPolicy
     from mnemolog.eventlog.progress import Progress
     from mnemolog.substrate.monitor import HttpSource, monitor, open_source

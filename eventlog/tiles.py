@@ -168,8 +168,8 @@ def root_from_edge(edge: Sequence[Sequence[bytes]]) -> bytes:
     sizes: list[int] = []
     for level in range(len(edge) - 1, -1, -1):
         span = 1 << (TILE_HEIGHT * level)
-        for h in edge[level]:
-            s = span
+        for tile_h in edge[level]:
+            h, s = tile_h, span
             while sizes and sizes[-1] == s:
                 h = merkle.hash_children(hashes.pop(), h)
                 s += sizes.pop()

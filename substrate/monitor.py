@@ -276,7 +276,9 @@ def monitor(
     elif state is not None:
         key = parse_key_arg(state.key, "the state's key")
     else:
-        raise UsageError("the first run needs --trusted-key (the log's public key); later runs read it from --state")
+        raise UsageError(
+            "the first run needs --trusted-key (the log's public key); later runs read it from --state"
+        )
     raw = _fetch(src, "checkpoint", MAX_NOTE_BYTES)
     where = f"{src.where}checkpoint"
     try:
@@ -293,7 +295,7 @@ def monitor(
             expected=state.origin,
             found=cp.origin,
         )
-    sizes = dict(size=cp.size, root=_b64(cp.root), previous_size=s0, previous_root=_b64(r0))
+    sizes = {"size": cp.size, "root": _b64(cp.root), "previous_size": s0, "previous_root": _b64(r0)}
     if cp.size < s0:
         raise _alarm(
             "monitor.rollback",
@@ -311,7 +313,9 @@ def monitor(
     report = MonitorReport(
         src.where, cp.origin, cp.size, _b64(cp.root), s0, _b64(r0) if state else None, cp.size - s0
     )
-    report.witnesses = [{"name": c.witness.name, "vkey": c.witness.vkey(), "timestamp": c.timestamp} for c in cos]
+    report.witnesses = [
+        {"name": c.witness.name, "vkey": c.witness.vkey(), "timestamp": c.timestamp} for c in cos
+    ]
     edge1, leaves = _walk_tiles(src, s0, cp.size, edge0, report, progress)
     got = tiles.root_from_edge(edge1)
     if got != cp.root:
@@ -342,7 +346,7 @@ def _walk_tiles(
     report: MonitorReport,
     progress: Callable[[int], None] | None,
 ) -> tuple[list[list[bytes]], list[bytes]]:
-    """The new edge and the new leaves; every fetched tile checked against the old edge and the level below."""
+    """The new edge and new leaves; each fetched tile checked against the old edge and the level below."""
     edge1: list[list[bytes]] = []
     new_leaves: list[bytes] = []
     below: dict[int, bytes] = {}  # full-tile hashes of the level below, by position in this level
@@ -411,7 +415,9 @@ def _check_entries(src: Source, s0: int, s1: int, leaves: list[bytes], report: M
             entry = slot
             if n is not None:
                 if n > MAX_ENTRY_BYTES:
-                    raise _alarm("monitor.bundle", f"{src.where}{rel}: entry {seq} announces {n} bytes", seq=seq)
+                    raise _alarm(
+                        "monitor.bundle", f"{src.where}{rel}: entry {seq} announces {n} bytes", seq=seq
+                    )
                 big = tiles.large_entry_path(seq)
                 entry = _fetch(src, big, n)
                 if len(entry) != n:

@@ -10,6 +10,7 @@ that never ends) end in a bounded time with a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import shutil
@@ -76,10 +77,8 @@ class Served:
                 if served.mode == "huge" and self.path.endswith("checkpoint") is False:
                     self.send_response(200)
                     self.end_headers()
-                    try:
+                    with contextlib.suppress(OSError):
                         self.wfile.write(b"\x00" * 10_000_000)
-                    except OSError:
-                        pass
                     return
                 super().do_GET()
 
@@ -186,7 +185,9 @@ def test_a_rewritten_tile_exits_8(make_home, tmp_path: Path, serve) -> None:
     data[-1] ^= 1  # a new leaf: the root no longer matches the checkpoint
     tile.write_bytes(bytes(data))
     code, doc = run("monitor", srv.url, "--state", str(state))
-    assert code == VERIFY and doc["details"]["check"] == "monitor.fork" and doc["details"]["size"] == r["size"]
+    assert (
+        code == VERIFY and doc["details"]["check"] == "monitor.fork" and doc["details"]["size"] == r["size"]
+    )
 
 
 def test_an_older_checkpoint_served_is_a_rollback_exit_8(make_home, tmp_path: Path, serve) -> None:

@@ -45,8 +45,8 @@ def path(m: int, d: list[bytes]) -> list[bytes]:
     while k * 2 < n:
         k *= 2
     if m < k:
-        return path(m, d[:k]) + [mth(d[k:])]
-    return path(m - k, d[k:]) + [mth(d[:k])]
+        return [*path(m, d[:k]), mth(d[k:])]
+    return [*path(m - k, d[k:]), mth(d[:k])]
 
 
 def verify_path(m: int, n: int, leaf: bytes, proof: list[bytes], root: bytes) -> bool:
@@ -155,7 +155,9 @@ def test_a_spec_literal_client_follows_publish_output(make_home, tmp_path: Path)
     origin, size, root = follow(pub)
     with home.open_log() as log:
         assert (origin, size, root) == (log.origin, log.size, log.root())
-    assert size > 300 and any(p.stat().st_size > 65_535 for p in (pub / "large-entry").rglob("*") if p.is_file())
+    assert size > 300 and any(
+        p.stat().st_size > 65_535 for p in (pub / "large-entry").rglob("*") if p.is_file()
+    )
 
 
 def test_the_client_follows_an_incremental_publish(make_home, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""eventlog.tiles: paths as c2sp.org/tlog-tiles spells them, bundles on hostile input, roots from edge tiles."""
+"""eventlog.tiles: paths as c2sp.org/tlog-tiles spells them, hostile bundles, roots from edge tiles."""
 
 from __future__ import annotations
 

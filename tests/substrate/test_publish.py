@@ -22,7 +22,9 @@ def grow(home: Home, n: int, big: int = 0) -> None:
 
 
 def files(d: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(d)): (p.stat().st_ino, p.stat().st_mtime_ns) for p in d.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(d)): (p.stat().st_ino, p.stat().st_mtime_ns) for p in d.rglob("*") if p.is_file()
+    }
 
 
 def test_a_second_publish_writes_only_new_files_and_keeps_full_tiles(make_home, tmp_path: Path) -> None:
