@@ -218,6 +218,30 @@ def test_witness_cosignatures_are_required_when_named(make_home, tmp_path: Path)
     assert code == VERIFY and doc["details"]["check"] == "witness.quorum"
 
 
+def test_a_cosigned_checkpoint_is_published_with_its_cosignature_and_checked(
+    make_home, tmp_path: Path
+) -> None:
+    from mnemolog.eventlog.checkpoints import CHECKPOINT_DIR, checkpoint_name
+    from mnemolog.eventlog.cosignature import CosignerKey, add_signature_lines
+    from mnemolog.eventlog.note import parse_note
+
+    home = make_home()
+    pub = tmp_path / "pub"
+    r = publish(home, pub)
+    w, stranger = CosignerKey.generate("witness.example/w1"), CosignerKey.generate("witness.example/w2")
+    path = home.log_dir / CHECKPOINT_DIR / checkpoint_name(r["size"])
+    raw = path.read_bytes()
+    cosigned = add_signature_lines(raw, [w.cosign(parse_note(raw).text, 1_700_000_000)], 100)
+    assert cosigned is not None
+    path.write_bytes(cosigned)
+    assert publish(home, pub)["files_written"] == 1  # the same tree: only the checkpoint is new
+    assert (pub / "checkpoint").read_bytes() == cosigned
+    code, doc = run("monitor", str(pub), "--trusted-key", vkey(home), "--witness", w.verifier.vkey())
+    assert code == OK and [c["name"] for c in doc["witnesses"]] == ["witness.example/w1"]
+    code, doc = run("monitor", str(pub), "--trusted-key", vkey(home), "--witness", stranger.verifier.vkey())
+    assert code == VERIFY and doc["details"]["check"] == "witness.quorum"
+
+
 @pytest.mark.parametrize(
     "damage",
     ["garbage", "unsigned", "other-key", "truncated-tile", "oversized-tile", "missing-tile", "bad-bundle"],
