@@ -195,6 +195,8 @@ def load_state(path: Path) -> MonitorState | None:
         raise StorageError(f"cannot read the monitor state {path}: {exc}", file=str(path)) from exc
     try:
         d = json.loads(raw)
+        if not isinstance(d, dict):
+            raise ValueError("not a JSON object")
         if d.get("version") != STATE_VERSION:
             raise ValueError(f"version {d.get('version')!r}")
         edge = [[base64.b64decode(h, validate=True) for h in lv] for lv in d["edge"]]
@@ -206,7 +208,7 @@ def load_state(path: Path) -> MonitorState | None:
             str(d["checkpoint"]),
             edge,
         )
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, binascii.Error) as exc:
         raise StorageError(f"the monitor state {path} is malformed: {exc}", file=str(path)) from exc
     # The state must describe its own tree: its edge folds to its root.
     if (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import os
 import shutil
 import threading
 import time
@@ -313,3 +314,41 @@ def test_a_server_that_never_ends_or_sends_too_much_is_bounded(
     code, doc = run("monitor", srv.url, "--trusted-key", vkey(home), "--timeout", "0.5")
     assert code in (STORAGE, VERIFY) and doc["message"]
     assert time.monotonic() - t0 < 30  # bounded, far below the server's 10 s trickle
+
+
+def test_a_fifo_in_place_of_a_tile_does_not_block(make_home, tmp_path: Path) -> None:
+    home = make_home()
+    pub = tmp_path / "pub"
+    r = publish(home, pub)
+    tile = pub / tiles.tile_path(0, 0, r["size"])
+    tile.unlink()
+    os.mkfifo(tile)
+    code, doc = run("monitor", str(pub), "--trusted-key", vkey(home))
+    assert code == STORAGE and "not a regular file" in doc["message"]
+
+
+@pytest.mark.parametrize("state", ["{", '{"version": 1}', "forged-edge", "[]"])
+def test_a_malformed_or_inconsistent_state_file_is_refused(make_home, tmp_path: Path, state: str) -> None:
+    home = make_home()
+    grow(home, 3)
+    pub = tmp_path / "pub"
+    publish(home, pub)
+    path = tmp_path / "state.json"
+    assert run("monitor", str(pub), "--state", str(path), "--trusted-key", vkey(home))[0] == OK
+    if state == "forged-edge":
+        d = json.loads(path.read_text())
+        d["edge"][0][0] = d["edge"][0][1]  # an edge that no longer folds to the root it names
+        path.write_text(json.dumps(d))
+    else:
+        path.write_text(state)
+    code, doc = run("monitor", str(pub), "--state", str(path))
+    assert code == STORAGE and "monitor state" in doc["message"]
+
+
+def test_monitor_prints_nothing_on_stderr_when_it_is_not_a_terminal(make_home, tmp_path: Path) -> None:
+    home = make_home()
+    grow(home, 600)
+    pub = tmp_path / "pub"
+    publish(home, pub)
+    r = CliRunner().invoke(cli, ["monitor", str(pub), "--trusted-key", vkey(home), "--entries"])
+    assert r.exit_code == 0 and r.stderr == "" and "601 entries hash to their leaves" in r.stdout
