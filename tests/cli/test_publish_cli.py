@@ -352,3 +352,17 @@ def test_monitor_prints_nothing_on_stderr_when_it_is_not_a_terminal(make_home, t
     publish(home, pub)
     r = CliRunner().invoke(cli, ["monitor", str(pub), "--trusted-key", vkey(home), "--entries"])
     assert r.exit_code == 0 and r.stderr == "" and "601 entries hash to their leaves" in r.stdout
+
+
+def test_another_home_published_at_the_same_url_exits_8(make_home, tmp_path: Path) -> None:
+    a, b = make_home("a"), make_home("b")
+    pub = tmp_path / "pub"
+    publish(a, pub)
+    state = tmp_path / "state.json"
+    assert run("monitor", str(pub), "--state", str(state), "--trusted-key", vkey(a))[0] == OK
+    shutil.rmtree(pub)
+    publish(b, pub)
+    code, doc = run("monitor", str(pub), "--state", str(state))
+    assert code == VERIFY and doc["details"]["check"] == "checkpoint.signer"
+    code, doc = run("monitor", str(pub), "--state", str(state), "--trusted-key", vkey(b))
+    assert code == VERIFY and doc["details"]["check"] == "monitor.origin"

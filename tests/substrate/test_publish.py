@@ -94,3 +94,21 @@ def test_publishing_a_fork_or_a_rolled_back_copy_is_refused(make_home, tmp_path:
     with pytest.raises(VerificationError) as e:
         publish(Home(behind).log_dir, pub)
     assert e.value.check == "publish.rollback"
+
+
+def test_publish_needs_no_private_key_and_no_writer_lock(make_home, tmp_path: Path) -> None:
+    home = make_home()
+    grow(home, 5)
+    for p in (home.root / "keys").glob("*.key"):
+        p.unlink()  # a publishing host holds no signing key
+    r = publish(home.log_dir, tmp_path / "pub")
+    assert r.size == 6
+
+
+def test_publish_runs_beside_a_live_writer(make_home, tmp_path: Path) -> None:
+    home = make_home()
+    grow(home, 5)
+    with home.open_writer(periodic_checkpoints=False) as w:
+        w.append("note.test", {"i": "during"})
+        r = publish(home.log_dir, tmp_path / "pub")  # the writer holds its lock throughout
+    assert r.size == 6  # the newest checkpoint's tree, not the unsigned entry after it
