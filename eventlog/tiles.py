@@ -91,13 +91,6 @@ def levels(size: int) -> int:
     return n
 
 
-def tile_range(level: int, index: int, width: int) -> tuple[int, int]:
-    """The leaf range [start, end) that the hashes of this tile span."""
-    span = 1 << (TILE_HEIGHT * level)
-    start = index * TILE_WIDTH * span
-    return start, start + width * span
-
-
 def split_tile(data: bytes, width: int, where: str = "tile") -> list[bytes]:
     """The hashes of a tile of `width`; anything but exactly width * 32 bytes is refused."""
     if len(data) != width * merkle.HASH_LEN:
