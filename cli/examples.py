@@ -69,6 +69,7 @@ EXAMPLES: dict[str, str] = {
     "log prove": "mnemolog log prove 42",
     "log consistency": "mnemolog log consistency 100 250",
     "log checkpoint": "mnemolog log checkpoint",
+    "log publish": "mnemolog log publish /srv/www/mnemolog",
     "log append": 'mnemolog log append note.review --data \'{"text": "quarterly review"}\'',
     "log export": "mnemolog log export -o home.log",
     "export-forensic-bundle": (
@@ -81,6 +82,7 @@ EXAMPLES: dict[str, str] = {
     "witness list": "mnemolog witness list",
     "witness remove": "mnemolog witness remove w1",
     "witness sync": "mnemolog witness sync",
+    "monitor": "mnemolog monitor https://logs.example/mnemolog/ --state monitor.json --trusted-key log.pub",
     # admin
     "init": "mnemolog init --key-name main",
     "stats": "mnemolog stats",

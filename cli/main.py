@@ -57,6 +57,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "context_commands:ingest",
         "Read Markdown and text files into heading-aware chunks, as signed document events.",
     ),
+    "monitor": (
+        "publish_commands:monitor_cmd",
+        "Follow a log published as C2SP tlog-tiles; exit 8 on a fork or a rollback.",
+    ),
     "persona": (
         "context_commands:persona",
         "The agent's persona files (IDENTITY.md, SOUL.md, USER.md, tools.md, model.md).",
@@ -141,7 +145,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("atomise_commands:worker", "The deferred-atomisation worker."),
 }
 
-_EXTRA_SUBCOMMANDS: dict[str, list[str]] = {"log": ["bundle_commands:log_export"]}
+_EXTRA_SUBCOMMANDS: dict[str, list[str]] = {
+    "log": ["bundle_commands:log_export", "publish_commands:log_publish"]
+}
 
 #: How `mnemolog --help` groups the commands; every command is in exactly one section.
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -155,7 +161,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "decay", "domains", "project", "state",
     ),
     "Context": ("context", "ingest", "persona", "vault"),
-    "Audit": ("verify", "log", "export-forensic-bundle", "verify-bundle", "replay", "witness"),
+    "Audit": ("verify", "log", "export-forensic-bundle", "verify-bundle", "replay", "witness", "monitor"),
     "Admin": ("init", "stats", "rebuild", "key", "migrate", "mcp", "serve"),
 }  # fmt: skip
 
