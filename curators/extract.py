@@ -9,7 +9,7 @@ layers:
 - ``preference``: who the person is and how they work, with no project.
 
 An extraction either yields an ``Extraction`` (possibly with no candidates:
-"nothing worth keeping" is an answer) or an ``ExtractionFailure`` naming why
+"nothing worth keeping" is an answer) or an ``ModelFailure`` naming why
 it could not answer. Both are values, never exceptions or a silent empty
 list, so the substrate records every outcome as an event. Each carries what
 replay needs without calling a model again: extractor name and version, the
@@ -19,12 +19,12 @@ fingerprint of the instructions it followed, and every raw model output.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Literal, Protocol, runtime_checkable
 
 from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
 
-from .base import FailureReason
+from .outcome import ModelFailure
 
 Layer = Literal["project", "domain", "preference"]
 LAYERS: Final[tuple[str, ...]] = ("project", "domain", "preference")
@@ -85,22 +85,7 @@ class Extraction:
     output_tokens: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class ExtractionFailure:
-    """No usable answer. ``reason`` is a curator failure reason; ``responses`` keep the evidence."""
-
-    reason: FailureReason
-    message: str
-    extractor: str
-    version: str
-    model: str | None
-    prompt_sha256: str
-    attempts: int = 0
-    responses: tuple[str, ...] = ()
-    details: dict[str, object] = field(default_factory=dict)
-
-
-ExtractionOutcome = Extraction | ExtractionFailure
+ExtractionOutcome = Extraction | ModelFailure
 
 
 @runtime_checkable
@@ -163,7 +148,6 @@ __all__ = [
     "MIN_CANDIDATE_CHARS",
     "Candidate",
     "Extraction",
-    "ExtractionFailure",
     "ExtractionOutcome",
     "Extractor",
     "InteractionText",

@@ -4,7 +4,7 @@ One schema-constrained chat per attempt with the pinned extraction prompt
 (``extract_prompt``), tolerant reading of the reply (``extract_parse``), and
 the curator's retry and backoff rules (``ollama_ask``). Whatever happens, the
 result is a value: an ``Extraction`` with every raw reply, or an
-``ExtractionFailure`` with the reason and every raw reply seen before it.
+``ModelFailure`` with the reason and every raw reply seen before it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Final
 
-from .extract import Extraction, ExtractionFailure, ExtractionOutcome, InteractionText
+from .extract import Extraction, ExtractionOutcome, InteractionText
 from .extract_parse import ParsedCandidates, parse_candidates
 from .extract_prompt import extraction_schema, prompt_sha256, render_messages
 from .ollama_ask import DomainAsker, Failed
@@ -23,7 +23,8 @@ VERSION: Final = "1"
 class OllamaExtractor(DomainAsker):
     """Extractor backed by ``model`` at ``host``; ``domains`` is the home's domain vocabulary."""
 
-    version: Final = VERSION
+    version = VERSION
+    role = "extractor"
 
     @staticmethod
     def _prompt_sha256(domains: tuple[str, ...]) -> str:
@@ -36,17 +37,7 @@ class OllamaExtractor(DomainAsker):
         parse = partial(parse_candidates, project=interaction.project, domains=self.domains)
         answer = self._asker.ask(messages, extraction_schema(self.domains), parse, max_retries=max_retries)
         if isinstance(answer, Failed):
-            return ExtractionFailure(
-                reason=answer.reason,
-                message=f"extractor {self.name}: {answer.message}",
-                extractor=self.name,
-                version=self.version,
-                model=self.model,
-                prompt_sha256=self._sha,
-                attempts=answer.attempts,
-                responses=answer.responses,
-                details=answer.details,
-            )
+            return self.failure(answer)
         parsed: ParsedCandidates = answer.value
         return Extraction(
             candidates=parsed.candidates,

@@ -27,6 +27,7 @@ import ollama
 from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
 
 from .base import FailureReason, backoff_delay, check_max_retries
+from .outcome import ModelFailure
 from .parse import MalformedOutput
 from .tokens import count_tokens
 
@@ -187,6 +188,26 @@ class DomainAsker(ABC):
     @property
     def host(self) -> str:
         return self._asker.host
+
+    #: What the subclass is, in a failure's message: ``extractor`` or ``triager``.
+    role: str = "curator"
+
+    #: The subclass's curator version, recorded with every answer.
+    version: str
+
+    def failure(self, answer: Failed) -> ModelFailure:
+        """The one shape of a call that gave no usable answer, for either role."""
+        return ModelFailure(
+            reason=answer.reason,
+            message=f"{self.role} {self.name}: {answer.message}",
+            curator=self.name,
+            version=self.version,
+            model=self.model,
+            prompt_sha256=self._sha,
+            attempts=answer.attempts,
+            responses=answer.responses,
+            details=answer.details,
+        )
 
 
 def _transport_reason(exc: BaseException) -> FailureReason | None:

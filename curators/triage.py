@@ -4,7 +4,7 @@ A triager reads one candidate (with the active memories most like it) and
 gives a verdict: ``promote``, ``reject``, ``needs_human``, or ``contradicts``
 (naming the memory it conflicts with), with a confidence, a one-sentence
 reason, and the project and domain tags it suggests. Like extraction, an
-attempt that yields no verdict is a value (``TriageFailure``), never an
+attempt that yields no verdict is a value (``ModelFailure``), never an
 exception or a silence: the candidate stays queued and is counted.
 
 ``decide`` is the one rule for what happens next. Only a ``promote`` verdict
@@ -15,13 +15,13 @@ everything else waits for a person.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.eventlog.vocabulary_knowledge import Action, Verdict
 
-from .base import FailureReason
+from .outcome import ModelFailure
 
 #: A reason longer than this is cut at a word boundary.
 MAX_REASON_CHARS: Final = 300
@@ -81,20 +81,7 @@ class TriageVerdict:
     output_tokens: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class TriageFailure:
-    reason: FailureReason
-    message: str
-    triager: str
-    version: str
-    model: str | None
-    prompt_sha256: str
-    attempts: int = 0
-    responses: tuple[str, ...] = ()
-    details: dict[str, object] = field(default_factory=dict)
-
-
-TriageOutcome = TriageVerdict | TriageFailure
+TriageOutcome = TriageVerdict | ModelFailure
 
 
 @runtime_checkable

@@ -23,7 +23,7 @@ from mnemolog.eventlog.vocabulary_knowledge import PROJECT_NAME, Verdict
 
 from .ollama_ask import DomainAsker, Failed
 from .parse import first_answer
-from .triage import TriageFailure, TriageItem, TriageOutcome, TriageVerdict, one_sentence
+from .triage import TriageItem, TriageOutcome, TriageVerdict, one_sentence
 from .triage_prompt import prompt_sha256, render_messages, triage_schema
 
 VERSION: Final = "1"
@@ -144,7 +144,8 @@ def _domains(raw: Any, known: Sequence[str], warnings: list[str]) -> tuple[str, 
 class OllamaTriager(DomainAsker):
     """Triager backed by ``model`` at ``host``; ``domains`` is the home's domain vocabulary."""
 
-    version: Final = VERSION
+    version = VERSION
+    role = "triager"
 
     @staticmethod
     def _prompt_sha256(domains: tuple[str, ...]) -> str:
@@ -164,17 +165,7 @@ class OllamaTriager(DomainAsker):
         parse = partial(parse_verdict, item=item, domains=self.domains)
         answer = self._asker.ask(messages, triage_schema(self.domains), parse, max_retries=max_retries)
         if isinstance(answer, Failed):
-            return TriageFailure(
-                reason=answer.reason,
-                message=f"triager {self.name}: {answer.message}",
-                triager=self.name,
-                version=self.version,
-                model=self.model,
-                prompt_sha256=self._sha,
-                attempts=answer.attempts,
-                responses=answer.responses,
-                details=answer.details,
-            )
+            return self.failure(answer)
         parsed: ParsedVerdict = answer.value
         return TriageVerdict(
             verdict=parsed.verdict,

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from mnemolog.curators.choice import make_extractor, make_triager
 from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, resolve_llm
-from mnemolog.curators.extract import Extraction, ExtractionFailure, InteractionText
-from mnemolog.curators.extract_config import make_extractor
-from mnemolog.curators.triage import Neighbour, TriageFailure, TriageItem, TriageVerdict, decide
-from mnemolog.curators.triage_config import make_triager
+from mnemolog.curators.extract import Extraction, InteractionText
+from mnemolog.curators.outcome import ModelFailure
+from mnemolog.curators.triage import Neighbour, TriageItem, TriageVerdict, decide
 from mnemolog.eventlog.errors import Informational, MnemologError, NotFound, UsageError
 from mnemolog.eventlog.vocabulary_knowledge import (
     check_category,
@@ -138,7 +138,7 @@ def _iso(us: int) -> datetime:
     return datetime.fromtimestamp(us / 1_000_000, UTC)
 
 
-def _failure_fields(failure: ExtractionFailure | TriageFailure) -> dict[str, Any]:
+def _failure_fields(failure: ModelFailure) -> dict[str, Any]:
     """What an extraction.failed or triage.failed keeps of a curator's failure, beside whose it was."""
     return {
         "version": failure.version,
@@ -506,11 +506,11 @@ class Knowledge:
             if outcome is None or states.get(iid) != "pending":
                 results.append({"interaction": iid, "outcome": "already_extracted"})
                 continue
-            if isinstance(outcome, ExtractionFailure):
+            if isinstance(outcome, ModelFailure):
                 events.append(
                     ExtractionFailed(
                         interaction_id=iid,
-                        extractor=outcome.extractor,
+                        extractor=outcome.curator,
                         **_failure_fields(outcome),
                         **_trigger(),
                     )
@@ -710,9 +710,9 @@ class Knowledge:
             if item is None or now.get(cid) != "candidate":
                 results.append({"id": cid, "outcome": "already_decided", "status": now.get(cid)})
                 continue
-            if isinstance(verdict, TriageFailure):
+            if isinstance(verdict, ModelFailure):
                 events.append(
-                    TriageFailed(id=cid, triager=verdict.triager, **_failure_fields(verdict), **_trigger())
+                    TriageFailed(id=cid, triager=verdict.curator, **_failure_fields(verdict), **_trigger())
                 )
                 results.append(
                     {"id": cid, "outcome": "failed", "reason": verdict.reason, "message": verdict.message}

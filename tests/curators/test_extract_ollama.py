@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from mnemolog.curators.base import BACKOFF
-from mnemolog.curators.extract import Extraction, ExtractionFailure, Extractor, InteractionText
+from mnemolog.curators.extract import Extraction, Extractor, InteractionText
 from mnemolog.curators.extract_ollama import OllamaExtractor
 from mnemolog.curators.extract_prompt import extraction_schema, prompt_sha256, render_messages
+from mnemolog.curators.outcome import ModelFailure
 from mnemolog.eventlog.vocabulary_knowledge import DOMAINS, domain_vocabulary
 from tests.support.fake_knowledge import candidates_json, domain, project
 from tests.support.fake_ollama import Delay, FakeOllama, Hangup, HttpError, Raw, Reply, unreachable_host
@@ -111,7 +112,7 @@ def test_malformed_output_every_time_is_a_failure_with_every_reply(
 ) -> None:
     server.push("nope", "still nope")
     result = extractor(server, sleeps).extract(P04, max_retries=1)
-    assert isinstance(result, ExtractionFailure)
+    assert isinstance(result, ModelFailure)
     assert result.reason == "malformed_output"
     assert result.responses == ("nope", "still nope")
     assert result.attempts == 2
@@ -122,7 +123,7 @@ def test_malformed_output_every_time_is_a_failure_with_every_reply(
 def test_a_server_error_fails_at_once(server: FakeOllama, sleeps: SleepRecorder) -> None:
     server.push(HttpError(500, "model crashed"))
     result = extractor(server, sleeps).extract(P04, max_retries=3)
-    assert isinstance(result, ExtractionFailure)
+    assert isinstance(result, ModelFailure)
     assert result.reason == "server_error"
     assert result.details["status_code"] == 500
     assert "model crashed" in result.message
@@ -134,14 +135,14 @@ def test_a_failure_after_a_malformed_reply_keeps_that_reply(
 ) -> None:
     server.push("garbage", HttpError(503, "overloaded"))
     result = extractor(server, sleeps).extract(P04, max_retries=3)
-    assert isinstance(result, ExtractionFailure)
+    assert isinstance(result, ModelFailure)
     assert (result.reason, result.attempts, result.responses) == ("server_error", 2, ("garbage",))
 
 
 def test_unreachable(sleeps: SleepRecorder) -> None:
     ex = OllamaExtractor(unreachable_host(), "fake-model", sleep=sleeps, timeout=2.0)
     result = ex.extract(P04)
-    assert isinstance(result, ExtractionFailure)
+    assert isinstance(result, ModelFailure)
     assert result.reason == "unreachable"
 
 
@@ -149,16 +150,16 @@ def test_timeout(server: FakeOllama, sleeps: SleepRecorder) -> None:
     server.push(Delay(3.0, candidates_json(SEED)))
     ex = OllamaExtractor(server.host, "fake-model", sleep=sleeps, timeout=0.3)
     result = ex.extract(P04)
-    assert isinstance(result, ExtractionFailure)
+    assert isinstance(result, ModelFailure)
     assert result.reason == "timeout"
 
 
 def test_hangup_and_non_chat_bodies(server: FakeOllama, sleeps: SleepRecorder) -> None:
     server.push(Hangup())
-    assert isinstance(extractor(server, sleeps).extract(P04), ExtractionFailure)
+    assert isinstance(extractor(server, sleeps).extract(P04), ModelFailure)
     server.push(Raw(b"<html>proxy error</html>", status=200, content_type="text/html"))
     result = extractor(server, sleeps).extract(P04)
-    assert isinstance(result, ExtractionFailure) and result.reason == "server_error"
+    assert isinstance(result, ModelFailure) and result.reason == "server_error"
 
 
 def test_an_oversized_interaction_is_shown_cut_and_marked(server: FakeOllama, sleeps: SleepRecorder) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from mnemolog.curators.base import TierLocked
+from mnemolog.curators.choice import make_extractor, make_triager
 from mnemolog.curators.config import LlmConfig
-from mnemolog.curators.extract_config import make_extractor
 from mnemolog.curators.extract_ollama import OllamaExtractor
 from mnemolog.curators.extract_rules import RulesExtractor
 from mnemolog.curators.triage import (
@@ -22,7 +22,6 @@ from mnemolog.curators.triage import (
     decide,
     one_sentence,
 )
-from mnemolog.curators.triage_config import make_triager
 from mnemolog.curators.triage_ollama import OllamaTriager
 from mnemolog.curators.triage_rules import RULES_SHA256, RulesTriager, quantities
 from mnemolog.eventlog.errors import BadInput, UsageError

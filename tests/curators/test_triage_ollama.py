@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from mnemolog.curators.base import BACKOFF
+from mnemolog.curators.outcome import ModelFailure
 from mnemolog.curators.parse import MalformedOutput
-from mnemolog.curators.triage import Neighbour, TriageFailure, TriageItem, TriageVerdict
+from mnemolog.curators.triage import Neighbour, TriageItem, TriageVerdict
 from mnemolog.curators.triage_ollama import OllamaTriager, parse_verdict
 from mnemolog.curators.triage_prompt import prompt_sha256, render_messages, triage_schema
 from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
@@ -113,13 +114,13 @@ def test_malformed_then_good(server: FakeOllama, sleeps: SleepRecorder) -> None:
 def test_failures_are_values_with_the_evidence(server: FakeOllama, sleeps: SleepRecorder) -> None:
     server.push("no idea", "still none")
     out = triager(server, sleeps).triage(ITEM, max_retries=1)
-    assert isinstance(out, TriageFailure)
+    assert isinstance(out, ModelFailure)
     assert (out.reason, out.responses) == ("malformed_output", ("no idea", "still none"))
     server.push(HttpError(404, "model 'fake-model' not found"))
     out = triager(server, sleeps).triage(ITEM)
-    assert isinstance(out, TriageFailure) and out.reason == "server_error"
+    assert isinstance(out, ModelFailure) and out.reason == "server_error"
     out = OllamaTriager(unreachable_host(), "m", sleep=sleeps, timeout=2.0).triage(ITEM)
-    assert isinstance(out, TriageFailure) and out.reason == "unreachable"
+    assert isinstance(out, ModelFailure) and out.reason == "unreachable"
 
 
 def parse(value: Any) -> Any:
