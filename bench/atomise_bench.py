@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mnemolog.curators.atomise.rules import RulesCurator
 from mnemolog.curators.base import CuratorFailed, SourceTooSmall
-from mnemolog.curators.rules import RulesCurator
 from mnemolog.curators.tokens import count_tokens
 
 TARGET_TOKENS = 2000

@@ -53,10 +53,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mnemolog.curators.extract import InteractionText
-from mnemolog.curators.extract_rules import RulesExtractor
-from mnemolog.curators.triage import TriageItem
-from mnemolog.curators.triage_rules import RulesTriager
+from mnemolog.curators.knowledge.extract import InteractionText
+from mnemolog.curators.knowledge.extract_rules import RulesExtractor
+from mnemolog.curators.knowledge.triage import TriageItem
+from mnemolog.curators.knowledge.triage_rules import RulesTriager
 from mnemolog.eventlog.writer import Durability
 from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections.knowledge import DAY_US

@@ -47,7 +47,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from mnemolog.curators.embed import EmbedderFailed
+from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import UsageError
 from mnemolog.projections import hybrid
 from mnemolog.projections import vectors as vx
@@ -464,7 +464,7 @@ def sweep(convs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 def make(kind: str, model: str | None) -> Any:
-    from mnemolog.curators.embed import make_embedder
+    from mnemolog.curators.embedding.embedder import make_embedder
 
     return make_embedder(kind, model)
 

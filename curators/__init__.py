@@ -1,9 +1,13 @@
-"""mnemolog.curators: atomisation of long memories into 2..10 self-contained atoms.
+"""mnemolog.curators: what turns text into other text or vectors, never touching the log.
 
-The curator protocol and result types live in ``base``; token budgets in
-``tokens``; the Ollama-backed LLM curator in ``ollama`` with its pinned prompt in
-``prompt``; the deterministic offline curator in ``rules``; configuration and
-the factory in ``config``. See docs/curators.md.
+Rooms by feature: ``atomise/`` (long memories into atoms), ``embedding/``
+(text to vectors), ``knowledge/`` (interactions into candidates, candidates
+into verdicts). Shared by them: result types and errors (``base``), token
+counting (``tokens``), LLM configuration and the atomiser factory
+(``config``), asking an Ollama model with retries (``ollama_ask``), tolerant
+reading of model answers (``parse``) and the failure of a model call
+(``outcome``). This module re-exports the atomisation API, resolved on first
+use. See docs/curators.md.
 """
 
 from __future__ import annotations
@@ -12,7 +16,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import (
+    from mnemolog.curators.atomise.choice import make_curator
+    from mnemolog.curators.atomise.ollama import OllamaCurator
+    from mnemolog.curators.atomise.prompt import CURATOR_SYSTEM_PROMPT, prompt_sha256
+    from mnemolog.curators.atomise.rules import RulesCurator
+    from mnemolog.curators.base import (
         BACKOFF,
         Atom,
         CurationResult,
@@ -22,11 +30,8 @@ if TYPE_CHECKING:
         SourceTooSmall,
         TierLocked,
     )
-    from .config import LlmConfig, make_curator, resolve_llm
-    from .ollama import OllamaCurator
-    from .prompt import CURATOR_SYSTEM_PROMPT, prompt_sha256
-    from .rules import RulesCurator
-    from .tokens import (
+    from mnemolog.curators.config import LlmConfig, resolve_llm
+    from mnemolog.curators.tokens import (
         DEFAULT_ATOM_TOKENS,
         MAX_ATOM_TOKENS,
         MIN_ATOM_TOKENS,
@@ -46,11 +51,12 @@ _HOME = {
         ),
         "base",
     ),
-    **dict.fromkeys(("LlmConfig", "make_curator", "resolve_llm"), "config"),
-    "OllamaCurator": "ollama",
-    "CURATOR_SYSTEM_PROMPT": "prompt",
-    "prompt_sha256": "prompt",
-    "RulesCurator": "rules",
+    **dict.fromkeys(("LlmConfig", "resolve_llm"), "config"),
+    "make_curator": "atomise.choice",
+    "OllamaCurator": "atomise.ollama",
+    "CURATOR_SYSTEM_PROMPT": "atomise.prompt",
+    "prompt_sha256": "atomise.prompt",
+    "RulesCurator": "atomise.rules",
     **dict.fromkeys(
         (
             *("DEFAULT_ATOM_TOKENS", "MAX_ATOM_TOKENS", "MIN_ATOM_TOKENS", "OVER_BUDGET_TOLERANCE"),

@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
+from mnemolog.curators.tokens import DEFAULT_ATOM_TOKENS
 from mnemolog.eventlog.errors import Informational, MnemologError, UsageError
-
-from .tokens import DEFAULT_ATOM_TOKENS
 
 MIN_ATOMS: Final = 2
 MAX_ATOMS: Final = 10

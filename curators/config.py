@@ -1,9 +1,10 @@
-"""Which curator to build, and from what configuration.
+"""From what configuration a model-backed curator is built.
 
 Owns the LLM configuration (host and model, from arguments or the
 MNEMOLOG_OLLAMA_HOST / MNEMOLOG_OLLAMA_MODEL environment variables) and the
-curator factory. No model configured means the LLM tier is locked; the caller
-decides whether that is an error (TierLocked) or a fall back to rules.
+rule every room uses to choose ``rules`` or ``ollama``. No model configured
+means the LLM tier is locked; the caller decides whether that is an error
+(TierLocked) or a fall back to rules.
 """
 
 from __future__ import annotations
@@ -11,19 +12,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
+from mnemolog.curators.base import TierLocked
 from mnemolog.eventlog.errors import UsageError
-
-from .base import Curator, TierLocked
 
 HOST_ENV: Final = "MNEMOLOG_OLLAMA_HOST"
 MODEL_ENV: Final = "MNEMOLOG_OLLAMA_MODEL"
 #: Ollama's own default address, used when a model is named but no host is.
 DEFAULT_OLLAMA_HOST: Final = "http://127.0.0.1:11434"
 
-CURATOR_NAMES: Final = ("ollama", "rules")
-_OLLAMA_OPTIONS: Final = frozenset(("sleep", "timeout", "client"))
 
 T = TypeVar("T")
 
@@ -48,43 +46,6 @@ def resolve_llm(
     if not chosen_model or not chosen_model.strip():
         return None
     return LlmConfig(host=(chosen_host or "").strip() or DEFAULT_OLLAMA_HOST, model=chosen_model)
-
-
-def make_curator(name: str, llm: LlmConfig | None, **kw: Any) -> Curator:
-    """Build curator ``name`` ("ollama" or "rules").
-
-    ``kw`` are OllamaCurator options (sleep, timeout, client); the rules
-    curator needs none and ignores them, so callers can pass one set of
-    options whichever curator a namespace chose.
-    """
-    unknown = sorted(set(kw) - _OLLAMA_OPTIONS)
-    if unknown:
-        raise UsageError(
-            f"unknown curator option(s) {unknown}; expected some of {sorted(_OLLAMA_OPTIONS)}",
-            found=unknown,
-        )
-    # Each curator is imported when it is built: the ollama client alone costs
-    # a third of a second, which a store that never atomises must not pay.
-    if name == "rules":
-        from .rules import RulesCurator
-
-        return RulesCurator()
-    if name == "ollama":
-        if llm is None:
-            raise TierLocked(
-                f"the ollama curator needs an LLM and none is configured: set {MODEL_ENV} "
-                f"(and {HOST_ENV}, default {DEFAULT_OLLAMA_HOST}), or use the rules curator",
-                curator=name,
-                env=[MODEL_ENV, HOST_ENV],
-            )
-        from .ollama import OllamaCurator
-
-        return OllamaCurator(llm.host, llm.model, **kw)
-    raise UsageError(
-        f"unknown curator {name!r}; expected one of {list(CURATOR_NAMES)}",
-        expected=list(CURATOR_NAMES),
-        found=name,
-    )
 
 
 def rules_or_ollama(
@@ -114,7 +75,7 @@ def rules_or_ollama(
                 **{role: name},
                 env=[MODEL_ENV, HOST_ENV],
             )
-        from .ollama_ask import DEFAULT_TIMEOUT
+        from mnemolog.curators.ollama_ask import DEFAULT_TIMEOUT
 
         return ollama(llm, DEFAULT_TIMEOUT if timeout is None else timeout)
     raise UsageError(

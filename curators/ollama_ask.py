@@ -24,12 +24,11 @@ from typing import Any, Final, Generic, TypeVar
 
 import ollama
 
+from mnemolog.curators.base import FailureReason, backoff_delay, check_max_retries
+from mnemolog.curators.outcome import ModelFailure
+from mnemolog.curators.parse import MalformedOutput
+from mnemolog.curators.tokens import count_tokens
 from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
-
-from .base import FailureReason, backoff_delay, check_max_retries
-from .outcome import ModelFailure
-from .parse import MalformedOutput
-from .tokens import count_tokens
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .base import FailureReason
+from mnemolog.curators.base import FailureReason
 
 
 @dataclass(frozen=True, slots=True)

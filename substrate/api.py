@@ -26,7 +26,7 @@ from typing import Any, NotRequired, TypedDict, cast
 import duckdb
 from pydantic import ValidationError
 
-from mnemolog.curators.embed import Embedder
+from mnemolog.curators.embedding.embedder import Embedder
 from mnemolog.eventlog import fsio, memview
 from mnemolog.eventlog.errors import (
     BadInput,

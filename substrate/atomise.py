@@ -29,8 +29,9 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+from mnemolog.curators.atomise.choice import make_curator
 from mnemolog.curators.base import Curator, CuratorFailed, SourceTooSmall, TierLocked
-from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, make_curator, resolve_llm
+from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, resolve_llm
 from mnemolog.curators.tokens import DEFAULT_ATOM_TOKENS, check_max_atom_tokens, count_tokens
 from mnemolog.eventlog.errors import Informational, LockTimeout, MnemologError, NotFound, UsageError
 from mnemolog.eventlog.lock import FileLock

@@ -36,7 +36,7 @@ from typing import Any, Final, Literal, TypedDict
 import numpy as np
 
 from mnemolog.curators.base import TierLocked
-from mnemolog.curators.embed import (
+from mnemolog.curators.embedding.embedder import (
     EmbedConfig,
     Embedder,
     EmbedderFailed,

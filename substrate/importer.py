@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final, NotRequired, TypedDict
 
-from mnemolog.curators.embed import EmbedderFailed
+from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.codec import is_plain
 from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
 from mnemolog.eventlog.fsio import NotRegularFile, open_regular

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from mnemolog.curators.choice import make_extractor, make_triager
 from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, resolve_llm
-from mnemolog.curators.extract import Extraction, InteractionText
+from mnemolog.curators.knowledge.choice import make_extractor, make_triager
+from mnemolog.curators.knowledge.extract import Extraction, InteractionText
+from mnemolog.curators.knowledge.triage import Neighbour, TriageItem, TriageVerdict, decide
 from mnemolog.curators.outcome import ModelFailure
-from mnemolog.curators.triage import Neighbour, TriageItem, TriageVerdict, decide
 from mnemolog.eventlog.errors import Informational, MnemologError, NotFound, UsageError
 from mnemolog.eventlog.vocabulary_knowledge import (
     check_category,

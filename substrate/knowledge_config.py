@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from mnemolog.curators.triage import TriagePolicy
+from mnemolog.curators.knowledge.triage import TriagePolicy
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.eventlog.vocabulary_knowledge import DOMAINS, domain_vocabulary
 from mnemolog.projections.knowledge import DecayPolicy

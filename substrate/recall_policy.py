@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import duckdb
 import numpy as np
 
-from mnemolog.curators.embed import EmbedderFailed
+from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import UsageError
 from mnemolog.projections import hybrid, vectors
 from mnemolog.projections.memories import Memory

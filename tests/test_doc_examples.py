@@ -241,7 +241,7 @@ def test_log_prove_and_consistency_print_the_json_format_md_shows(home: Path) ->
 
 
 def test_the_extraction_figures_are_what_the_bench_computes() -> None:
-    from mnemolog.curators.extract_rules import RulesExtractor
+    from mnemolog.curators.knowledge.extract_rules import RulesExtractor
     from tests.support.extraction_labels import DATA, load, score
 
     text = doc("knowledge.md")

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from mnemolog.curators.embed import EMBED_KINDS, MAX_DIM
+from mnemolog.curators.embedding.embedder import EMBED_KINDS, MAX_DIM
 from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.substrate.events.base import Payload

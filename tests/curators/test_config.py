@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from mnemolog.curators.atomise.choice import make_curator
+from mnemolog.curators.atomise.ollama import OllamaCurator
+from mnemolog.curators.atomise.rules import RulesCurator
 from mnemolog.curators.base import TierLocked
 from mnemolog.curators.config import (
     DEFAULT_OLLAMA_HOST,
     HOST_ENV,
     MODEL_ENV,
     LlmConfig,
-    make_curator,
     resolve_llm,
 )
-from mnemolog.curators.ollama import OllamaCurator
-from mnemolog.curators.rules import RulesCurator
 from mnemolog.eventlog.errors import UsageError
 
 ENV = {HOST_ENV: "http://10.0.0.5:11434", MODEL_ENV: "gemma-env"}

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mnemolog.curators.base import TierLocked
-from mnemolog.curators.embed import EmbedderFailed
+from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.projections import hybrid
 from mnemolog.projections.hybrid import MODES

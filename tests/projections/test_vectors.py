@@ -16,7 +16,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from mnemolog.curators.embed import EmbedderFailed
+from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.projections import vectors as vx
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate.api import Substrate

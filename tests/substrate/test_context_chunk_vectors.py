@@ -125,7 +125,7 @@ def test_with_embeddings_off_chunks_rank_by_bm25(tmp_path: Path, monkeypatch: py
 def test_chunks_wait_when_the_embedder_is_down_and_drain_embeds_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mnemolog.curators.embed import EmbedderFailed
+    from mnemolog.curators.embedding.embedder import EmbedderFailed
 
     monkeypatch.setenv("MNEMOLOG_EMBED", "minilm")
     h = tmp_path / "down"

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mnemolog.curators.embed import EmbedderFailed
+from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import UsageError
 from mnemolog.projections import vectors as vx
 from mnemolog.substrate import importer

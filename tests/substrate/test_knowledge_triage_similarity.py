@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnemolog.curators.embed import Vectors, check_vectors
+from mnemolog.curators.embedding.embedder import Vectors, check_vectors
 from mnemolog.substrate.api import Substrate
 from tests.projections.kit import new_home, open_sub
 from tests.support.fake_embedder import FakeEmbedder, fake_vec

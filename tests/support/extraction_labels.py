@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mnemolog.curators.extract import Candidate, InteractionText
+from mnemolog.curators.knowledge.extract import Candidate, InteractionText
 from mnemolog.projections.knowledge_match import terms
 
 DATA = Path(__file__).resolve().parent.parent / "curators" / "data" / "extraction_labelled.json"

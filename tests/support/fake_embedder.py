@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mnemolog.curators.embed import EmbedderFailed, Vectors, check_vectors
+from mnemolog.curators.embedding.embedder import EmbedderFailed, Vectors, check_vectors
 
 DIM = 16
 
