@@ -8,7 +8,7 @@ import click
 
 from mnemolog.cli.app import Ctx, json_option
 from mnemolog.cli.memory_commands import opened
-from mnemolog.curators.embed import EMBED_KINDS
+from mnemolog.curators.embedding.embedder import EMBED_KINDS
 
 
 @click.group("embeddings")
