@@ -1028,8 +1028,10 @@ def read_tar(raw: bytes) -> dict[str, bytes]:
             if raw[off + 1024 :].strip(b"\x00"):
                 raise Failure("archive.trailing", "non-zero bytes after the end marker")
             return members
-        stored = _octal(block[148:156], "checksum")
-        if sum(block[:148]) + 8 * 32 + sum(block[156:]) != stored:
+        # The exporter writes the checksum as six octal digits, NUL, space; no other form is taken.
+        if not re.fullmatch(rb"[0-7]{6}\x00 ", block[148:156]):
+            raise Failure("archive.checksum", f"checksum field {block[148:156]!r} at offset {off}")
+        if sum(block[:148]) + 8 * 32 + sum(block[156:]) != int(block[148:154], 8):
             raise Failure("archive.checksum", f"header checksum at offset {off}")
         if block[257:263] != b"ustar\x00":
             raise Failure("archive.format", "not a POSIX ustar header")
