@@ -602,8 +602,7 @@ def genesis_history(entry: Entry) -> KeyHistory:
         and _bytes(d.get("log_id"), 16)
         and _bytes(d.get("public_key"), 32)
         and valid_key_name(d.get("key_name"))
-        and _uint(d.get("created_at"))
-    )
+    )  # created_at is informational: neither its presence nor its type is checked (§6)
     if not ok:
         raise Failure("genesis.data", "log.created payload is not well formed", 0)
     return KeyHistory(d["log_id"], [Epoch(0, 0, d["key_name"], d["public_key"])])
@@ -616,11 +615,8 @@ def apply_key_event(history: KeyHistory, entry: Entry) -> None:
         return
     d = entry.data
     ok = (
-        entry.value["tv"] == 1
-        and _bytes(d.get("public_key"), 32)
-        and valid_key_name(d.get("key_name"))
-        and _uint(d.get("rotated_at"))
-    )
+        entry.value["tv"] == 1 and _bytes(d.get("public_key"), 32) and valid_key_name(d.get("key_name"))
+    )  # rotated_at is informational, like created_at (§6)
     if not ok:
         raise Failure("key.rotated", "key.rotated payload is not well formed", entry.seq)
     if d["public_key"] == history.at(entry.seq).public_key:
@@ -690,19 +686,19 @@ def carries_pointers(entry: Entry) -> bool:
 
 
 def pointer(entry: Entry, memory_id: str) -> int | None:
-    """The entry's touch_prev for memory_id, or None when it makes no claim."""
+    """The entry's touch_prev for memory_id, or None when it makes no claim.
+
+    A touch_prev that is not a map, and a value that is not an integer from -1 up, are read
+    as left out (format.md §13): no claim, so never a false one.
+    """
     if not carries_pointers(entry):
         return None
     tp = entry.data.get("touch_prev")
-    if tp is None:
-        return None
     if not isinstance(tp, dict):
-        raise Failure("backchain.pointer", "touch_prev is not a map", entry.seq)
-    if memory_id not in tp:
         return None
-    v = tp[memory_id]
-    if not isinstance(v, int) or isinstance(v, bool) or v < -1:
-        raise Failure("backchain.pointer", f"touch_prev[{memory_id}] = {v!r}", entry.seq)
+    v = tp.get(memory_id)
+    if not isinstance(v, int) or isinstance(v, bool) or not -1 <= v < 1 << 63:
+        return None
     return v
 
 
@@ -1028,10 +1024,14 @@ def read_tar(raw: bytes) -> dict[str, bytes]:
             if raw[off + 1024 :].strip(b"\x00"):
                 raise Failure("archive.trailing", "non-zero bytes after the end marker")
             return members
-        # The exporter writes the checksum as six octal digits, NUL, space; no other form is taken.
-        if not re.fullmatch(rb"[0-7]{6}\x00 ", block[148:156]):
+        # Octal digits padded with NULs or spaces, as every numeric field; any other byte in the
+        # field is damage. Historic tars summed signed bytes: either sum is taken.
+        digits = block[148:156].rstrip(b"\x00 ").lstrip(b" ")
+        if not re.fullmatch(rb"[0-7]+", digits):
             raise Failure("archive.checksum", f"checksum field {block[148:156]!r} at offset {off}")
-        if sum(block[:148]) + 8 * 32 + sum(block[156:]) != int(block[148:154], 8):
+        rest = block[:148] + block[156:]
+        sums = (sum(rest) + 8 * 32, sum(b - 256 if b > 127 else b for b in rest) + 8 * 32)
+        if int(digits, 8) not in sums:
             raise Failure("archive.checksum", f"header checksum at offset {off}")
         if block[257:263] != b"ustar\x00":
             raise Failure("archive.format", "not a POSIX ustar header")
@@ -1234,12 +1234,15 @@ def verify_bundle(
         if not member_set & set(touched_ids(e)):
             raise Failure("selection.foreign", "entry touches none of the bundle's memories", e.seq)
     stored = {e.data.get("id") for e in entries if e.type == "memory.stored"}
-    if manifest["include_chain"]:
-        closure = chain_closure(manifest["memory_id"], entries)
-        if member_set != closure:
-            raise Failure(
-                "chain.closure", f"memories {sorted(member_set)} are not the chain {sorted(closure)}"
-            )
+    closure = (
+        chain_closure(manifest["memory_id"], entries)
+        if manifest["include_chain"]
+        else {manifest["memory_id"]}
+    )
+    if memories != sorted(set(memories)) or unstored != sorted(set(unstored)):
+        raise Failure("manifest.decode", "memories and unstored must be sorted and unique")
+    if member_set != closure:
+        raise Failure("chain.closure", f"memories {sorted(member_set)} are not the chain {sorted(closure)}")
     for m in memories:
         if m not in stored:
             raise Failure("chain.missing_memory", f"{m} has no memory.stored in the bundle")
@@ -1291,12 +1294,14 @@ def check_completeness(
     if not _uint(size) or size > he.seq or not _bytes(root, 32):
         raise Failure("heads.entry", "malformed heads.committed payload", he.seq)
     committed: dict[str, int | None] = {}
+    order = []
     for proof in heads["proofs"]:
         m, head, got = heads_proof_root(proof)
         if got != root:
             raise Failure("heads.proof", f"the proof for {m} does not lead to the committed root", he.seq)
         committed[m] = head
-    if set(committed) != member_set or len(committed) != len(heads["proofs"]):
+        order.append(m)
+    if order != sorted(member_set):
         raise Failure("heads.proofs", f"proofs for {sorted(committed)}, bundle ids {sorted(member_set)}")
     for m in sorted(member_set):
         mine = [e for e in entries if m in touched_ids(e)]
@@ -1306,12 +1311,15 @@ def check_completeness(
             raise Failure(
                 "completeness.head", f"{m}: newest bundle entry {newest}, committed head {committed[m]}"
             )
+        # Walking down from the newest entry about m: each entry that carries back-chains must
+        # point at the next older bundle entry about m (-1 at the oldest); a pointer left out
+        # breaks the chain. An entry of a tv before back-chains ends the proof at its own seq.
         proven_from = 0
         for newer, older in zip(reversed(mine), [*reversed(mine[:-1]), None], strict=True):
-            p = pointer(newer, m)
-            if p is None:
-                proven_from = newer.seq + 1
+            if not carries_pointers(newer):
+                proven_from = newer.seq
                 break
+            p = pointer(newer, m)
             want = -1 if older is None else older.seq
             if p != want:
                 raise Failure(
