@@ -466,7 +466,7 @@ def test_a_bad_heads_proof_in_a_bundle_is_refused(built: Built) -> None:
     heads["proofs"][0] = [m, head + 1, siblings, other, other_head]
     files["heads.cbor"] = iv.encode(heads)
     resign_manifest(files, built.home)
-    fails("heads.proof", lambda: iv.verify_bundle(retar(files)))
+    fails("heads.root", lambda: iv.verify_bundle(retar(files)))
 
 
 def test_hostile_archives_are_refused(built: Built) -> None:

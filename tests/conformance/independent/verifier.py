@@ -477,8 +477,10 @@ def check_cosignatures(
     for key in keys:
         want = note_key_hash(key.name, 4, key.public_key)
         for line in checkpoint.note.lines:
-            if line.name != key.name or len(line.raw) != 76 or line.raw[:4] != want:
+            if line.name != key.name or line.raw[:4] != want:
                 continue
+            if len(line.raw) != 76:  # the witness's name and hash: it must verify, so be 76 bytes
+                raise Failure("witness.signature", f"{key.name}: a {len(line.raw)}-byte cosignature line")
             stamp = int.from_bytes(line.raw[4:12], "big")
             if stamp >= 1 << 63:
                 raise Failure("witness.signature", f"{key.name}: timestamp {stamp} above 2^63 - 1")
@@ -1298,11 +1300,11 @@ def check_completeness(
     for proof in heads["proofs"]:
         m, head, got = heads_proof_root(proof)
         if got != root:
-            raise Failure("heads.proof", f"the proof for {m} does not lead to the committed root", he.seq)
+            raise Failure("heads.root", f"the proof for {m} does not lead to the committed root", he.seq)
         committed[m] = head
         order.append(m)
     if order != sorted(member_set):
-        raise Failure("heads.proofs", f"proofs for {sorted(committed)}, bundle ids {sorted(member_set)}")
+        raise Failure("heads.coverage", f"proofs for {sorted(committed)}, bundle ids {sorted(member_set)}")
     for m in sorted(member_set):
         mine = [e for e in entries if m in touched_ids(e)]
         below = [e.seq for e in mine if e.seq < size]
