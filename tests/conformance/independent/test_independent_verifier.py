@@ -56,10 +56,23 @@ class Built:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """A home of stores, an update, a link and a key rotation, and a bundle of its first memory."""
+    """A home of stores, an update, a link and a key rotation, and a bundle of its first memory.
+
+    Segments are kept at the smallest size the writer takes, and an import in batches fills
+    several of them (a writer rolls to a new segment at a batch boundary).
+    """
     base = tmp_path_factory.mktemp("indep")
     home = base / "home"
     run(home, "init")
+    config = home / "config.toml"
+    config.write_text(re.sub(r"(?m)^segment_bytes = .*$", "segment_bytes = 4096", config.read_text()))
+    bulk = base / "bulk.jsonl"
+    lines = [
+        json.dumps({"content": f"bulk memory {i}: " + "the tide tables of the harbour " * 30})
+        for i in range(9)
+    ]
+    bulk.write_text("\n".join(lines) + "\n")
+    run(home, "import", str(bulk), "--batch", "3")
     a = run(home, "store", "alpha: the harbour opens at six")["memory"]["id"]
     b = run(home, "store", "beta: the ferry leaves at seven", "--title", "ferry")["memory"]["id"]
     run(home, "update", a, "--content", "alpha: the harbour opens at half past six")
@@ -196,6 +209,19 @@ def test_the_writers_home_verifies(built: Built) -> None:
     assert iv.verify_log(built.home / "log").anchor == "trust on first use"
 
 
+def test_the_writers_segments_are_contiguous(built: Built) -> None:
+    names = sorted(p.name for p in (built.home / "log").glob("*.seg"))
+    assert len(names) > 2 and names[0] == "0" * 20 + ".seg"
+    entries, torn = iv.read_entries(built.home / "log")
+    assert torn == 0 and [e.seq for e in entries] == list(range(len(entries)))
+
+
+def test_the_writers_index_is_as_documented(built: Built, chain: Chain) -> None:
+    for home in (built.home, chain.home):
+        entries, _ = iv.read_entries(home / "log")
+        assert iv.index_disagreements(home / "log", entries) == []
+
+
 def test_a_pinned_key_not_in_the_history_is_refused(built: Built) -> None:
     other = iv.VerifierKey("second", 1, bytes(SigningKey.generate().verify_key)).text
     fails("trust.key", lambda: iv.verify_log(built.home / "log", trusted_key=other))
@@ -255,12 +281,52 @@ def test_a_flipped_byte_in_a_segment_is_refused(built: Built, tmp_path: Path, wh
     fails(None, lambda: iv.verify_home(home))
 
 
+def _segments(home: Path) -> list[Path]:
+    return sorted((home / "log").glob("*.seg"))
+
+
+def rewrite(home: Path, raws: list[bytes]) -> None:
+    """The log's entries as one segment (the split into segments is not signed)."""
+    for p in _segments(home):
+        p.unlink()
+    _segment(home).write_bytes(b"".join(raws))
+
+
+def test_segment_rules(built: Built, tmp_path: Path) -> None:
+    home = copy_home(built, tmp_path / "renamed")
+    segs = _segments(home)
+    segs[1].rename(segs[1].with_name(f"{int(segs[1].name[:20]) + 1:020d}.seg"))
+    fails("segments.name", lambda: iv.verify_log(home / "log"))
+    home = copy_home(built, tmp_path / "emptied")
+    _segments(home)[1].write_bytes(b"")
+    fails("segments.empty", lambda: iv.verify_log(home / "log"))
+    home = copy_home(built, tmp_path / "first")
+    _segments(home)[0].unlink()
+    fails("segments.name", lambda: iv.verify_log(home / "log"))
+
+
+def test_a_torn_tail_is_reported_and_ignored_but_garbage_is_not(built: Built, tmp_path: Path) -> None:
+    home = copy_home(built, tmp_path / "torn")
+    entries, _ = iv.read_entries(home / "log")
+    last = _segments(home)[-1]
+    last.write_bytes(last.read_bytes() + entries[-1].raw[:57])
+    assert iv.verify_home(home).torn_tail == 57
+    home = copy_home(built, tmp_path / "garbage")
+    last = _segments(home)[-1]
+    last.write_bytes(last.read_bytes() + b"\xa1\x61")  # a map that is not an entry's a9
+    fails("entry.decode", lambda: iv.verify_home(home))
+    home = copy_home(built, tmp_path / "middle")
+    first = _segments(home)[0]
+    first.write_bytes(first.read_bytes() + entries[-1].raw[:57])  # not in the last segment
+    fails("entry.decode", lambda: iv.verify_home(home))
+
+
 def test_a_dropped_entry_is_refused(built: Built, tmp_path: Path) -> None:
     home = copy_home(built, tmp_path)
     entries, _ = iv.read_entries(home / "log")
-    _segment(home).write_bytes(b"".join(e.raw for i, e in enumerate(entries) if i != 3))
+    rewrite(home, [e.raw for i, e in enumerate(entries) if i != 3])
     fails("entry.seq", lambda: iv.verify_home(home))
-    _segment(home).write_bytes(b"".join(e.raw for e in entries[:-1]))
+    rewrite(home, [e.raw for e in entries[:-1]])
     fails("log.truncated", lambda: iv.verify_log(home / "log"))
 
 
@@ -271,7 +337,7 @@ def test_a_forged_entry_signature_is_refused(built: Built, tmp_path: Path) -> No
     forged = dict(target.value, sig=SigningKey.generate().sign(iv.to_be_signed(target)).signature)
     raw = iv.encode(forged)
     assert len(raw) == len(target.raw)
-    _segment(home).write_bytes(b"".join(raw if e.seq == 4 else e.raw for e in entries))
+    rewrite(home, [raw if e.seq == 4 else e.raw for e in entries])
     fails("entry.signature", lambda: iv.verify_home(home))
 
 
@@ -322,7 +388,7 @@ def resign(home: Path, mutate: Callable[[int, dict[str, Any]], None]) -> None:
         raw = iv.encode(value)
         out.append(raw)
         prev = iv.leaf_hash(raw)
-    _segment(home).write_bytes(b"".join(out))
+    rewrite(home, out)
     for p in (home / "log" / "checkpoints").iterdir():
         p.unlink()
     n = len(out)

@@ -803,6 +803,44 @@ def read_entries(log_dir: Path) -> tuple[list[Entry], int]:
     return entries, len(torn)
 
 
+def index_disagreements(log_dir: Path, entries: Sequence[Entry]) -> list[str]:
+    """Where index/ (format.md §7, non-normative) disagrees with the segments; [] when it agrees.
+
+    Verification never trusts the index; this only tells whether its layout is as documented:
+    `loc` 20-byte records, `tree-LL` the complete level-LL nodes, `keys` the key events' seqs.
+    """
+    index = log_dir / "index"
+    out: list[str] = []
+    segments = sorted(p for p in log_dir.iterdir() if SEGMENT_RE.match(p.name))
+    starts = [int(p.name[:20]) for p in segments]
+    loc = (index / "loc").read_bytes() if (index / "loc").exists() else b""
+    if len(loc) != 20 * len(entries):
+        out.append(f"loc holds {len(loc) / 20} records for {len(entries)} entries")
+    for e in entries[: len(loc) // 20]:
+        first, offset, length = struct.unpack(">QQI", loc[20 * e.seq : 20 * e.seq + 20])
+        if first not in starts:
+            out.append(f"loc[{e.seq}] names segment {first}")
+            continue
+        seg = segments[starts.index(first)].read_bytes()
+        if seg[offset : offset + length] != e.raw:
+            out.append(f"loc[{e.seq}] = ({first}, {offset}, {length}) is not the entry's bytes")
+    level, nodes = 0, [e.leaf for e in entries]
+    while nodes:
+        path = index / f"tree-{level:02d}"
+        raw = path.read_bytes() if path.exists() else b""
+        if raw != b"".join(nodes):
+            out.append(f"{path.name} holds {len(raw) // 32} nodes, not the {len(nodes)} complete ones")
+        nodes = [node_hash(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
+        level += 1
+    if (index / f"tree-{level:02d}").exists():
+        out.append(f"tree-{level:02d} exists for a level with no complete node")
+    keys = (index / "keys").read_bytes() if (index / "keys").exists() else b""
+    want = b"".join(struct.pack(">Q", e.seq) for e in entries if e.type in ("log.created", "key.rotated"))
+    if keys != want:
+        out.append("keys is not the seqs of the key events")
+    return out
+
+
 def check_chain(entries: Sequence[Entry]) -> KeyHistory:
     """§8 items 3-5: seq, prev, genesis, the key schedule, canonical bytes, kids, signatures."""
     prev = ZERO32
