@@ -547,6 +547,33 @@ def test_hostile_archives_are_refused(built: Built) -> None:
     fails("archive.name", lambda: iv.verify_bundle(buf.getvalue()))
 
 
+# ---------------------------------------------------------------- log exports
+
+
+def test_the_writers_log_exports_verify_and_damage_is_refused(built: Built, tmp_path: Path) -> None:
+    home = copy_home(built, tmp_path)  # an export signs a checkpoint: not in the shared home
+    size = len(iv.read_entries(home / "log")[0])
+    for lo, hi in ((0, size - 1), (0, 4), (3, 3), (5, size - 2), (size - 1, size - 1)):
+        out = tmp_path / f"{lo}-{hi}.cbor"
+        run(home, "log", "export", "--from", str(lo), "--to", str(hi), "-o", str(out))
+        report = iv.verify_export(out.read_bytes(), trusted_key=built.genesis_vkey)
+        assert (report.start, report.count) == (lo, hi - lo + 1)
+    raw = (tmp_path / f"5-{size - 2}.cbor").read_bytes()
+    items, _ = iv.split_sequence(raw, "x")
+    header = cbor2.loads(items[0])
+    fails("export.count", lambda: iv.verify_export(b"".join(items[:-1])))
+    fails(
+        "export.range_proof",
+        lambda: iv.verify_export(iv.encode({**header, "range_proof": []}) + b"".join(items[1:])),
+    )
+    flipped = bytearray(raw)
+    flipped[len(items[0]) + 40] ^= 0x01
+    fails(None, lambda: iv.verify_export(bytes(flipped)))
+    # Entries shifted by one (another range under the same header): the range proof fails.
+    shifted = iv.encode({**header, "start": 4}) + b"".join(items[1:])
+    fails(None, lambda: iv.verify_export(shifted))
+
+
 # ---------------------------------------------------------------- cosignatures from a local witness
 
 

@@ -1370,6 +1370,106 @@ def check_completeness(
     report.uncovered_entries = cp.size - size - 1
 
 
+# ---------------------------------------------------------------- log exports (forensics.md §7)
+
+EXPORT_KEYS = {
+    "format", "log_id", "start", "count", "tree_size", "checkpoint",
+    "key_entries", "key_proofs", "range_proof",
+}  # fmt: skip
+
+
+def range_root(size: int, start: int, leaves: Sequence[bytes], proof: Sequence[bytes]) -> bytes:
+    """The root of the tree of `size` from the leaves of [start, start + len(leaves)) and the
+    hashes of the maximal subtrees outside that range, in the order MTH's recursion meets them."""
+    end = start + len(leaves)
+    hashes = iter(proof)
+    used = 0
+
+    def rec(lo: int, hi: int) -> bytes:
+        nonlocal used
+        if hi <= start or lo >= end:
+            used += 1
+            h = next(hashes, None)
+            if h is None or not _bytes(h, 32):
+                raise Failure("export.range_proof", "the range proof is too short or not hashes")
+            return h
+        if start <= lo and hi <= end:
+            return mth(leaves[lo - start : hi - start])
+        k = 1 << ((hi - lo - 1).bit_length() - 1)
+        return node_hash(rec(lo, lo + k), rec(lo + k, hi))
+
+    root = rec(0, size)
+    if used != len(proof):
+        raise Failure("export.range_proof", f"{len(proof) - used} range proof hashes left unused")
+    return root
+
+
+@dataclass
+class ExportReport:
+    start: int
+    count: int
+    tree_size: int
+    anchor: str
+
+
+def verify_export(raw: bytes, *, trusted_key: str | None = None) -> ExportReport:
+    """A `log export` file: header, key history, checkpoint, key proofs, entries, range proof."""
+    items, _ = split_sequence(raw, "export.decode")
+    if not items:
+        raise Failure("export.decode", "an empty export")
+    header = decode_canonical(items[0], "export.decode")
+    if (
+        not isinstance(header, dict)
+        or set(header) != EXPORT_KEYS
+        or header["format"] != "mnemolog/log-export/v1"
+    ):
+        raise Failure("export.decode", "the header is not exactly the log-export/v1 keys")
+    start, count, size = header["start"], header["count"], header["tree_size"]
+    if not (_uint(start) and _uint(count) and _uint(size)) or count < 1 or start + count > size:
+        raise Failure("export.decode", f"start {start}, count {count}, tree size {size}")
+    keys = [decode_entry(k) for k in header["key_entries"]]
+    if not keys:
+        raise Failure("keys.genesis", "no key history")
+    history = genesis_history(keys[0])
+    check_signed(keys[0], history)
+    for before, e in itertools.pairwise(keys):
+        if e.type != "key.rotated" or e.seq <= before.seq:
+            raise Failure("keys.order", f"{e.type} at {e.seq} in the key history", e.seq)
+        apply_key_event(history, e)
+        check_signed(e, history)
+    if header["log_id"] != history.log_id:
+        raise Failure("export.log_id", "the header's log id is not the genesis entry's")
+    anchor = trust(history, trusted_key, None, ())
+    cp = parse_checkpoint(header["checkpoint"])
+    if cp.origin != history.origin or cp.size != size or cp.size <= keys[-1].seq:
+        raise Failure("checkpoint.size", f"checkpoint {cp.origin} {cp.size} for tree size {size}")
+    signer = history.at(cp.size)
+    check_note_signature(cp.note, signer.name, signer.public_key, "checkpoint")
+    proofs = header["key_proofs"]
+    if [p[0] for p in proofs] != [k.seq for k in keys]:
+        raise Failure("export.key_proofs", "one proof per key entry, in order, is required")
+    for (seq, path), k in zip(proofs, keys, strict=True):
+        if not verify_inclusion(seq, size, k.leaf, path, cp.root):
+            raise Failure("export.key_proofs", "a key entry's proof does not lead to the root", seq)
+    entries = [decode_entry(item) for item in items[1:]]
+    if len(entries) != count:
+        raise Failure("export.count", f"{len(entries)} entries, the header says {count}")
+    key_leaves = {k.seq: k.leaf for k in keys}
+    prev = ZERO32 if start == 0 else None
+    for i, e in enumerate(entries):
+        if e.seq != start + i:
+            raise Failure("entry.seq", f"seq {e.seq} at position {start + i}", start + i)
+        if prev is not None and e.value["prev"] != prev:
+            raise Failure("entry.prev", "prev is not the previous leaf hash", e.seq)
+        if e.type in ("log.created", "key.rotated") and key_leaves.get(e.seq) != e.leaf:
+            raise Failure("export.key_entries", "a key event missing from the header's key history", e.seq)
+        check_signed(e, history)
+        prev = e.leaf
+    if range_root(size, start, [e.leaf for e in entries], header["range_proof"]) != cp.root:
+        raise Failure("export.range_proof", "the range proof does not lead to the checkpoint's root")
+    return ExportReport(start, count, size, anchor)
+
+
 def main(argv: Sequence[str]) -> int:
     """`verifier.py log DIR | home DIR | bundle FILE [--trusted-key K] [--witness-key K]...`."""
     import argparse
