@@ -535,6 +535,28 @@ def test_a_bad_heads_proof_in_a_bundle_is_refused(built: Built) -> None:
     fails("heads.root", lambda: iv.verify_bundle(retar(files)))
 
 
+def test_members_of_the_wrong_shape_are_refused_under_a_resigned_manifest(built: Built) -> None:
+    files = untar(built.bundle_a)
+    shapes = [b"", iv.encode([]), iv.encode({}), iv.encode(None), b"\xff\xfe"]
+    # VERIFY.md is instructions (signed, never parsed: the writer's verifier takes any text too);
+    # the Parquet tables are recomputed only by the writer's verifier (docs/forensics.md §4 leaves
+    # their bytes to its writer), so this verifier holds them to their digests alone.
+    for name in sorted(set(files) - {"VERIFY.md", "entries.parquet", "touches.parquet"}):
+        for shape in [files[name][: len(files[name]) // 2], *shapes]:
+            f = {**files, name: shape}
+            if name != "manifest.cbor":
+                resign_manifest(f, built.home)
+            fails(None, lambda f=f: iv.verify_bundle(retar(f)))
+    manifest = cbor2.loads(files["manifest.cbor"])
+    for key in sorted(manifest):
+        for wrong in (None, 5, "x", [5], {"a": 1}):
+            f = dict(files)
+            f["manifest.cbor"] = iv.encode({**manifest, key: wrong})
+            if key not in ("sig", "kid", "files"):  # re-signing would list the files again
+                resign_manifest(f, built.home)
+            fails(None, lambda f=f: iv.verify_bundle(retar(f)))
+
+
 def test_hostile_archives_are_refused(built: Built) -> None:
     files = untar(built.bundle_a)
     fails("archive.compressed", lambda: iv.verify_bundle(b"\x1f\x8b" + built.bundle_a))

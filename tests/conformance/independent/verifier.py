@@ -1154,6 +1154,56 @@ def chain_closure(memory_id: str, entries: Sequence[Entry]) -> set[str]:
     return seen
 
 
+def _texts(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _uints(v: object) -> bool:
+    return isinstance(v, list) and all(_uint(x) for x in v)
+
+
+def _hashes(v: object) -> bool:
+    return isinstance(v, list) and all(_bytes(x, 32) for x in v)
+
+
+def check_manifest_types(m: dict[str, Any]) -> None:
+    """forensics.md §2: each manifest key has its type (before any of them is used)."""
+    files_ok = isinstance(m["files"], list) and all(
+        isinstance(f, dict)
+        and set(f) == {"name", "size", "sha256"}
+        and isinstance(f["name"], str)
+        and _uint(f["size"])
+        and _bytes(f["sha256"], 32)
+        for f in m["files"]
+    )
+    ok = {
+        "format": isinstance(m["format"], str),
+        "log_id": _bytes(m["log_id"], 16),
+        "origin": isinstance(m["origin"], str),
+        "memory_id": isinstance(m["memory_id"], str),
+        "include_chain": isinstance(m["include_chain"], bool),
+        "memories": _texts(m["memories"]),
+        "unstored": _texts(m["unstored"]),
+        "tree_size": _uint(m["tree_size"]),
+        "root": _bytes(m["root"], 32),
+        "key_seqs": _uints(m["key_seqs"]),
+        "seqs": _uints(m["seqs"]),
+        "envelopes": isinstance(m["envelopes"], dict),
+        "files": files_ok,
+        "kid": _bytes(m["kid"], 8),
+        "sig": _bytes(m["sig"], 64),
+    }
+    bad = sorted(k for k, v in ok.items() if not v)
+    if bad:
+        raise Failure("manifest.decode", f"manifest fields of the wrong type: {bad}")
+
+
+def _proof_list(v: object) -> bool:
+    return isinstance(v, list) and all(
+        isinstance(p, list) and len(p) == 2 and _uint(p[0]) and _hashes(p[1]) for p in v
+    )
+
+
 def verify_bundle(
     raw: bytes,
     *,
@@ -1168,6 +1218,7 @@ def verify_bundle(
     manifest = decode_canonical(files["manifest.cbor"], "manifest.decode")
     if not isinstance(manifest, dict) or set(manifest) != MANIFEST_KEYS:
         raise Failure("manifest.decode", "not exactly the manifest keys")
+    check_manifest_types(manifest)
     fmt = manifest["format"]
     if fmt not in FORMAT_FILES:
         raise Failure("manifest.format", f"unknown format {fmt!r}")
@@ -1256,6 +1307,7 @@ def verify_bundle(
         not isinstance(proofs, dict)
         or set(proofs) != {"tree_size", "proofs"}
         or proofs["tree_size"] != cp.size
+        or not _proof_list(proofs["proofs"])
     ):
         raise Failure("proofs.decode", "proofs.cbor is not {tree_size, proofs} for the checkpoint")
     listed_proofs = proofs["proofs"]
@@ -1294,7 +1346,12 @@ def verify_bundle(
     envelopes = {"format": "mnemolog/atomisation-envelopes/v1", "envelopes": manifest["envelopes"]}
     if render_json(envelopes) != files["envelopes.json"]:
         raise Failure("view.envelopes", "envelopes.json is not the manifest's envelopes")
-    views = json.loads(files["memories.json"])
+    try:
+        views = json.loads(files["memories.json"].decode("utf-8"))
+    except ValueError:
+        raise Failure("view.memories", "memories.json is not UTF-8 JSON") from None
+    if not isinstance(views, dict) or not isinstance(views.get("memories"), dict):
+        raise Failure("view.memories", "memories.json is not a map of views")
     if views.get("format") != "mnemolog/memory-views/v1" or sorted(views.get("memories", {})) != sorted(
         memories
     ):
@@ -1320,7 +1377,13 @@ def check_completeness(
 ) -> None:
     """forensics.md §3a: the heads entry, its proofs, each newest entry and each back-chain."""
     heads = decode_canonical(raw, "heads.decode")
-    if not isinstance(heads, dict) or set(heads) != {"entry", "inclusion", "proofs"}:
+    if (
+        not isinstance(heads, dict)
+        or set(heads) != {"entry", "inclusion", "proofs"}
+        or not _bytes(heads["entry"])
+        or not _hashes(heads["inclusion"])
+        or not isinstance(heads["proofs"], list)
+    ):
         raise Failure("heads.decode", "heads.cbor is not {entry, inclusion, proofs}")
     he = decode_entry(heads["entry"])
     if he.type != "heads.committed" or he.seq >= cp.size:
