@@ -539,6 +539,11 @@ def test_an_entry_dropped_from_a_resigned_bundle_is_refused(built: Built) -> Non
         pr = {"tree_size": proofs["tree_size"], "proofs": [p for p in proofs["proofs"] if p[0] != drop.seq]}
         f["proofs.cbor"] = iv.encode(pr)
         resign_manifest(f, built.home, seqs=[e.seq for e in kept])
+        fails("view.memories", lambda f=f: iv.verify_bundle(retar(f)))
+        # The forger folds the views again too: only completeness is left to catch it.
+        keys = [iv.decode_entry(i) for i in iv.split_sequence(files["keys.cbor"], "x")[0]]
+        f["memories.json"] = iv.render_json(iv.fold_views([*keys, *kept], [built.a]))
+        resign_manifest(f, built.home, seqs=[e.seq for e in kept])
         want = "completeness.back_chain" if drop is entries[1] else "completeness.head"
         fails(want, lambda f=f: iv.verify_bundle(retar(f)))
 

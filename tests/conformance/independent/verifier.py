@@ -1204,6 +1204,112 @@ def _proof_list(v: object) -> bool:
     )
 
 
+VIEW_FIELDS = (
+    "namespace",
+    "kind",
+    "title",
+    "content",
+    "tags",
+    "confidence",
+    "source",
+    "last_seen",
+    "source_span",
+)
+
+
+def _iso(us: int) -> str:
+    import datetime as dt
+
+    t = dt.datetime.fromtimestamp(us // 1_000_000, dt.UTC).replace(microsecond=us % 1_000_000)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
+    """memories.json from the entries (forensics.md §4), as far as the documents define the fold.
+
+    Where §4 says nothing this follows what the writer's bundles hold (the gaps are listed in
+    the report of this verifier's commit): created_at from the store's entry (or its payload),
+    updated_at the newest store or update, last_event_seq the newest memory.* entry, a link
+    `{created_at, dst, metadata, relation, seq, src}` dropped by a link.removed of the same
+    src, dst and relation.
+    """
+    views: dict[str, dict[str, Any]] = {}
+    links: dict[tuple[str, str, str], dict[str, Any]] = {}
+    seqs: dict[str, list[int]] = {}
+    for e in sorted(entries, key=lambda x: x.seq):
+        d, ts = e.data, e.value["ts"]
+        for m in touched_ids(e):
+            seqs.setdefault(m, []).append(e.seq)
+        m = d.get("id")
+        v = views.get(m) if isinstance(m, str) else None
+        if e.type == "memory.stored" and v is None and isinstance(m, str):
+            views[m] = {
+                "id": m,
+                **{f: d.get(f) for f in VIEW_FIELDS},
+                "metadata": dict(d.get("metadata") or {}),
+                "tags": list(d.get("tags") or []),
+                "created_at": d["created_at"] if _uint(d.get("created_at")) else ts,
+                "updated_at": ts,
+                "atom_of": d.get("atom_of"),
+                "atomised_into": None,
+                "atomisation_archived_at": None,
+                "archived_at": None,
+                "archive_reason": None,
+                "stored_seq": e.seq,
+                "last_event_seq": e.seq,
+                "atom_ids": [],
+            }
+            continue
+        if e.type == "link.created":
+            key = (d.get("src"), d.get("dst"), d.get("relation"))
+            links[key] = {k: d.get(k) for k in ("dst", "metadata", "relation", "src")} | {
+                "created_at": ts,
+                "seq": e.seq,
+            }
+            continue
+        if e.type == "link.removed":
+            links.pop((d.get("src"), d.get("dst"), d.get("relation")), None)
+            continue
+        if e.type == "atomisation.completed" and d.get("source_id") in views:
+            views[d["source_id"]]["atom_ids"] = list(d.get("atom_ids") or [])
+            continue
+        if v is None or not e.type.startswith("memory."):
+            continue
+        v["last_event_seq"] = e.seq
+        if e.type == "memory.updated":
+            for f in VIEW_FIELDS:
+                if f in d:
+                    v[f] = d[f]
+            for k, x in (d.get("metadata") or {}).items():
+                if x is None:
+                    v["metadata"].pop(k, None)
+                else:
+                    v["metadata"][k] = x
+            v["updated_at"] = ts
+        elif e.type == "memory.archived":
+            if d.get("by") == "atomisation":
+                v["atomisation_archived_at"] = ts
+                v["atomised_into"] = d.get("atomised_into")
+                v["metadata"]["atomisation_archived_at"] = _iso(ts)
+            else:
+                v["archived_at"] = ts
+                v["archive_reason"] = d.get("reason")
+        elif e.type == "memory.restored":
+            v["archived_at"] = v["archive_reason"] = v["atomisation_archived_at"] = None
+            v["metadata"].pop("atomisation_archived_at", None)
+    out = {}
+    for m in ids:
+        v = dict(views[m])
+        mine = sorted((x for x in links.values() if m in (x["src"], x["dst"])), key=lambda x: x["seq"])
+        v["links"] = {
+            "incoming": [x for x in mine if x["dst"] == m],
+            "outgoing": [x for x in mine if x["src"] == m],
+        }
+        v["seqs"] = seqs.get(m, [])
+        out[m] = v
+    return {"format": "mnemolog/memory-views/v1", "memories": out}
+
+
 def verify_bundle(
     raw: bytes,
     *,
@@ -1352,6 +1458,8 @@ def verify_bundle(
         raise Failure("view.memories", "memories.json is not UTF-8 JSON") from None
     if not isinstance(views, dict) or not isinstance(views.get("memories"), dict):
         raise Failure("view.memories", "memories.json is not a map of views")
+    if render_json(fold_views([*keys, *entries], memories)) != files["memories.json"]:
+        raise Failure("view.memories", "memories.json is not the fold of the entries")
     if views.get("format") != "mnemolog/memory-views/v1" or sorted(views.get("memories", {})) != sorted(
         memories
     ):
