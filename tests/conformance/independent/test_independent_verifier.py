@@ -94,6 +94,8 @@ class Chain:
     parent: str
     atom: str
     bundle: bytes
+    promoted: str
+    promoted_bundle: bytes
 
 
 @pytest.fixture(scope="module")
@@ -116,11 +118,14 @@ def chain(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Chain:
     )
     run(home, "extract", "--pending", "--extractor", "rules")
     candidates = re.findall(r'"id": "([0-9A-Z]{26})"', json.dumps(run(home, "candidates", "list")))
-    if candidates:
-        run(home, "promote", candidates[0])
+    promoted = candidates[0]
+    run(home, "promote", promoted, "--project", "harbour", "--domain", "software")
     run(home, "unlink", built.a, built.b)
     run(home, "export-forensic-bundle", "--memory-id", atom, "-o", str(base / "atom.tar"))
-    return Chain(home, parent, atom, (base / "atom.tar").read_bytes())
+    run(home, "export-forensic-bundle", "--memory-id", promoted, "-o", str(base / "promoted.tar"))
+    return Chain(
+        home, parent, atom, (base / "atom.tar").read_bytes(), promoted, (base / "promoted.tar").read_bytes()
+    )
 
 
 def _atom_ids(out: dict[str, Any], parent: str) -> list[str]:
@@ -281,6 +286,16 @@ def test_the_knowledge_loop_entries_chain_and_commit(chain: Chain) -> None:
     assert iv.index_disagreements(chain.home / "log", entries) == []
     report = iv.verify_home(chain.home)
     assert report.pointers_missing == 0 and report.pointers_checked > 20
+
+
+def test_a_promoted_candidates_bundle_holds_its_interaction(chain: Chain) -> None:
+    report = iv.verify_bundle(chain.promoted_bundle)
+    assert report.memories == [chain.promoted]
+    files = untar(chain.promoted_bundle)
+    manifest = cbor2.loads(files["manifest.cbor"])
+    assert len(manifest["unstored"]) == 1  # the interaction: a chain member without a view
+    view = json.loads(files["memories.json"])["memories"][chain.promoted]
+    assert view["knowledge"]["status"] == "active" and view["knowledge"]["project"] == "harbour"
 
 
 def test_the_writers_chain_bundle_verifies(chain: Chain) -> None:

@@ -1131,7 +1131,8 @@ def render_json(value: Any) -> bytes:
 
 
 def chain_closure(memory_id: str, entries: Sequence[Entry]) -> set[str]:
-    """forensics.md §3: every memory connected by atom_of or an atomisation.completed naming it."""
+    """forensics.md §3: every id connected by atom_of, an atomisation.completed naming it, or a
+    candidate.extracted (its interaction and each candidate)."""
     edges: dict[str, set[str]] = {}
 
     def link(a: str, b: str) -> None:
@@ -1145,6 +1146,10 @@ def chain_closure(memory_id: str, entries: Sequence[Entry]) -> set[str]:
             for atom in e.data.get("atom_ids") or []:
                 if isinstance(atom, str) and atom:
                     link(e.data["source_id"], atom)
+        if e.type == "candidate.extracted" and isinstance(e.data.get("interaction_id"), str):
+            for cand in e.data.get("candidate_ids") or []:
+                if isinstance(cand, str) and cand:
+                    link(e.data["interaction_id"], cand)
     seen, todo = {memory_id}, [memory_id]
     while todo:
         for n in edges.get(todo.pop(), ()):
@@ -1204,17 +1209,16 @@ def _proof_list(v: object) -> bool:
     )
 
 
-VIEW_FIELDS = (
-    "namespace",
-    "kind",
-    "title",
-    "content",
-    "tags",
-    "confidence",
-    "source",
-    "last_seen",
-    "source_span",
-)
+def _num(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _str(v: object) -> str | None:
+    return v if isinstance(v, str) else None
 
 
 def _iso(us: int) -> str:
@@ -1224,88 +1228,184 @@ def _iso(us: int) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
-    """memories.json from the entries (forensics.md §4), as far as the documents define the fold.
+TRANSITIONS = {  # docs/knowledge.md, "Statuses"
+    "memory.promoted": ("candidate", "active"),
+    "memory.rejected": ("candidate", "invalid"),
+    "memory.superseded": ("active", "superseded"),
+    "memory.reinstated": ("superseded", "active"),
+}
 
-    Where §4 says nothing this follows what the writer's bundles hold (the gaps are listed in
-    the report of this verifier's commit): created_at from the store's entry (or its payload),
-    updated_at the newest store or update, last_event_seq the newest memory.* entry, a link
-    `{created_at, dst, metadata, relation, seq, src}` dropped by a link.removed of the same
-    src, dst and relation.
+
+def _span(v: object) -> list[int] | None:
+    if isinstance(v, list) and v and all(_int(x) is not None for x in v):
+        return list(v)
+    return None
+
+
+def _stored_view(e: Entry) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    d = e.data
+    view = {
+        "id": d["id"],
+        "namespace": _str(d.get("namespace")) or "default",
+        "kind": _str(d.get("kind")) or "observation",
+        "title": _str(d.get("title")),
+        "content": _str(d.get("content")) or "",
+        "tags": [str(t) for t in d["tags"]] if isinstance(d.get("tags"), list) else [],
+        "confidence": _num(d.get("confidence")),
+        "source": _str(d.get("source")),
+        "metadata": dict(d["metadata"]) if isinstance(d.get("metadata"), dict) else {},
+        "created_at": _int(d.get("created_at")) or e.value["ts"],
+        "updated_at": e.value["ts"],
+        "last_seen": _int(d.get("last_seen")),
+        "atom_of": _str(d.get("atom_of")) or None,
+        "source_span": _span(d.get("source_span")),
+        "atomised_into": None,
+        "atomisation_archived_at": None,
+        "archived_at": None,
+        "archive_reason": None,
+        "stored_seq": e.seq,
+        "last_event_seq": e.seq,
+        "atom_ids": [],
+    }
+    block = {
+        "status": "candidate" if d.get("status") == "candidate" else "active",
+        "project": _str(d.get("project")) or "",
+        "domains": list(d["domains"]) if isinstance(d.get("domains"), list) else [],
+        "promoted_at": None,
+        "reference_count": 0,
+        "last_referenced_at": None,
+    }
+    return view, block, block["status"] == "candidate" or bool(block["project"]) or bool(block["domains"])
+
+
+def _knowledge_event(e: Entry, v: dict[str, Any], block: dict[str, Any]) -> bool:
+    d, ts = e.data, e.value["ts"]
+    if e.type == "memory.reinforced":
+        conf = _num(d.get("confidence"))
+        if conf is None or not 0 <= conf <= 1 or block["status"] != "active":
+            return False
+        v["confidence"] = conf
+        block["reference_count"] += 1
+        block["last_referenced_at"] = ts
+    else:
+        before, after = TRANSITIONS[e.type]
+        if block["status"] != before:
+            return False
+        block["status"] = after
+        if e.type == "memory.promoted":
+            block["promoted_at"] = ts
+            block["project"] = _str(d.get("project")) or ""
+            block["domains"] = list(d["domains"]) if isinstance(d.get("domains"), list) else []
+        elif e.type == "memory.superseded" and d.get("by") == "decay":
+            conf = _num(d.get("confidence"))
+            if conf is not None and 0 <= conf <= 1:
+                v["confidence"] = conf
+        elif e.type == "memory.reinstated":
+            block["reference_count"] += 1
+            block["last_referenced_at"] = ts
+    v["last_event_seq"] = e.seq
+    return True
+
+
+def _updated(e: Entry, v: dict[str, Any], block: dict[str, Any]) -> bool:
+    """Apply a memory.updated; True when it gives the knowledge block a project or domains."""
+    d = e.data
+    for f in ("namespace", "kind", "source", "title", "content"):
+        if d.get(f) is not None:
+            v[f] = str(d[f])
+    if _num(d.get("confidence")) is not None:
+        v["confidence"] = _num(d["confidence"])
+    if _int(d.get("last_seen")) is not None:
+        v["last_seen"] = d["last_seen"]
+    if isinstance(d.get("tags"), list):
+        v["tags"] = [str(t) for t in d["tags"]]
+    patch = d.get("metadata") if isinstance(d.get("metadata"), dict) else {}
+    for k, x in patch.items():
+        if x is None:
+            v["metadata"].pop(k, None)
+        else:
+            v["metadata"][k] = x
+    v["updated_at"] = e.value["ts"]
+    v["last_event_seq"] = e.seq
+    knowledge = False
+    if isinstance(d.get("project"), str):
+        block["project"] = d["project"]
+        knowledge = True
+    if isinstance(d.get("domains"), list):
+        block["domains"] = list(d["domains"])
+        knowledge = True
+    return knowledge
+
+
+def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
+    """memories.json from the entries, by the fold docs/forensics.md §4 spells out.
+
+    (A migration.rolled_back is not folded: no home this verifier is tested on holds one.)
     """
     views: dict[str, dict[str, Any]] = {}
-    links: dict[tuple[str, str, str], dict[str, Any]] = {}
+    blocks: dict[str, dict[str, Any]] = {}
+    shown: set[str] = set()
+    edges: list[dict[str, Any]] = []
     seqs: dict[str, list[int]] = {}
     for e in sorted(entries, key=lambda x: x.seq):
         d, ts = e.data, e.value["ts"]
         for m in touched_ids(e):
             seqs.setdefault(m, []).append(e.seq)
-        m = d.get("id")
-        v = views.get(m) if isinstance(m, str) else None
-        if e.type == "memory.stored" and v is None and isinstance(m, str):
-            views[m] = {
-                "id": m,
-                **{f: d.get(f) for f in VIEW_FIELDS},
-                "metadata": dict(d.get("metadata") or {}),
-                "tags": list(d.get("tags") or []),
-                "created_at": d["created_at"] if _uint(d.get("created_at")) else ts,
-                "updated_at": ts,
-                "atom_of": d.get("atom_of"),
-                "atomised_into": None,
-                "atomisation_archived_at": None,
-                "archived_at": None,
-                "archive_reason": None,
-                "stored_seq": e.seq,
-                "last_event_seq": e.seq,
-                "atom_ids": [],
-            }
-            continue
-        if e.type == "link.created":
-            key = (d.get("src"), d.get("dst"), d.get("relation"))
-            links[key] = {k: d.get(k) for k in ("dst", "metadata", "relation", "src")} | {
-                "created_at": ts,
-                "seq": e.seq,
-            }
-            continue
-        if e.type == "link.removed":
-            links.pop((d.get("src"), d.get("dst"), d.get("relation")), None)
-            continue
-        if e.type == "atomisation.completed" and d.get("source_id") in views:
-            views[d["source_id"]]["atom_ids"] = list(d.get("atom_ids") or [])
-            continue
-        if v is None or not e.type.startswith("memory."):
-            continue
-        v["last_event_seq"] = e.seq
-        if e.type == "memory.updated":
-            for f in VIEW_FIELDS:
-                if f in d:
-                    v[f] = d[f]
-            for k, x in (d.get("metadata") or {}).items():
-                if x is None:
-                    v["metadata"].pop(k, None)
-                else:
-                    v["metadata"][k] = x
-            v["updated_at"] = ts
-        elif e.type == "memory.archived":
+        mid = _str(d.get("id"))
+        v = views.get(mid) if mid else None
+        if e.type == "memory.stored" and mid and v is None:
+            views[mid], blocks[mid], is_shown = _stored_view(e)
+            if is_shown:
+                shown.add(mid)
+        elif e.type in TRANSITIONS or e.type == "memory.reinforced":
+            if v is not None and _knowledge_event(e, v, blocks[v["id"]]):
+                shown.add(v["id"])
+        elif e.type == "memory.updated" and v is not None:
+            if _updated(e, v, blocks[v["id"]]):
+                shown.add(v["id"])
+        elif e.type == "memory.archived" and v is not None:
             if d.get("by") == "atomisation":
                 v["atomisation_archived_at"] = ts
-                v["atomised_into"] = d.get("atomised_into")
                 v["metadata"]["atomisation_archived_at"] = _iso(ts)
             else:
                 v["archived_at"] = ts
-                v["archive_reason"] = d.get("reason")
-        elif e.type == "memory.restored":
+                v["archive_reason"] = _str(d.get("reason"))
+            v["last_event_seq"] = e.seq
+        elif e.type == "memory.restored" and v is not None:
             v["archived_at"] = v["archive_reason"] = v["atomisation_archived_at"] = None
             v["metadata"].pop("atomisation_archived_at", None)
+            v["last_event_seq"] = e.seq
+        elif e.type == "atomisation.completed":
+            src = views.get(_str(d.get("source_id")) or "")
+            if src is not None and isinstance(d.get("atom_ids"), list):
+                src["atom_ids"] = [a if isinstance(a, str) else "" for a in d["atom_ids"]]
+                src["atomised_into"] = len(d["atom_ids"])
+                src["last_event_seq"] = e.seq
+        elif e.type == "link.created":
+            meta = d.get("metadata")
+            edges.append(
+                {
+                    "seq": e.seq,
+                    "src": _str(d.get("src")) or "",
+                    "dst": _str(d.get("dst")) or "",
+                    "relation": str(d.get("relation", "")),
+                    "metadata": meta if isinstance(meta, dict) else {},
+                    "created_at": ts,
+                }
+            )
+        elif e.type == "link.removed":
+            gone = (_str(d.get("src")) or "", _str(d.get("dst")) or "", str(d.get("relation", "")))
+            edges = [x for x in edges if (x["src"], x["dst"], x["relation"]) != gone]
     out = {}
     for m in ids:
         v = dict(views[m])
-        mine = sorted((x for x in links.values() if m in (x["src"], x["dst"])), key=lambda x: x["seq"])
         v["links"] = {
-            "incoming": [x for x in mine if x["dst"] == m],
-            "outgoing": [x for x in mine if x["src"] == m],
+            "incoming": [x for x in edges if x["dst"] == m],
+            "outgoing": [x for x in edges if x["src"] == m],
         }
         v["seqs"] = seqs.get(m, [])
+        if m in shown:
+            v["knowledge"] = blocks[m]
         out[m] = v
     return {"format": "mnemolog/memory-views/v1", "memories": out}
 
