@@ -563,6 +563,20 @@ def test_an_entry_dropped_from_a_resigned_bundle_is_refused(built: Built) -> Non
         fails(want, lambda f=f: iv.verify_bundle(retar(f)))
 
 
+def test_tables_that_disagree_with_the_entries_are_refused(built: Built) -> None:
+    files = untar(built.bundle_a)
+    # Another memory's id, same length, in touches.parquet: a table that lies about the entries.
+    other = built.b.encode()
+    f = {**files, "touches.parquet": files["touches.parquet"].replace(built.a.encode(), other)}
+    resign_manifest(f, built.home)
+    fails("view.touches", lambda: iv.verify_bundle(retar(f)))
+    cols = iv.read_parquet(files["entries.parquet"])
+    content = next(c for c in cols["p_content"] if c)
+    f = {**files, "entries.parquet": files["entries.parquet"].replace(content, content.upper())}
+    resign_manifest(f, built.home)
+    fails("view.parquet", lambda: iv.verify_bundle(retar(f)))
+
+
 def test_a_forged_bundle_signature_is_refused(built: Built) -> None:
     files = untar(built.bundle_a)
     manifest = cbor2.loads(files["manifest.cbor"])
@@ -584,10 +598,8 @@ def test_a_bad_heads_proof_in_a_bundle_is_refused(built: Built) -> None:
 def test_members_of_the_wrong_shape_are_refused_under_a_resigned_manifest(built: Built) -> None:
     files = untar(built.bundle_a)
     shapes = [b"", iv.encode([]), iv.encode({}), iv.encode(None), b"\xff\xfe"]
-    # VERIFY.md is instructions (signed, never parsed: the writer's verifier takes any text too);
-    # the Parquet tables are recomputed only by the writer's verifier (docs/forensics.md §4 leaves
-    # their bytes to its writer), so this verifier holds them to their digests alone.
-    for name in sorted(set(files) - {"VERIFY.md", "entries.parquet", "touches.parquet"}):
+    # VERIFY.md is instructions (signed, never parsed: the writer's verifier takes any text too).
+    for name in sorted(set(files) - {"VERIFY.md"}):
         for shape in [files[name][: len(files[name]) // 2], *shapes]:
             f = {**files, name: shape}
             if name != "manifest.cbor":

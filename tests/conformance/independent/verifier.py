@@ -1410,6 +1410,222 @@ def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
     return {"format": "mnemolog/memory-views/v1", "memories": out}
 
 
+# ---------------------------------------------------------------- Parquet tables (forensics.md §4)
+
+
+class _Thrift:
+    """The Thrift compact protocol, enough to read a Parquet footer and page headers."""
+
+    def __init__(self, buf: bytes, off: int = 0) -> None:
+        self.buf, self.off = buf, off
+
+    def _byte(self) -> int:
+        if self.off >= len(self.buf):
+            raise Failure("view.parquet", "Thrift data cut short")
+        b = self.buf[self.off]
+        self.off += 1
+        return b
+
+    def varint(self) -> int:
+        out = shift = 0
+        while True:
+            b = self._byte()
+            out |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return out
+            shift += 7
+            if shift > 70:
+                raise Failure("view.parquet", "Thrift varint too long")
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def value(self, kind: int) -> Any:
+        if kind in (1, 2):
+            return kind == 1
+        if kind == 3:
+            return self._byte()
+        if kind in (4, 5, 6):
+            return self.zigzag()
+        if kind == 7:
+            raw = self.buf[self.off : self.off + 8]
+            self.off += 8
+            return struct.unpack("<d", raw)[0]
+        if kind == 8:
+            n = self.varint()
+            raw = self.buf[self.off : self.off + n]
+            if len(raw) != n:
+                raise Failure("view.parquet", "Thrift binary cut short")
+            self.off += n
+            return raw
+        if kind in (9, 10):
+            head = self._byte()
+            size, elem = head >> 4, head & 15
+            if size == 15:
+                size = self.varint()
+            if size > len(self.buf):
+                raise Failure("view.parquet", "Thrift list too long")
+            return [self.value(elem) if elem not in (1, 2) else self._byte() == 1 for _ in range(size)]
+        if kind == 12:
+            return self.struct()
+        raise Failure("view.parquet", f"Thrift type {kind} unexpected")
+
+    def struct(self) -> dict[int, Any]:
+        out: dict[int, Any] = {}
+        last = 0
+        while True:
+            head = self._byte()
+            if head == 0:
+                return out
+            delta, kind = head >> 4, head & 15
+            fid = last + delta if delta else self.zigzag()
+            out[fid] = self.value(kind)
+            last = fid
+
+
+def read_parquet(raw: bytes) -> dict[str, list[Any]]:
+    """read_parquet_unchecked, with any malformed structure a verification failure."""
+    try:
+        return read_parquet_unchecked(raw)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, struct.error) as exc:
+        raise Failure("view.parquet", f"malformed Parquet: {exc!r}") from None
+
+
+def read_parquet_unchecked(raw: bytes) -> dict[str, list[Any]]:
+    """The columns of a Parquet file of the layout forensics.md §4 gives: one row group, one
+    PLAIN v1 data page per column, no compression; REQUIRED columns, or OPTIONAL ones whose page
+    starts with a 4-byte length and one bit-packed run of 1-bit definition levels."""
+    if raw[:4] != b"PAR1" or raw[-4:] != b"PAR1" or len(raw) < 12:
+        raise Failure("view.parquet", "not a Parquet file")
+    (flen,) = struct.unpack("<I", raw[-8:-4])
+    meta = _Thrift(raw[-8 - flen : -8]).struct()
+    schema, rows, groups = meta[2], meta[3], meta[4]
+    if len(groups) != 1:
+        raise Failure("view.parquet", f"{len(groups)} row groups, not one")
+    leaves = schema[1:]
+    out: dict[str, list[Any]] = {}
+    for el, chunk in zip(leaves, groups[0][1], strict=True):
+        name, ptype, optional = el[4].decode(), el[1], el.get(3) == 1
+        cm = chunk[3]
+        if cm.get(4, 0) != 0:
+            raise Failure("view.parquet", f"column {name} is compressed")
+        t = _Thrift(raw, cm[9])
+        page = t.struct()
+        data = raw[t.off : t.off + page[3]]
+        present = [True] * rows
+        pos = 0
+        if optional:
+            (n,) = struct.unpack("<I", data[:4])
+            levels = _Thrift(data[4 : 4 + n])
+            header = levels.varint()
+            if not header & 1:
+                raise Failure("view.parquet", f"column {name}: definition levels not one bit-packed run")
+            bits = data[4 + levels.off : 4 + n]
+            present = [bool(bits[i // 8] >> (i % 8) & 1) for i in range(rows)]
+            pos = 4 + n
+        values: list[Any] = []
+        count = sum(present)
+        if ptype == 2:
+            values = list(struct.unpack(f"<{count}q", data[pos : pos + 8 * count]))
+        elif ptype == 5:
+            values = list(struct.unpack(f"<{count}d", data[pos : pos + 8 * count]))
+        elif ptype == 0:
+            values = [bool(data[pos + i // 8] >> (i % 8) & 1) for i in range(count)]
+        elif ptype == 6:
+            for _ in range(count):
+                (n,) = struct.unpack("<I", data[pos : pos + 4])
+                values.append(data[pos + 4 : pos + 4 + n])
+                pos += 4 + n
+        else:
+            raise Failure("view.parquet", f"column {name}: physical type {ptype}")
+        it = iter(values)
+        out[name] = [next(it) if p else None for p in present]
+    return out
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, bytes):
+        return "bytes"
+    if isinstance(v, str):
+        return "str"
+    return "json"
+
+
+def check_tables(files: dict[str, bytes], rows: Sequence[Entry]) -> None:
+    """check_tables_unchecked, with any malformed value (bad UTF-8, JSON, row count) a failure."""
+    try:
+        check_tables_unchecked(files, rows)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, struct.error) as exc:
+        raise Failure("view.parquet", f"malformed table: {exc!r}") from None
+
+
+def check_tables_unchecked(files: dict[str, bytes], rows: Sequence[Entry]) -> None:
+    """forensics.md §4, format v3: entries.parquet holds each entry (key history, selection,
+    heads entry) by seq, its fields and its payload as typed columns; touches.parquet one row
+    per (memory, entry) by seq then id. Read with the layout §4 gives, compared by value."""
+    rows = sorted(rows, key=lambda e: e.seq)
+    cols = read_parquet(files["entries.parquet"])
+    fixed = {
+        "seq": [e.seq for e in rows],
+        "ts": [e.value["ts"] for e in rows],
+        "type": [e.type.encode() for e in rows],
+        "tv": [e.value["tv"] for e in rows],
+        "kid": [e.value["kid"] for e in rows],
+        "prev": [e.value["prev"] for e in rows],
+        "leaf_hash": [e.leaf for e in rows],
+        "sig": [e.value["sig"] for e in rows],
+        "entry": [e.raw for e in rows],
+    }
+    for name, want in fixed.items():
+        if cols.get(name) != want:
+            raise Failure("view.parquet", f"entries.parquet column {name} is not the entries'")
+    for e, data in zip(rows, cols.get("data", []), strict=True):
+        if json.loads(data) != _jsonable(e.data):
+            raise Failure("view.parquet", "entries.parquet data is not the payload", e.seq)
+    fields = sorted({f for e in rows for f in e.data})
+    payload = sorted(c for c in cols if c.startswith("p_"))
+    if payload != [f"p_{f}" for f in fields]:
+        raise Failure("view.parquet", f"payload columns {payload} for fields {fields}")
+    for f in fields:
+        got = cols[f"p_{f}"]
+        kinds = {_kind(e.data[f]) for e in rows if f in e.data}
+        for e, g in zip(rows, got, strict=True):
+            if f not in e.data:
+                ok = g is None
+            elif kinds in ({"int"}, {"float"}, {"bool"}, {"bytes"}):
+                ok = g == e.data[f]
+            elif kinds == {"str"}:
+                ok = g == e.data[f].encode()
+            else:
+                ok = g is not None and json.loads(g) == _jsonable(e.data[f])
+            if not ok:
+                raise Failure("view.parquet", f"entries.parquet p_{f} is not the payload's", e.seq)
+    touches = read_parquet(files["touches.parquet"])
+    want_rows = sorted((e.seq, m) for e in rows for m in touched_ids(e))
+    got_rows = list(
+        zip(touches.get("seq", []), [m.decode() for m in touches.get("memory_id", [])], strict=True)
+    )
+    if got_rows != want_rows:
+        raise Failure("view.touches", "touches.parquet is not the entries' touches")
+
+
 def verify_bundle(
     raw: bytes,
     *,
@@ -1570,6 +1786,10 @@ def verify_bundle(
     # 11. completeness
     if fmt != "mnemolog/forensic-bundle/v1":
         check_completeness(files["heads.cbor"], cp, history, entries, member_set, report)
+    # 12. tables (format v3; the v1 and v2 tables are not read here)
+    if fmt == "mnemolog/forensic-bundle/v3":
+        heads_entry = decode_entry(cbor2.loads(files["heads.cbor"])["entry"])
+        check_tables(files, [*keys, *entries, heads_entry])
     if witness_keys:
         report.witnesses = check_cosignatures(cp, witness_keys, min_witnesses).witnesses
     return report
