@@ -150,6 +150,16 @@ def fails(check: str | None, fn: Callable[[], object]) -> iv.Failure:
     return info.value
 
 
+def test_the_verifier_imports_only_the_standard_library_cbor2_and_pynacl() -> None:
+    import ast
+
+    tree = ast.parse(Path(iv.__file__).read_text(encoding="utf-8"))
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    allowed = set(sys.stdlib_module_names) | {"__future__", "cbor2", "nacl"}
+    assert {n for n in names if n.split(".")[0] not in allowed} == set()
+
+
 # ---------------------------------------------------------------- the documents' worked examples
 
 
