@@ -81,6 +81,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     run(home, "key", "rotate", "--name", "second")
     current_vkey = run(home, "key", "show")["vkey"]
     run(home, "update", b, "--content", "beta: the ferry leaves at eight")
+    run(home, "context", "build", "when does the harbour open")
     run(home, "export-forensic-bundle", "--memory-id", a, "-o", str(base / "a.tar"))
     size = len(iv.read_entries(home / "log")[0])
     prove = run(home, "log", "prove", "2")
@@ -285,7 +286,26 @@ def test_the_writers_bundle_verifies(built: Built) -> None:
     assert report.format == "mnemolog/forensic-bundle/v3"
     assert report.memory_id == built.a and report.memories == [built.a]
     assert report.complete_as_of is not None and report.uncovered_entries == 0
+    assert report.packs == 1  # the context pack the memory went into, re-rendered to its hash
     assert iv.verify_bundle(built.bundle_a).anchor == "trust on first use"
+
+
+def test_a_pack_that_does_not_render_to_its_hash_or_misquotes_is_refused(built: Built) -> None:
+    files = untar(built.bundle_a)
+    entries = [iv.decode_entry(i) for i in iv.split_sequence(files["entries.cbor"], "x")[0]]
+    pack = next(e for e in entries if e.type == "context.built")
+    quoted = next(x for t in pack.data["tiers"] for x in t["included"] if x["id"] == built.a)
+
+    def with_pack(data: dict[str, Any]) -> list[iv.Entry]:
+        return [iv.Entry(e.raw, {**e.value, "data": data}, e.leaf) if e is pack else e for e in entries]
+
+    altered = json.loads(json.dumps(pack.data))
+    next(x for t in altered["tiers"] for x in t["included"] if x["id"] == built.a)["text"] += "!"
+    fails("context.sha256", lambda: iv.check_packs(with_pack(altered), [built.a]))
+    assert iv.check_packs(entries, [built.a]) == 1
+    assert quoted["text"].startswith("alpha")
+    older = [e for e in entries if e.type != "memory.updated"]  # the quote is the updated text
+    fails("context.source", lambda: iv.check_packs(older, [built.a]))
 
 
 def test_the_knowledge_loop_entries_chain_and_commit(chain: Chain) -> None:
@@ -557,7 +577,9 @@ def test_an_entry_dropped_from_a_resigned_bundle_is_refused(built: Built) -> Non
     items, _ = iv.split_sequence(files["entries.cbor"], "x")
     entries = [iv.decode_entry(i) for i in items]
     proofs = cbor2.loads(files["proofs.cbor"])
-    for drop in (entries[1], entries[-1]):  # one in the middle (a back-chain gap) and the newest (a head)
+    link = next(e for e in entries if e.type == "link.created")
+    # The update is not dropped: the context pack quoting its text would tell first (context.source).
+    for drop in (link, entries[-1]):  # one in the middle (a back-chain gap) and the newest (a head)
         kept = [e for e in entries if e is not drop]
         f = dict(files)
         f["entries.cbor"] = b"".join(e.raw for e in kept)
@@ -569,7 +591,7 @@ def test_an_entry_dropped_from_a_resigned_bundle_is_refused(built: Built) -> Non
         keys = [iv.decode_entry(i) for i in iv.split_sequence(files["keys.cbor"], "x")[0]]
         f["memories.json"] = iv.render_json(iv.fold_views([*keys, *kept], [built.a]))
         resign_manifest(f, built.home, seqs=[e.seq for e in kept])
-        want = "completeness.back_chain" if drop is entries[1] else "completeness.head"
+        want = "completeness.back_chain" if drop is link else "completeness.head"
         fails(want, lambda f=f: iv.verify_bundle(retar(f)))
 
 

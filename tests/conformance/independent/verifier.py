@@ -1113,6 +1113,7 @@ class BundleReport:
     uncovered_entries: int | None = None
     proven_from: dict[str, int] = field(default_factory=dict)
     witnesses: list[dict[str, Any]] = field(default_factory=list)
+    packs: int = 0
 
 
 def render_json(value: Any) -> bytes:
@@ -1626,6 +1627,89 @@ def check_tables_unchecked(files: dict[str, bytes], rows: Sequence[Entry]) -> No
         raise Failure("view.touches", "touches.parquet is not the entries' touches")
 
 
+# ---------------------------------------------------------------- context packs (context.md §3, §9)
+
+PACK_TIERS = ("state", "identity", "project", "domain", "chunks")
+PACK_TITLES = {
+    "state": "Trusted project state",
+    "identity": "Identity and preferences",
+    "project": "Project memories",
+    "domain": "Domain knowledge",
+    "chunks": "Retrieved chunks",
+}
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def render_pack(d: dict[str, Any], seq: int) -> str:
+    """A context.built payload's pack, as docs/context.md §3 renders it."""
+    tiers = d.get("tiers")
+    if not isinstance(tiers, list) or [t.get("name") if isinstance(t, dict) else None for t in tiers] != list(
+        PACK_TIERS
+    ):
+        raise Failure("context.shape", "the tiers are not the five records in trust order", seq)
+    project = d.get("project") if isinstance(d.get("project"), str) else ""
+    out = []
+    for t in tiers:
+        included = t.get("included")
+        if not isinstance(included, list) or not all(
+            isinstance(e, dict)
+            and e.get("source") in ("state", "memory", "chunk")
+            and all(isinstance(e.get(k), str) for k in ("id", "label", "text"))
+            for e in included
+        ):
+            raise Failure("context.shape", f"tier {t['name']}: malformed entries", seq)
+        if not included:
+            continue
+        title = PACK_TITLES[t["name"]]
+        if t["name"] in ("state", "project") and project:
+            title += f" ({_one_line(project)})"
+        out.append(f"## {title}\n")
+        for e in included:
+            body = e["text"].replace("\r\n", "\n").replace("\r", "\n").strip("\n").replace("\n", "\n  ")
+            label = _one_line(e["label"])
+            if not label:
+                out.append(f"- {body}\n")
+            elif e["source"] == "state":
+                out.append(f"- {label}: {body}\n")
+            else:
+                out.append(f"- [{label}] {body}\n")
+        out.append("\n")
+    return "".join(out)
+
+
+def check_packs(everything: Sequence[Entry], memories: Sequence[str]) -> int:
+    """forensics.md §5 item 10: each pack re-rendered to its signed hash; each bundle memory it
+    quotes read, folded from the entries before the pack, exactly as quoted. Returns the count."""
+    count = 0
+    for e in sorted(everything, key=lambda x: x.seq):
+        if e.type != "context.built":
+            continue
+        text = render_pack(e.data, e.seq)
+        if hashlib.sha256(text.encode()).hexdigest() != e.data.get("sha256"):
+            raise Failure("context.sha256", "the re-rendered pack does not hash to the signed sha256", e.seq)
+        quoted = {
+            x["id"]: x["text"]
+            for t in e.data["tiers"]
+            for x in t["included"]
+            if x["source"] == "memory" and x["id"] in memories
+        }
+        before = [x for x in everything if x.seq < e.seq]
+        stored = {x.data.get("id") for x in before if x.type == "memory.stored"}
+        for mid, quote in sorted(quoted.items()):
+            have = fold_views(before, [mid])["memories"][mid]["content"] if mid in stored else None
+            if have != quote:
+                raise Failure(
+                    "context.source",
+                    f"the pack quotes {mid} as {quote!r:.40}, the entries say {have!r:.40}",
+                    e.seq,
+                )
+        count += 1
+    return count
+
+
 def verify_bundle(
     raw: bytes,
     *,
@@ -1782,6 +1866,7 @@ def verify_bundle(
         raise Failure("view.memories", "memories.json does not hold a view of each memory")
 
     report = BundleReport(fmt, manifest["memory_id"], memories, cp.size, anchor, seqs)
+    report.packs = check_packs([*keys, *entries], memories)
 
     # 11. completeness
     if fmt != "mnemolog/forensic-bundle/v1":
