@@ -309,7 +309,7 @@ All CBOR is RFC 8949 deterministic encoding; re-encode what you decode
    connected to `{memory_id}` by `atom_of` and `atomisation.completed`, and
    each has its `memory.stored` entry here.
 
-## Completeness (format v2)
+## Completeness (formats v2 and v3)
 
 `heads.cbor` holds a `heads.committed` entry of the log (verify it like the
 entries in 6 and 7: its signature, and its inclusion proof, also in this
@@ -318,8 +318,10 @@ newest entry among the log's first `size` entries, and one proof per memory
 id of this bundle from that Merkle map (docs/format.md of mnemolog, §13).
 For each id, the newest entry of this bundle touching it below `size` must
 be the committed head; and each entry's `touch_prev` must name the previous
-entry of this bundle about the same memory (-1 for the first). Then the
-bundle holds every entry about its memories among the first `size`.
+entry of this bundle about the same memory (-1 for the first; a pointer left
+out fails, except in an entry older than back-chains, where the proof
+stops). Then the bundle holds every entry about its memories among the first
+`size`.
 
 ## Witness cosignatures, by hand
 
@@ -331,9 +333,10 @@ decodes to 0x04 (or 0x01) followed by the 32-byte Ed25519 public key:
 1. The key hash is `SHA-256(NAME || 0x0a || 0x04 || public key)[0:4]`
    (0x04 even when the key was given with 0x01).
 2. Take the lines `— NAME BASE64` whose NAME is the witness's name and whose
-   BASE64 decodes to 76 bytes starting with that key hash: the next 8 bytes
-   are the timestamp (POSIX seconds, unsigned big-endian), the last 64 the
-   Ed25519 signature. Lines of other names or hashes are not this witness's.
+   BASE64 decodes to bytes starting with that key hash; each must be 76 bytes:
+   the next 8 bytes are the timestamp (POSIX seconds, unsigned big-endian),
+   the last 64 the Ed25519 signature. Lines of other names or hashes are not
+   this witness's.
 3. The signed message is `cosignature/v1` LF `time ` decimal timestamp LF,
    then the checkpoint's three body lines (origin, size, root), each ending
    in LF: the note text above the blank line, nothing of the signature

@@ -6,7 +6,11 @@ split, whether `created_at`/`rotated_at` must equal `ts`, the `key.rotated`
 rules (key name, rotating to the same key, tv), the name of an empty last
 segment, a checkpoint with two lines by the log's key where the first is
 bad, what counts as a level of nesting (tests/eventlog/test_verify_agreement.py),
-and the JSON of `log prove` and `log consistency`.
+and the JSON of `log prove` and `log consistency`. A second one, who wrote
+tests/conformance/independent/verifier.py from the documents, asked whether
+key-event times are checked at all, what a malformed `touch_prev` means, whether
+a malformed line of another key refuses a note, and whether every line by a
+witness must verify (not only the first, as for the log's key).
 """
 
 from __future__ import annotations
@@ -215,3 +219,64 @@ def test_prove_and_consistency_json_are_as_documented(tmp_path: Path) -> None:
     assert set(c) == {"ok", "old_size", "new_size", "old_root", "new_root", "proof"}
     merkle.verify_consistency(2, 6, b(c["old_root"]), b(c["new_root"]), [b(x) for x in c["proof"]])
     assert run("log", "consistency", "6", "6")["proof"] == []
+
+
+# -- rules a second independent implementer asked about (tests/conformance/independent) ---------
+
+
+def test_key_event_times_are_not_checked(tmp_path: Path) -> None:
+    assert "nor check their\npresence or type" in doc()
+    nxt = seeded_key("next", 8)
+    d = tmp_path / "log"
+    rotation = {"public_key": nxt.public_key, "key_name": nxt.name}  # no rotated_at
+    write_log(d, [("key.rotated", 1, rotation, KEY)], genesis={"created_at": "soon"}, checkpoint_key=nxt)
+    verify_log(d, processes=1, use_index_hint=False)
+
+
+def test_a_malformed_touch_prev_reads_as_left_out(tmp_path: Path) -> None:
+    assert "reads\n     as left out" in doc()
+    d = tmp_path / "log"
+    link = {"src": "m1", "dst": "m2"}
+    write_log(
+        d,
+        [
+            ("link.removed", 1, {**link, "touch_prev": [1]}, KEY),
+            ("link.removed", 1, {**link, "touch_prev": {"m1": True, "m2": "1", "untouched": 7}}, KEY),
+            ("link.removed", 1, {**link, "touch_prev": {"m1": -2, "m2": 2}}, KEY),
+        ],
+    )
+    chains = verify_log(d, processes=1).back_chains
+    assert chains is not None
+    assert (chains["pointers_checked"], chains["pointers_missing"]) == (1, 5)
+    false = tmp_path / "false"
+    write_log(false, [("link.removed", 1, {**link, "touch_prev": {"m1": 0}}, KEY)])
+    fails(false, "backchain.pointer")
+
+
+def test_a_malformed_line_of_any_key_refuses_the_note(tmp_path: Path) -> None:
+    assert "Every signature line, whoever's, must be well\n  formed" in doc()
+    for line in ("\u2014 other AAAA\n", "\u2014 a+b " + base64.b64encode(bytes(68)).decode() + "\n"):
+        d = tmp_path / str(len(line))
+        write_log(d, [("note.added", 1, {}, KEY)])
+        cp = d / CHECKPOINT_DIR / checkpoint_name(2)
+        cp.write_bytes(cp.read_bytes() + line.encode())
+        fails(d, "checkpoint.decode")
+
+
+def test_every_line_by_a_witness_must_verify(tmp_path: Path) -> None:
+    from mnemolog.eventlog.cosignature import CosignerKey, cosignatures
+
+    assert "**every** line with a given\n  witness's name and key hash must verify" in doc()
+    d = tmp_path / "log"
+    write_log(d, [("note.added", 1, {}, KEY)])
+    note = parse_note((d / CHECKPOINT_DIR / checkpoint_name(2)).read_bytes())
+    w = CosignerKey(bytes([9]) * 32, "w.example")
+    good = w.cosign(note.text, 1700000000)
+    assert len(cosignatures(SignedNote(note.text, (*note.signatures, good)), [w.verifier])) == 1
+    forged = NoteSignature(good.name, good.key_hash, good.signature[:8] + bytes(64))
+    short = NoteSignature(good.name, good.key_hash, good.signature[:64])
+    for bad in (forged, short):
+        for lines in ((good, bad), (bad, good)):
+            with pytest.raises(VerificationError) as info:
+                cosignatures(SignedNote(note.text, (*note.signatures, *lines)), [w.verifier])
+            assert info.value.check == "witness.signature"
