@@ -28,14 +28,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog import bundle, codec, merkle, vocabulary
-from mnemolog.eventlog.keys import verify_signature
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.offline import parse_entries
+from mnemolog.eventlog.bundle import verifier as bundle
+from mnemolog.eventlog.bundle.offline import parse_entries
+from mnemolog.eventlog.bundle.tarball import read_tar
+from mnemolog.eventlog.format import codec, merkle
+from mnemolog.eventlog.format.keys import verify_signature
 from mnemolog.eventlog.progress import Progress
-from mnemolog.eventlog.segments import list_segments
-from mnemolog.eventlog.tarball import read_tar
-from mnemolog.eventlog.writer import Durability
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.segments import list_segments
+from mnemolog.eventlog.store.writer import Durability
+from mnemolog.eventlog.vocabulary import events as vocabulary
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import CURRENT_TV

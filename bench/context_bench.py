@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.recall_bench import Corpus, ms
-from mnemolog.eventlog.writer import Durability
+from mnemolog.eventlog.store.writer import Durability
 from mnemolog.projections.context import sources
 from mnemolog.projections.context.assemble import assemble
 from mnemolog.projections.context.chunker import chunk_text

@@ -57,10 +57,10 @@ from mnemolog.curators.knowledge.extract import InteractionText
 from mnemolog.curators.knowledge.extract_rules import RulesExtractor
 from mnemolog.curators.knowledge.triage import TriageItem
 from mnemolog.curators.knowledge.triage_rules import RulesTriager
-from mnemolog.eventlog.writer import Durability
-from mnemolog.projections import knowledge_queries as kq
-from mnemolog.projections.knowledge import DAY_US
-from mnemolog.projections.knowledge_match import words
+from mnemolog.eventlog.store.writer import Durability
+from mnemolog.projections.knowledge import queries as kq
+from mnemolog.projections.knowledge.match import words
+from mnemolog.projections.knowledge.rules import DAY_US
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import MemoryStored
 from mnemolog.substrate.events.knowledge import MemorySuperseded

@@ -22,7 +22,7 @@ question included (the query-vector cache is cleared first).
 
 The candidate lists of both rankers (top 50, with scores) are kept, and both
 fusions (the weighted sum and reciprocal rank fusion) are recomputed for a
-grid of their parameters, so the defaults in projections/hybrid.py can be
+grid of their parameters, so the defaults in projections/recall/hybrid.py can be
 checked against it. `--embedder ollama --model M` measures an Ollama model
 (the server at MNEMOLOG_EMBED_HOST; skipped with the reason when it does
 not answer). `--atomise` runs the atomisation experiment instead: each
@@ -49,9 +49,9 @@ from typing import Any
 
 from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import UsageError
-from mnemolog.projections import hybrid
-from mnemolog.projections import vectors as vx
-from mnemolog.projections.recall import Filters
+from mnemolog.projections.embedding import vectors as vx
+from mnemolog.projections.recall import hybrid
+from mnemolog.projections.recall.query import Filters
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import Home, init_home
 
@@ -359,7 +359,8 @@ def sweep(convs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     import duckdb
     import numpy as np
 
-    from mnemolog.projections import bm25, db, text
+    from mnemolog.projections import db
+    from mnemolog.projections.recall import bm25, text
 
     conn = duckdb.connect()
     db.load_fts(conn)

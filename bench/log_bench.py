@@ -33,13 +33,13 @@ from typing import Any
 
 import nacl.bindings
 
-from mnemolog.eventlog.checkpoints import CheckpointPolicy
-from mnemolog.eventlog.entry import encode_payload, make_entry
-from mnemolog.eventlog.keys import SigningKey
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.segments import list_segments
-from mnemolog.eventlog.verify import verify_log
-from mnemolog.eventlog.writer import Durability, LogWriter
+from mnemolog.eventlog.format.entry import encode_payload, make_entry
+from mnemolog.eventlog.format.keys import SigningKey
+from mnemolog.eventlog.store.checkpoints import CheckpointPolicy
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.segments import list_segments
+from mnemolog.eventlog.store.writer import Durability, LogWriter
+from mnemolog.eventlog.verify.verifier import verify_log
 
 TYPE = "memory.stored"
 TARGETS = {

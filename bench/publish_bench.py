@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.store.log import Log
 from mnemolog.substrate.home import Home, init_home
 from mnemolog.substrate.publish import publish
 

@@ -46,10 +46,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.writer import Durability
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.writer import Durability
 from mnemolog.projections.db import load_fts
-from mnemolog.projections.text import STOP_WORDS, install_macros
+from mnemolog.projections.recall.text import STOP_WORDS, install_macros
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import upcast
 from mnemolog.substrate.home import Home, init_home

@@ -30,8 +30,8 @@ from pathlib import Path
 from pydoc_data.topics import topics
 from typing import Any
 
-from mnemolog.eventlog.fsio import atomic_write
-from mnemolog.eventlog.vocabulary import KINDS
+from mnemolog.eventlog.store.fsio import atomic_write
+from mnemolog.eventlog.vocabulary.events import KINDS
 from mnemolog.projections.vault.render import NoteRecord, plan_vault, render_vault
 
 AGENT = "bench"

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.cosignature import CosignerVerifier, cosignatures
-from mnemolog.eventlog.keys import SigningKey
-from mnemolog.eventlog.note import parse_note
-from mnemolog.eventlog.writer import Durability, LogWriter
+from mnemolog.eventlog.format.keys import SigningKey
+from mnemolog.eventlog.format.note import parse_note
+from mnemolog.eventlog.store.writer import Durability, LogWriter
+from mnemolog.eventlog.witness.cosignature import CosignerVerifier, cosignatures
 from mnemolog.substrate.witness_config import WitnessConfig, WitnessSettings
 from mnemolog.substrate.witnessing import BackgroundPublisher, CheckpointPublisher
 

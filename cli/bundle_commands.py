@@ -7,10 +7,10 @@ from pathlib import Path
 import click
 
 from mnemolog.cli.app import Ctx, json_option
-from mnemolog.eventlog import bundle
-from mnemolog.eventlog.cosignature import WitnessPolicy
+from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.errors import UsageError
-from mnemolog.eventlog.fsio import check_replaceable
+from mnemolog.eventlog.store.fsio import check_replaceable
+from mnemolog.eventlog.witness.cosignature import WitnessPolicy
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 

@@ -14,8 +14,8 @@ from mnemolog.cli.app import Ctx, json_option, parse_json_object
 from mnemolog.cli.memory_commands import opened, warn
 from mnemolog.cli.tables import date, memory_line, one_line
 from mnemolog.eventlog.errors import BadInput, UsageError
-from mnemolog.eventlog.vocabulary_knowledge import DOMAIN_DESCRIPTIONS, STATE_CATEGORIES
-from mnemolog.projections.knowledge_queries import CANDIDATE_QUEUES
+from mnemolog.eventlog.vocabulary.knowledge import DOMAIN_DESCRIPTIONS, STATE_CATEGORIES
+from mnemolog.projections.knowledge.queries import CANDIDATE_QUEUES
 from mnemolog.substrate.events.limits import MAX_CONTENT_BYTES
 
 #: A JSON capture on standard input: two texts at the content limit, and room for the rest.

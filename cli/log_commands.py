@@ -11,14 +11,14 @@ from typing import Any
 import click
 
 from mnemolog.cli.app import Ctx, json_option, parse_json_object, writer_for
-from mnemolog.eventlog import merkle
-from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import NotFound, UsageError, VerificationError
-from mnemolog.eventlog.fsio import read_regular
-from mnemolog.eventlog.log import CHECKPOINT_DIR, checkpoint_name
-from mnemolog.eventlog.note import MAX_NOTE_BYTES
-from mnemolog.eventlog.trust import TRUST_GENESIS, PinnedKey, TrustPolicy, parse_key_arg
-from mnemolog.eventlog.verify import verify_log
+from mnemolog.eventlog.format import merkle
+from mnemolog.eventlog.format.entry import Entry
+from mnemolog.eventlog.format.note import MAX_NOTE_BYTES
+from mnemolog.eventlog.store.fsio import read_regular
+from mnemolog.eventlog.store.log import CHECKPOINT_DIR, checkpoint_name
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS, PinnedKey, TrustPolicy, parse_key_arg
+from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.substrate.home import init_home
 
 NOTE_PREFIX = "note."
@@ -201,7 +201,7 @@ def log_verify(
     min_witnesses: int | None,
 ) -> None:
     """Check the whole log against the home's trust anchor and high-water mark; exit 8 on failure."""
-    from mnemolog.eventlog.cosignature import WitnessPolicy
+    from mnemolog.eventlog.witness.cosignature import WitnessPolicy
     from mnemolog.substrate.witness_checks import require_witnessed
 
     home = ctx.home.require()

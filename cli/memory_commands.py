@@ -15,7 +15,7 @@ import click
 from mnemolog.cli import tables
 from mnemolog.cli.app import Ctx, json_option, parse_json_object
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.vocabulary_knowledge import STATUSES
+from mnemolog.eventlog.vocabulary.knowledge import STATUSES
 from mnemolog.substrate.api import MAX_CONTENT_BYTES, Substrate
 from mnemolog.substrate.events import KINDS, RELATIONS
 from mnemolog.substrate.importer import ImportFailed

@@ -24,11 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mnemolog.cli import views
 from mnemolog.cli.client_paths import ClientPaths
 from mnemolog.eventlog.errors import StorageError, UsageError
-from mnemolog.eventlog.vocabulary_knowledge import StateCategory, Status
+from mnemolog.eventlog.vocabulary.knowledge import StateCategory, Status
 from mnemolog.substrate.events import Kind, Relation
 
 if TYPE_CHECKING:
-    from mnemolog.eventlog.keys import VerifierKey
+    from mnemolog.eventlog.format.keys import VerifierKey
     from mnemolog.substrate.api import Substrate
 
 # -- arguments -------------------------------------------------------------------------
@@ -425,8 +425,8 @@ def _history(s: Substrate, a: HistoryArgs) -> dict[str, Any]:
 
 
 def _verify(s: Substrate, a: VerifyArgs) -> dict[str, Any]:
-    from mnemolog.eventlog.trust import PinnedKey, TrustPolicy
-    from mnemolog.eventlog.verify import verify_log
+    from mnemolog.eventlog.verify.trust import PinnedKey, TrustPolicy
+    from mnemolog.eventlog.verify.verifier import verify_log
 
     # The same anchors as `log verify`: a pinned key, else the home's own log id and keys.
     policy: TrustPolicy = (
@@ -468,8 +468,8 @@ def _bundle_verify(s: Substrate, a: BundleVerifyArgs) -> dict[str, Any]:
 
 def verify_bundle_file(s: Substrate, path: Path, trusted_key: str | None) -> dict[str, Any]:
     """Verify the bundle at `path`, which the server chose or confined (`client_paths`)."""
-    from mnemolog.eventlog import bundle
-    from mnemolog.eventlog.trust import TRUST_GENESIS, PinnedKey, TrustPolicy
+    from mnemolog.eventlog.bundle import verifier as bundle
+    from mnemolog.eventlog.verify.trust import TRUST_GENESIS, PinnedKey, TrustPolicy
 
     policy: TrustPolicy = TRUST_GENESIS
     if trusted_key is not None:
@@ -494,8 +494,8 @@ def client_key(s: Substrate, text: str, field: str) -> VerifierKey:
     as one is taken as a path and confined before anything is opened.
     """
     from mnemolog.eventlog.errors import SignerError
-    from mnemolog.eventlog.keys import VerifierKey
-    from mnemolog.eventlog.trust import parse_key_arg
+    from mnemolog.eventlog.format.keys import VerifierKey
+    from mnemolog.eventlog.verify.trust import parse_key_arg
 
     try:
         return VerifierKey.from_vkey(text)

@@ -80,8 +80,8 @@ def monitor_cmd(
 
     URL is an http(s):// prefix, a file:// URL or a directory.
     """
-    from mnemolog.eventlog.cosignature import WitnessPolicy
     from mnemolog.eventlog.progress import Progress
+    from mnemolog.eventlog.witness.cosignature import WitnessPolicy
     from mnemolog.substrate.monitor import HttpSource, monitor, open_source
 
     witnesses = WitnessPolicy.parse(witness_keys, min_witnesses)

@@ -28,7 +28,7 @@ from mnemolog.curators.base import FailureReason, backoff_delay, check_max_retri
 from mnemolog.curators.outcome import ModelFailure
 from mnemolog.curators.parse import MalformedOutput
 from mnemolog.curators.tokens import count_tokens
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS
 
 T = TypeVar("T")
 

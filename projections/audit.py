@@ -47,8 +47,9 @@ from typing import Any
 import duckdb
 
 from mnemolog.eventlog.errors import Informational, VerificationError
-from mnemolog.projections import schema, vectors
+from mnemolog.projections import schema
 from mnemolog.projections.db import CATALOG, DB_NAME
+from mnemolog.projections.embedding import vectors
 from mnemolog.projections.engine import NOTHING_APPLIED, Projections, read_state
 from mnemolog.projections.fold import Upcast
 
@@ -121,7 +122,7 @@ CHUNK_VECTOR_COMPARED = [
 
 COVERED_TABLES = {"postings_delta"} | {c.name for c in COMPARED}
 
-# The vector tables (projections/vectors.py), when the log records an embedder that embeds.
+# The vector tables (projections/embedding/vectors.py), when the log records an embedder that embeds.
 VECTOR_COMPARED = [
     Compared("vector_meta", "SELECT version, model_id, dim, synced_seq FROM {c}.vector_meta", ("model_id",)),
     Compared(

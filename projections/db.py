@@ -36,7 +36,7 @@ from typing import Any, cast
 import duckdb
 
 from mnemolog.eventlog.errors import BadInput, LockTimeout, StorageError
-from mnemolog.eventlog.lock import FileLock
+from mnemolog.eventlog.store.lock import FileLock
 
 DB_NAME = "mnemolog.duckdb"
 CATALOG = "proj"
@@ -189,7 +189,7 @@ def load_vss(conn: duckdb.DuckDBPyConnection) -> None:
     try:
         conn.execute(f"LOAD '{path}'" if path is not None else "LOAD vss")
         # HNSW indexes live in the projection file; mnemolog never trusts one across a crash
-        # (projections/vectors.py checks and rebuilds it from the stored vectors).
+        # (projections/embedding/vectors.py checks and rebuilds it from the stored vectors).
         conn.execute("SET hnsw_enable_experimental_persistence = true")
     except duckdb.Error as exc:
         raise StorageError(

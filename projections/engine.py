@@ -28,15 +28,17 @@ from typing import NamedTuple
 
 import duckdb
 
-from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import StorageError, VerificationError
-from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import bm25, schema, vectors
+from mnemolog.eventlog.store.log import Log
+from mnemolog.projections import schema
 from mnemolog.projections.db import ProjectionStore
-from mnemolog.projections.embed_cache import EmbedCache
+from mnemolog.projections.embedding import vectors
+from mnemolog.projections.embedding.cache import EmbedCache
 from mnemolog.projections.fold import Fold, IndexStats, RepeatedId, Upcast
-from mnemolog.projections.text import install_macros
+from mnemolog.projections.recall import bm25
+from mnemolog.projections.recall.text import install_macros
 
 CATCH_UP_BATCH = 50_000
 SIGN_CHECK_ALL = 4096  # a catch-up of at most this many entries checks every signature

@@ -11,7 +11,7 @@ one (catch-up, rebuild) goes through an Arrow batch and the bulk tokenizer.
 The fold is total: it never raises on a payload. Entries are signed, but
 `mnemolog log append` can write any map, and one odd entry must not make the
 projection unbuildable. Fields of the wrong type are read through the
-vocabulary's readers (mnemolog.eventlog.vocabulary), as the bundle's fold
+vocabulary's readers (mnemolog.eventlog.vocabulary.events), as the bundle's fold
 reads them, and which memories an entry touches is the vocabulary's rule.
 
 Search terms go into an inverted index in two tables: `postings`, kept
@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from mnemolog.eventlog import vocabulary as v
-from mnemolog.eventlog.entry import Entry, to_jsonable
-from mnemolog.eventlog.vocabulary import (
+from mnemolog.eventlog.format.entry import Entry, to_jsonable
+from mnemolog.eventlog.vocabulary import events as v
+from mnemolog.eventlog.vocabulary.events import (
     ATOMISATION_ARCHIVED_KEY,
     merge_metadata,
     mirror_atomisation_archive,
@@ -53,11 +53,11 @@ from mnemolog.eventlog.vocabulary import (
     read_tags,
     touched_ids,
 )
-from mnemolog.projections import knowledge_fold
 from mnemolog.projections.context import store as context_store
-from mnemolog.projections.knowledge import canonical_name
+from mnemolog.projections.knowledge import fold as knowledge_fold
+from mnemolog.projections.knowledge.rules import canonical_name
+from mnemolog.projections.recall.text import ONE_DOC_POSTINGS, doc_text_py, drop_staged, stage_postings
 from mnemolog.projections.schema import visible
-from mnemolog.projections.text import ONE_DOC_POSTINGS, doc_text_py, drop_staged, stage_postings
 
 if TYPE_CHECKING:
     import pyarrow as pa

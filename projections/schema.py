@@ -189,11 +189,11 @@ TABLES = [
 
 # Tables of earlier schema versions, dropped when a database is reset.
 RETIRED_TABLES = ["counters", "postings_new", "dead"]
-# Tables created on demand by another module (projections/vectors.py), dropped with the rest.
+# Tables created on demand by another module (projections/embedding/vectors.py), dropped with the rest.
 OWNED_ELSEWHERE = ["vectors", "vector_meta", "vector_pending", "chunk_vectors", "chunk_vector_pending"]
 
 #: A chunk's number in ctx_chunks is seq * 2^CHUNK_SHIFT + its index: the entry that holds it
-#: is `doc >> CHUNK_SHIFT` (projections/context/store.py folds them, projections/vectors.py
+#: is `doc >> CHUNK_SHIFT` (projections/context/store.py folds them, projections/embedding/vectors.py
 #: embeds those added since it last looked).
 CHUNK_SHIFT = 20
 

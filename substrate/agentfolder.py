@@ -25,8 +25,8 @@ from typing import Any
 
 from mnemolog.curators.config import resolve_llm
 from mnemolog.eventlog.errors import UsageError
-from mnemolog.projections import agentlog
-from mnemolog.projections.memories import Memory
+from mnemolog.projections.memory.model import Memory
+from mnemolog.projections.vault import agentlog
 from mnemolog.projections.vault.agentfiles import AgentFilesReport, write_agent_files
 from mnemolog.projections.vault.journal import plan_journal
 from mnemolog.projections.vault.persona import (

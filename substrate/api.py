@@ -27,7 +27,7 @@ import duckdb
 from pydantic import ValidationError
 
 from mnemolog.curators.embedding.embedder import Embedder
-from mnemolog.eventlog import fsio, memview
+from mnemolog.eventlog.bundle import memview
 from mnemolog.eventlog.errors import (
     BadInput,
     MnemologError,
@@ -36,15 +36,17 @@ from mnemolog.eventlog.errors import (
     UsageError,
     VerificationError,
 )
-from mnemolog.eventlog.vocabulary import MUTABLE_FIELDS
-from mnemolog.eventlog.vocabulary_knowledge import DEFAULT_STATUS, check_statuses
-from mnemolog.eventlog.writer import Clock, Durability, LogWriter, TornTail, system_clock
-from mnemolog.projections import hybrid, queries
-from mnemolog.projections import knowledge_queries as kq
-from mnemolog.projections import recall as q
+from mnemolog.eventlog.store import fsio
+from mnemolog.eventlog.store.writer import Clock, Durability, LogWriter, TornTail, system_clock
+from mnemolog.eventlog.vocabulary.events import MUTABLE_FIELDS
+from mnemolog.eventlog.vocabulary.knowledge import DEFAULT_STATUS, check_statuses
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
-from mnemolog.projections.memories import MEMORY_FIELDS, Edge, Memory
-from mnemolog.projections.recall import Filters
+from mnemolog.projections.knowledge import queries as kq
+from mnemolog.projections.memory import queries
+from mnemolog.projections.memory.model import MEMORY_FIELDS, Edge, Memory
+from mnemolog.projections.recall import hybrid
+from mnemolog.projections.recall import query as q
+from mnemolog.projections.recall.query import Filters
 from mnemolog.substrate import asof, governance, recall_hits, recall_policy, witnessing
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult

@@ -32,13 +32,13 @@ from typing import Any
 import duckdb
 
 from mnemolog.eventlog.errors import UsageError
-from mnemolog.eventlog.fsio import pid_alive
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.vocabulary import iso_time
-from mnemolog.projections import bm25
-from mnemolog.projections.embed_cache import EmbedCache
+from mnemolog.eventlog.store.fsio import pid_alive
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.vocabulary.events import iso_time
+from mnemolog.projections.embedding.cache import EmbedCache
 from mnemolog.projections.engine import Projections
 from mnemolog.projections.fold import Upcast
+from mnemolog.projections.recall import bm25
 from mnemolog.substrate.home import Home
 
 ASOF_DIR = "asof"

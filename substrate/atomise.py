@@ -34,11 +34,11 @@ from mnemolog.curators.base import Curator, CuratorFailed, SourceTooSmall, TierL
 from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, resolve_llm
 from mnemolog.curators.tokens import DEFAULT_ATOM_TOKENS, check_max_atom_tokens, count_tokens
 from mnemolog.eventlog.errors import Informational, LockTimeout, MnemologError, NotFound, UsageError
-from mnemolog.eventlog.lock import FileLock
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.vocabulary import iso_time
-from mnemolog.projections import queries
-from mnemolog.projections.memories import Memory
+from mnemolog.eventlog.store.lock import FileLock
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.vocabulary.events import iso_time
+from mnemolog.projections.memory import queries
+from mnemolog.projections.memory.model import Memory
 from mnemolog.substrate.events import (
     AtomisationCompleted,
     AtomisationFailed,

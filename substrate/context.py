@@ -31,22 +31,22 @@ from pathlib import Path
 from typing import Any, Final
 
 from mnemolog.curators.tokens import count_tokens
-from mnemolog.eventlog import memview, packview
-from mnemolog.eventlog.entry import encode_payload
+from mnemolog.eventlog.bundle import memview, packview
 from mnemolog.eventlog.errors import BadInput, NotFound, UsageError, VerificationError
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.vocabulary import upcast
-from mnemolog.eventlog.writer import MAX_PAYLOAD_BYTES
-from mnemolog.projections import knowledge_queries as kq
-from mnemolog.projections import queries
+from mnemolog.eventlog.format.entry import encode_payload
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.writer import MAX_PAYLOAD_BYTES
+from mnemolog.eventlog.vocabulary.events import upcast
 from mnemolog.projections.context import sources, store
 from mnemolog.projections.context.assemble import assemble
 from mnemolog.projections.context.chunker import DEFAULT_MAX_CHARS, check_max_chars, chunk_text, is_markdown
 from mnemolog.projections.context.config import PackConfig
 from mnemolog.projections.context.decode import DEFAULT_FALLBACKS, DocumentRefused, check_fallbacks
-from mnemolog.projections.hybrid import Fusion
-from mnemolog.projections.memories import Memory
-from mnemolog.projections.recall import Filters
+from mnemolog.projections.knowledge import queries as kq
+from mnemolog.projections.memory import queries
+from mnemolog.projections.memory.model import Memory
+from mnemolog.projections.recall.hybrid import Fusion
+from mnemolog.projections.recall.query import Filters
 from mnemolog.substrate import recall_policy
 from mnemolog.substrate.documents import (
     DEFAULT_GLOBS,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, read_regular
+from mnemolog.eventlog.store.fsio import FileTooLarge, NotRegularFile, read_regular
 from mnemolog.projections.context.decode import DEFAULT_FALLBACKS, DocumentRefused, decode_document
 
 DEFAULT_GLOBS: Final = ("*.md", "*.markdown", "*.txt")

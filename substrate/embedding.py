@@ -12,7 +12,7 @@ re-embedding everything).
 Embed-on-insert: before a batch of events is appended (`before_append`,
 called by `Session.append_many`), the texts the batch gives memories (a
 store's, an update's result) are embedded, checked and put in the cache;
-the fold's catch-up then finds them there (projections/vectors.py). The
+the fold's catch-up then finds them there (projections/embedding/vectors.py). The
 chunks of an ingested document are embedded the same way, so tier 5 of a
 context pack ranks them by meaning too. An
 embedder that answers with the wrong dimension, NaN or infinity refuses the
@@ -47,8 +47,9 @@ from mnemolog.curators.embedding.embedder import (
 )
 from mnemolog.eventlog.errors import BadInput, Informational
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import hybrid, vectors
-from mnemolog.projections.embed_cache import EmbedCache
+from mnemolog.projections.embedding import vectors
+from mnemolog.projections.embedding.cache import EmbedCache
+from mnemolog.projections.recall import hybrid
 from mnemolog.substrate.events import EmbedderConfigured, MemoryStored, MemoryUpdated, Payload
 from mnemolog.substrate.events.context import DocumentIngested
 from mnemolog.substrate.home import Home

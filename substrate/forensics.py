@@ -27,11 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog import bundle, bundle_build, bundle_format, codec, logexport, memview, merkle, touching
-from mnemolog.eventlog.checkpoints import write_high_water
-from mnemolog.eventlog.entry import Entry
+from mnemolog.eventlog.bundle import build as bundle_build
+from mnemolog.eventlog.bundle import format as bundle_format
+from mnemolog.eventlog.bundle import logexport, memview, touching
+from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, SignerError, StorageError, UsageError
-from mnemolog.eventlog.fsio import (
+from mnemolog.eventlog.format import codec, merkle
+from mnemolog.eventlog.format.entry import Entry
+from mnemolog.eventlog.format.heads import HeadsMap
+from mnemolog.eventlog.format.keys import load_private_key, write_private_key, write_public_key
+from mnemolog.eventlog.format.note import Checkpoint, peek_checkpoint
+from mnemolog.eventlog.progress import Progress
+from mnemolog.eventlog.store.checkpoints import write_high_water
+from mnemolog.eventlog.store.fsio import (
     FileTooLarge,
     NotRegularFile,
     atomic_write,
@@ -40,13 +48,9 @@ from mnemolog.eventlog.fsio import (
     pid_alive,
     read_regular,
 )
-from mnemolog.eventlog.heads import HeadsMap
-from mnemolog.eventlog.index import IndexWriter
-from mnemolog.eventlog.keys import load_private_key, write_private_key, write_public_key
-from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
-from mnemolog.eventlog.note import Checkpoint, peek_checkpoint
-from mnemolog.eventlog.progress import Progress
-from mnemolog.eventlog.trust import TRUST_GENESIS, TrustPolicy
+from mnemolog.eventlog.store.index import IndexWriter
+from mnemolog.eventlog.store.log import CHECKPOINT_DIR, Log, checkpoint_name, segment_file
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS, TrustPolicy
 from mnemolog.projections.engine import Projections
 from mnemolog.substrate import witnessing
 from mnemolog.substrate.api import Substrate

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.eventlog.log import Log
-from mnemolog.projections import queries
+from mnemolog.eventlog.store.log import Log
+from mnemolog.projections.memory import queries
 from mnemolog.substrate.session import Sessions
 
 MAX_HISTORY = 10_000  # entries returned for one memory; a memory with more is a pathology

@@ -27,14 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.checkpoints import (
-    DEFAULT_CHECKPOINT_ENTRIES,
-    DEFAULT_CHECKPOINT_SECONDS,
-    CheckpointPolicy,
-    HighWaterMark,
-    read_high_water,
-    write_high_water,
-)
 from mnemolog.eventlog.errors import (
     BadInput,
     HomeMissing,
@@ -43,8 +35,7 @@ from mnemolog.eventlog.errors import (
     UsageError,
     VerificationError,
 )
-from mnemolog.eventlog.fsio import FileTooLarge, atomic_write, fsync_dir, read_regular, stale_temps
-from mnemolog.eventlog.keys import (
+from mnemolog.eventlog.format.keys import (
     MAX_KEY_FILE,
     SigningKey,
     VerifierKey,
@@ -52,10 +43,19 @@ from mnemolog.eventlog.keys import (
     write_private_key,
     write_public_key,
 )
-from mnemolog.eventlog.lock import FileLock
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.trust import ORIGIN_PREFIX, HomeAnchor, origin_for
-from mnemolog.eventlog.writer import Clock, Durability, LogWriter, system_clock
+from mnemolog.eventlog.store.checkpoints import (
+    DEFAULT_CHECKPOINT_ENTRIES,
+    DEFAULT_CHECKPOINT_SECONDS,
+    CheckpointPolicy,
+    HighWaterMark,
+    read_high_water,
+    write_high_water,
+)
+from mnemolog.eventlog.store.fsio import FileTooLarge, atomic_write, fsync_dir, read_regular, stale_temps
+from mnemolog.eventlog.store.lock import FileLock
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.writer import Clock, Durability, LogWriter, system_clock
+from mnemolog.eventlog.verify.trust import ORIGIN_PREFIX, HomeAnchor, origin_for
 
 CONFIG_NAME = "config.toml"
 MAX_CONFIG_BYTES = 1024 * 1024

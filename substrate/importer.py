@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, NotRequired, TypedDict
 
 from mnemolog.curators.embedding.embedder import EmbedderFailed
-from mnemolog.eventlog.codec import is_plain
 from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
-from mnemolog.eventlog.fsio import NotRegularFile, open_regular
+from mnemolog.eventlog.format.codec import is_plain
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import queries, vectors
+from mnemolog.eventlog.store.fsio import NotRegularFile, open_regular
+from mnemolog.projections.embedding import vectors
+from mnemolog.projections.memory import queries
 from mnemolog.substrate.embedding import Embedding, embed_text_of
 from mnemolog.substrate.events import AtomisationRequested, MemoryStored, Payload
 from mnemolog.substrate.events.limits import MAX_CONTENT_BYTES, MAX_METADATA_BYTES

@@ -32,15 +32,16 @@ from mnemolog.curators.knowledge.extract import Extraction, InteractionText
 from mnemolog.curators.knowledge.triage import Neighbour, TriageItem, TriageVerdict, decide
 from mnemolog.curators.outcome import ModelFailure
 from mnemolog.eventlog.errors import Informational, MnemologError, NotFound, UsageError
-from mnemolog.eventlog.vocabulary_knowledge import (
+from mnemolog.eventlog.store.writer import Clock
+from mnemolog.eventlog.vocabulary.knowledge import (
     check_category,
     check_domains,
     check_project_name,
     status_after,
 )
-from mnemolog.eventlog.writer import Clock
-from mnemolog.projections import knowledge_queries as kq
-from mnemolog.projections.knowledge import (
+from mnemolog.projections.knowledge import queries as kq
+from mnemolog.projections.knowledge.match import echo, normalised, terms
+from mnemolog.projections.knowledge.rules import (
     DAY_US,
     DecayPolicy,
     ProjectRegistry,
@@ -50,8 +51,7 @@ from mnemolog.projections.knowledge import (
     decays_out,
     reinforced,
 )
-from mnemolog.projections.knowledge_match import echo, normalised, terms
-from mnemolog.projections.memories import Memory
+from mnemolog.projections.memory.model import Memory
 from mnemolog.substrate import recall_hits
 from mnemolog.substrate.events import (
     MemoryStored,

@@ -41,9 +41,9 @@ from typing import Any, Final
 
 from mnemolog.curators.knowledge.triage import TriagePolicy
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS, domain_vocabulary
-from mnemolog.projections.knowledge import DecayPolicy
-from mnemolog.projections.knowledge_match import ReinforcePolicy
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS, domain_vocabulary
+from mnemolog.projections.knowledge.match import ReinforcePolicy
+from mnemolog.projections.knowledge.rules import DecayPolicy
 
 TABLE: Final = "knowledge"
 EXTRACTORS: Final = ("rules", "ollama")

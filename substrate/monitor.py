@@ -37,14 +37,15 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
-from mnemolog.eventlog import merkle, tiles
-from mnemolog.eventlog.cosignature import WitnessPolicy, require_cosignatures
 from mnemolog.eventlog.errors import DecodeError, StorageError, UsageError, VerificationError
-from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, atomic_write, read_regular
-from mnemolog.eventlog.keys import VerifierKey
-from mnemolog.eventlog.note import MAX_NOTE_BYTES, open_checkpoint
-from mnemolog.eventlog.segments import MAX_ENTRY_BYTES
-from mnemolog.eventlog.trust import parse_key_arg
+from mnemolog.eventlog.format import merkle
+from mnemolog.eventlog.format.keys import VerifierKey
+from mnemolog.eventlog.format.note import MAX_NOTE_BYTES, open_checkpoint
+from mnemolog.eventlog.store.fsio import FileTooLarge, NotRegularFile, atomic_write, read_regular
+from mnemolog.eventlog.store.segments import MAX_ENTRY_BYTES
+from mnemolog.eventlog.verify.trust import parse_key_arg
+from mnemolog.eventlog.witness import tiles
+from mnemolog.eventlog.witness.cosignature import WitnessPolicy, require_cosignatures
 
 STATE_VERSION = 1
 MAX_STATE_BYTES = 1 << 20

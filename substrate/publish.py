@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mnemolog.eventlog import tiles
 from mnemolog.eventlog.errors import DecodeError, StorageError, VerificationError
-from mnemolog.eventlog.fsio import atomic_write, read_regular
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.note import MAX_NOTE_BYTES, peek_checkpoint
+from mnemolog.eventlog.format.note import MAX_NOTE_BYTES, peek_checkpoint
+from mnemolog.eventlog.store.fsio import atomic_write, read_regular
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.witness import tiles
 
 
 @dataclass

@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from mnemolog.eventlog.fsio import atomic_write, open_regular
+from mnemolog.eventlog.store.fsio import atomic_write, open_regular
 from mnemolog.substrate.ids import looks_like_id
 
 NAME = "recall-hits"

@@ -24,9 +24,10 @@ import numpy as np
 
 from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import UsageError
-from mnemolog.projections import hybrid, vectors
-from mnemolog.projections.memories import Memory
-from mnemolog.projections.recall import Filters
+from mnemolog.projections.embedding import vectors
+from mnemolog.projections.memory.model import Memory
+from mnemolog.projections.recall import hybrid
+from mnemolog.projections.recall.query import Filters
 from mnemolog.substrate.embedding import Embedding, require_vectors
 from mnemolog.substrate.session import Session, Sessions
 

@@ -22,15 +22,15 @@ from typing import Any, Protocol, TypeVar
 
 import duckdb
 
-from mnemolog.eventlog import memview, touching
-from mnemolog.eventlog import vocabulary as v
+from mnemolog.eventlog.bundle import memview, touching
 from mnemolog.eventlog.errors import LogMoved, MnemologError, NotFound, StorageError
-from mnemolog.eventlog.writer import LogWriter, Receipt
-from mnemolog.projections import heads as heads_q
-from mnemolog.projections import queries
-from mnemolog.projections import recall as q
+from mnemolog.eventlog.store.writer import LogWriter, Receipt
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.projections.engine import Projections
-from mnemolog.projections.memories import Edge, Links, Memory
+from mnemolog.projections.memory import heads as heads_q
+from mnemolog.projections.memory import queries
+from mnemolog.projections.memory.model import Edge, Links, Memory
+from mnemolog.projections.recall import query as q
 from mnemolog.substrate import governance
 from mnemolog.substrate.events import CURRENT_TV, LinkCreated, MemoryStored, Payload
 from mnemolog.substrate.events.base import Chained

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.fsio import read_regular
 from mnemolog.eventlog.progress import Progress
-from mnemolog.projections import queries
-from mnemolog.projections.memories import Memory
+from mnemolog.eventlog.store.fsio import read_regular
+from mnemolog.projections.memory import queries
+from mnemolog.projections.memory.model import Memory
 from mnemolog.projections.vault.read import ParsedNote, read_vault
 from mnemolog.projections.vault.render import NoteLink, NoteRecord, RenderReport, render_vault
 from mnemolog.projections.vault.validate import (

@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.cosignature import WitnessPolicy, require_cosignatures
 from mnemolog.eventlog.errors import MnemologError, VerificationError
-from mnemolog.eventlog.fsio import read_regular
-from mnemolog.eventlog.log import CHECKPOINT_DIR, checkpoint_name
-from mnemolog.eventlog.note import MAX_NOTE_BYTES
+from mnemolog.eventlog.format.note import MAX_NOTE_BYTES
+from mnemolog.eventlog.store.fsio import read_regular
+from mnemolog.eventlog.store.log import CHECKPOINT_DIR, checkpoint_name
+from mnemolog.eventlog.witness.cosignature import WitnessPolicy, require_cosignatures
 from mnemolog.substrate.witness_config import WitnessConfig
 
 __all__ = ["SCAN_CHECKPOINTS", "newest_cosigned", "require_witnessed"]

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.cosignature import CosignerVerifier
 from mnemolog.eventlog.errors import BadInput, NotFound, SignerError, UsageError
-from mnemolog.eventlog.fsio import FileTooLarge, atomic_write, read_regular
+from mnemolog.eventlog.store.fsio import FileTooLarge, atomic_write, read_regular
+from mnemolog.eventlog.witness.cosignature import CosignerVerifier
 
 __all__ = [
     "DEFAULT_OVERLAP_HOURS",

@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.cosignature import CosignerKey
 from mnemolog.eventlog.errors import BadInput, DecodeError, SignerError, StorageError, UsageError
-from mnemolog.eventlog.fsio import FileTooLarge, atomic_write, read_regular
-from mnemolog.eventlog.keys import SigningKey, VerifierKey, load_private_key, write_private_key
-from mnemolog.eventlog.note import parse_note
-from mnemolog.eventlog.witness import (
+from mnemolog.eventlog.format.keys import SigningKey, VerifierKey, load_private_key, write_private_key
+from mnemolog.eventlog.format.note import parse_note
+from mnemolog.eventlog.store.fsio import FileTooLarge, atomic_write, read_regular
+from mnemolog.eventlog.witness.cosignature import CosignerKey
+from mnemolog.eventlog.witness.protocol import (
     MAX_REQUEST_BYTES,
     Conflict,
     Inconsistent,

@@ -38,10 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.cosignature import (
-    add_signature_lines,
-    cosignatures,
-)
 from mnemolog.eventlog.errors import (
     DecodeError,
     MnemologError,
@@ -49,12 +45,16 @@ from mnemolog.eventlog.errors import (
     SignerError,
     VerificationError,
 )
-from mnemolog.eventlog.fsio import atomic_write, read_regular
-from mnemolog.eventlog.keys import SigningKey, load_private_key
-from mnemolog.eventlog.lock import FileLock
-from mnemolog.eventlog.log import CHECKPOINT_DIR, Log, checkpoint_name
-from mnemolog.eventlog.note import MAX_NOTE_BYTES, MAX_SIGS, NoteSignature, open_checkpoint, parse_note
-from mnemolog.eventlog.witness import (
+from mnemolog.eventlog.format.keys import SigningKey, load_private_key
+from mnemolog.eventlog.format.note import MAX_NOTE_BYTES, MAX_SIGS, NoteSignature, open_checkpoint, parse_note
+from mnemolog.eventlog.store.fsio import atomic_write, read_regular
+from mnemolog.eventlog.store.lock import FileLock
+from mnemolog.eventlog.store.log import CHECKPOINT_DIR, Log, checkpoint_name
+from mnemolog.eventlog.witness.cosignature import (
+    add_signature_lines,
+    cosignatures,
+)
+from mnemolog.eventlog.witness.protocol import (
     MAX_RESPONSE_BYTES,
     AddCheckpoint,
     parse_cosignature_response,

@@ -73,7 +73,7 @@ import pytest
 from click.testing import CliRunner
 
 from mnemolog.cli.main import cli
-from mnemolog.eventlog.bundle import read_members
+from mnemolog.eventlog.bundle.verifier import read_members
 from mnemolog.substrate.home import init_home
 
 REPO = Path(__file__).resolve().parents[1]
@@ -360,7 +360,7 @@ def killed_atomise(home: Path, mid: str, monkeypatch: pytest.MonkeyPatch, when: 
 def test_an_interrupted_atomisation_resumes_as_the_readme_says(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mnemolog.eventlog.log import Log
+    from mnemolog.eventlog.store.log import Log
     from tests.support.long_texts import LONG_POST_MORTEM
 
     section = README[README.index("An atomisation killed part way") :][:800]

@@ -15,7 +15,7 @@ from mnemolog.curators.knowledge.extract import Extractor
 from mnemolog.curators.knowledge.extract_rules import RulesExtractor
 from mnemolog.curators.knowledge.triage import Triager
 from mnemolog.curators.knowledge.triage_rules import RulesTriager
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS
 
 if TYPE_CHECKING:  # ollama is imported only when a model is asked
     import ollama

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, Protocol, runtime_checkable
 
 from mnemolog.curators.outcome import ModelFailure
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS
 
 Layer = Literal["project", "domain", "preference"]
 LAYERS: Final[tuple[str, ...]] = ("project", "domain", "preference")

@@ -34,7 +34,7 @@ from mnemolog.curators.knowledge.extract import (
     kept,
 )
 from mnemolog.curators.parse import MalformedOutput, first_answer
-from mnemolog.eventlog.vocabulary_knowledge import PROJECT_NAME
+from mnemolog.eventlog.vocabulary.knowledge import PROJECT_NAME
 
 DEFAULT_CONFIDENCE: Final = 0.5
 

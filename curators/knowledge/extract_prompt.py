@@ -16,7 +16,7 @@ from string import Template
 from typing import Any, Final
 
 from mnemolog.curators.knowledge.extract import MAX_CANDIDATES
-from mnemolog.eventlog.vocabulary_knowledge import DOMAIN_DESCRIPTIONS, DOMAINS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAIN_DESCRIPTIONS, DOMAINS
 
 #: The quality bar every extraction and triage prompt states.
 QUALITY_BAR: Final = (

@@ -48,7 +48,7 @@ from mnemolog.curators.knowledge.extract import (
     Layer,
     kept,
 )
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS
 
 VERSION: Final = "1"
 MAX_RULE_CHARS: Final = 500

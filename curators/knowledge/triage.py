@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from mnemolog.curators.outcome import ModelFailure
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.vocabulary_knowledge import Action, Verdict
+from mnemolog.eventlog.vocabulary.knowledge import Action, Verdict
 
 #: A reason longer than this is cut at a word boundary.
 MAX_REASON_CHARS: Final = 300

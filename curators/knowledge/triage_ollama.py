@@ -23,7 +23,7 @@ from mnemolog.curators.knowledge.triage import TriageItem, TriageOutcome, Triage
 from mnemolog.curators.knowledge.triage_prompt import prompt_sha256, render_messages, triage_schema
 from mnemolog.curators.ollama_ask import DomainAsker, Failed
 from mnemolog.curators.parse import first_answer
-from mnemolog.eventlog.vocabulary_knowledge import PROJECT_NAME, Verdict
+from mnemolog.eventlog.vocabulary.knowledge import PROJECT_NAME, Verdict
 
 VERSION: Final = "1"
 

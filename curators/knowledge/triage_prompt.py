@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from mnemolog.curators.knowledge.extract_prompt import QUALITY_BAR, domain_lines, shown
 from mnemolog.curators.knowledge.triage import Neighbour
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS, VERDICTS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS, VERDICTS
 
 TRIAGE_SYSTEM_PROMPT: Final = """\
 You review one candidate memory that was extracted from a conversation, \

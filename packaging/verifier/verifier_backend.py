@@ -56,8 +56,13 @@ def _entry_points(project: dict[str, Any]) -> str:
 
 
 def _sources() -> list[Path]:
-    files = [p for p in SOURCE.iterdir() if p.is_file() and (p.suffix == ".py" or p.name == "py.typed")]
-    return sorted(files, key=lambda p: p.name)
+    # The package and its rooms (format/, store/, verify/, bundle/, ...), never caches.
+    files = [
+        p
+        for p in SOURCE.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.name == "py.typed")
+    ]
+    return sorted(files, key=lambda p: p.relative_to(SOURCE).as_posix())
 
 
 def _record_line(name: str, data: bytes) -> str:
@@ -108,7 +113,7 @@ def build_wheel(
     project = _project()
     base = f"{_dist_name(project)}-{project['version']}"
     wheel_name = f"{base}-py3-none-any.whl"
-    members = {f"{TARGET}/{p.name}": p.read_bytes() for p in _sources()}
+    members = {f"{TARGET}/{p.relative_to(SOURCE).as_posix()}": p.read_bytes() for p in _sources()}
     if f"{TARGET}/__init__.py" not in members:
         raise RuntimeError(f"{SOURCE} is not the mnemolog eventlog package")
     members |= {f"{base}.dist-info/{k}": v for k, v in _dist_info_files(project).items()}

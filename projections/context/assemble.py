@@ -3,7 +3,7 @@
 Inputs are rows the caller has already fetched: the project's state entries,
 candidate memories with their recall scores, candidate chunks with theirs,
 the query, the project in scope, the clock and a `PackConfig`. The output
-is a `Pack`: the rendered text (`mnemolog.eventlog.packview`), its SHA-256,
+is a `Pack`: the rendered text (`mnemolog.eventlog.bundle.packview`), its SHA-256,
 every included entry with its tier, id, score and size, every trimmed entry
 with the reason, and every candidate that could not enter with the reason.
 
@@ -56,9 +56,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from mnemolog.eventlog import packview
-from mnemolog.eventlog.packview import TIERS
-from mnemolog.eventlog.vocabulary_knowledge import STATE_CATEGORIES
+from mnemolog.eventlog.bundle import packview
+from mnemolog.eventlog.bundle.packview import TIERS
+from mnemolog.eventlog.vocabulary.knowledge import STATE_CATEGORIES
 from mnemolog.projections.context.config import PackConfig
 
 Measure = Callable[[str], int]

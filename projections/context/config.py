@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
+from mnemolog.eventlog.bundle.packview import TIERS
 from mnemolog.eventlog.errors import UsageError
-from mnemolog.eventlog.packview import TIERS
 
 Unit = Literal["chars", "tokens"]
 UNITS: Final = ("chars", "tokens")

@@ -44,13 +44,13 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections.context import store
 from mnemolog.projections.context.assemble import ChunkRow, MemoryRow, StateRow, evoked_domains
 from mnemolog.projections.context.config import PackConfig
-from mnemolog.projections.hybrid import Fusion
-from mnemolog.projections.memories import MEMORY_SELECT, Memory, row_to_memory
-from mnemolog.projections.recall import Filters, recall
+from mnemolog.projections.knowledge import queries as kq
+from mnemolog.projections.memory.model import MEMORY_SELECT, Memory, row_to_memory
+from mnemolog.projections.recall.hybrid import Fusion
+from mnemolog.projections.recall.query import Filters, recall
 from mnemolog.projections.schema import visible
 
 #: A recall ranking: (memory, score) best first for (query, filters, limit).

@@ -18,7 +18,7 @@ Tables (DDL in `projections.schema`; rebuilt from the log like every projection)
 Fold functions are total: a malformed payload folds to nothing rather than
 raising. Queries are named for what they answer; `chunk_candidates` is the
 one place that ranks chunks (BM25, or hybrid with the chunks' vectors, which
-projections/vectors.py keeps beside the memories').
+projections/embedding/vectors.py keeps beside the memories').
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any, Final
 import duckdb
 import numpy as np
 
-from mnemolog.projections import hybrid, vectors
 from mnemolog.projections.context.assemble import ChunkRow
+from mnemolog.projections.embedding import vectors
+from mnemolog.projections.recall import hybrid
+from mnemolog.projections.recall.text import drop_staged, stage_postings
 from mnemolog.projections.schema import CHUNK_SHIFT
-from mnemolog.projections.text import drop_staged, stage_postings
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -448,7 +449,7 @@ def chunk_candidates(
 
     BM25 uses the memories' tokenizer and formula over heading path and text. With
     `query_vector` (the recall policy's, when it ranks memories hybrid) and chunk vectors in
-    the projection, chunks are ranked as hybrid recall ranks memories (projections/hybrid.py):
+    the projection, chunks are ranked as hybrid recall ranks memories (projections/recall/hybrid.py):
     BM25's and the cosine's candidates fused with the same method and weights, and a chunk
     that shares no word with the query is a candidate only when its cosine reaches
     `fusion.min_cosine`. Any project's chunks compete; the best `limit` of `project` are taken

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mnemolog.eventlog.errors import StorageError
-from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, atomic_write, read_regular
+from mnemolog.eventlog.store.fsio import FileTooLarge, NotRegularFile, atomic_write, read_regular
 from mnemolog.projections.vault import journal, persona, regions, runlog
 
 MANIFEST_NAME: Final = ".mnemolog-agentfiles.json"

@@ -35,7 +35,7 @@ from typing import Any, Final
 import yaml
 
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, read_regular
+from mnemolog.eventlog.store.fsio import FileTooLarge, NotRegularFile, read_regular
 
 MAX_FILE_BYTES: Final = 1 << 20
 MAX_FRONTMATTER_BYTES: Final = 64 << 10

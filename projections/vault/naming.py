@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from typing import Final, Literal, TypeVar
 
-from mnemolog.projections.text import MONTH_NAMES
+from mnemolog.projections.recall.text import MONTH_NAMES
 
 NOTE_TYPES: Final = ("user", "feedback", "project", "decision", "reference")
 EVERGREEN_TYPES: Final = frozenset({"user", "feedback", "reference"})

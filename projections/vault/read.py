@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mnemolog.eventlog.errors import BadInput, NotFound
-from mnemolog.eventlog.vocabulary import KINDS, RELATIONS
+from mnemolog.eventlog.vocabulary.events import KINDS, RELATIONS
 from mnemolog.projections.vault import naming, schema
 from mnemolog.projections.vault.frontmatter import FrontmatterError, read_document
 from mnemolog.projections.vault.render import (

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, StorageError, UsageError
-from mnemolog.eventlog.fsio import (
+from mnemolog.eventlog.progress import Progress
+from mnemolog.eventlog.store.fsio import (
     FileTooLarge,
     NotRegularFile,
     atomic_write,
@@ -44,8 +45,7 @@ from mnemolog.eventlog.fsio import (
     read_regular,
     stale_temps,
 )
-from mnemolog.eventlog.progress import Progress
-from mnemolog.eventlog.vocabulary import KINDS, RELATIONS
+from mnemolog.eventlog.vocabulary.events import KINDS, RELATIONS
 from mnemolog.projections.vault import index as index_format
 from mnemolog.projections.vault import naming, regions, schema
 from mnemolog.projections.vault.frontmatter import (

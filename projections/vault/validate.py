@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mnemolog.eventlog.errors import BadInput, NotFound
-from mnemolog.eventlog.fsio import FileTooLarge, read_regular
+from mnemolog.eventlog.store.fsio import FileTooLarge, read_regular
 from mnemolog.projections.vault import agentfiles, naming, regions, schema
 from mnemolog.projections.vault import index as index_format
 from mnemolog.projections.vault.frontmatter import (

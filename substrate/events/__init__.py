@@ -3,7 +3,7 @@
 Names are past-tense facts and stable once written. Commands build payloads
 through these models, whose validators hold every limit (see `limits`), so a
 malformed command never reaches the log. Replay reads payloads as plain maps
-and `upcast` (from mnemolog.eventlog.vocabulary) brings an old `tv` up to the
+and `upcast` (from mnemolog.eventlog.vocabulary.events) brings an old `tv` up to the
 current shape without ever rewriting what was written.
 
 Each module of this package defines the events of one domain; importing the
@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from mnemolog.eventlog.vocabulary import KINDS, RELATIONS, upcast
+from mnemolog.eventlog.vocabulary.events import KINDS, RELATIONS, upcast
 from mnemolog.substrate.events.atomisation import (
     AtomisationCompleted,
     AtomisationFailed,

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ModelWrapValidatorHandler, ValidationError, model_validator
 
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.vocabulary import NO_TOUCHES, TOUCH_PREV, TOUCHES, chained, upcast_chain_end
+from mnemolog.eventlog.vocabulary.events import NO_TOUCHES, TOUCH_PREV, TOUCHES, chained, upcast_chain_end
 from mnemolog.substrate.events.limits import check_unicode
 
 __all__ = ["CURRENT_TV", "REGISTRY", "Chained", "Payload", "payload_class"]
@@ -45,7 +45,7 @@ class Payload(BaseModel):
         if cls.TYPE not in TOUCHES and cls.TYPE not in NO_TOUCHES:
             raise TypeError(
                 f"{cls.__qualname__}: say which memories {cls.TYPE} touches in "
-                "mnemolog.eventlog.vocabulary (TOUCHES, or NO_TOUCHES)"
+                "mnemolog.eventlog.vocabulary.events (TOUCHES, or NO_TOUCHES)"
             )
         REGISTRY[key] = cls
         if cls.WRITABLE:

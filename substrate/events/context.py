@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mnemolog.eventlog import packview
-from mnemolog.eventlog import vocabulary as v
+from mnemolog.eventlog.bundle import packview
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.projections.context.chunker import MAX_HEADING_CHARS, MAX_MAX_CHARS
 from mnemolog.substrate.events.base import Chained, Payload
 

@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from mnemolog.curators.embedding.embedder import EMBED_KINDS, MAX_DIM
-from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.substrate.events.base import Payload
 from mnemolog.substrate.events.limits import check_text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import field_validator
 
-from mnemolog.eventlog import vocabulary as v
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.substrate.events.base import Payload
 
 __all__ = ["HeadsCommitted"]

@@ -15,9 +15,9 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from mnemolog.eventlog import vocabulary_knowledge as vk
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.vocabulary_knowledge import check_category, check_project_name
+from mnemolog.eventlog.vocabulary import knowledge as vk
+from mnemolog.eventlog.vocabulary.knowledge import check_category, check_project_name
 from mnemolog.substrate.events.base import Chained, Payload
 from mnemolog.substrate.events.limits import (
     MAX_CONTENT_BYTES,

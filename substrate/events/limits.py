@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, UsageError
-from mnemolog.eventlog.vocabulary import KINDS, RELATIONS
-from mnemolog.eventlog.vocabulary_knowledge import DOMAIN_NAME
+from mnemolog.eventlog.vocabulary.events import KINDS, RELATIONS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAIN_NAME
 
 __all__ = [
     "MAX_CONTENT_BYTES",

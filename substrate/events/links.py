@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import field_validator
 
-from mnemolog.eventlog import vocabulary as v
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.events.limits import check_relation, check_text
 from mnemolog.substrate.events.memory import Relation

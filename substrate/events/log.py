@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from mnemolog.eventlog import vocabulary as v
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.substrate.events.base import Payload
 
 __all__ = ["RollbackAccepted"]

@@ -11,9 +11,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.vocabulary_knowledge import check_project_name
+from mnemolog.eventlog.vocabulary import events as v
+from mnemolog.eventlog.vocabulary.knowledge import check_project_name
 from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.events.limits import (
     check_confidence,

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mnemolog.eventlog import vocabulary as v
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.substrate.events.base import Chained, Payload
 
 __all__ = [

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mnemolog.eventlog import vocabulary as v
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.substrate.events.base import Payload
 from mnemolog.substrate.events.limits import check_namespace
 

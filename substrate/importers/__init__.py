@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, UsageError
-from mnemolog.eventlog.fsio import FileTooLarge, NotRegularFile, read_regular
+from mnemolog.eventlog.store.fsio import FileTooLarge, NotRegularFile, read_regular
 from mnemolog.substrate.importer import MAX_IMPORT_BYTES
 from mnemolog.substrate.importers._common import MapError, derived_id
 from mnemolog.substrate.importers.basic_memory import map_basic_memory, relation_links

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import yaml
 
-from mnemolog.eventlog.vocabulary import iso_time
+from mnemolog.eventlog.vocabulary.events import iso_time
 from mnemolog.substrate.importer import FIELDS
 
 EXPORT_FORMATS: Final = ("jsonl", "basic-memory")

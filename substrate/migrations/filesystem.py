@@ -53,7 +53,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Final
 
 from mnemolog.eventlog.errors import BadInput, MnemologError
-from mnemolog.eventlog.fsio import atomic_write, fsync_dir, open_regular
+from mnemolog.eventlog.store.fsio import atomic_write, fsync_dir, open_regular
 from mnemolog.projections.vault import naming, schema
 from mnemolog.projections.vault.frontmatter import (
     Document,

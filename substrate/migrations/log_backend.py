@@ -23,11 +23,11 @@ import uuid
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemolog.eventlog.errors import LockTimeout, MnemologError, StorageError
-from mnemolog.eventlog.lock import FileLock
-from mnemolog.eventlog.vocabulary_knowledge import STATUSES
-from mnemolog.projections import queries
-from mnemolog.projections import recall as q
-from mnemolog.projections.memories import Memory
+from mnemolog.eventlog.store.lock import FileLock
+from mnemolog.eventlog.vocabulary.knowledge import STATUSES
+from mnemolog.projections.memory import queries
+from mnemolog.projections.memory.model import Memory
+from mnemolog.projections.recall import query as q
 from mnemolog.projections.vault import schema as vault_schema
 from mnemolog.projections.vault.render import (
     CONFIDENCE_VALUES,

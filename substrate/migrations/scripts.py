@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from mnemolog.eventlog.errors import MnemologError
-from mnemolog.eventlog.fsio import read_regular
+from mnemolog.eventlog.store.fsio import read_regular
 from mnemolog.substrate.migrations.protocol import (
     MigratableUnit,
     MigrationError,

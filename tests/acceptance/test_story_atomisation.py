@@ -15,7 +15,7 @@ import tarfile
 from pathlib import Path
 
 from mnemolog.cli.demo import POST_MORTEM
-from mnemolog.eventlog.bundle import verify_bundle
+from mnemolog.eventlog.bundle.verifier import verify_bundle
 
 from .doors import Doors, ids
 

@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from mnemolog.cli.main import cli
-from mnemolog.eventlog.bundle import LISTED_V2, MANIFEST
-from mnemolog.eventlog.keys import SigningKey
-from mnemolog.eventlog.tarball import write_tar
+from mnemolog.eventlog.bundle.tarball import write_tar
+from mnemolog.eventlog.bundle.verifier import LISTED_V2, MANIFEST
+from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.substrate.home import Home
 from tests.support.forensic_data import Atomised, atomised_home, members_of
 

@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from mnemolog.cli.main import cli
-from mnemolog.eventlog.keys import SigningKey, write_private_key
-from mnemolog.eventlog.segments import split_items
+from mnemolog.eventlog.format.keys import SigningKey, write_private_key
+from mnemolog.eventlog.store.segments import split_items
 
 OK, NOT_FOUND, STORAGE, VERIFY, USAGE, BAD_INPUT = 0, 2, 6, 8, 64, 65
 

@@ -8,7 +8,7 @@ import pytest
 
 from mnemolog.cli import operations
 from mnemolog.eventlog.errors import UsageError
-from mnemolog.projections.knowledge_queries import CANDIDATE_QUEUES
+from mnemolog.projections.knowledge.queries import CANDIDATE_QUEUES
 
 
 def test_every_operation_validates_with_a_strict_model() -> None:

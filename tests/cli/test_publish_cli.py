@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 from mnemolog.cli.main import cli
-from mnemolog.eventlog import tiles
+from mnemolog.eventlog.witness import tiles
 from mnemolog.substrate.home import Home
 
 OK, STORAGE, VERIFY, USAGE = 0, 6, 8, 64
@@ -209,7 +209,7 @@ def test_an_older_checkpoint_served_is_a_rollback_exit_8(make_home, tmp_path: Pa
 
 
 def test_witness_cosignatures_are_required_when_named(make_home, tmp_path: Path) -> None:
-    from mnemolog.eventlog.cosignature import CosignerKey
+    from mnemolog.eventlog.witness.cosignature import CosignerKey
 
     home = make_home()
     pub = tmp_path / "pub"
@@ -222,9 +222,9 @@ def test_witness_cosignatures_are_required_when_named(make_home, tmp_path: Path)
 def test_a_cosigned_checkpoint_is_published_with_its_cosignature_and_checked(
     make_home, tmp_path: Path
 ) -> None:
-    from mnemolog.eventlog.checkpoints import CHECKPOINT_DIR, checkpoint_name
-    from mnemolog.eventlog.cosignature import CosignerKey, add_signature_lines
-    from mnemolog.eventlog.note import parse_note
+    from mnemolog.eventlog.format.note import parse_note
+    from mnemolog.eventlog.store.checkpoints import CHECKPOINT_DIR, checkpoint_name
+    from mnemolog.eventlog.witness.cosignature import CosignerKey, add_signature_lines
 
     home = make_home()
     pub = tmp_path / "pub"

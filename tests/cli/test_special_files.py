@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog.log import CHECKPOINT_DIR
+from mnemolog.eventlog.store.log import CHECKPOINT_DIR
 from tests.projections.kit import new_home
 
 EXE = Path(sys.executable).with_name("mnemolog")

@@ -25,9 +25,9 @@ import pytest
 from click.testing import CliRunner
 
 from mnemolog.cli.main import cli
-from mnemolog.eventlog.keys import SigningKey, VerifierKey
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.segments import list_segments
+from mnemolog.eventlog.format.keys import SigningKey, VerifierKey
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.segments import list_segments
 
 OK, USAGE, VERIFY = 0, 64, 8
 

@@ -21,10 +21,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from mnemolog.eventlog.entry import make_entry
-from mnemolog.eventlog.keys import SigningKey
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.segments import list_segments
+from mnemolog.eventlog.format.entry import make_entry
+from mnemolog.eventlog.format.keys import SigningKey
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.segments import list_segments
 from tests.cli.test_trust_cli import VERIFY, fails, ok, run
 
 

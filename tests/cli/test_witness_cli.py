@@ -19,11 +19,11 @@ import pytest
 from click.testing import CliRunner
 
 from mnemolog.cli.main import cli
-from mnemolog.eventlog.cosignature import CosignerVerifier, cosignatures
-from mnemolog.eventlog.keys import VerifierKey
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.note import open_note, parse_note
-from mnemolog.eventlog.witness import AddCheckpoint
+from mnemolog.eventlog.format.keys import VerifierKey
+from mnemolog.eventlog.format.note import open_note, parse_note
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.witness.cosignature import CosignerVerifier, cosignatures
+from mnemolog.eventlog.witness.protocol import AddCheckpoint
 from mnemolog.substrate import witness_config, witnessing
 from tests.support.witness import WitnessServer, unused_port
 
@@ -283,7 +283,7 @@ def test_witness_serve_as_a_process(home: Path, tmp_path: Path) -> None:
 
 
 def test_bundles_carry_the_cosignatures_of_their_checkpoint(home: Path, tmp_path: Path) -> None:
-    from mnemolog.eventlog import bundle
+    from mnemolog.eventlog.bundle import verifier as bundle
 
     with witness_for(home, tmp_path / "w") as w:
         run(home, "witness", "add", "w1", w.url, w.vkey)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from mnemolog.eventlog import merkle
 from mnemolog.eventlog.errors import VerificationError
+from mnemolog.eventlog.format import merkle
 
 ROOT = Path(__file__).resolve().parent / "vectors" / "merkle"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from mnemolog.eventlog.errors import DecodeError, SignerError, VerificationError
-from mnemolog.eventlog.keys import SigningKey, VerifierKey
-from mnemolog.eventlog.note import open_note, parse_note, sign_note
+from mnemolog.eventlog.format.keys import SigningKey, VerifierKey
+from mnemolog.eventlog.format.note import open_note, parse_note, sign_note
 
 SKEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
 VKEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from mnemolog.eventlog.errors import NotFound
-from mnemolog.eventlog.keys import SigningKey
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.writer import Durability, LogWriter
+from mnemolog.eventlog.format.keys import SigningKey
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.writer import Durability, LogWriter
 
 
 def keys_from(seeds: str) -> list[SigningKey]:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog.keys import SigningKey
-from mnemolog.eventlog.writer import Durability, LogWriter
+from mnemolog.eventlog.format.keys import SigningKey
+from mnemolog.eventlog.store.writer import Durability, LogWriter
 
 T0 = 1_700_000_000_000_000  # microseconds: 2023-11-14T22:13:20Z
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog import bundle_format
-from mnemolog.eventlog.cosignature import (
+from mnemolog.eventlog.bundle import format as bundle_format
+from mnemolog.eventlog.format.note import parse_note
+from mnemolog.eventlog.witness.cosignature import (
     CosignerKey,
     CosignerVerifier,
     add_signature_lines,
     cosignatures,
     signed_message,
 )
-from mnemolog.eventlog.note import parse_note
 from tests.eventlog.test_format_doc import _example
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,11 +162,11 @@ def test_every_cited_section_exists() -> None:
 @pytest.mark.parametrize(
     ("where", "number", "words"),
     [
-        ("eventlog/bundle_format.py", "13", "committed heads"),
-        ("eventlog/bundle_format.py", "12", "Cosignatures"),
-        ("eventlog/verify.py", "8", "What verification checks"),
-        ("eventlog/entry.py", "2", "Entries"),
-        ("eventlog/backchain.py", "3a", "Completeness"),
+        ("eventlog/bundle/format.py", "13", "committed heads"),
+        ("eventlog/bundle/format.py", "12", "Cosignatures"),
+        ("eventlog/verify/verifier.py", "8", "What verification checks"),
+        ("eventlog/format/entry.py", "2", "Entries"),
+        ("eventlog/verify/backchain.py", "3a", "Completeness"),
     ],
 )
 def test_code_citations_name_the_right_section(where: str, number: str, words: str) -> None:

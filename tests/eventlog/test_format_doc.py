@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog import merkle
-from mnemolog.eventlog.entry import ENTRY_DOMAIN, ZERO_HASH, Entry, make_entry, sig_offset
-from mnemolog.eventlog.keys import SigningKey
-from mnemolog.eventlog.note import Checkpoint, origin_for
-from mnemolog.eventlog.verify import verify_log
+from mnemolog.eventlog.format import merkle
+from mnemolog.eventlog.format.entry import ENTRY_DOMAIN, ZERO_HASH, Entry, make_entry, sig_offset
+from mnemolog.eventlog.format.keys import SigningKey
+from mnemolog.eventlog.format.note import Checkpoint, origin_for
+from mnemolog.eventlog.verify.verifier import verify_log
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
 TS = 1_700_000_000_000_000
@@ -107,7 +107,9 @@ def test_the_example_log_verifies(tmp_path: Path) -> None:
 
 def test_the_doc_names_every_check_verify_uses() -> None:
     pkg = Path(__file__).resolve().parents[2] / "eventlog"
-    src = "".join((pkg / f).read_text() for f in ("verify.py", "verify_chunks.py", "trust.py"))
+    src = "".join(
+        (pkg / f).read_text() for f in ("verify/verifier.py", "verify/chunks.py", "verify/trust.py")
+    )
     prefixes = "segments|entry|genesis|key|checkpoint|log|high_water|trust"
     used = set(re.findall(rf'"((?:{prefixes})\.[a-z_]+)"', src))
     used |= set(re.findall(rf'check="((?:{prefixes})\.[a-z_]+)"', src))

@@ -5,7 +5,7 @@ now a sentence of the document and a test here: how a verifier key is
 split, whether `created_at`/`rotated_at` must equal `ts`, the `key.rotated`
 rules (key name, rotating to the same key, tv), the name of an empty last
 segment, a checkpoint with two lines by the log's key where the first is
-bad, what counts as a level of nesting (tests/eventlog/test_verify_agreement.py),
+bad, what counts as a level of nesting (tests/eventlog/verify/test_agreement.py),
 and the JSON of `log prove` and `log consistency`. A second one, who wrote
 tests/conformance/independent/verifier.py from the documents, asked whether
 key-event times are checked at all, what a malformed `touch_prev` means, whether
@@ -23,18 +23,18 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from mnemolog.eventlog import merkle
-from mnemolog.eventlog.checkpoints import CHECKPOINT_DIR, checkpoint_name
-from mnemolog.eventlog.entry import ZERO_HASH, make_entry
 from mnemolog.eventlog.errors import SignerError, UsageError, VerificationError
-from mnemolog.eventlog.fsio import atomic_write
-from mnemolog.eventlog.index import IndexWriter
-from mnemolog.eventlog.keys import SigningKey, VerifierKey
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.note import Checkpoint, NoteSignature, SignedNote, parse_note
-from mnemolog.eventlog.trust import origin_for, parse_key_arg
-from mnemolog.eventlog.verify import verify_log
-from mnemolog.eventlog.writer import LogWriter
+from mnemolog.eventlog.format import merkle
+from mnemolog.eventlog.format.entry import ZERO_HASH, make_entry
+from mnemolog.eventlog.format.keys import SigningKey, VerifierKey
+from mnemolog.eventlog.format.note import Checkpoint, NoteSignature, SignedNote, parse_note
+from mnemolog.eventlog.store.checkpoints import CHECKPOINT_DIR, checkpoint_name
+from mnemolog.eventlog.store.fsio import atomic_write
+from mnemolog.eventlog.store.index import IndexWriter
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.writer import LogWriter
+from mnemolog.eventlog.verify.trust import origin_for, parse_key_arg
+from mnemolog.eventlog.verify.verifier import verify_log
 from tests.eventlog.logkit import T0, StepClock, seeded_key
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
@@ -264,7 +264,7 @@ def test_a_malformed_line_of_any_key_refuses_the_note(tmp_path: Path) -> None:
 
 
 def test_every_line_by_a_witness_must_verify(tmp_path: Path) -> None:
-    from mnemolog.eventlog.cosignature import CosignerKey, cosignatures
+    from mnemolog.eventlog.witness.cosignature import CosignerKey, cosignatures
 
     assert "**every** line with a given\n  witness's name and key hash must verify" in doc()
     d = tmp_path / "log"

@@ -15,9 +15,11 @@ import re
 from pathlib import Path
 
 import mnemolog.substrate.events  # noqa: F401  (registers every payload model)
-from mnemolog.eventlog import bundle_format, memview, vocabulary
-from mnemolog.eventlog.entry import ZERO_HASH, make_entry
-from mnemolog.eventlog.keys import SigningKey
+from mnemolog.eventlog.bundle import format as bundle_format
+from mnemolog.eventlog.bundle import memview
+from mnemolog.eventlog.format.entry import ZERO_HASH, make_entry
+from mnemolog.eventlog.format.keys import SigningKey
+from mnemolog.eventlog.vocabulary import events as vocabulary
 from mnemolog.substrate.events.base import CURRENT_TV
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
@@ -102,7 +104,7 @@ def test_when_the_rotation_overlap_line_is_written(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from mnemolog.cli.main import cli
-    from mnemolog.eventlog.log import Log
+    from mnemolog.eventlog.store.log import Log
     from mnemolog.substrate import witness_config, witnessing
 
     home = tmp_path / "home"

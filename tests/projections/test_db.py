@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from mnemolog.eventlog.errors import LockTimeout, StorageError
-from mnemolog.eventlog.lock import FileLock
+from mnemolog.eventlog.store.lock import FileLock
 from mnemolog.projections.db import ProjectionStore
 
 
@@ -138,7 +138,7 @@ def test_idle_release(d: Path, stores: list[ProjectionStore]) -> None:
 WAITER = """
 import sys, time
 from pathlib import Path
-from mnemolog.eventlog.lock import FileLock
+from mnemolog.eventlog.store.lock import FileLock
 lock = FileLock(Path(sys.argv[1]), 600, announce=True, per_thread=False)
 print("waiting", flush=True)
 lock.acquire()

@@ -10,9 +10,9 @@ import duckdb
 import pytest
 
 from mnemolog.eventlog.errors import StorageError, VerificationError
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.verify import verify_log
-from mnemolog.eventlog.writer import Durability
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.writer import Durability
+from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.projections import engine, fold, schema
 from mnemolog.projections.engine import ProjectionDiverged, RollbackRefused
 from mnemolog.substrate.home import Home

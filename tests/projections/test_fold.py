@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mnemolog.eventlog.writer import Durability
+from mnemolog.eventlog.store.writer import Durability
 from mnemolog.projections import engine, fold
-from mnemolog.projections.text import doc_text_py
+from mnemolog.projections.recall.text import doc_text_py
 from mnemolog.substrate.home import Home
 from tests.projections.kit import check_invariants, logical_rows, new_home, open_sub
 

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mnemolog.eventlog import memview
-from mnemolog.eventlog import vocabulary as v
-from mnemolog.eventlog import vocabulary_knowledge as vk
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.vocabulary_knowledge import STATUSES
-from mnemolog.eventlog.writer import Durability
-from mnemolog.projections import queries
-from mnemolog.projections import recall as q
+from mnemolog.eventlog.bundle import memview
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.writer import Durability
+from mnemolog.eventlog.vocabulary import events as v
+from mnemolog.eventlog.vocabulary import knowledge as vk
+from mnemolog.eventlog.vocabulary.knowledge import STATUSES
+from mnemolog.projections.memory import queries
+from mnemolog.projections.recall import query as q
 from mnemolog.substrate.home import Home
 from tests.projections.kit import check_invariants, new_home, open_sub
 from tests.support.views import as_row

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, UsageError
-from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.store.log import Log
 from mnemolog.substrate.api import MAX_CONTENT_BYTES, Substrate
 from mnemolog.substrate.home import Home
 from tests.projections.kit import FakeClock, log_digest, new_home, open_sub

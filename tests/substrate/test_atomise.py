@@ -11,7 +11,7 @@ import pytest
 from mnemolog.cli.demo import POST_MORTEM
 from mnemolog.curators.base import CuratorFailed, SourceTooSmall, TierLocked
 from mnemolog.eventlog.errors import NotFound
-from mnemolog.eventlog.verify import verify_log
+from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.atomise import MAX_DEPTH, DepthExceeded
 from mnemolog.substrate.events import MemoryStored

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.store.log import Log
 from tests.projections.kit import new_home
 from tests.support.long_texts import LONG_POST_MORTEM
 

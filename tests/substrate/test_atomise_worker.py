@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.store.log import Log
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import init_home
 from tests.substrate.test_atomise import POST_MORTEM

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog import bundle, codec, memview
-from mnemolog.eventlog.bundle_build import BundleInput, HeadsEvidence
+from mnemolog.eventlog.bundle import memview
+from mnemolog.eventlog.bundle import verifier as bundle
+from mnemolog.eventlog.bundle.build import BundleInput, HeadsEvidence
+from mnemolog.eventlog.bundle.offline import parse_entries
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.eventlog.heads import HeadsMap
-from mnemolog.eventlog.keys import load_private_key
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.offline import parse_entries
+from mnemolog.eventlog.format import codec
+from mnemolog.eventlog.format.heads import HeadsMap
+from mnemolog.eventlog.format.keys import load_private_key
+from mnemolog.eventlog.store.log import Log
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 from tests.support.forensic_data import FakeClock, make_home, members_of
@@ -58,7 +60,7 @@ def rebuild(
 
 def genuine_heads(ex: forensics.ExportedBundle) -> HeadsEvidence:
     hf = codec.decode(members_of(ex.data)[bundle.HEADS])
-    from mnemolog.eventlog.heads import HeadProof
+    from mnemolog.eventlog.format.heads import HeadProof
 
     (entry,) = parse_entries(hf["entry"], "h")
     return HeadsEvidence(entry, hf["inclusion"], [HeadProof.from_cbor(p, "h") for p in hf["proofs"]])

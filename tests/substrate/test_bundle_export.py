@@ -14,8 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mnemolog.eventlog import bundle, codec, memview, merkle
-from mnemolog.eventlog.bundle_format import MEMORIES
+from mnemolog.eventlog.bundle import memview
+from mnemolog.eventlog.bundle import verifier as bundle
+from mnemolog.eventlog.bundle.format import MEMORIES
+from mnemolog.eventlog.bundle.offline import split_sequence
 from mnemolog.eventlog.errors import (
     BadInput,
     NotFound,
@@ -24,16 +26,16 @@ from mnemolog.eventlog.errors import (
     UsageError,
     VerificationError,
 )
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.note import peek_checkpoint
-from mnemolog.eventlog.offline import split_sequence
-from mnemolog.eventlog.trust import PinnedKey
-from mnemolog.eventlog.verify import verify_log
-from mnemolog.eventlog.vocabulary import iso_time as iso
-from mnemolog.eventlog.writer import Durability
-from mnemolog.projections import queries
-from mnemolog.projections import recall as q
+from mnemolog.eventlog.format import codec, merkle
+from mnemolog.eventlog.format.note import peek_checkpoint
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.writer import Durability
+from mnemolog.eventlog.verify.trust import PinnedKey
+from mnemolog.eventlog.verify.verifier import verify_log
+from mnemolog.eventlog.vocabulary.events import iso_time as iso
 from mnemolog.projections.engine import Projections
+from mnemolog.projections.memory import queries
+from mnemolog.projections.recall import query as q
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import upcast
@@ -530,7 +532,7 @@ def test_replay_with_a_pinned_key(world: Atomised, tmp_path: Path) -> None:
         genesis = log.key_history()[0].key
     r = forensics.replay(exp, tmp_path / "new", policy=PinnedKey(genesis))
     assert r.export["trust"]["pinned"] is True
-    from mnemolog.eventlog.keys import SigningKey
+    from mnemolog.eventlog.format.keys import SigningKey
 
     with pytest.raises(VerificationError):
         forensics.replay(exp, tmp_path / "new2", policy=PinnedKey(SigningKey.generate("k").verifier))

@@ -9,9 +9,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from mnemolog.eventlog import bundle, codec, parquet
-from mnemolog.eventlog.bundle_build import resign_manifest
-from mnemolog.eventlog.bundle_format import (
+from mnemolog.eventlog.bundle import parquet
+from mnemolog.eventlog.bundle import verifier as bundle
+from mnemolog.eventlog.bundle.build import resign_manifest
+from mnemolog.eventlog.bundle.format import (
     FORMAT_V2,
     FORMAT_V3,
     HEADS,
@@ -23,11 +24,12 @@ from mnemolog.eventlog.bundle_format import (
     entries_parquet,
     verify_md,
 )
+from mnemolog.eventlog.bundle.offline import parse_entries
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.eventlog.keys import load_private_key
-from mnemolog.eventlog.offline import parse_entries
-from mnemolog.eventlog.trust import TRUST_GENESIS
-from mnemolog.projections import queries
+from mnemolog.eventlog.format import codec
+from mnemolog.eventlog.format.keys import load_private_key
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
+from mnemolog.projections.memory import queries
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import Home

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mnemolog.eventlog.errors import BadInput, NotFound, UsageError, VerificationError
-from mnemolog.eventlog.verify import verify_log
+from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.projections.context import store
 from mnemolog.substrate.api import Substrate
 from tests.projections.kit import FakeClock, log_digest, new_home, open_sub, snapshot
@@ -274,7 +274,7 @@ def test_show_refuses_a_pack_whose_hash_does_not_match_its_entries(sub: Substrat
 
 
 def test_show_refuses_a_pack_that_misquotes_a_memory(sub: Substrate, tmp_path: Path) -> None:
-    from mnemolog.eventlog import packview
+    from mnemolog.eventlog.bundle import packview
 
     seeded(sub, tmp_path)
     sub.build_context(QUERY, project="p06")
@@ -299,8 +299,8 @@ def test_the_entries_about_a_memory_re_render_its_packs_and_expose_a_misquote(
 ) -> None:
     from dataclasses import replace
 
-    from mnemolog.eventlog import packview
-    from mnemolog.eventlog.vocabulary import touched_ids
+    from mnemolog.eventlog.bundle import packview
+    from mnemolog.eventlog.vocabulary.events import touched_ids
 
     ids = seeded(sub, tmp_path)
     pack = sub.build_context(QUERY, project="p06")
@@ -332,7 +332,7 @@ def test_the_entries_about_a_memory_re_render_its_packs_and_expose_a_misquote(
 def test_a_forensic_bundle_of_a_memory_carries_its_packs_and_re_renders_them(
     sub: Substrate, tmp_path: Path
 ) -> None:
-    from mnemolog.eventlog import bundle
+    from mnemolog.eventlog.bundle import verifier as bundle
     from mnemolog.substrate import forensics
 
     ids = seeded(sub, tmp_path)
@@ -352,7 +352,8 @@ def test_the_bundle_verifier_refuses_a_signed_pack_that_lies(
     sub: Substrate, tmp_path: Path, attack: str
 ) -> None:
     """A key holder signs a pack whose hash does not match its entries, or that misquotes the memory."""
-    from mnemolog.eventlog import bundle, packview
+    from mnemolog.eventlog.bundle import packview
+    from mnemolog.eventlog.bundle import verifier as bundle
     from mnemolog.eventlog.errors import VerificationError
     from mnemolog.substrate import forensics
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.projections import vectors
 from mnemolog.projections.context import store
+from mnemolog.projections.embedding import vectors
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import init_home
 

@@ -72,7 +72,7 @@ def test_tier_one_is_the_project_state_in_category_order_without_invalidated_ent
 
 
 def test_show_checks_the_state_a_pack_quotes_against_the_log_as_it_was(sub: Substrate) -> None:
-    from mnemolog.eventlog import packview
+    from mnemolog.eventlog.bundle import packview
 
     sub.set_state("p06", "decision", "vendor_path", "Twyman-Green preferred")
     sub.set_state("p06", "status", "phase", "polishing")
@@ -102,7 +102,7 @@ def test_show_checks_the_state_a_pack_quotes_against_the_log_as_it_was(sub: Subs
 
 
 def test_a_bundle_re_renders_a_pack_with_its_state_tier(sub: Substrate, tmp_path: Path) -> None:
-    from mnemolog.eventlog import bundle
+    from mnemolog.eventlog.bundle import verifier as bundle
     from mnemolog.substrate import forensics
 
     sub.set_state("p06", "decision", "vendor_path", "Twyman-Green preferred")

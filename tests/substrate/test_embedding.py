@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mnemolog.cli.demo import POST_MORTEM
-from mnemolog.projections import vectors as vx
+from mnemolog.projections.embedding import vectors as vx
 from mnemolog.substrate.api import Substrate
 from tests.projections.kit import new_home, open_sub
 from tests.support.fake_embedder import FakeEmbedder

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.segments import list_segments
-from mnemolog.eventlog.verify import verify_log
-from mnemolog.eventlog.writer import Durability
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.segments import list_segments
+from mnemolog.eventlog.store.writer import Durability
+from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.substrate.home import Home, init_home
 
 attack = st.one_of(

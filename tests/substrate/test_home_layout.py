@@ -134,7 +134,7 @@ def test_a_failed_init_leaves_nothing(
 def test_a_failure_inside_the_log_writer_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mnemolog.eventlog import writer
+    from mnemolog.eventlog.store import writer
 
     real = writer.atomic_write
 

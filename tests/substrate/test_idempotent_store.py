@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import BadInput, StorageError
-from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.store.log import Log
 from mnemolog.projections.engine import Projections
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import Home
@@ -166,7 +166,7 @@ def test_a_projection_that_cannot_fold_a_durable_store_is_a_warning(
 def test_a_closing_checkpoint_that_fails_does_not_fail_the_store(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mnemolog.eventlog import writer
+    from mnemolog.eventlog.store import writer
 
     def full(*_: Any, **__: Any) -> Any:
         raise OSError(errno.ENOSPC, "No space left on device", str(home / "log" / "checkpoints" / "x"))

@@ -11,7 +11,7 @@ import pytest
 
 from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import UsageError
-from mnemolog.projections import vectors as vx
+from mnemolog.projections.embedding import vectors as vx
 from mnemolog.substrate import importer
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.ids import new_id

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS
 from mnemolog.substrate.knowledge_config import KnowledgeSettings, parse_knowledge
 
 FULL = """

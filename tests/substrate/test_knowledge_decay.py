@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mnemolog.eventlog.errors import UsageError
-from mnemolog.projections.knowledge import DAY_US
+from mnemolog.projections.knowledge.rules import DAY_US
 from mnemolog.substrate.api import Substrate
 from tests.projections.kit import FakeClock, new_home, open_sub
 

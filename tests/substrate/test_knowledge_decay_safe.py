@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mnemolog.projections.knowledge import DAY_US
+from mnemolog.projections.knowledge.rules import DAY_US
 from mnemolog.substrate import recall_hits
 from mnemolog.substrate.api import Substrate
 from tests.projections.kit import FakeClock, new_home, open_sub

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mnemolog.eventlog import bundle
+from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.errors import Informational, NotFound, UsageError
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.forensics import export_bundle

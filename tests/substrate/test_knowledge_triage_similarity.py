@@ -79,7 +79,7 @@ def test_below_the_threshold_it_is_recorded_but_not_a_duplicate(tmp_path: Path) 
 
 
 def test_without_vectors_nothing_is_claimed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mnemolog.projections import knowledge_queries as kq
+    from mnemolog.projections.knowledge import queries as kq
 
     monkeypatch.setattr(kq.vectors, "read_meta", lambda conn: None)
     sub, result, _old = triage(tmp_path, tilt=0.1)

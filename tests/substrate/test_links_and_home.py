@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import BadInput, NotFound
-from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.store.log import Log
 from tests.projections.kit import log_digest, new_home
 
 EXE = Path(sys.executable).with_name("mnemolog")

@@ -7,8 +7,8 @@ import json
 import tarfile
 from pathlib import Path
 
-from mnemolog.eventlog import bundle
-from mnemolog.projections import recall as q
+from mnemolog.eventlog.bundle import verifier as bundle
+from mnemolog.projections.recall import query as q
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.forensics import export_bundle
 from mnemolog.substrate.home import init_home

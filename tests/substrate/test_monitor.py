@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog import merkle, tiles
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.eventlog.keys import SigningKey
-from mnemolog.eventlog.note import Checkpoint
+from mnemolog.eventlog.format import merkle
+from mnemolog.eventlog.format.keys import SigningKey
+from mnemolog.eventlog.format.note import Checkpoint
+from mnemolog.eventlog.witness import tiles
 from mnemolog.substrate.monitor import check_rel, monitor
 
 ORIGIN = "mnemolog/00000000000000000000000000000000"

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from mnemolog.eventlog.verify import verify_log
+from mnemolog.eventlog.verify.verifier import verify_log
 from tests.projections.kit import check_invariants, new_home, open_sub, table_rows
 
 # Processes, locks and timing bounds: run alone, not beside other tests under xdist.

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog import tiles
 from mnemolog.eventlog.errors import VerificationError
+from mnemolog.eventlog.witness import tiles
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.publish import publish
 

@@ -17,7 +17,7 @@ import pytest
 
 from mnemolog.cli import operations
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.projections import hybrid
+from mnemolog.projections.recall import hybrid
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.embedding import parse_fusion
 from tests.projections.kit import new_home, open_sub

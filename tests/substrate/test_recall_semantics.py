@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mnemolog.projections.recall import SCORE_SCALE
+from mnemolog.projections.recall.query import SCORE_SCALE
 from mnemolog.substrate.api import Substrate
 from tests.projections.kit import FakeClock, log_digest, new_home, open_sub, snapshot
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from mnemolog.eventlog.errors import SignerError
-from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.verify import verify_log
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.verify.verifier import verify_log
 from tests.projections.kit import new_home, open_sub
 
 EXE = Path(sys.executable).with_name("mnemolog")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog.keys import load_private_key
-from mnemolog.eventlog.log import Log
+from mnemolog.eventlog.format.keys import load_private_key
+from mnemolog.eventlog.store.log import Log
 from tests.projections.kit import new_home
 
 EXE = Path(sys.executable).with_name("mnemolog")
@@ -32,8 +32,8 @@ CHILD = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    import mnemolog.eventlog.fsio as fsio
-    import mnemolog.eventlog.writer as writer
+    import mnemolog.eventlog.store.fsio as fsio
+    import mnemolog.eventlog.store.writer as writer
     import mnemolog.substrate.home as hm
 
     root, step = Path(sys.argv[1]), sys.argv[2]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog.verify import verify_log
+from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import CURRENT_TV, upcast
 
@@ -31,7 +31,7 @@ def old_home(tmp_path: Path) -> Path:
 
 
 def test_the_fixture_is_an_old_log() -> None:
-    from mnemolog.eventlog.log import Log
+    from mnemolog.eventlog.store.log import Log
 
     with Log(FIXTURE / "log") as log:
         tvs = {(e.type, e.tv) for e in log.iter_entries(0) if e.type == "policy.set"}

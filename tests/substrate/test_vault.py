@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.projections import queries
+from mnemolog.projections.memory import queries
 from mnemolog.substrate import vault as v
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import init_home

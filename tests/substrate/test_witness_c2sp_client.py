@@ -20,7 +20,7 @@ from pathlib import Path
 import nacl.signing
 import pytest
 
-from mnemolog.eventlog.keys import VerifierKey
+from mnemolog.eventlog.format.keys import VerifierKey
 from tests.support.witness import WitnessServer
 
 # -- RFC 6962 §2.1 ------------------------------------------------------------

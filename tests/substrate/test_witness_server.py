@@ -12,12 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mnemolog.eventlog import merkle
-from mnemolog.eventlog.cosignature import CosignerVerifier
 from mnemolog.eventlog.errors import StorageError
-from mnemolog.eventlog.keys import SigningKey
-from mnemolog.eventlog.note import Checkpoint
-from mnemolog.eventlog.witness import MAX_REQUEST_BYTES, AddCheckpoint, parse_cosignature_response
+from mnemolog.eventlog.format import merkle
+from mnemolog.eventlog.format.keys import SigningKey
+from mnemolog.eventlog.format.note import Checkpoint
+from mnemolog.eventlog.witness.cosignature import CosignerVerifier
+from mnemolog.eventlog.witness.protocol import MAX_REQUEST_BYTES, AddCheckpoint, parse_cosignature_response
 from mnemolog.substrate import witness_server as ws
 from tests.support.witness import WitnessServer
 

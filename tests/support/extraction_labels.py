@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemolog.curators.knowledge.extract import Candidate, InteractionText
-from mnemolog.projections.knowledge_match import terms
+from mnemolog.projections.knowledge.match import terms
 
 DATA = Path(__file__).resolve().parent.parent / "curators" / "data" / "extraction_labelled.json"
 MIN_SHARE = 0.5

@@ -106,7 +106,7 @@ def members_of(data: bytes) -> dict[str, bytes]:
     """The members of a bundle archive (through the strict reader)."""
     import io
 
-    from mnemolog.eventlog.tarball import read_tar
+    from mnemolog.eventlog.bundle.tarball import read_tar
 
     return read_tar(io.BytesIO(data), len(data))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from mnemolog.eventlog import writer
+from mnemolog.eventlog.store import writer
 
 
 def install(chunk: int, pause: float) -> None:

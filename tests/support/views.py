@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mnemolog.eventlog import memview
+from mnemolog.eventlog.bundle import memview
 
 #: View keys the projection's memory row does not have (it serves them separately).
 VIEW_ONLY = frozenset({"links", "seqs", "atom_ids", "knowledge"})

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from mnemolog.eventlog.keys import VerifierKey
+from mnemolog.eventlog.format.keys import VerifierKey
 from mnemolog.substrate import witness_server as ws
 
 

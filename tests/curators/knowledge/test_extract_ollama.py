@@ -9,7 +9,7 @@ from mnemolog.curators.knowledge.extract import Extraction, Extractor, Interacti
 from mnemolog.curators.knowledge.extract_ollama import OllamaExtractor
 from mnemolog.curators.knowledge.extract_prompt import extraction_schema, prompt_sha256, render_messages
 from mnemolog.curators.outcome import ModelFailure
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS, domain_vocabulary
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS, domain_vocabulary
 from tests.curators.conftest import SleepRecorder
 from tests.support.fake_knowledge import candidates_json, domain, project
 from tests.support.fake_ollama import Delay, FakeOllama, Hangup, HttpError, Raw, Reply, unreachable_host

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mnemolog.curators.knowledge.extract import MAX_CANDIDATES
 from mnemolog.curators.knowledge.extract_parse import parse_candidates
 from mnemolog.curators.parse import MalformedOutput
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS
 
 TEXT = "Zerodur CTE gradient dominates WFE at fast focal ratios."
 

@@ -13,7 +13,7 @@ from mnemolog.curators.knowledge.extract_prompt import (
     system_prompt,
 )
 from mnemolog.curators.knowledge.triage import Neighbour
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS
 
 
 def test_the_quality_bar_and_examples_are_in_the_prompt() -> None:

@@ -13,7 +13,7 @@ from mnemolog.curators.knowledge.triage_ollama import OllamaTriager, parse_verdi
 from mnemolog.curators.knowledge.triage_prompt import prompt_sha256, render_messages, triage_schema
 from mnemolog.curators.outcome import ModelFailure
 from mnemolog.curators.parse import MalformedOutput
-from mnemolog.eventlog.vocabulary_knowledge import DOMAINS
+from mnemolog.eventlog.vocabulary.knowledge import DOMAINS
 from tests.curators.conftest import SleepRecorder
 from tests.support.fake_knowledge import triaged_content, verdict_by_content, verdict_json
 from tests.support.fake_ollama import FakeOllama, HttpError, Reply, unreachable_host

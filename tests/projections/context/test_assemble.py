@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnemolog.curators.tokens import count_tokens
-from mnemolog.eventlog import packview
-from mnemolog.eventlog.packview import TIERS
+from mnemolog.eventlog.bundle import packview
+from mnemolog.eventlog.bundle.packview import TIERS
 from mnemolog.projections.context.assemble import (
     ChunkRow,
     MemoryRow,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from mnemolog.projections import schema
 from mnemolog.projections.context import store
 from mnemolog.projections.db import load_fts
-from mnemolog.projections.text import install_macros
+from mnemolog.projections.recall.text import install_macros
 
 
 @pytest.fixture
@@ -150,7 +150,8 @@ def _shared() -> duckdb.DuckDBPyConnection:
 def test_hybrid_chunks_take_words_or_a_close_meaning(conn: duckdb.DuckDBPyConnection, method: str) -> None:
     import numpy as np
 
-    from mnemolog.projections import hybrid, vectors
+    from mnemolog.projections.embedding import vectors
+    from mnemolog.projections.recall import hybrid
 
     store.fold_ingested(conn, 10, 1, ingested("A", 1, ["thermal drift of the polisher"]))
     store.fold_ingested(conn, 11, 1, ingested("B", 1, ["quarterly invoices"], project="p06"))

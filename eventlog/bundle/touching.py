@@ -1,0 +1,145 @@
+"""Which entries of a log touch given memories, found in the log itself and judged by the pure fold.
+
+A forensic bundle must hold every entry about its memories, so the exporter
+may not take the list from a projection table: a deleted row there would
+silently drop an entry from a signed bundle. Folding every entry of a large
+log for each export would be correct but slow, so this does the same fold
+in two steps that select exactly the same entries:
+
+1. Every memory id an entry touches is a text string in its payload, and a
+   CBOR text string holds its UTF-8 bytes verbatim; so an entry that touches
+   memory m contains m's bytes. Each segment is searched for them (a byte
+   search at memory speed), and each hit is mapped to the entry around it.
+2. Each such entry is read (its bytes checked against the log's leaf), decoded,
+   and kept only if the verifier's own rule (`touched`) says it touches one of
+   the memories: a memory id quoted in some content does not select an entry.
+
+A hit that falls outside every entry, or an entry that does not decode where
+the log says it is, stops the export (the log needs `mnemolog log verify`)
+rather than being skipped. The test suite holds step 1's premise as a
+property of the vocabulary: every touched id occurs in the entry's bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from mnemolog.eventlog.errors import DecodeError, VerificationError
+from mnemolog.eventlog.format.entry import Entry
+from mnemolog.eventlog.store.fsio import open_regular, read_regular
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.segments import list_segments
+
+#: Segments are read whole here; none is larger than a writer ever rolls at (64 MiB by default).
+MAX_SEGMENT_READ = 1 << 32
+
+Touched = Callable[[Entry], Iterable[str]]
+
+
+def _positions(data: bytes, needle: bytes) -> Iterable[int]:
+    i = data.find(needle)
+    while i >= 0:
+        yield i
+        i = data.find(needle, i + 1)
+
+
+def _seq_at(log: Log, first: int, last: int, pos: int, path: Path) -> int:
+    """The seq in [first, last) of the segment `path` whose entry bytes contain offset `pos`."""
+    lo, hi = first, last - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if log.location(mid).offset <= pos:
+            lo = mid
+        else:
+            hi = mid - 1
+    loc = log.location(lo)
+    if not (loc.offset <= pos < loc.offset + loc.length):
+        raise DecodeError(
+            f"{path.name}: byte {pos} lies outside every entry the log knows of (run `mnemolog log verify`)",
+            file=str(path),
+        )
+    return lo
+
+
+def entries_touching(
+    log: Log, memory_ids: Iterable[str], below: int, touched: Touched, start: int = 0
+) -> dict[int, Entry]:
+    """Every entry with `start` <= seq < `below` that `touched` says touches one of `memory_ids`, by seq."""
+    ids = {m for m in memory_ids if m}
+    needles = sorted({m.encode() for m in ids})
+    out: dict[int, Entry] = {}
+    if not needles or below <= start:
+        return out
+    segs = list_segments(log.dir)
+    bounds = [first for first, _ in segs[1:]] + [log.size]
+    for (first, path), nxt in zip(segs, bounds, strict=True):
+        if first >= below:
+            break
+        last = min(nxt, below)
+        if last <= max(first, start):
+            continue
+        lo = max(first, start)
+        end = log.location(last - 1)
+        limit = end.offset + end.length
+        begin = log.location(lo).offset
+        if begin:
+            # Only the entries from `start` on (a writer checking what came after a head).
+            with open_regular(path) as f:
+                f.seek(begin)
+                data = f.read(limit - begin)
+        else:
+            data = read_regular(path, MAX_SEGMENT_READ)
+        candidates: set[int] = set()
+        for needle in needles:
+            for rel in _positions(data, needle):
+                pos = begin + rel
+                if pos >= limit:
+                    break  # beyond `below` (or a torn tail): not part of this selection
+                candidates.add(_seq_at(log, lo, last, pos, path))
+        for seq in sorted(candidates):
+            e = log.entry(seq)
+            if ids.intersection(touched(e)):
+                out[seq] = e
+    return out
+
+
+def check_heads(log: Log, claimed: Mapping[str, int], below: int, touched: Touched) -> None:
+    """Hold a derived table's heads to the log: entry `claimed[m]` touches m, no later one below `below` does.
+
+    A writer fills each new entry's back-chain pointers from the projection's
+    newest touch of each memory; a row deleted from that table would make it
+    sign a pointer that skips an entry. This reads the claimed head and
+    searches only the log after it, so the cost follows what was appended
+    since the memory was last touched, not the log's size. Raises
+    VerificationError (`projection.head`) naming the memory, the claim and the
+    log's answer.
+    """
+    if not claimed:
+        return
+    for m, h in sorted(claimed.items()):
+        if not 0 <= h < below or m not in set(touched(log.entry(h))):
+            raise VerificationError(
+                f"the projection says entry {h} is the newest touching memory {m}, but the log's "
+                f"entry {h} does not touch it: the projection was altered; run `mnemolog rebuild` "
+                "(and `mnemolog log verify`)",
+                check="projection.head",
+                seq=h,
+                field="touches",
+                found=h,
+            )
+    later = entries_touching(log, claimed, below, touched, start=min(claimed.values()) + 1)
+    for seq, e in sorted(later.items()):
+        for m in touched(e):
+            if m in claimed and seq > claimed[m]:
+                raise VerificationError(
+                    f"the projection says entry {claimed[m]} is the newest touching memory {m}, "
+                    f"but the log's entry {seq} touches it too: a row is missing from the "
+                    "projection's touches table; run `mnemolog rebuild` before writing (no "
+                    "back-chain pointer was signed)",
+                    check="projection.head",
+                    seq=seq,
+                    field="touches",
+                    expected=seq,
+                    found=claimed[m],
+                )

@@ -1,0 +1,207 @@
+"""The hinted pass of `log verify`: what the index covers, checked in parallel chunks.
+
+The sidecar index (`log/index/loc`, `keys`) is read only as an untrusted
+*hint* of where entries start and where the key changes. Worker processes
+decode and check disjoint chunks (`verify_chunks.check_hinted_chunk`: exactly
+the hinted slices; seq, prev links inside the chunk, shape, canonical bytes,
+signatures under the hinted key schedule) and return the chunk's leaf
+hashes, its first prev and the key events they saw; this module folds the
+leaves into the Merkle compact range, checks the links between chunks, the
+observed key events against the hint, and the checkpoints. CBOR items are
+self-delimiting, so hinted slices that each decode to exactly one item and
+tile a segment are the segment's only split into items: when every check
+passes, the hint was right and the covered prefix is verified.
+
+Any doubt raises `Mismatch`, and the sequential pass starts over: the hint
+can cost time, never a verdict.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import cbor2
+
+from mnemolog.eventlog.errors import VerificationError
+from mnemolog.eventlog.format.entry import HASH_LEN, entry_from_map
+from mnemolog.eventlog.store.fsio import open_regular, read_regular
+from mnemolog.eventlog.store.index import KEYREC, LOC
+from mnemolog.eventlog.verify.chunks import ChunkDoubt, ChunkOk, ChunkResult, check_hinted_chunk_safely
+from mnemolog.eventlog.verify.pool import make_pool, run_ordered
+from mnemolog.eventlog.verify.trust import GENESIS_TYPE, ROTATION_TYPE, KeySchedule
+
+if TYPE_CHECKING:
+    from mnemolog.eventlog.verify.verifier import _Verifier
+
+CHUNK_ENTRIES = 2048  # entries per worker task
+PARALLEL_MIN_ENTRIES = 12_000  # below this, workers cost more to start than they save
+#: The index files are hints read whole: a billion entries' locations at most.
+MAX_HINT_BYTES = 1 << 35
+
+
+class Mismatch(Exception):
+    """The hinted pass cannot vouch for the log: the sequential pass decides."""
+
+
+class Hint(NamedTuple):
+    locs: bytes  # whole LOC records
+    key_seqs: list[int]  # hinted key events below the hint's size
+
+
+class Task(NamedTuple):
+    path: str
+    seg_first: int
+    start: int  # first seq
+    stop: int  # seq after the last
+
+
+def read_hint(log_dir: Path) -> Hint | None:
+    idx = log_dir / "index"
+    try:
+        # loc first: the writer appends a key event's record to `keys` before
+        # the entry's location, so every hinted entry's key event is listed.
+        locs = read_regular(idx / "loc", MAX_HINT_BYTES)
+        keys_raw = read_regular(idx / "keys", MAX_HINT_BYTES)
+    except OSError:
+        return None
+    n = len(locs) // LOC.size
+    locs = locs[: n * LOC.size]
+    whole = len(keys_raw) // KEYREC.size * KEYREC.size
+    keys = sorted({s for (s,) in KEYREC.iter_unpack(keys_raw[:whole]) if s < n})
+    return Hint(locs, keys)
+
+
+def _plan(segs: list[tuple[int, Path]], locs: bytes, n_hint: int) -> tuple[list[Task], tuple[int, int]]:
+    """Chunk tasks over the segments the hint covers, and where the sequential pass resumes."""
+
+    def loc(i: int) -> tuple[int, int, int]:
+        return LOC.unpack_from(locs, i * LOC.size)
+
+    tasks: list[Task] = []
+    resume: tuple[int, int] | None = None
+    for i, (first, path) in enumerate(segs):
+        if first >= n_hint:
+            break
+        stop = min(segs[i + 1][0], n_hint) if i + 1 < len(segs) else n_hint
+        if stop <= first:
+            raise Mismatch("segment names out of order")
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise Mismatch(str(exc)) from exc
+        s0, last = loc(first), loc(stop - 1)
+        if s0[0] != first or s0[1] != 0 or last[0] != first:
+            raise Mismatch(f"hint places entries outside {path.name}")
+        end = last[1] + last[2]
+        complete = i + 1 < len(segs) and segs[i + 1][0] <= n_hint
+        if end > size or (complete and end != size):
+            raise Mismatch(f"hint does not tile {path.name}")
+        for a in range(first, stop, CHUNK_ENTRIES):
+            tasks.append(Task(str(path), first, a, min(a + CHUNK_ENTRIES, stop)))
+        resume = (i, end) if not complete else (i + 1, 0)
+    if not tasks or resume is None:
+        raise Mismatch("the hint covers no segment")
+    return tasks, resume
+
+
+def _hinted_schedule(segs: list[tuple[int, Path]], hint: Hint) -> KeySchedule:
+    """The key schedule the hint implies, read from the hinted key entries."""
+    paths = dict(segs)
+    ks: KeySchedule | None = None
+    for s in hint.key_seqs:
+        segf, off, length = LOC.unpack_from(hint.locs, s * LOC.size)
+        p = paths.get(segf)
+        if p is None:
+            raise Mismatch("a key event in no segment")
+        try:
+            with open_regular(p) as f:
+                raw = os.pread(f.fileno(), length, off)
+            e = entry_from_map(cbor2.loads(raw), raw, f"entry {s}")
+            if e.seq != s or (s == 0) != (e.type == GENESIS_TYPE) or (s != 0 and e.type != ROTATION_TYPE):
+                raise Mismatch(f"hinted key event {s} is a {e.type}")
+            if ks is None:
+                ks = KeySchedule.from_genesis(e)
+            else:
+                ks.add(e)
+        except Mismatch:
+            raise
+        except Exception as exc:  # any doubt about a hint means: do not use it
+            raise Mismatch(f"hinted key event {s}: {exc}") from exc
+    if ks is None:
+        raise Mismatch("the hint lists no genesis")
+    return ks
+
+
+def hinted_pass(v: _Verifier, segs: list[tuple[int, Path]]) -> tuple[tuple[int, int] | None, bool]:
+    """Verify what the index covers; return (where the sequential pass resumes, pool used)."""
+    hint = read_hint(v.dir)
+    if hint is None or not hint.locs:
+        v.report.index_hint = "absent"
+        return None, False
+    n_hint = len(hint.locs) // LOC.size
+    if segs[0][0] != 0 or not hint.key_seqs or hint.key_seqs[0] != 0:
+        raise Mismatch("the first segment or the genesis key event is not where the hint says")
+    tasks, resume = _plan(segs, hint.locs, n_hint)
+    keys = _hinted_schedule(segs, hint)
+    try:
+        v.policy.check_genesis(keys)
+    except VerificationError as exc:  # decided by the sequential pass, from the bytes themselves
+        raise Mismatch(str(exc)) from exc
+    packed = keys.packed()
+    expected_events = [(ep.event_seq, ep.key.name, ep.key.public_key) for ep in keys.epochs]
+
+    if v.processes > 1 and n_hint >= PARALLEL_MIN_ENTRIES and len(tasks) > 1:
+        v.pool = make_pool(v.processes)
+
+    def args() -> Iterator[tuple[Any, ...]]:
+        for t in tasks:
+            locs = hint.locs[t.start * LOC.size : t.stop * LOC.size]
+            yield (t.path, locs, t.start, t.seg_first, packed, v.hashes_only)
+
+    def died(_task: tuple[Any, ...], exc: BaseException) -> ChunkResult:
+        return ChunkDoubt(-1, f"worker failed: {exc!r}")
+
+    results = run_ordered(v.pool, check_hinted_chunk_safely, args(), 2 * v.processes + 2, died)
+    v.report.index_hint = "used"
+    v.report.hinted = n_hint
+    v.keys = keys
+    event_i = 0
+    cp_sizes, cr = v.cp_sizes, v.cr
+    if cp_sizes and cp_sizes[0] == 0:
+        raise Mismatch("a checkpoint of size 0")
+    try:
+        for t, res in zip(tasks, results, strict=True):
+            a, b = t.start, t.stop
+            if not isinstance(res, ChunkOk):
+                raise Mismatch(f"chunk at seq {a}: {res.why} at seq {res.seq}")
+            if res.first_prev != v.prev or len(res.leaves) != (b - a) * HASH_LEN:
+                raise Mismatch(f"chunk at seq {a} does not continue the chain")
+            if res.events != expected_events[event_i : event_i + len(res.events)]:
+                raise Mismatch(f"key events in the chunk at seq {a} differ from the hint")
+            event_i += len(res.events)
+            if a == 0 and res.log_id != keys.log_id:
+                raise Mismatch("the genesis log id differs from the hinted key history's")
+            # Fold the leaves, stopping at each checkpoint size the chunk reaches.
+            done = 0
+            while done < b - a:
+                upto = b - a
+                if v.cp_pos < len(cp_sizes) and cp_sizes[v.cp_pos] <= b:
+                    upto = cp_sizes[v.cp_pos] - a
+                cr.extend_packed(res.leaves, done * HASH_LEN, upto * HASH_LEN)
+                done = upto
+                try:
+                    v._checkpoints_through(a + done)
+                except VerificationError as exc:
+                    raise Mismatch(str(exc)) from exc
+            v.seq = b
+            v.prev = res.leaves[-HASH_LEN:]
+            v.progress.advance(b - a)
+    finally:
+        results.close()
+    if event_i != len(expected_events):
+        raise Mismatch("the hint lists key events the log does not have")
+    v.kid = keys.current.kid
+    return resume, v.pool is not None

@@ -1,0 +1,3 @@
+"""Others watching the log: the C2SP tlog-witness protocol, cosignatures, and
+tlog-tiles publication paths.
+"""

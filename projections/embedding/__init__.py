@@ -1,0 +1,3 @@
+"""Vectors in the projection: memory and chunk vectors, their index, and the
+embedding cache beside the database.
+"""

@@ -1,0 +1,87 @@
+"""Finding the entries that touch a memory in the log's bytes selects exactly what the pure fold selects.
+
+The premise (every id an entry touches occurs verbatim in its bytes) is a
+property of the vocabulary, checked over random payloads of every memory
+event type; the selection itself is checked against a plain fold of every
+entry on random logs, including ids quoted in content (found, then judged
+not touching) and entries that straddle segment boundaries.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mnemolog.eventlog.bundle import memview
+from mnemolog.eventlog.bundle.touching import entries_touching
+from mnemolog.eventlog.format import codec
+from mnemolog.eventlog.format.entry import Entry
+from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.writer import LogWriter
+from tests.eventlog.logkit import StepClock, seeded_key
+
+ID = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x2FF), min_size=1, max_size=8)
+
+
+def payloads(ids: st.SearchStrategy[str]) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
+    any_value = st.one_of(ids, st.integers(-(2**63), 2**63 - 1), st.none(), st.lists(ids, max_size=3))
+    return st.one_of(
+        st.tuples(
+            st.just("memory.stored"),
+            st.fixed_dictionaries({"id": ids, "content": ids}, optional={"atom_of": any_value}),
+        ),
+        st.tuples(
+            st.sampled_from(["memory.updated", "memory.archived", "memory.restored"]),
+            st.fixed_dictionaries({"id": any_value}),
+        ),
+        st.tuples(st.just("link.created"), st.fixed_dictionaries({"src": any_value, "dst": any_value})),
+        st.tuples(
+            st.just("migration.rolled_back"),
+            st.fixed_dictionaries({"memory_ids": st.lists(any_value, max_size=4)}),
+        ),
+        st.tuples(
+            st.sampled_from(["atomisation.requested", "atomisation.completed", "atomisation.failed"]),
+            st.fixed_dictionaries(
+                {"source_id": any_value}, optional={"atom_ids": st.lists(any_value, max_size=4)}
+            ),
+        ),
+        st.tuples(st.just("note.added"), st.fixed_dictionaries({"text": ids})),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(payloads(ID))
+def test_touched_ids_occur_verbatim_in_the_payload_bytes(p: tuple[str, dict[str, Any]]) -> None:
+    type_, data = p
+    raw = codec.encode(data)
+    for m in memview.touched_ids(type_, data):
+        assert m.encode() in raw
+
+
+def touched(e: Entry) -> list[str]:
+    return memview.entry_touched_ids(e)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    events=st.lists(payloads(st.sampled_from(["a", "b", "ab", "c1", "é"])), min_size=1, max_size=40),
+    data=st.data(),
+)
+def test_selection_equals_the_plain_fold(
+    tmp_path_factory: Any, events: list[tuple[str, dict[str, Any]]], data: st.DataObject
+) -> None:
+    d: Path = tmp_path_factory.mktemp("log")
+    LogWriter.create(d, seeded_key(), clock=StepClock())
+    with LogWriter(d, [seeded_key()], clock=StepClock(2_000_000_000_000_000), segment_bytes=4096) as w:
+        for type_, payload in events:
+            w.append(type_, payload)
+    wanted = data.draw(st.sets(st.sampled_from(["a", "b", "ab", "c1", "é", "zz"]), min_size=1))
+    with Log(d) as log:
+        below = data.draw(st.integers(0, log.size))
+        expect = {e.seq for e in log.iter_entries(0, below) if wanted.intersection(touched(e))}
+        got = entries_touching(log, wanted, below, touched)
+    assert set(got) == expect
+    assert all(e.seq == s for s, e in got.items())
