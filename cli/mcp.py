@@ -57,10 +57,36 @@ no_create_option = click.option(
     default=None,
     help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (loopback addresses only).",
 )
+@click.option(
+    "--token",
+    envvar="MNEMOLOG_TOKEN",
+    default=None,
+    help="Serve as this token's holder (default $MNEMOLOG_TOKEN): every tool confined to its scope.",
+)
+@click.option(
+    "--tenant",
+    default=None,
+    help="Serve the home of this tenant of --tenants ROOT (its token names it too).",
+)
+@click.option(
+    "--tenants",
+    "tenants_root",
+    envvar="MNEMOLOG_TENANTS",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="The tenant root, with --tenant (default $MNEMOLOG_TENANTS).",
+)
 @no_create_option
 @json_option
 @click.pass_obj
-def mcp(ctx: Ctx, http: str | None, no_create: bool) -> None:
+def mcp(
+    ctx: Ctx,
+    http: str | None,
+    token: str | None,
+    tenant: str | None,
+    tenants_root: str | None,
+    no_create: bool,
+) -> None:
     """Serve the Model Context Protocol (stdio, or streamable HTTP on loopback).
 
     A home that does not exist yet is created (where, and its public key, are
@@ -69,11 +95,21 @@ def mcp(ctx: Ctx, http: str | None, no_create: bool) -> None:
     Example: mnemolog --home ~/.local/share/mnemolog mcp
     """
     listen = parse_listen(http, allow_remote=False, what="--http") if http is not None else None
-    home = served_home(ctx, create=not no_create, who="mnemolog mcp")
+    if tenant is not None:
+        from pathlib import Path
+
+        from mnemolog.eventlog.errors import UsageError
+        from mnemolog.substrate.tenants import TenantRoot
+
+        if tenants_root is None:
+            raise UsageError("--tenant needs the tenant root: --tenants ROOT or $MNEMOLOG_TENANTS")
+        home = TenantRoot(Path(tenants_root)).require().home(tenant).require()
+    else:
+        home = served_home(ctx, create=not no_create, who="mnemolog mcp")
     from mnemolog.cli.mcp_server import run
 
     if listen is not None:
         ctx.info(f"mnemolog mcp: serving streamable HTTP at http://{listen.url_host}:{listen.port}/mcp")
-        run(home, (listen.host, listen.port))
+        run(home, (listen.host, listen.port), token=token, tenant=tenant)
     else:
-        run(home)
+        run(home, token=token, tenant=tenant)

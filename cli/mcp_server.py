@@ -34,8 +34,9 @@ from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 
 from mnemolog.cli import operations, views
-from mnemolog.eventlog.errors import MnemologError, NotFound
+from mnemolog.eventlog.errors import MnemologError
 from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.scope import Scope, applied
 
 log = logging.getLogger("mnemolog.mcp")
 
@@ -101,10 +102,12 @@ def _tool(op: operations.Operation) -> types.Tool:
 TOOLS = [_tool(op) for op in operations.OPERATIONS.values()]
 
 
-def call(sub: Substrate, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-    """Run one tool; every failure becomes an error result, never an exception."""
+def call(
+    sub: Substrate, name: str, arguments: dict[str, Any] | None, scope: Scope | None = None
+) -> types.CallToolResult:
+    """Run one tool (within a token's `scope`, if any); every failure becomes an error result."""
     try:
-        out = operations.invoke(sub, name, arguments)
+        out = operations.invoke(sub, name, arguments, scope)
     except MnemologError as exc:
         err = exc.to_json()
         return types.CallToolResult(content=_text(err), structured_content=err, is_error=True)
@@ -123,7 +126,10 @@ def call(sub: Substrate, name: str, arguments: dict[str, Any] | None) -> types.C
     return types.CallToolResult(content=_text(out), structured_content=out)
 
 
-def read_resource(sub: Substrate, uri: str) -> types.ReadResourceResult:
+def read_resource(sub: Substrate, uri: str, scope: Scope | None = None) -> types.ReadResourceResult:
+    if scope is not None and scope.bound and uri == INDEX_URI:
+        # The index lists every memory of the home: not a bound token's to read.
+        raise MCPError(code=types.INVALID_PARAMS, message="the index is outside this token's scope")
     if uri == INDEX_URI:
         from mnemolog.projections.vault.render import plan_vault
         from mnemolog.substrate.vault import DEFAULT_AGENT, records
@@ -138,8 +144,12 @@ def read_resource(sub: Substrate, uri: str) -> types.ReadResourceResult:
     if uri.startswith(prefix) and len(uri) > len(prefix):
         memory_id = uri[len(prefix) :]
         try:
-            m = sub.get(memory_id)
-        except NotFound as exc:
+            if scope is not None:
+                op = operations.OPERATIONS["memory_get"]
+                sub.authorise(scope, op.access, {"id": memory_id}, "resources/read")
+            with applied(scope):
+                m = sub.get(memory_id)
+        except MnemologError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data={"uri": uri}) from exc
         text = json.dumps(views.memory_view(m, verbose=True), ensure_ascii=False, default=str)
         return types.ReadResourceResult(
@@ -148,9 +158,12 @@ def read_resource(sub: Substrate, uri: str) -> types.ReadResourceResult:
     raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {uri!r}", data={"uri": uri})
 
 
-def build_server(sub: Substrate) -> Server[Any]:
-    """An SDK server whose handlers run against `sub`."""
-    tools = {t.name: t for t in TOOLS}
+def build_server(sub: Substrate, scope: Scope | None = None) -> Server[Any]:
+    """An SDK server whose handlers run against `sub`, within a token's `scope` if one is given
+    (its tools are those the token's level allows)."""
+    tools = {
+        t.name: t for t in TOOLS if scope is None or scope.allows(operations.OPERATIONS[t.name].access.level)
+    }
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=list(tools.values()))
@@ -158,7 +171,7 @@ def build_server(sub: Substrate) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in tools:
             raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {params.name!r}")
-        fn = functools.partial(call, sub, params.name, params.arguments)
+        fn = functools.partial(call, sub, params.name, params.arguments, scope)
         return await anyio.to_thread.run_sync(fn)
 
     async def list_resources(
@@ -192,7 +205,7 @@ def build_server(sub: Substrate) -> Server[Any]:
         )
 
     async def read(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        return await anyio.to_thread.run_sync(functools.partial(read_resource, sub, str(params.uri)))
+        return await anyio.to_thread.run_sync(functools.partial(read_resource, sub, str(params.uri), scope))
 
     async def list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         return types.ListPromptsResult(
@@ -244,15 +257,15 @@ def _report_recovery(sub: Substrate) -> None:
         print(f"mnemolog mcp: recovery: {t.describe()}", file=sys.stderr)
 
 
-async def serve_stdio(sub: Substrate) -> None:
+async def serve_stdio(sub: Substrate, scope: Scope | None = None) -> None:
     from mnemolog.cli.mcp_stdio import bounded_stdio
 
-    server = build_server(sub)
+    server = build_server(sub, scope)
     async with bounded_stdio() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def http_app(sub: Substrate, host: str) -> Any:
+def http_app(sub: Substrate, host: str, scope: Scope | None = None) -> Any:
     """The streamable HTTP app (Starlette), at /mcp, answering loopback Hosts only.
 
     The SDK's own rebinding check matches Host by prefix and is off for loopback
@@ -260,7 +273,7 @@ def http_app(sub: Substrate, host: str) -> Any:
     """
     from mnemolog.cli.hostguard import LoopbackHostOnly
 
-    server = build_server(sub)
+    server = build_server(sub, scope)
     inner = server.streamable_http_app(streamable_http_path="/mcp", host=host)
     inner.add_middleware(LoopbackHostOnly)
     return inner
@@ -294,13 +307,20 @@ def serve_uvicorn(app: Any, host: str, port: int, **options: Any) -> None:
         signal.signal(signal.SIGTERM, old)
 
 
-def run(home: Any, http: tuple[str, int] | None = None) -> None:
-    """Serve until stdin closes (stdio) or the process is told to stop (HTTP)."""
+def run(
+    home: Any, http: tuple[str, int] | None = None, token: str | None = None, tenant: str | None = None
+) -> None:
+    """Serve until stdin closes (stdio) or the process is told to stop (HTTP).
+
+    With `token` (one this home issued; `tenant` when the home is a tenant's),
+    every tool call is checked against and confined to the token's scope.
+    """
     with Substrate.open(home, long_lived=True) as sub:
         _report_recovery(sub)
+        scope = sub.authenticate(token, tenant=tenant) if token is not None else None
         if http is None:
             with contextlib.suppress(KeyboardInterrupt):
-                anyio.run(serve_stdio, sub)
+                anyio.run(serve_stdio, sub, scope)
             return
         host, port = http
-        serve_uvicorn(http_app(sub, host), host, port, lifespan="on", timeout_keep_alive=5)
+        serve_uvicorn(http_app(sub, host, scope), host, port, lifespan="on", timeout_keep_alive=5)
