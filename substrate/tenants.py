@@ -160,7 +160,9 @@ class TenantRoot:
             raise UsageError(f"{where}: [serve] takes only cache and rate_per_minute", file=where)
         for key, lo, hi in (("cache", 1, 100_000), ("rate_per_minute", 1, 1_000_000)):
             value = table.get(key, out[key])
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi
+            ):
                 raise UsageError(f"{where}: serve.{key} must be an integer in [{lo}, {hi}]", file=where)
             out[key] = value
         return out
@@ -177,7 +179,9 @@ class TenantRoot:
     def names(self) -> list[str]:
         self.require()
         return sorted(
-            p.name for p in self.tenants_dir.iterdir() if p.is_dir() and not p.is_symlink() and _NAME.fullmatch(p.name)
+            p.name
+            for p in self.tenants_dir.iterdir()
+            if p.is_dir() and not p.is_symlink() and _NAME.fullmatch(p.name)
         )
 
     def describe(self) -> list[dict[str, Any]]:
@@ -347,4 +351,3 @@ class TenantCache:
                     errors.append(exc)
         if errors:
             raise errors[0]
-
