@@ -175,10 +175,8 @@ def test_nothing_outside_the_scope_is_readable_or_writable(world: World, name: s
             assert not any(m in text for m in MARKERS), text
             continue
         text = json.dumps(out, default=str)
-        asked = set(json.dumps(args))
         leaked = [h for h in hidden if h in text and h not in json.dumps(args)]
         assert not leaked, (name, args, leaked, text[:500])
-        del asked
     assert _outside(world) == before, f"{name} with a {level} token changed what lies outside its scope"
 
 
