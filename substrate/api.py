@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from mnemolog.curators.embed import Embedder
 from mnemolog.eventlog import fsio, memview
+from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.errors import (
     BadInput,
     Informational,
@@ -88,6 +89,9 @@ from mnemolog.substrate.knowledge import Knowledge
 from mnemolog.substrate.session import ProjectionBehind, Session
 
 __all__ = ["MAX_CONTENT_BYTES", "Edge", "Memory", "RecallReport", "Substrate"]
+
+#: At most this many entries appended since the token table was read are scanned for token events.
+TOKEN_SCAN = 256
 
 Ranker = Callable[[duckdb.DuckDBPyConnection, str, Filters, int], list[tuple[Memory, float]]]
 
@@ -173,6 +177,7 @@ class Substrate:
         #: Namespaces declared shared (`[sharing]`), and the refusals of scoped tokens so far.
         self.sharing = scope.sharing(self.home.config.raw, str(self.home.config_path))
         self.refusals = scope.Refusals(self.home.state_dir / "refusals.jsonl")
+        self._token_rows: tuple[int, dict[tuple[str, str], dict[str, Any]]] | None = None
         if long_lived and worker:
             self.atomiser.start_worker()
             self.knowledge.start_daily()
@@ -1399,7 +1404,20 @@ class Substrate:
         if named != tenant:
             raise scope.TokenRefused("this token belongs to another home")
         with self.session() as s:
-            row = tq.by_hash(s.conn, token_id, digest)
+            # Every request of a server asks this: the table is kept in memory, and read again
+            # only when an entry appended since (by any process) issued or revoked a token.
+            size = self.log.size
+            cached = self._token_rows
+            if cached is not None and cached[0] != size:
+                fresh = size > cached[0] and size - cached[0] <= TOKEN_SCAN
+                if fresh:
+                    types = {e.type for e in self.log.iter_entries(cached[0], size)}
+                    fresh = not types & {v.TOKEN_ISSUED, v.TOKEN_REVOKED, v.LOG_ROLLBACK_ACCEPTED}
+                cached = (size, cached[1]) if fresh else None
+            if cached is None:
+                cached = (size, {(t["token_id"], t["sha256"]): t for t in tq.list_tokens(s.conn)})
+            self._token_rows = cached
+        row = cached[1].get((token_id, digest))
         if row is None or row["revoked_seq"] is not None:
             raise scope.TokenRefused("this token is unknown here or was revoked")
         if row["expires_at"] is not None and row["expires_at"] <= self.clock():
