@@ -66,15 +66,15 @@ no_create_option = click.option(
 @click.option(
     "--tenant",
     default=None,
-    help="Serve the home of this tenant of --tenants ROOT (its token names it too).",
+    help="Serve only this tenant of --tenants ROOT (stdio or HTTP).",
 )
 @click.option(
     "--tenants",
     "tenants_root",
-    envvar="MNEMOLOG_TENANTS",
     default=None,
     type=click.Path(file_okay=False),
-    help="The tenant root, with --tenant (default $MNEMOLOG_TENANTS).",
+    help="A tenant root: with --http and no --tenant, serve all its tenants, each request's token "
+    "naming its tenant.",
 )
 @no_create_option
 @json_option
@@ -95,6 +95,22 @@ def mcp(
     Example: mnemolog --home ~/.local/share/mnemolog mcp
     """
     listen = parse_listen(http, allow_remote=False, what="--http") if http is not None else None
+    if tenants_root is not None and tenant is None:
+        from pathlib import Path
+
+        from mnemolog.cli.mcp_server import run_tenants
+        from mnemolog.eventlog.errors import UsageError
+        from mnemolog.substrate.tenants import TenantRoot
+
+        if listen is None:
+            raise UsageError("--tenants without --tenant serves many homes: give --http HOST:PORT")
+        root = TenantRoot(Path(tenants_root)).require()
+        ctx.info(
+            f"mnemolog mcp: serving the tenants of {root.path} at http://{listen.url_host}:{listen.port}/mcp "
+            "(tokens required)"
+        )
+        run_tenants(root, listen.host, listen.port)
+        return
     if tenant is not None:
         from pathlib import Path
 

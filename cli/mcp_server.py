@@ -25,6 +25,7 @@ import functools
 import json
 import logging
 import sys
+from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -36,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from mnemolog.cli import operations, views
 from mnemolog.eventlog.errors import MnemologError
 from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.scope import Scope, applied
+from mnemolog.substrate.scope import RateLimiter, Scope, TokenRefused, applied, parse_token
 
 log = logging.getLogger("mnemolog.mcp")
 
@@ -158,20 +159,44 @@ def read_resource(sub: Substrate, uri: str, scope: Scope | None = None) -> types
     raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {uri!r}", data={"uri": uri})
 
 
-def build_server(sub: Substrate, scope: Scope | None = None) -> Server[Any]:
+#: What a request runs against: the home and the token's scope (None: the whole home).
+Target = Callable[[Any], contextlib.AbstractContextManager[tuple[Substrate, Scope | None]]]
+
+
+def fixed(sub: Substrate, scope: Scope | None = None) -> Target:
+    """Every request against `sub`, within `scope`."""
+    return lambda ctx: contextlib.nullcontext((sub, scope))
+
+
+def _allowed(scope: Scope | None) -> list[types.Tool]:
+    return [t for t in TOOLS if scope is None or scope.allows(operations.OPERATIONS[t.name].access.level)]
+
+
+def build_server(sub: Substrate | Target, scope: Scope | None = None) -> Server[Any]:
     """An SDK server whose handlers run against `sub`, within a token's `scope` if one is given
-    (its tools are those the token's level allows)."""
-    tools = {
-        t.name: t for t in TOOLS if scope is None or scope.allows(operations.OPERATIONS[t.name].access.level)
-    }
+    (its tools are those the token's level allows). `sub` may instead be a Target, which picks
+    the home and scope of each request (a server of many tenants: the token names them)."""
+    target: Target = fixed(sub, scope) if isinstance(sub, Substrate) else sub
+
+    def tools_of(ctx: Any) -> list[types.Tool]:
+        with target(ctx) as (_, sc):
+            return _allowed(sc)
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=list(tools.values()))
+        return types.ListToolsResult(tools=await anyio.to_thread.run_sync(tools_of, ctx))
+
+    def run_tool(ctx: Any, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+        try:
+            with target(ctx) as (home, sc):
+                return call(home, name, arguments, sc)
+        except MnemologError as exc:  # no valid token, a tenant another server holds, a rate
+            err = exc.to_json()
+            return types.CallToolResult(content=_text(err), structured_content=err, is_error=True)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name not in tools:
+        if params.name not in operations.OPERATIONS:
             raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {params.name!r}")
-        fn = functools.partial(call, sub, params.name, params.arguments, scope)
+        fn = functools.partial(run_tool, ctx, params.name, params.arguments)
         return await anyio.to_thread.run_sync(fn)
 
     async def list_resources(
@@ -204,8 +229,15 @@ def build_server(sub: Substrate, scope: Scope | None = None) -> Server[Any]:
             ]
         )
 
+    def read_one(ctx: Any, uri: str) -> types.ReadResourceResult:
+        try:
+            with target(ctx) as (home, sc):
+                return read_resource(home, uri, sc)
+        except MnemologError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data={"uri": uri}) from exc
+
     async def read(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        return await anyio.to_thread.run_sync(functools.partial(read_resource, sub, str(params.uri), scope))
+        return await anyio.to_thread.run_sync(functools.partial(read_one, ctx, str(params.uri)))
 
     async def list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         return types.ListPromptsResult(
@@ -265,7 +297,7 @@ async def serve_stdio(sub: Substrate, scope: Scope | None = None) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def http_app(sub: Substrate, host: str, scope: Scope | None = None) -> Any:
+def http_app(sub: Substrate | Target, host: str, scope: Scope | None = None) -> Any:
     """The streamable HTTP app (Starlette), at /mcp, answering loopback Hosts only.
 
     The SDK's own rebinding check matches Host by prefix and is off for loopback
@@ -277,6 +309,50 @@ def http_app(sub: Substrate, host: str, scope: Scope | None = None) -> Any:
     inner = server.streamable_http_app(streamable_http_path="/mcp", host=host)
     inner.add_middleware(LoopbackHostOnly)
     return inner
+
+
+def tenants_target(cache: Any, limiter: RateLimiter) -> Target:
+    """Each request against the tenant its bearer token names, within the token's scope."""
+
+    @contextlib.contextmanager
+    def target(ctx: Any) -> Iterator[tuple[Substrate, Scope | None]]:
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None)
+        got = headers.get("authorization", "") if headers is not None else ""
+        scheme, _, token = str(got).partition(" ")
+        if scheme.lower() != "bearer":
+            raise TokenRefused("a tenant's bearer token is required (Authorization: Bearer mlt....)")
+        tenant, _, _ = parse_token(token)
+        if tenant is None:
+            raise TokenRefused("this server holds tenants: use a token made with `token create --tenant`")
+        with cache.use(tenant) as sub:
+            sc = sub.authenticate(token, tenant=tenant)
+            limiter.take(sc)
+            yield sub, sc
+
+    return target
+
+
+def run_tenants(root: Any, host: str, port: int, cache: int | None = None) -> None:
+    """Serve every tenant of a tenant root over streamable HTTP until told to stop."""
+    from mnemolog.substrate.tenants import TenantCache, holder_text
+
+    conf = root.require().settings()
+    tenants = TenantCache(
+        root,
+        cache or conf["cache"],
+        opener=lambda h: Substrate.open(h, long_lived=True),
+        closer=lambda s: s.close(),
+        holder=holder_text(f"{host}:{port} (mcp)"),
+    )
+    try:
+        from mnemolog.cli.hostguard import TenantTokenOnly
+
+        app = http_app(tenants_target(tenants, RateLimiter(conf["rate_per_minute"])), host)
+        app.add_middleware(TenantTokenOnly)
+        serve_uvicorn(app, host, port, lifespan="on", timeout_keep_alive=5)
+    finally:
+        tenants.close()
 
 
 class _Stop(Exception):

@@ -206,3 +206,66 @@ def test_a_second_server_of_one_home_is_refused_naming_the_first(root: TenantRoo
         assert re.search(rf"served by pid {first.pid} .* at 127\.0\.0\.1:{port}", second.stderr.decode())
     finally:
         _stop(first)
+
+
+# -- MCP over streamable HTTP, many tenants ------------------------------------------------------
+
+
+def test_mcp_over_http_serves_each_token_its_tenant_and_scope(root: TenantRoot) -> None:
+    import anyio
+    import httpx2
+    import mcp_types as types
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    acme = _token(root, "acme", "read", namespaces=["agents/a"])
+    globex = _token(root, "globex", "write")
+    port = _free_port()
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mnemolog.cli.main",
+            "mcp",
+            "--http",
+            f"127.0.0.1:{port}",
+            "--tenants",
+            str(root.path),
+        ],
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    async def session(token: str) -> tuple[list[str], dict[str, Any], types.CallToolResult]:
+        async with (
+            httpx2.AsyncClient(headers=_auth(token), timeout=60) as http,
+            Client(streamable_http_client(url, http_client=http), read_timeout_seconds=60) as c,
+        ):
+            tools = [t.name for t in (await c.list_tools()).tools]
+            found = await c.call_tool("memory_recall", {"query": "alpha"})
+            stored = await c.call_tool("memory_store", {"content": "x", "namespace": "agents/a"})
+            assert isinstance(found.structured_content, dict)
+            return tools, found.structured_content, stored
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                assert p.poll() is None, p.stderr.read() if p.stderr else ""
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        tools, found, stored = anyio.run(session, acme)
+        assert "memory_recall" in tools and "memory_store" not in tools  # a read token's tools
+        assert "ACMESECRET" in json.dumps(found) and "GLOBEXSECRET" not in json.dumps(found)
+        assert stored.is_error and stored.structured_content["error"] == "scope_refused"  # type: ignore[index]
+        tools, found, stored = anyio.run(session, globex)
+        assert "memory_store" in tools and "GLOBEXSECRET" in json.dumps(found) and not stored.is_error
+        r = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=30)
+        assert r.status_code == 401 and r.json()["error"] == "unauthorized"  # no token: nothing served
+    finally:
+        p.terminate()
+        assert p.wait(timeout=30) == 0
+        assert b"Traceback" not in (p.stderr.read() if p.stderr else b"")
