@@ -423,7 +423,11 @@ class Api:
         tenant, _, _ = parse_token(token or "")
         if tenant is None:
             raise TokenRefused("this server holds tenants: use a token made with `token create --tenant`")
-        entry = await self.run(self.tenants.cache.acquire, tenant)
+        try:
+            entry = await self.run(self.tenants.cache.acquire, tenant)
+        except NotFound as exc:
+            # Said as a bad token: a caller without one learns nothing of which tenants exist.
+            raise TokenRefused("this token is unknown here or was revoked") from exc
         try:
             sc = await self.run(functools.partial(entry.value.authenticate, token, tenant=tenant))
             self.limiter.take(sc)

@@ -35,7 +35,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 
 from mnemolog.cli import operations, views
-from mnemolog.eventlog.errors import MnemologError
+from mnemolog.eventlog.errors import MnemologError, NotFound
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.scope import RateLimiter, Scope, TokenRefused, applied, parse_token
 
@@ -325,10 +325,17 @@ def tenants_target(cache: Any, limiter: RateLimiter) -> Target:
         tenant, _, _ = parse_token(token)
         if tenant is None:
             raise TokenRefused("this server holds tenants: use a token made with `token create --tenant`")
-        with cache.use(tenant) as sub:
+        try:
+            entry = cache.acquire(tenant)
+        except NotFound as exc:  # said as a bad token: which tenants exist is nobody's business
+            raise TokenRefused("this token is unknown here or was revoked") from exc
+        try:
+            sub = entry.value
             sc = sub.authenticate(token, tenant=tenant)
             limiter.take(sc)
             yield sub, sc
+        finally:
+            cache.release(entry)
 
     return target
 
