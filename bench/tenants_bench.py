@@ -268,6 +268,12 @@ def main() -> None:
     ap.add_argument("--memories", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--caches", default="", help="comma-separated cache sizes (default: 4,16,TENANTS)")
+    ap.add_argument(
+        "--idle-release-ms",
+        type=int,
+        default=None,
+        help="[serve] idle_release_ms of the tenant root (default: the tenant server's, 60000)",
+    )
     a = ap.parse_args()
     caches = [int(x) for x in a.caches.split(",")] if a.caches else [4, 16, a.tenants]
     base = Path(tempfile.mkdtemp(prefix="mnemolog-tenants-bench-"))
@@ -278,11 +284,14 @@ def main() -> None:
         single = base / "single"
         shutil.copytree(tpl, single)
         root, tokens = make_root(base, tpl, a.tenants)
+        if a.idle_release_ms is not None:
+            (root.path / "tenants.toml").write_text(f"[serve]\nidle_release_ms = {a.idle_release_ms}\n")
         log(f"{a.tenants} tenants of {a.memories} memories in {time.monotonic() - t0:.0f} s")
         result = {
             "tenants": a.tenants,
             "memories_per_tenant": a.memories,
             "requests": a.requests,
+            "idle_release_ms": a.idle_release_ms,
             "cpus": os.cpu_count(),
             "scope_check": scope_check(single, a.requests),
             "latency": latency(root, tokens, single, a.requests),

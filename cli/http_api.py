@@ -838,7 +838,7 @@ def serve_tenants(
         TenantCache(
             root,
             cache or conf["cache"],
-            opener=lambda h: Substrate.open(h, long_lived=True),
+            opener=lambda h: Substrate.open(h, long_lived=True, idle_release_ms=conf["idle_release_ms"]),
             closer=lambda sub: sub.close(),
             holder=holder_text(f"{host}:{port}"),
         )

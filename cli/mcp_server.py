@@ -348,7 +348,7 @@ def run_tenants(root: Any, host: str, port: int, cache: int | None = None) -> No
     tenants = TenantCache(
         root,
         cache or conf["cache"],
-        opener=lambda h: Substrate.open(h, long_lived=True),
+        opener=lambda h: Substrate.open(h, long_lived=True, idle_release_ms=conf["idle_release_ms"]),
         closer=lambda s: s.close(),
         holder=holder_text(f"{host}:{port} (mcp)"),
     )

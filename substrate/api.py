@@ -143,6 +143,7 @@ class Substrate:
         curator_options: Mapping[str, Any] | None = None,
         worker: bool = True,
         embedder: Embedder | None = None,
+        idle_release_ms: int | None = None,
     ) -> None:
         self.home = home.require()
         home.check_layout()
@@ -159,7 +160,9 @@ class Substrate:
             self.log,
             upcast,
             hold=long_lived,
-            idle_release_ms=home.config.projection_idle_release_ms,
+            idle_release_ms=(
+                home.config.projection_idle_release_ms if idle_release_ms is None else idle_release_ms
+            ),
             progress=progress,
         )
         self.hooks = HookChain(home.config.hooks, hooks)
@@ -203,11 +206,14 @@ class Substrate:
         curator_options: Mapping[str, Any] | None = None,
         worker: bool = True,
         embedder: Embedder | None = None,
+        idle_release_ms: int | None = None,
     ) -> Substrate:
         """Open a home (a path, a Home, or None for the default home).
 
         `embedder` replaces the embedder of its kind that the home would build
         (tests, benchmarks); the home's recorded choice still decides which kind.
+        `idle_release_ms` replaces the home's `[projections] idle_release_ms` (a server of
+        many tenants keeps each open tenant's projection longer).
         """
         h = home if isinstance(home, Home) else Home.resolve(home)
         return cls(
@@ -220,6 +226,7 @@ class Substrate:
             curator_options=curator_options,
             worker=worker,
             embedder=embedder,
+            idle_release_ms=idle_release_ms,
         )
 
     def close(self) -> None:

@@ -130,9 +130,9 @@ def test_unknown_tenants_and_bad_settings(root: TenantRoot) -> None:
         cache.acquire("../a")
     with pytest.raises(UsageError):
         TenantCache(root, 0, o.opener, o.closer, "test")
-    assert root.settings() == {"cache": 32, "rate_per_minute": None}
+    assert root.settings() == {"cache": 32, "rate_per_minute": None, "idle_release_ms": 60_000}
     (root.path / "tenants.toml").write_text("[serve]\ncache = 0\n")
     with pytest.raises(UsageError):
         root.settings()
     (root.path / "tenants.toml").write_text("[serve]\ncache = 4\nrate_per_minute = 60\n")
-    assert root.settings() == {"cache": 4, "rate_per_minute": 60}
+    assert root.settings() == {"cache": 4, "rate_per_minute": 60, "idle_release_ms": 60_000}
