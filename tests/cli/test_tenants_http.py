@@ -269,3 +269,21 @@ def test_mcp_over_http_serves_each_token_its_tenant_and_scope(root: TenantRoot) 
         p.terminate()
         assert p.wait(timeout=30) == 0
         assert b"Traceback" not in (p.stderr.read() if p.stderr else b"")
+
+
+def test_bundles_and_uploads_are_checked_like_every_operation(
+    root: TenantRoot, client: tuple[TestClient, TenantCache]
+) -> None:
+    c, _ = client
+    with _open(root.home("acme")) as s:
+        other = s.store("BSECRET of agent b", namespace="agents/b")["id"]
+        mine = s.store("mine", namespace="agents/a")["id"]
+    read = _token(root, "acme", "read", namespaces=["agents/a"])
+    r = c.post("/bundles", json={"memory_id": other}, headers=_auth(read))
+    assert r.status_code == 403 and "BSECRET" not in r.text
+    ok = c.post("/bundles", json={"memory_id": mine}, headers=_auth(read))
+    assert ok.status_code == 200 and ok.headers["content-type"] == "application/x-tar"
+    up = c.post("/verify", content=ok.content, headers={**_auth(read), "Content-Type": "application/x-tar"})
+    assert up.status_code == 403  # verifying answers about the whole home: not a bound token's
+    assert c.get(f"/memory/{other}", headers=_auth(read)).status_code == 403
+    assert c.get("/stats", headers=_auth(read)).json()["stats"]["memories"] == 2
