@@ -750,7 +750,7 @@ OPERATIONS: dict[str, Operation] = {
                 ["memory_id", "events"],
             ),
             _history,
-            Access("read", ids=("id",)),
+            Access("read", ids=("id",), histories=("id",)),
             read_only=True,
             idempotent=True,
         ),
@@ -780,7 +780,7 @@ OPERATIONS: dict[str, Operation] = {
                 ["path", "entries"],
             ),
             _bundle_export,
-            Access("read", ids=("memory_id",)),
+            Access("read", ids=("memory_id",), histories=("memory_id",)),
         ),
         Operation(
             "bundle_verify",

@@ -668,3 +668,13 @@ def allowed_ids(conn: duckdb.DuckDBPyConnection, ids: list[str], filters: Filter
         f"SELECT m.id FROM memories m WHERE m.id IN (SELECT unnest(?::VARCHAR[])) AND {where}", [ids, *args]
     ).fetchall()
     return {str(r[0]) for r in found}
+
+
+def touched_with(conn: duckdb.DuckDBPyConnection, memory_id: str) -> list[str]:
+    """Every memory an entry touching `memory_id` also touches (itself included)."""
+    rows = conn.execute(
+        "SELECT DISTINCT t2.memory_id FROM touches t1 JOIN touches t2 ON t2.seq = t1.seq "
+        "WHERE t1.memory_id = ?",
+        [memory_id],
+    ).fetchall()
+    return [str(r[0]) for r in rows]

@@ -1492,7 +1492,7 @@ class Substrate:
                     field=name,
                 )
         checks = [(n, writing) for n in access.ids] + [(n, False) for n in access.read_ids]
-        if not checks:
+        if not checks and not access.histories:
             return
         with self.session() as s:
             for name, write in checks:
@@ -1502,6 +1502,19 @@ class Substrate:
                     continue  # the operation itself says it is not found
                 if not (sc.writes(m) if write else sc.sees(m)):
                     raise refuse(f"memory {mid} is outside this token's scope", field=name)
+            for name in access.histories:
+                mid = arguments.get(name)
+                if not isinstance(mid, str):
+                    continue
+                # A history is its entries: an edge or an atomisation names the other memories.
+                around = q.touched_with(s.conn, mid)
+                inside = q.allowed_ids(
+                    s.conn, around, self._bound(Filters(include_archived=True, statuses=()), sc)
+                )
+                if set(around) - inside:
+                    raise refuse(
+                        f"memory {mid}: its history names memories outside this token's scope", field=name
+                    )
 
     def with_token(self, token: str, *, tenant: str | None = None) -> scope.Scoped:
         """This home as a token's holder sees it: every call checked and confined (substrate.scope)."""

@@ -196,6 +196,9 @@ class Access:
     read_ids: tuple[str, ...] = ()
     #: Projects whose home-wide data (trusted state) it touches: a bound token must list them.
     project_data: tuple[str, ...] = ()
+    #: Memories whose whole signed history it returns (history, bundles): every memory those
+    #: entries touch must be in the scope too.
+    histories: tuple[str, ...] = ()
 
 
 # -- the ambient scope ----------------------------------------------------------------------

@@ -70,6 +70,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "g": globex.store("GLOBEXSECRET alpha note", namespace="agents/a")["id"],
         }
         acme.link(ids["b"], ids["b2"], "related_to")
+        acme.link(ids["a2"], ids["b"], "related_to")  # an admin's edge out of the scope
         acme.archive(ids["b2"], reason="archived for restore")
         acme.set_state("p1", "decision", "vendor", "STATESECRET vendor x")
         ids["pack"] = acme.build_context("alpha BSECRET note")["pack_id"]
@@ -103,7 +104,13 @@ def cases(i: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
             {"query": "alpha", "namespace": "agents", **every},
         ],
         "memory_search": [{"query": "BSECRET", **every}, {"query": "alpha", "namespace": "agents/b"}],
-        "memory_get": [{"id": i["b"]}, {"id": i["g"]}, {"id": i["cand"]}, {"id": i["a"], "verbose": True}],
+        "memory_get": [
+            {"id": i["b"]},
+            {"id": i["g"]},
+            {"id": i["cand"]},
+            {"id": i["a"], "verbose": True},
+            {"id": i["a2"], "verbose": True},
+        ],
         "memory_list": [
             {"limit": 1000, **every},
             {"namespace": "agents/b"},
@@ -126,9 +133,9 @@ def cases(i: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
         "memory_restore": [{"id": i["b2"]}],
         "memory_atomise": [{"id": i["b"], "curator": "rules"}],
         "memory_stats": [{}],
-        "memory_history": [{"id": i["b"]}, {"id": i["g"]}],
+        "memory_history": [{"id": i["b"]}, {"id": i["g"]}, {"id": i["a2"]}],
         "log_verify": [{}],
-        "bundle_export": [{"memory_id": i["b"]}, {"memory_id": i["g"]}],
+        "bundle_export": [{"memory_id": i["b"]}, {"memory_id": i["g"]}, {"memory_id": i["a2"]}],
         "bundle_verify": [{"path": "bundle.tar"}],
         "capture_interaction": [
             {"prompt": "p", "namespace": "agents/b"},
