@@ -102,6 +102,7 @@ def cases(i: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
             {"query": "alpha BSECRET GLOBEXSECRET CANDSECRET", "limit": 100, **every},
             {"query": "alpha", "namespace": "agents/b"},
             {"query": "alpha", "namespace": "agents", **every},
+            {"query": "alpha note agent", "explain": True, "verbose": True, "limit": 100},
         ],
         "memory_search": [{"query": "BSECRET", **every}, {"query": "alpha", "namespace": "agents/b"}],
         "memory_get": [
