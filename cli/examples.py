@@ -95,6 +95,12 @@ EXAMPLES: dict[str, str] = {
     "migrate rollback": "mnemolog migrate rollback 3",
     "mcp": "mnemolog mcp --http 127.0.0.1:8765",
     "serve": "mnemolog serve --listen 127.0.0.1:8100",
+    "tenant add": "mnemolog tenant add acme --tenants /srv/mnemolog",
+    "tenant list": "mnemolog tenant list --tenants /srv/mnemolog",
+    "tenant remove": "mnemolog tenant remove acme --tenants /srv/mnemolog",
+    "token create": "mnemolog token create --tenants /srv/m --tenant acme --scope write --namespace agents/a",
+    "token list": "mnemolog token list --tenants /srv/mnemolog --tenant acme",
+    "token revoke": "mnemolog token revoke 3f9a0c2e7b1d4a56 --tenants /srv/m --tenant acme --reason leaked",
 }
 
 

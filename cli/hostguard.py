@@ -63,3 +63,40 @@ class LoopbackHostOnly:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+class TenantTokenOnly:
+    """An ASGI wrapper: a request without a tenant's bearer token (`mlt.` ...) gets 401 and reaches
+    nothing (a server of many tenants answers no one it cannot place)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            auth = dict(scope.get("headers") or []).get(b"authorization", b"")
+            kind, _, token = auth.partition(b" ")
+            if kind.lower() != b"bearer" or not token.strip().startswith(b"mlt."):
+                body = json.dumps(
+                    {
+                        "ok": False,
+                        "error": "unauthorized",
+                        "message": "a tenant's bearer token is required (Authorization: Bearer mlt....)",
+                        "exit_code": 5,
+                        "details": {},
+                    }
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"www-authenticate", b"Bearer"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

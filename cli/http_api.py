@@ -22,6 +22,7 @@ Guards, all here:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hmac
 import json
@@ -29,7 +30,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,10 @@ from mnemolog.cli import operations
 from mnemolog.cli.hostguard import refusal_message
 from mnemolog.cli.listen import loopback_host_header
 from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, UsageError
+from mnemolog.substrate import scope as scopes
 from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.scope import LEVELS, RateLimiter, TokenRefused, parse_token
+from mnemolog.substrate.tenants import TenantCache, TenantRoot
 
 log = logging.getLogger("mnemolog.http")
 
@@ -90,6 +94,9 @@ STATUS_BY_SLUG = {
     "lock_timeout": 503,
     "path_not_allowed": 403,
     "too_many_connections": 503,  # written by the protocol itself (slow_client_protocol)
+    "scope_refused": 403,
+    "rate_limited": 429,
+    "tenant_busy": 503,
 }
 
 
@@ -360,13 +367,73 @@ def served() -> list[Endpoint]:
     return list(ROUTES)
 
 
+def bearer(request: Request) -> str | None:
+    """The bearer token of a request, if it sent one."""
+    got = request.headers.get("authorization", "")
+    scheme, _, value = got.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+class Tenants:
+    """The homes a server holds: one tenant per request, named by its token (substrate.tenants)."""
+
+    def __init__(self, cache: TenantCache) -> None:
+        self.cache = cache
+
+    def close(self) -> None:
+        self.cache.close()
+
+
 class Api:
-    def __init__(self, sub: Substrate, settings: HttpSettings) -> None:
+    """The routes' handlers. A request runs against one home: the server's own, or (with
+    `tenants`) the tenant its token names, with the token's scope (substrate.scope) checked
+    and applied by the operation layer, as MCP and the Python API do."""
+
+    def __init__(
+        self,
+        sub: Substrate | None,
+        settings: HttpSettings,
+        tenants: Tenants | None = None,
+        limiter: RateLimiter | None = None,
+    ) -> None:
         self.sub = sub
         self.settings = settings
+        self.tenants = tenants
+        self.limiter = limiter or RateLimiter(None)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+
+    @contextlib.asynccontextmanager
+    async def target(self, request: Request) -> AsyncIterator[tuple[Substrate, scopes.Scope | None]]:
+        """The home a request runs against and its token's scope (None: the whole home)."""
+        token = bearer(request)
+        if self.tenants is None:
+            assert self.sub is not None
+            if token is None or (
+                self.settings.token is not None
+                and hmac.compare_digest(token.encode(), self.settings.token.encode())
+            ):
+                yield self.sub, None  # the check_request guard let it through: the home's own token
+                return
+            sc = await self.run(self.sub.authenticate, token)
+            self.limiter.take(sc)
+            yield self.sub, sc
+            return
+        tenant, _, _ = parse_token(token or "")
+        if tenant is None:
+            raise TokenRefused("this server holds tenants: use a token made with `token create --tenant`")
+        try:
+            entry = await self.run(self.tenants.cache.acquire, tenant)
+        except NotFound as exc:
+            # Said as a bad token: a caller without one learns nothing of which tenants exist.
+            raise TokenRefused("this token is unknown here or was revoked") from exc
+        try:
+            sc = await self.run(functools.partial(entry.value.authenticate, token, tenant=tenant))
+            self.limiter.take(sc)
+            yield entry.value, sc
+        finally:
+            self.tenants.cache.release(entry)
 
     async def operation(self, ep: Endpoint, request: Request) -> Response:
         assert ep.operation is not None
@@ -379,27 +446,35 @@ class Api:
             if name in args and args[name] != value:
                 raise UsageError(f"the body's {name} differs from the {name} in the path", field=name)
             args[name] = value
-        out = await self.run(operations.invoke, self.sub, ep.operation, args)
+        async with self.target(request) as (sub, sc):
+            out = await self.run(operations.invoke, sub, ep.operation, args, sc)
         return JSON(out, status_code=ep.status)
 
-    def _health(self) -> dict[str, Any]:
+    def _health(self, sub: Substrate, sc: scopes.Scope | None) -> dict[str, Any]:
         from mnemolog.cli.mcp_server import server_version
 
-        with self.sub.session():
-            size = self.sub.log.size
+        if sc is not None and sc.bound:
+            # The log's size and root are the home's, not the token's to see.
+            return {"version": server_version(), "scope": sc.to_json()}
+        with sub.session():
+            size = sub.log.size
             try:
-                cp, _ = self.sub.log.latest_checkpoint()
+                cp, _ = sub.log.latest_checkpoint()
                 last: dict[str, Any] | None = {"size": cp.size, "root": cp.root.hex(), "origin": cp.origin}
             except NotFound:
                 last = None
-        return {
+        out = {
             "version": server_version(),
-            "log": {"size": size, "log_id": self.sub.log.log_id.hex()},
+            "log": {"size": size, "log_id": sub.log.log_id.hex()},
             "last_checkpoint": last,
         }
+        if sc is not None:
+            out["scope"] = sc.to_json()
+        return out
 
     async def health(self, request: Request) -> Response:
-        return JSON({"ok": True, **await self.run(self._health)})
+        async with self.target(request) as (sub, sc):
+            return JSON({"ok": True, **await self.run(self._health, sub, sc)})
 
     async def verify(self, ep: Endpoint, request: Request) -> Response:
         if _media_type(request) not in ("application/x-tar", "application/octet-stream"):
@@ -409,16 +484,20 @@ class Api:
         if extra:
             raise UsageError(f"unknown query parameter(s) {sorted(extra)}", field=sorted(extra)[0])
         data = await read_body(request, self.settings.max_bundle_bytes, self.settings.body_timeout_s)
-        out = await self.run(self._verify_bundle, data, trusted)
+        async with self.target(request) as (sub, sc):
+            if sc is not None:
+                op = operations.OPERATIONS["bundle_verify"]
+                await self.run(sub.authorise, sc, op.access, {"trusted_key": trusted}, op.name)
+            out = await self.run(self._verify_bundle, sub, data, trusted)
         return JSON(out)
 
-    def _verify_bundle(self, data: bytes, trusted: str | None) -> dict[str, Any]:
+    def _verify_bundle(self, sub: Substrate, data: bytes, trusted: str | None) -> dict[str, Any]:
         fd, name = tempfile.mkstemp(prefix="mnemolog-bundle-", suffix=".tar")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             # The server's own temp file, not a path a client named: no confinement to apply.
-            out = {"ok": True, **operations.verify_bundle_file(self.sub, Path(name), trusted or None)}
+            out = {"ok": True, **operations.verify_bundle_file(sub, Path(name), trusted or None)}
             out["file"] = "(uploaded)"
             return out
         finally:
@@ -430,9 +509,11 @@ class Api:
         assert isinstance(args, operations.BundleArgs)
         if args.output is not None:
             raise UsageError("output: the HTTP API returns the bundle; it writes no file", field="output")
-        ex = await self.run(
-            operations.export_bundle, self.sub, args.memory_id, args.include_atomisation_chain
-        )
+        op = operations.OPERATIONS["bundle_export"]
+        async with self.target(request) as (sub, sc):
+            if sc is not None:
+                await self.run(sub.authorise, sc, op.access, dict(args), op.name)
+            ex = await self.run(operations.export_bundle, sub, args.memory_id, args.include_atomisation_chain)
         s = ex.summary()
         return Response(
             ex.data,
@@ -446,7 +527,9 @@ class Api:
         )
 
     async def openapi(self, request: Request) -> Response:
-        return JSON(openapi_document())
+        async with self.target(request) as (_, sc):
+            # A token's holder sees the routes its level can use, and no others.
+            return JSON(openapi_document(sc.level if sc is not None else "admin"))
 
     def handler(self, ep: Endpoint) -> Handler:
         if ep.path == "/health":
@@ -473,13 +556,19 @@ class Api:
 
     def check_request(self, request: Request) -> None:
         token = self.settings.token
-        if token is not None:
-            got = request.headers.get("authorization", "")
-            scheme, _, value = got.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
-                raise HttpError(
-                    "unauthorized", "a valid bearer token is required (Authorization: Bearer ...)"
-                )
+        got = bearer(request)
+        scoped = got is not None and got.startswith("mlt.")
+        if self.tenants is not None and not scoped:
+            # Every request to a tenant server names its tenant by its token.
+            raise HttpError(
+                "unauthorized", "a tenant's bearer token is required (Authorization: Bearer mlt....)"
+            )
+        if (
+            token is not None
+            and not scoped
+            and (got is None or not hmac.compare_digest(got.encode(), token.encode()))
+        ):
+            raise HttpError("unauthorized", "a valid bearer token is required (Authorization: Bearer ...)")
         if self.settings.loopback_only:
             host = request.headers.get("host", "")
             if not loopback_host_header(host):
@@ -504,8 +593,13 @@ class Guard:
         await self.app(scope, receive, send)
 
 
-def app(sub: Substrate, settings: HttpSettings) -> Starlette:
-    api = Api(sub, settings)
+def app(
+    sub: Substrate | None,
+    settings: HttpSettings,
+    tenants: Tenants | None = None,
+    limiter: RateLimiter | None = None,
+) -> Starlette:
+    api = Api(sub, settings, tenants, limiter)
     routes = [Route(ep.path, api.handler(ep), methods=[ep.method]) for ep in served()]
 
     async def not_found(request: Request, exc: Exception) -> Response:
@@ -545,8 +639,11 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
-def openapi_document() -> dict[str, Any]:
-    """OpenAPI 3.1 for ROUTES, from the operations' own argument and result schemas."""
+def openapi_document(level: str = "admin") -> dict[str, Any]:
+    """OpenAPI 3.1 for ROUTES, from the operations' own argument and result schemas.
+
+    `level`: only the routes a token of that level may use (a read token sees no write routes).
+    """
     from mnemolog.cli.mcp_server import server_version
 
     paths: dict[str, dict[str, Any]] = {}
@@ -561,8 +658,11 @@ def openapi_document() -> dict[str, Any]:
             (500, "storage error (exit 6)"),
         ]
     }
+    allowed = scopes.Scope(level if level in LEVELS else "read")
     for ep in served():
         op = operations.OPERATIONS.get(ep.operation) if ep.operation else None
+        if op is not None and not allowed.allows(op.access.level):
+            continue
         item: dict[str, Any] = {"summary": ep.summary, "responses": dict(errors)}
         path_params = re.findall(r"\{(\w+)\}", ep.path)
         if op is not None:
@@ -713,21 +813,55 @@ def slow_client_protocol(header_timeout: float, per_peer: int = MAX_CONNECTIONS_
 
 def serve(home: Any, host: str, port: int, settings: HttpSettings) -> None:
     """Serve until SIGINT or SIGTERM; the home is closed on the way out."""
+    from mnemolog.substrate.tenants import Lease, holder_text
+
+    # One server writes a home at a time: a second is refused here, naming the first.
+    lease = Lease(home, holder_text(f"{host}:{port}"))
+    lease.take()
+    try:
+        with Substrate.open(home, long_lived=True) as sub:
+            for t in sub.recovered:
+                log.warning("recovery: %s", t.describe())
+            _run(app(sub, settings, limiter=RateLimiter(None)), host, port, settings)
+    finally:
+        lease.release()
+
+
+def serve_tenants(
+    root: TenantRoot, host: str, port: int, settings: HttpSettings, cache: int | None = None
+) -> None:
+    """Serve every tenant of `root` until SIGINT or SIGTERM; open tenants are closed on the way out."""
+    from mnemolog.substrate.tenants import holder_text
+
+    conf = root.require().settings()
+    tenants = Tenants(
+        TenantCache(
+            root,
+            cache or conf["cache"],
+            opener=lambda h: Substrate.open(h, long_lived=True, idle_release_ms=conf["idle_release_ms"]),
+            closer=lambda sub: sub.close(),
+            holder=holder_text(f"{host}:{port}"),
+        )
+    )
+    try:
+        _run(app(None, settings, tenants, RateLimiter(conf["rate_per_minute"])), host, port, settings)
+    finally:
+        tenants.close()
+
+
+def _run(application: Starlette, host: str, port: int, settings: HttpSettings) -> None:
     from mnemolog.cli.mcp_server import serve_uvicorn
 
-    with Substrate.open(home, long_lived=True) as sub:
-        for t in sub.recovered:
-            log.warning("recovery: %s", t.describe())
-        serve_uvicorn(
-            app(sub, settings),
-            host,
-            port,
-            http=slow_client_protocol(settings.header_timeout_s, settings.max_connections_per_peer),
-            lifespan="off",
-            timeout_keep_alive=5,
-            h11_max_incomplete_event_size=64 * 1024,
-            limit_concurrency=MAX_CONNECTIONS,
-        )
+    serve_uvicorn(
+        application,
+        host,
+        port,
+        http=slow_client_protocol(settings.header_timeout_s, settings.max_connections_per_peer),
+        lifespan="off",
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=64 * 1024,
+        limit_concurrency=MAX_CONNECTIONS,
+    )
 
 
 def describe(settings: HttpSettings, host: str, port: int) -> str:
@@ -736,4 +870,14 @@ def describe(settings: HttpSettings, host: str, port: int) -> str:
     return f"mnemolog serve: http://{url_host}:{port} ({auth}; OpenAPI at /openapi.json)"
 
 
-__all__ = ["ROUTES", "HttpSettings", "app", "describe", "openapi_document", "serve", "status_for"]
+__all__ = [
+    "ROUTES",
+    "HttpSettings",
+    "Tenants",
+    "app",
+    "describe",
+    "openapi_document",
+    "serve",
+    "serve_tenants",
+    "status_for",
+]

@@ -123,6 +123,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "serve": ("http_commands:serve", "Serve the local HTTP API (loopback unless [http] token is set)."),
     "stats": ("memory_commands:stats", "Counts of memories, links, events and the index."),
+    "tenant": (
+        "tenant_commands:tenant_group",
+        "Tenants: one home each under a tenant root, served together by `serve --tenants`.",
+    ),
+    "token": (
+        "tenant_commands:token_group",
+        "Scoped tokens: made once, stored as a hash, issued and revoked as signed events.",
+    ),
     "store": ("memory_commands:store", "Store TEXT (or standard input with '-') as a memory."),
     "unlink": (
         "memory_commands:unlink",
@@ -162,7 +170,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "Context": ("context", "ingest", "persona", "vault"),
     "Audit": ("verify", "log", "export-forensic-bundle", "verify-bundle", "replay", "witness", "monitor"),
-    "Admin": ("init", "stats", "rebuild", "key", "migrate", "mcp", "serve"),
+    "Admin": ("init", "stats", "rebuild", "key", "migrate", "mcp", "serve", "tenant", "token"),
 }  # fmt: skip
 
 

@@ -57,10 +57,36 @@ no_create_option = click.option(
     default=None,
     help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (loopback addresses only).",
 )
+@click.option(
+    "--token",
+    envvar="MNEMOLOG_TOKEN",
+    default=None,
+    help="Serve as this token's holder (default $MNEMOLOG_TOKEN): every tool confined to its scope.",
+)
+@click.option(
+    "--tenant",
+    default=None,
+    help="Serve only this tenant of --tenants ROOT (stdio or HTTP).",
+)
+@click.option(
+    "--tenants",
+    "tenants_root",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="A tenant root: with --http and no --tenant, serve all its tenants, each request's token "
+    "naming its tenant.",
+)
 @no_create_option
 @json_option
 @click.pass_obj
-def mcp(ctx: Ctx, http: str | None, no_create: bool) -> None:
+def mcp(
+    ctx: Ctx,
+    http: str | None,
+    token: str | None,
+    tenant: str | None,
+    tenants_root: str | None,
+    no_create: bool,
+) -> None:
     """Serve the Model Context Protocol (stdio, or streamable HTTP on loopback).
 
     A home that does not exist yet is created (where, and its public key, are
@@ -69,11 +95,37 @@ def mcp(ctx: Ctx, http: str | None, no_create: bool) -> None:
     Example: mnemolog --home ~/.local/share/mnemolog mcp
     """
     listen = parse_listen(http, allow_remote=False, what="--http") if http is not None else None
-    home = served_home(ctx, create=not no_create, who="mnemolog mcp")
+    if tenants_root is not None and tenant is None:
+        from pathlib import Path
+
+        from mnemolog.cli.mcp_server import run_tenants
+        from mnemolog.eventlog.errors import UsageError
+        from mnemolog.substrate.tenants import TenantRoot
+
+        if listen is None:
+            raise UsageError("--tenants without --tenant serves many homes: give --http HOST:PORT")
+        root = TenantRoot(Path(tenants_root)).require()
+        ctx.info(
+            f"mnemolog mcp: serving the tenants of {root.path} at http://{listen.url_host}:{listen.port}/mcp "
+            "(tokens required)"
+        )
+        run_tenants(root, listen.host, listen.port)
+        return
+    if tenant is not None:
+        from pathlib import Path
+
+        from mnemolog.eventlog.errors import UsageError
+        from mnemolog.substrate.tenants import TenantRoot
+
+        if tenants_root is None:
+            raise UsageError("--tenant needs the tenant root: --tenants ROOT or $MNEMOLOG_TENANTS")
+        home = TenantRoot(Path(tenants_root)).require().home(tenant).require()
+    else:
+        home = served_home(ctx, create=not no_create, who="mnemolog mcp")
     from mnemolog.cli.mcp_server import run
 
     if listen is not None:
         ctx.info(f"mnemolog mcp: serving streamable HTTP at http://{listen.url_host}:{listen.port}/mcp")
-        run(home, (listen.host, listen.port))
+        run(home, (listen.host, listen.port), token=token, tenant=tenant)
     else:
-        run(home)
+        run(home, token=token, tenant=tenant)

@@ -25,6 +25,7 @@ import functools
 import json
 import logging
 import sys
+from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -36,6 +37,7 @@ from mcp.shared.exceptions import MCPError
 from mnemolog.cli import operations, views
 from mnemolog.eventlog.errors import MnemologError, NotFound
 from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.scope import RateLimiter, Scope, TokenRefused, applied, parse_token
 
 log = logging.getLogger("mnemolog.mcp")
 
@@ -101,10 +103,12 @@ def _tool(op: operations.Operation) -> types.Tool:
 TOOLS = [_tool(op) for op in operations.OPERATIONS.values()]
 
 
-def call(sub: Substrate, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-    """Run one tool; every failure becomes an error result, never an exception."""
+def call(
+    sub: Substrate, name: str, arguments: dict[str, Any] | None, scope: Scope | None = None
+) -> types.CallToolResult:
+    """Run one tool (within a token's `scope`, if any); every failure becomes an error result."""
     try:
-        out = operations.invoke(sub, name, arguments)
+        out = operations.invoke(sub, name, arguments, scope)
     except MnemologError as exc:
         err = exc.to_json()
         return types.CallToolResult(content=_text(err), structured_content=err, is_error=True)
@@ -123,7 +127,10 @@ def call(sub: Substrate, name: str, arguments: dict[str, Any] | None) -> types.C
     return types.CallToolResult(content=_text(out), structured_content=out)
 
 
-def read_resource(sub: Substrate, uri: str) -> types.ReadResourceResult:
+def read_resource(sub: Substrate, uri: str, scope: Scope | None = None) -> types.ReadResourceResult:
+    if scope is not None and scope.bound and uri == INDEX_URI:
+        # The index lists every memory of the home: not a bound token's to read.
+        raise MCPError(code=types.INVALID_PARAMS, message="the index is outside this token's scope")
     if uri == INDEX_URI:
         from mnemolog.projections.vault.render import plan_vault
         from mnemolog.substrate.vault import DEFAULT_AGENT, records
@@ -138,8 +145,12 @@ def read_resource(sub: Substrate, uri: str) -> types.ReadResourceResult:
     if uri.startswith(prefix) and len(uri) > len(prefix):
         memory_id = uri[len(prefix) :]
         try:
-            m = sub.get(memory_id)
-        except NotFound as exc:
+            if scope is not None:
+                op = operations.OPERATIONS["memory_get"]
+                sub.authorise(scope, op.access, {"id": memory_id}, "resources/read")
+            with applied(scope):
+                m = sub.get(memory_id)
+        except MnemologError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data={"uri": uri}) from exc
         text = json.dumps(views.memory_view(m, verbose=True), ensure_ascii=False, default=str)
         return types.ReadResourceResult(
@@ -148,17 +159,44 @@ def read_resource(sub: Substrate, uri: str) -> types.ReadResourceResult:
     raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {uri!r}", data={"uri": uri})
 
 
-def build_server(sub: Substrate) -> Server[Any]:
-    """An SDK server whose handlers run against `sub`."""
-    tools = {t.name: t for t in TOOLS}
+#: What a request runs against: the home and the token's scope (None: the whole home).
+Target = Callable[[Any], contextlib.AbstractContextManager[tuple[Substrate, Scope | None]]]
+
+
+def fixed(sub: Substrate, scope: Scope | None = None) -> Target:
+    """Every request against `sub`, within `scope`."""
+    return lambda ctx: contextlib.nullcontext((sub, scope))
+
+
+def _allowed(scope: Scope | None) -> list[types.Tool]:
+    return [t for t in TOOLS if scope is None or scope.allows(operations.OPERATIONS[t.name].access.level)]
+
+
+def build_server(sub: Substrate | Target, scope: Scope | None = None) -> Server[Any]:
+    """An SDK server whose handlers run against `sub`, within a token's `scope` if one is given
+    (its tools are those the token's level allows). `sub` may instead be a Target, which picks
+    the home and scope of each request (a server of many tenants: the token names them)."""
+    target: Target = fixed(sub, scope) if isinstance(sub, Substrate) else sub
+
+    def tools_of(ctx: Any) -> list[types.Tool]:
+        with target(ctx) as (_, sc):
+            return _allowed(sc)
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=list(tools.values()))
+        return types.ListToolsResult(tools=await anyio.to_thread.run_sync(tools_of, ctx))
+
+    def run_tool(ctx: Any, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+        try:
+            with target(ctx) as (home, sc):
+                return call(home, name, arguments, sc)
+        except MnemologError as exc:  # no valid token, a tenant another server holds, a rate
+            err = exc.to_json()
+            return types.CallToolResult(content=_text(err), structured_content=err, is_error=True)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name not in tools:
+        if params.name not in operations.OPERATIONS:
             raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {params.name!r}")
-        fn = functools.partial(call, sub, params.name, params.arguments)
+        fn = functools.partial(run_tool, ctx, params.name, params.arguments)
         return await anyio.to_thread.run_sync(fn)
 
     async def list_resources(
@@ -191,8 +229,15 @@ def build_server(sub: Substrate) -> Server[Any]:
             ]
         )
 
+    def read_one(ctx: Any, uri: str) -> types.ReadResourceResult:
+        try:
+            with target(ctx) as (home, sc):
+                return read_resource(home, uri, sc)
+        except MnemologError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data={"uri": uri}) from exc
+
     async def read(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        return await anyio.to_thread.run_sync(functools.partial(read_resource, sub, str(params.uri)))
+        return await anyio.to_thread.run_sync(functools.partial(read_one, ctx, str(params.uri)))
 
     async def list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         return types.ListPromptsResult(
@@ -244,15 +289,15 @@ def _report_recovery(sub: Substrate) -> None:
         print(f"mnemolog mcp: recovery: {t.describe()}", file=sys.stderr)
 
 
-async def serve_stdio(sub: Substrate) -> None:
+async def serve_stdio(sub: Substrate, scope: Scope | None = None) -> None:
     from mnemolog.cli.mcp_stdio import bounded_stdio
 
-    server = build_server(sub)
+    server = build_server(sub, scope)
     async with bounded_stdio() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def http_app(sub: Substrate, host: str) -> Any:
+def http_app(sub: Substrate | Target, host: str, scope: Scope | None = None) -> Any:
     """The streamable HTTP app (Starlette), at /mcp, answering loopback Hosts only.
 
     The SDK's own rebinding check matches Host by prefix and is off for loopback
@@ -260,10 +305,61 @@ def http_app(sub: Substrate, host: str) -> Any:
     """
     from mnemolog.cli.hostguard import LoopbackHostOnly
 
-    server = build_server(sub)
+    server = build_server(sub, scope)
     inner = server.streamable_http_app(streamable_http_path="/mcp", host=host)
     inner.add_middleware(LoopbackHostOnly)
     return inner
+
+
+def tenants_target(cache: Any, limiter: RateLimiter) -> Target:
+    """Each request against the tenant its bearer token names, within the token's scope."""
+
+    @contextlib.contextmanager
+    def target(ctx: Any) -> Iterator[tuple[Substrate, Scope | None]]:
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None)
+        got = headers.get("authorization", "") if headers is not None else ""
+        scheme, _, token = str(got).partition(" ")
+        if scheme.lower() != "bearer":
+            raise TokenRefused("a tenant's bearer token is required (Authorization: Bearer mlt....)")
+        tenant, _, _ = parse_token(token)
+        if tenant is None:
+            raise TokenRefused("this server holds tenants: use a token made with `token create --tenant`")
+        try:
+            entry = cache.acquire(tenant)
+        except NotFound as exc:  # said as a bad token: which tenants exist is nobody's business
+            raise TokenRefused("this token is unknown here or was revoked") from exc
+        try:
+            sub = entry.value
+            sc = sub.authenticate(token, tenant=tenant)
+            limiter.take(sc)
+            yield sub, sc
+        finally:
+            cache.release(entry)
+
+    return target
+
+
+def run_tenants(root: Any, host: str, port: int, cache: int | None = None) -> None:
+    """Serve every tenant of a tenant root over streamable HTTP until told to stop."""
+    from mnemolog.substrate.tenants import TenantCache, holder_text
+
+    conf = root.require().settings()
+    tenants = TenantCache(
+        root,
+        cache or conf["cache"],
+        opener=lambda h: Substrate.open(h, long_lived=True, idle_release_ms=conf["idle_release_ms"]),
+        closer=lambda s: s.close(),
+        holder=holder_text(f"{host}:{port} (mcp)"),
+    )
+    try:
+        from mnemolog.cli.hostguard import TenantTokenOnly
+
+        app = http_app(tenants_target(tenants, RateLimiter(conf["rate_per_minute"])), host)
+        app.add_middleware(TenantTokenOnly)
+        serve_uvicorn(app, host, port, lifespan="on", timeout_keep_alive=5)
+    finally:
+        tenants.close()
 
 
 class _Stop(Exception):
@@ -294,13 +390,20 @@ def serve_uvicorn(app: Any, host: str, port: int, **options: Any) -> None:
         signal.signal(signal.SIGTERM, old)
 
 
-def run(home: Any, http: tuple[str, int] | None = None) -> None:
-    """Serve until stdin closes (stdio) or the process is told to stop (HTTP)."""
+def run(
+    home: Any, http: tuple[str, int] | None = None, token: str | None = None, tenant: str | None = None
+) -> None:
+    """Serve until stdin closes (stdio) or the process is told to stop (HTTP).
+
+    With `token` (one this home issued; `tenant` when the home is a tenant's),
+    every tool call is checked against and confined to the token's scope.
+    """
     with Substrate.open(home, long_lived=True) as sub:
         _report_recovery(sub)
+        scope = sub.authenticate(token, tenant=tenant) if token is not None else None
         if http is None:
             with contextlib.suppress(KeyboardInterrupt):
-                anyio.run(serve_stdio, sub)
+                anyio.run(serve_stdio, sub, scope)
             return
         host, port = http
-        serve_uvicorn(http_app(sub, host), host, port, lifespan="on", timeout_keep_alive=5)
+        serve_uvicorn(http_app(sub, host, scope), host, port, lifespan="on", timeout_keep_alive=5)

@@ -26,6 +26,7 @@ from mnemolog.cli.client_paths import ClientPaths
 from mnemolog.eventlog.errors import StorageError, UsageError
 from mnemolog.eventlog.vocabulary.knowledge import StateCategory, Status
 from mnemolog.substrate.events import Kind, Relation
+from mnemolog.substrate.scope import Access, Scope, applied
 
 if TYPE_CHECKING:
     from mnemolog.eventlog.format.keys import VerifierKey
@@ -318,6 +319,9 @@ class Operation:
     args: type[Args]
     output: dict[str, Any]
     run: Callable[[Substrate, Any], dict[str, Any]]
+    #: What a token must allow for it to run (substrate.scope): required, so a new
+    #: operation says it, and the isolation suite covers it.
+    access: Access
     read_only: bool = False
     destructive: bool = False
     idempotent: bool = False
@@ -571,6 +575,7 @@ OPERATIONS: dict[str, Operation] = {
             StoreArgs,
             ok_schema(_MEM, ["memory"]),
             _store,
+            Access("write", namespaces=("namespace",), projects=("project",)),
         ),
         Operation(
             "memory_recall",
@@ -599,6 +604,7 @@ OPERATIONS: dict[str, Operation] = {
                 ["query", "mode", "results"],
             ),
             _recall,
+            Access("read", namespaces=("namespace",), projects=("project",)),
             read_only=True,
             idempotent=True,
         ),
@@ -617,6 +623,7 @@ OPERATIONS: dict[str, Operation] = {
                 ["query", "results"],
             ),
             _search,
+            Access("read", namespaces=("namespace",), projects=("project",)),
             read_only=True,
             idempotent=True,
         ),
@@ -627,6 +634,7 @@ OPERATIONS: dict[str, Operation] = {
             IdArgs,
             ok_schema(_MEM, ["memory"]),
             _get,
+            Access("read", ids=("id",)),
             read_only=True,
             idempotent=True,
         ),
@@ -637,6 +645,7 @@ OPERATIONS: dict[str, Operation] = {
             ListArgs,
             ok_schema({"memories": MEMORIES_SCHEMA}, ["memories"]),
             _list,
+            Access("read", namespaces=("namespace",), projects=("project",)),
             read_only=True,
             idempotent=True,
         ),
@@ -648,6 +657,7 @@ OPERATIONS: dict[str, Operation] = {
             LinkArgs,
             ok_schema({"link": {"type": "object"}}, ["link"]),
             _link,
+            Access("write", ids=("src",), read_ids=("dst",)),
         ),
         Operation(
             "memory_unlink",
@@ -657,6 +667,7 @@ OPERATIONS: dict[str, Operation] = {
             UnlinkArgs,
             ok_schema({"unlinked": {"type": "object"}}, ["unlinked"]),
             _unlink,
+            Access("write", ids=("src",), read_ids=("dst",)),
             destructive=True,
         ),
         Operation(
@@ -667,6 +678,7 @@ OPERATIONS: dict[str, Operation] = {
             UpdateArgs,
             ok_schema(_MEM, ["memory"]),
             _update,
+            Access("write", ids=("id",), namespaces=("namespace",), projects=("project",)),
             destructive=True,
         ),
         Operation(
@@ -676,6 +688,7 @@ OPERATIONS: dict[str, Operation] = {
             ArchiveArgs,
             ok_schema(_MEM, ["memory"]),
             _archive,
+            Access("write", ids=("id",)),
             destructive=True,
             idempotent=True,
         ),
@@ -686,6 +699,7 @@ OPERATIONS: dict[str, Operation] = {
             ArchiveArgs,
             ok_schema(_MEM, ["memory"]),
             _restore,
+            Access("write", ids=("id",)),
             idempotent=True,
         ),
         Operation(
@@ -705,6 +719,7 @@ OPERATIONS: dict[str, Operation] = {
                 ["source_id", "atom_ids", "atom_count"],
             ),
             _atomise,
+            Access("write", ids=("id",)),
             destructive=True,
             idempotent=True,
         ),
@@ -715,6 +730,7 @@ OPERATIONS: dict[str, Operation] = {
             NoArgs,
             ok_schema({"stats": {"type": "object"}}, ["stats"]),
             _stats,
+            Access("read"),
             read_only=True,
             idempotent=True,
         ),
@@ -734,6 +750,7 @@ OPERATIONS: dict[str, Operation] = {
                 ["memory_id", "events"],
             ),
             _history,
+            Access("read", ids=("id",), histories=("id",)),
             read_only=True,
             idempotent=True,
         ),
@@ -748,6 +765,7 @@ OPERATIONS: dict[str, Operation] = {
                 ["entries", "root", "checks"],
             ),
             _verify,
+            Access("read", tenant_wide=True),
             read_only=True,
             idempotent=True,
         ),
@@ -762,6 +780,7 @@ OPERATIONS: dict[str, Operation] = {
                 ["path", "entries"],
             ),
             _bundle_export,
+            Access("read", ids=("memory_id",), histories=("memory_id",)),
         ),
         Operation(
             "bundle_verify",
@@ -771,6 +790,7 @@ OPERATIONS: dict[str, Operation] = {
             BundleVerifyArgs,
             ok_schema({"checks": {"type": "array"}, "trust": {"type": "object"}}, ["checks", "trust"]),
             _bundle_verify,
+            Access("read", tenant_wide=True),
             read_only=True,
             idempotent=True,
         ),
@@ -782,6 +802,7 @@ OPERATIONS: dict[str, Operation] = {
             CaptureArgs,
             ok_schema({}, []),
             _capture,
+            Access("write", namespaces=("namespace",), projects=("project",)),
         ),
         Operation(
             "project_state_get",
@@ -790,6 +811,7 @@ OPERATIONS: dict[str, Operation] = {
             StateGetArgs,
             ok_schema({}, []),
             _state_get,
+            Access("read", project_data=("project",)),
             read_only=True,
             idempotent=True,
         ),
@@ -800,6 +822,7 @@ OPERATIONS: dict[str, Operation] = {
             StateSetArgs,
             ok_schema({}, []),
             _state_set,
+            Access("write", project_data=("project",)),
             destructive=True,
             idempotent=True,
         ),
@@ -810,6 +833,7 @@ OPERATIONS: dict[str, Operation] = {
             CandidatesArgs,
             ok_schema({}, []),
             _candidates,
+            Access("read", projects=("project",)),
             read_only=True,
             idempotent=True,
         ),
@@ -820,6 +844,7 @@ OPERATIONS: dict[str, Operation] = {
             PromoteArgs,
             ok_schema({}, []),
             _promote,
+            Access("write", ids=("id",), projects=("project",)),
         ),
         Operation(
             "candidate_reject",
@@ -828,6 +853,7 @@ OPERATIONS: dict[str, Operation] = {
             RejectArgs,
             ok_schema({}, []),
             _reject,
+            Access("write", ids=("id",)),
             destructive=True,
         ),
         Operation(
@@ -841,6 +867,7 @@ OPERATIONS: dict[str, Operation] = {
             ContextBuildArgs,
             ok_schema({}, []),
             _context_build,
+            Access("read", projects=("project",)),
         ),
         Operation(
             "context_show",
@@ -850,6 +877,7 @@ OPERATIONS: dict[str, Operation] = {
             ContextShowArgs,
             ok_schema({}, []),
             _context_show,
+            Access("read"),
             read_only=True,
             idempotent=True,
         ),
@@ -875,13 +903,24 @@ def parse_args(op: Operation, arguments: Mapping[str, Any] | None) -> Any:
         ) from exc
 
 
-def invoke(sub: Substrate, name: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Validate and run one operation; {"ok": true, ...} or a MnemologError."""
+def invoke(
+    sub: Substrate, name: str, arguments: Mapping[str, Any] | None, scope: Scope | None = None
+) -> dict[str, Any]:
+    """Validate and run one operation; {"ok": true, ...} or a MnemologError.
+
+    With a token's `scope`, the scope is checked first (`Substrate.authorise`:
+    a refusal is recorded and nothing runs) and applied while it runs, so
+    every read is confined to it and every write outside it refused.
+    """
     op = OPERATIONS.get(name)
     if op is None:
         raise UsageError(f"unknown operation {name!r}", field="name")
+    args = parse_args(op, arguments)
+    if scope is not None:
+        sub.authorise(scope, op.access, dict(args), op.name)
     try:
-        return {"ok": True, **op.run(sub, parse_args(op, arguments))}
+        with applied(scope):
+            return {"ok": True, **op.run(sub, args)}
     except OSError as exc:
         # As the command line does: an I/O failure nothing below caught is a storage error
         # naming its path (exit 6), never an internal error with a traceback on a server.

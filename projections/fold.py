@@ -639,6 +639,36 @@ class Fold:
             ],
         )
 
+    def token_issued(self, e: Entry, d: dict[str, Any]) -> None:
+        """token.issued: a token's hash and scope (read totally; a token id issued twice keeps the first)."""
+        tid = read_str(d.get("token_id"))
+        digest = read_str(d.get("sha256"))
+        if not tid or not digest:
+            return
+        self.conn.execute(
+            "INSERT OR IGNORE INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
+            [
+                tid,
+                digest,
+                read_str(d.get("level")) or "read",
+                read_tags(d.get("namespaces")),
+                read_tags(d.get("projects")),
+                read_int(d.get("expires_at")),
+                read_int(d.get("rate_per_minute")),
+                read_str(d.get("label")),
+                e.seq,
+                e.ts,
+            ],
+        )
+
+    def token_revoked(self, e: Entry, d: dict[str, Any]) -> None:
+        """token.revoked: the first revocation of a token stands."""
+        self.conn.execute(
+            "UPDATE tokens SET revoked_seq = ?, revoked_at = ?, reason = ? "
+            "WHERE token_id = ? AND revoked_seq IS NULL",
+            [e.seq, e.ts, read_str(d.get("reason")), read_str(d.get("token_id")) or ""],
+        )
+
     def migration(self, e: Entry, d: dict[str, Any]) -> None:
         self.buf.migrations.append((e.seq, e.type, str(d.get("run_id", "")), canonical_json(d), e.ts))
         size = read_int(d.get("snapshot_size"))
@@ -740,4 +770,6 @@ _HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {
     v.DOCUMENT_INGESTED: Fold.document_ingested,
     v.DOCUMENT_REMOVED: Fold.document_removed,
     v.CONTEXT_BUILT: Fold.context_built,
+    v.TOKEN_ISSUED: Fold.token_issued,
+    v.TOKEN_REVOKED: Fold.token_revoked,
 }

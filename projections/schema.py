@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 13  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
-# 10 dates as words, 11 model_calls.trigger, 12 chunk vectors, 13 every stored candidate queued
+SCHEMA_VERSION = 14  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
+# 10 dates as words, 11 model_calls.trigger, 12 chunk vectors, 13 every stored candidate queued, 14 tokens
 
 # The one archive guard, shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -108,6 +108,10 @@ DDL = [
         decided_seq BIGINT)""",
     """CREATE TABLE IF NOT EXISTS policies(namespace VARCHAR PRIMARY KEY, policy VARCHAR NOT NULL,
         seq BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS tokens(token_id VARCHAR PRIMARY KEY, sha256 VARCHAR NOT NULL,
+        level VARCHAR NOT NULL, namespaces VARCHAR[] NOT NULL, projects VARCHAR[] NOT NULL,
+        expires_at BIGINT, rate_per_minute BIGINT, label VARCHAR, issued_seq BIGINT NOT NULL,
+        issued_at BIGINT NOT NULL, revoked_seq BIGINT, revoked_at BIGINT, reason VARCHAR)""",
     """CREATE TABLE IF NOT EXISTS atomisations(
         seq BIGINT NOT NULL, source_id VARCHAR NOT NULL, status VARCHAR NOT NULL,
         request_seq BIGINT, detail VARCHAR NOT NULL, ts BIGINT NOT NULL)""",
@@ -171,6 +175,7 @@ TABLES = [
     "interactions",
     "candidates",
     "policies",
+    "tokens",
     "atomisations",
     "touches",
     "migrations",

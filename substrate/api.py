@@ -30,6 +30,7 @@ from mnemolog.curators.embedding.embedder import Embedder
 from mnemolog.eventlog.bundle import memview
 from mnemolog.eventlog.errors import (
     BadInput,
+    Informational,
     MnemologError,
     NotFound,
     StorageError,
@@ -38,6 +39,7 @@ from mnemolog.eventlog.errors import (
 )
 from mnemolog.eventlog.store import fsio
 from mnemolog.eventlog.store.writer import Clock, Durability, LogWriter, TornTail, system_clock
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.eventlog.vocabulary.events import MUTABLE_FIELDS
 from mnemolog.eventlog.vocabulary.knowledge import DEFAULT_STATUS, check_statuses
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
@@ -47,7 +49,7 @@ from mnemolog.projections.memory.model import MEMORY_FIELDS, Edge, Memory
 from mnemolog.projections.recall import hybrid
 from mnemolog.projections.recall import query as q
 from mnemolog.projections.recall.query import Filters
-from mnemolog.substrate import asof, governance, recall_hits, recall_policy, witnessing
+from mnemolog.substrate import asof, governance, recall_hits, recall_policy, scope, witnessing
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
 from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion
@@ -89,6 +91,9 @@ from mnemolog.substrate.knowledge import Knowledge
 from mnemolog.substrate.session import ProjectionBehind, Session
 
 __all__ = ["MAX_CONTENT_BYTES", "Edge", "Memory", "RecallReport", "Substrate"]
+
+#: At most this many entries appended since the token table was read are scanned for token events.
+TOKEN_SCAN = 256
 
 Ranker = Callable[[duckdb.DuckDBPyConnection, str, Filters, int], list[tuple[Memory, float]]]
 
@@ -140,6 +145,7 @@ class Substrate:
         curator_options: Mapping[str, Any] | None = None,
         worker: bool = True,
         embedder: Embedder | None = None,
+        idle_release_ms: int | None = None,
     ) -> None:
         self.home = home.require()
         home.check_layout()
@@ -156,7 +162,9 @@ class Substrate:
             self.log,
             upcast,
             hold=long_lived,
-            idle_release_ms=home.config.projection_idle_release_ms,
+            idle_release_ms=(
+                home.config.projection_idle_release_ms if idle_release_ms is None else idle_release_ms
+            ),
             progress=progress,
         )
         self.hooks = HookChain(home.config.hooks, hooks)
@@ -171,6 +179,10 @@ class Substrate:
         self.embedding = Embedding(self.home, self.projections.cache, embedder=embedder)
         self._asof = asof.AsOfProjections(self.home, upcast, self.projections.cache)
         self.fusion = parse_fusion(self.home.config.raw.get("recall"))
+        #: Namespaces declared shared (`[sharing]`), and the refusals of scoped tokens so far.
+        self.sharing = scope.sharing(self.home.config.raw, str(self.home.config_path))
+        self.refusals = scope.Refusals(self.home.state_dir / "refusals.jsonl")
+        self._token_rows: tuple[int, dict[tuple[str, str], dict[str, Any]]] | None = None
         if long_lived and worker:
             self.atomiser.start_worker()
             self.knowledge.start_daily()
@@ -196,11 +208,14 @@ class Substrate:
         curator_options: Mapping[str, Any] | None = None,
         worker: bool = True,
         embedder: Embedder | None = None,
+        idle_release_ms: int | None = None,
     ) -> Substrate:
         """Open a home (a path, a Home, or None for the default home).
 
         `embedder` replaces the embedder of its kind that the home would build
         (tests, benchmarks); the home's recorded choice still decides which kind.
+        `idle_release_ms` replaces the home's `[projections] idle_release_ms` (a server of
+        many tenants keeps each open tenant's projection longer).
         """
         h = home if isinstance(home, Home) else Home.resolve(home)
         return cls(
@@ -213,6 +228,7 @@ class Substrate:
             curator_options=curator_options,
             worker=worker,
             embedder=embedder,
+            idle_release_ms=idle_release_ms,
         )
 
     def close(self) -> None:
@@ -832,7 +848,9 @@ class Substrate:
         limit: int = 50,
     ) -> list[Memory]:
         """Candidates by queue (pending, needs_human, promoted, rejected), oldest first."""
-        return self.knowledge.candidates(queues=queues, project=project, limit=limit)
+        found = self.knowledge.candidates(queues=queues, project=project, limit=limit)
+        sc = scope.current()
+        return found if sc is None or not sc.bound else [m for m in found if sc.sees(m)]
 
     def promote(
         self,
@@ -876,7 +894,18 @@ class Substrate:
         """One memory with its links (NotFound, exit 2, for an unknown id)."""
         with self.session() as s:
             m = s.require(memory_id)
-            m["links"] = s.links(memory_id)
+            links = s.links(memory_id)
+            sc = scope.current()
+            if sc is not None and sc.bound:
+                # An edge to a memory outside the scope would name it: only edges within it.
+                f = self._bound(Filters(include_archived=True, statuses=()), sc)
+                ends = [e["dst"] for e in links["outgoing"]] + [e["src"] for e in links["incoming"]]
+                ok = q.allowed_ids(s.conn, ends, f)
+                links = {
+                    "outgoing": [e for e in links["outgoing"] if e["dst"] in ok],
+                    "incoming": [e for e in links["incoming"] if e["src"] in ok],
+                }
+            m["links"] = links
             return m
 
     def _filters(
@@ -895,20 +924,30 @@ class Substrate:
             check_namespace(namespace)
         for k in kinds:
             check_kind(k)
-        return Filters(
-            namespace,
-            descendants,
-            tuple(kinds),
-            tuple(check_tags(tags)),
-            include_archived,
-            statuses=check_statuses(statuses),
-            project=project,
-            domains=tuple(self.knowledge.domains(domains)),
-            # Expired memories are hidden as context packs hide them, unless asked for; a
-            # memory a `supersedes` link points at too, unless superseded ones are asked for.
-            expired_at=None if include_expired else self.clock(),
-            hide_superseded="superseded" not in statuses,
+        return self._bound(
+            Filters(
+                namespace,
+                descendants,
+                tuple(kinds),
+                tuple(check_tags(tags)),
+                include_archived,
+                statuses=check_statuses(statuses),
+                project=project,
+                domains=tuple(self.knowledge.domains(domains)),
+                # Expired memories are hidden as context packs hide them, unless asked for; a
+                # memory a `supersedes` link points at too, unless superseded ones are asked for.
+                expired_at=None if include_expired else self.clock(),
+                hide_superseded="superseded" not in statuses,
+            ),
+            scope.current(),
         )
+
+    @staticmethod
+    def _bound(f: Filters, sc: scope.Scope | None) -> Filters:
+        """The filters confined to a token's scope (substrate.scope), if one is applied."""
+        if sc is None or not sc.bound:
+            return f
+        return replace(f, within=sc.within(), projects_within=sc.projects_within())
 
     @staticmethod
     def _at(f: Filters, at: asof.AsOf | None) -> Filters:
@@ -1116,6 +1155,12 @@ class Substrate:
 
     def stats(self) -> dict[str, Any]:
         """Counts of memories, links, policies, events, the index and atomisations."""
+        sc = scope.current()
+        if sc is not None and sc.bound:
+            # A bound token learns about its own memories only: no home-wide counts.
+            with self.session() as s:
+                f = self._bound(Filters(include_archived=True, statuses=()), sc)
+                return q.scoped_stats(s.conn, f)
         with self.session() as s:
             out = q.stats(s.conn)
             out["atomisation"] = self.atomiser.counts(s)
@@ -1281,6 +1326,202 @@ class Substrate:
 
     # -- embeddings ----------------------------------------------------------------
 
+    # -- tokens and scopes ------------------------------------------------------------
+
+    def issue_token(
+        self,
+        level: str,
+        *,
+        namespaces: Sequence[str] = (),
+        projects: Sequence[str] = (),
+        expires: str | None = None,
+        rate_per_minute: int | None = None,
+        label: str | None = None,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """A new scoped token (a signed `token.issued`): the token is in the answer, and nowhere else.
+
+        `expires` is a duration (`30d`) or an ISO 8601 UTC time; `tenant` is
+        the name this home has under a tenant root (it is part of the token).
+        """
+        from mnemolog.substrate.events.tokens import TokenIssued
+
+        if level not in scope.LEVELS:
+            raise UsageError(
+                f"scope must be one of {', '.join(scope.LEVELS)}; found {level!r}", field="scope"
+            )
+        token, token_id, digest = scope.mint(tenant)
+        payload = TokenIssued(
+            token_id=token_id,
+            sha256=digest,
+            level=level,
+            namespaces=list(namespaces),
+            projects=list(projects),
+            expires_at=scope.parse_expiry(expires, self.clock()),
+            rate_per_minute=rate_per_minute,
+            label=label,
+        )
+        with self.session() as s:
+            r = s.append(payload)
+        out = {k: v for k, v in payload.to_data().items() if k != "sha256"}
+        return {"token": token, **out, "tenant": tenant, "seq": r.seq}
+
+    def revoke_token(self, token_id: str, *, reason: str | None = None) -> dict[str, Any]:
+        """Accept the token no more (a signed `token.revoked`); NotFound for an unknown id."""
+        from mnemolog.projections import tokens as tq
+        from mnemolog.substrate.events.tokens import TokenRevoked
+
+        payload = TokenRevoked(token_id=token_id, reason=reason)
+        with self.session() as s:
+            known = {t["token_id"]: t for t in tq.list_tokens(s.conn)}
+            if token_id not in known:
+                raise NotFound(f"no token with id {token_id!r}", id=token_id)
+            if known[token_id]["revoked_seq"] is not None:
+                raise Informational(
+                    f"token {token_id} was revoked already (seq {known[token_id]['revoked_seq']})",
+                    id=token_id,
+                )
+            r = s.append(payload)
+        return {"token_id": token_id, "revoked": True, "seq": r.seq}
+
+    def tokens(self) -> builtins.list[dict[str, Any]]:
+        """Every token issued here (never a token itself: its id, scope and state)."""
+        from mnemolog.projections import tokens as tq
+
+        with self.session() as s:
+            rows = tq.list_tokens(s.conn)
+        now = self.clock()
+        for t in rows:
+            t.pop("sha256", None)
+            t["state"] = (
+                "revoked"
+                if t["revoked_seq"] is not None
+                else "expired"
+                if t["expires_at"] is not None and t["expires_at"] <= now
+                else "active"
+            )
+        return rows
+
+    def authenticate(self, token: str, *, tenant: str | None = None) -> scope.Scope:
+        """The scope of a token this home issued.
+
+        TokenRefused when it is unknown, revoked, expired or another tenant's.
+        """
+        from mnemolog.projections import tokens as tq
+
+        named, token_id, digest = scope.parse_token(token)
+        if named != tenant:
+            raise scope.TokenRefused("this token belongs to another home")
+        with self.session() as s:
+            # Every request of a server asks this: the table is kept in memory, and read again
+            # only when an entry appended since (by any process) issued or revoked a token.
+            size = self.log.size
+            cached = self._token_rows
+            if cached is not None and cached[0] != size:
+                fresh = size > cached[0] and size - cached[0] <= TOKEN_SCAN
+                if fresh:
+                    types = {e.type for e in self.log.iter_entries(cached[0], size)}
+                    fresh = not types & {v.TOKEN_ISSUED, v.TOKEN_REVOKED, v.LOG_ROLLBACK_ACCEPTED}
+                cached = (size, cached[1]) if fresh else None
+            if cached is None:
+                cached = (size, {(t["token_id"], t["sha256"]): t for t in tq.list_tokens(s.conn)})
+            self._token_rows = cached
+        row = cached[1].get((token_id, digest))
+        if row is None or row["revoked_seq"] is not None:
+            raise scope.TokenRefused("this token is unknown here or was revoked")
+        if row["expires_at"] is not None and row["expires_at"] <= self.clock():
+            raise scope.TokenRefused(f"token {token_id} has expired")
+        namespaces = tuple(row["namespaces"])
+        return scope.Scope(
+            level=row["level"] if row["level"] in scope.LEVELS else "read",
+            namespaces=namespaces,
+            shared=scope.shared_with(self.sharing, namespaces),
+            projects=tuple(row["projects"]),
+            token_id=token_id,
+            tenant=tenant,
+            rate_per_minute=row["rate_per_minute"],
+        )
+
+    def authorise(
+        self, sc: scope.Scope, access: scope.Access, arguments: Mapping[str, Any], operation: str
+    ) -> None:
+        """The one scope check, before an operation runs: ScopeRefused (recorded) or nothing."""
+        try:
+            self._authorise(sc, access, arguments, operation)
+        except scope.ScopeRefused as exc:
+            self.refusals.record(sc, operation, exc)
+            raise
+
+    def _authorise(
+        self, sc: scope.Scope, access: scope.Access, arguments: Mapping[str, Any], operation: str
+    ) -> None:
+        refuse = scope.ScopeRefused
+        if not sc.allows(access.level):
+            raise refuse(
+                f"{operation} needs a {access.level} token; this one is {sc.level}",
+                operation=operation,
+                needs=access.level,
+            )
+        if not sc.bound:
+            return
+        if access.tenant_wide:
+            raise refuse(
+                f"{operation} answers about the whole home; this token is bound to {sc.describe()}",
+                operation=operation,
+            )
+        writing = access.level != "read"
+        for name in access.namespaces:
+            ns = arguments.get(name)
+            if not isinstance(ns, str):
+                continue
+            ok = (
+                sc.writes_namespace(ns)
+                if writing
+                else sc.reads_namespace(ns)
+                or any(r.startswith(ns.rstrip("/") + "/") for r in sc.within() or ())
+            )
+            if not ok:
+                raise refuse(f"namespace {ns!r} is outside this token's scope", field=name)
+        for name in access.projects:
+            p = arguments.get(name)
+            if isinstance(p, str) and p and sc.projects and p not in sc.projects:
+                raise refuse(f"project {p!r} is outside this token's scope", field=name)
+        for name in access.project_data:
+            p = arguments.get(name)
+            if isinstance(p, str) and p not in sc.projects:
+                raise refuse(
+                    f"project {p!r}: its state belongs to the home; this token is not bound to it",
+                    field=name,
+                )
+        checks = [(n, writing) for n in access.ids] + [(n, False) for n in access.read_ids]
+        if not checks and not access.histories:
+            return
+        with self.session() as s:
+            for name, write in checks:
+                mid = arguments.get(name)
+                m = s.get(mid) if isinstance(mid, str) else None
+                if m is None:
+                    continue  # the operation itself says it is not found
+                if not (sc.writes(m) if write else sc.sees(m)):
+                    raise refuse(f"memory {mid} is outside this token's scope", field=name)
+            for name in access.histories:
+                mid = arguments.get(name)
+                if not isinstance(mid, str):
+                    continue
+                # A history is its entries: an edge or an atomisation names the other memories.
+                around = q.touched_with(s.conn, mid)
+                inside = q.allowed_ids(
+                    s.conn, around, self._bound(Filters(include_archived=True, statuses=()), sc)
+                )
+                if set(around) - inside:
+                    raise refuse(
+                        f"memory {mid}: its history names memories outside this token's scope", field=name
+                    )
+
+    def with_token(self, token: str, *, tenant: str | None = None) -> scope.Scoped:
+        """This home as a token's holder sees it: every call checked and confined (substrate.scope)."""
+        return scope.Scoped(self, self.authenticate(token, tenant=tenant))
+
     def set_embedder(self, kind: str, model: str | None = None) -> dict[str, Any]:
         """Record `kind` (and `model`) as the home's embedder; vectors follow (see `embed_pending`).
 
@@ -1346,6 +1587,20 @@ class Substrate:
 
     def show_context(self, pack_id: str) -> dict[str, Any]:
         """A recorded pack re-rendered from the log alone, its hash and quoted texts verified."""
+        sc = scope.current()
+        if sc is not None and sc.bound:
+            # A pack quotes memories, state and chunks: a bound token sees it only when it
+            # could have seen every memory in it and owns every project it quotes.
+            members = ctx.pack_members(self, pack_id)
+            with self.session() as s:
+                f = self._bound(Filters(include_archived=True, statuses=()), sc)
+                ids = [*members.get("memory", [])]
+                outside = set(ids) - q.allowed_ids(s.conn, ids, f)
+            if outside or ((members.get("state") or members.get("chunk")) and not sc.projects):
+                raise scope.ScopeRefused(
+                    f"context pack {pack_id} quotes what lies outside this token's scope",
+                    pack_id=pack_id,
+                )
         return ctx.show_context(self, self.log, pack_id)
 
     def context_why(self, member_id: str, *, limit: int = 50) -> builtins.list[dict[str, Any]]:

@@ -46,8 +46,8 @@ from mnemolog.projections.knowledge import queries as kq
 from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import Memory
 from mnemolog.projections.recall.hybrid import Fusion
-from mnemolog.projections.recall.query import Filters
-from mnemolog.substrate import recall_policy
+from mnemolog.projections.recall.query import Filters, allowed_ids
+from mnemolog.substrate import recall_policy, scope
 from mnemolog.substrate.documents import (
     DEFAULT_GLOBS,
     DEFAULT_MAX_FILE_BYTES,
@@ -388,6 +388,11 @@ def build_context(
             query_vector=plan.query_vector if plan.mode == "hybrid" else None,
             fusion=fusion or Fusion(),
         )
+        sc = scope.current()
+        if sc is not None and sc.bound:
+            c = _confined(s.conn, c, sc)
+        if sc is not None and not sc.allows("write"):
+            record = False  # a read token reads: its packs are not signed into the log
         pack = assemble(
             query,
             proj,
@@ -414,6 +419,19 @@ def build_context(
         )
         r = s.append(payload)
         return {"pack_id": payload.pack_id, "seq": r.seq, **out}
+
+
+def _confined(conn: Any, c: sources.Candidates, sc: scope.Scope) -> sources.Candidates:
+    """What a bound token may see of a pack's candidates: its memories; state and chunks only of
+    the projects it is bound to (they belong to the home, not to a namespace)."""
+    f = Filters(include_archived=True, statuses=(), within=sc.within(), projects_within=sc.projects_within())
+    ok = allowed_ids(conn, [m.id for m in c.memories], f)
+    owned = set(sc.projects)
+    return sources.Candidates(
+        state=[r for r in c.state if r.project in owned],
+        memories=[m for m in c.memories if m.id in ok],
+        chunks=[k for k in c.chunks if k.project in owned],
+    )
 
 
 def _state_then(conn: Any, log: Log, entry_id: str, seq: int) -> str | None:

@@ -31,7 +31,7 @@ from mnemolog.projections.memory import heads as heads_q
 from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import Edge, Links, Memory
 from mnemolog.projections.recall import query as q
-from mnemolog.substrate import governance
+from mnemolog.substrate import governance, scope
 from mnemolog.substrate.events import CURRENT_TV, LinkCreated, MemoryStored, Payload
 from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.governance import ResolvedPolicy
@@ -222,7 +222,14 @@ class Session:
     # -- governed writes -----------------------------------------------------------------
 
     def check_write(self, policy: ResolvedPolicy, namespace: str, atom_index: int | None = None) -> None:
-        """GovernanceRefused (exit 5) when the namespace's policy accepts no writes."""
+        """GovernanceRefused (exit 5) when the namespace's policy accepts no writes, and
+        ScopeRefused (exit 5) when a token's scope is applied that may not write there."""
+        sc = scope.current()
+        if sc is not None and (not sc.allows("write") or not sc.writes_namespace(namespace)):
+            raise scope.ScopeRefused(
+                f"namespace {namespace!r} is outside this token's scope ({sc.describe()})",
+                namespace=namespace,
+            )
         if policy["write"] == "none":
             where = f" (atom {atom_index})" if atom_index is not None else ""
             raise GovernanceRefused(

@@ -71,6 +71,8 @@ __all__ = [
     "STATE_INVALIDATED",
     "STATE_SET",
     "STATUSES",
+    "TOKEN_ISSUED",
+    "TOKEN_REVOKED",
     "TOUCHES",
     "TOUCH_PREV",
     "TRANSITIONS",
@@ -425,6 +427,11 @@ TOUCH_PREV: Final = "touch_prev"
 FIRST_TOUCH: Final = -1
 HEADS_COMMITTED: Final = "heads.committed"
 NO_TOUCHES.add(HEADS_COMMITTED)
+
+# Team use: scoped tokens. Only a token's hash is ever written; the token itself never is.
+TOKEN_ISSUED: Final = "token.issued"
+TOKEN_REVOKED: Final = "token.revoked"
+NO_TOUCHES |= {TOKEN_ISSUED, TOKEN_REVOKED}
 
 # The touching types written before back-chains existed -> the first tv that carries
 # TOUCH_PREV. A type added to TOUCHES later carries it from its tv 1.

@@ -75,6 +75,10 @@ class Filters:
     expired_at: int | None = None
     # Leave out the memory a `supersedes` link points at, as context packs do.
     hide_superseded: bool = False
+    # A token's scope (substrate.scope): only memories in these namespaces (and below), and of
+    # these projects or of none. None: no such bound. An empty tuple selects nothing.
+    within: tuple[str, ...] | None = None
+    projects_within: tuple[str, ...] | None = None
 
     def lapsed(self) -> tuple[str, list[Any]]:
         """SQL selecting the docs (as `doc`) left out as expired or superseded by a link ('' if none).
@@ -109,6 +113,8 @@ class Filters:
             and self.statuses == ("active",)
             and self.project is None
             and not self.domains
+            and self.within is None
+            and self.projects_within is None
         )
 
     def sql(self, alias: str = "m") -> tuple[str, list[Any]]:
@@ -123,6 +129,15 @@ class Filters:
             else:
                 clauses.append(f"{alias}.namespace = ?")
                 args.append(self.namespace)
+        if self.within is not None:
+            ors = [f"{alias}.namespace = ? OR starts_with({alias}.namespace, ?)" for _ in self.within]
+            clauses.append(f"({' OR '.join(ors) or 'FALSE'})")
+            for ns in self.within:
+                args += [ns, ns.rstrip("/") + "/"]
+        if self.projects_within is not None:
+            marks = ", ".join("?" * (len(self.projects_within) + 1))
+            clauses.append(f"{alias}.project IN ({marks})")
+            args += ["", *self.projects_within]
         if self.kinds:
             clauses.append(f"{alias}.kind IN ({', '.join('?' * len(self.kinds))})")
             args += list(self.kinds)
@@ -622,3 +637,44 @@ def stats(conn: duckdb.DuckDBPyConnection) -> dict[str, Any]:
             "postings_delta": one("SELECT count(*) FROM postings_delta"),
         },
     }
+
+
+def scoped_stats(conn: duckdb.DuckDBPyConnection, filters: Filters) -> dict[str, Any]:
+    """`stats` for a token's scope: counts over the memories the filters allow, nothing home-wide."""
+    where, args = filters.sql("m")
+
+    def rows(sql: str) -> list[tuple[Any, ...]]:
+        return conn.execute(sql.format(where=where), args).fetchall()
+
+    total = rows("SELECT count(*) FROM memories m WHERE {where}")[0][0]
+    return {
+        "memories": total,
+        "visible": rows(f"SELECT count(*) FROM memories m WHERE {{where}} AND {visible('m')}")[0][0],
+        "statuses": dict(
+            rows("SELECT status, count(*) FROM memories m WHERE {where} GROUP BY status ORDER BY 1")
+        ),
+        "namespaces": rows("SELECT count(DISTINCT namespace) FROM memories m WHERE {where}")[0][0],
+        "kinds": dict(rows("SELECT kind, count(*) FROM memories m WHERE {where} GROUP BY kind ORDER BY 1")),
+        "scoped": True,
+    }
+
+
+def allowed_ids(conn: duckdb.DuckDBPyConnection, ids: list[str], filters: Filters) -> set[str]:
+    """Which of `ids` are memories the filters allow."""
+    if not ids:
+        return set()
+    where, args = filters.sql("m")
+    found = conn.execute(
+        f"SELECT m.id FROM memories m WHERE m.id IN (SELECT unnest(?::VARCHAR[])) AND {where}", [ids, *args]
+    ).fetchall()
+    return {str(r[0]) for r in found}
+
+
+def touched_with(conn: duckdb.DuckDBPyConnection, memory_id: str) -> list[str]:
+    """Every memory an entry touching `memory_id` also touches (itself included)."""
+    rows = conn.execute(
+        "SELECT DISTINCT t2.memory_id FROM touches t1 JOIN touches t2 ON t2.seq = t1.seq "
+        "WHERE t1.memory_id = ?",
+        [memory_id],
+    ).fetchall()
+    return [str(r[0]) for r in rows]

@@ -1,0 +1,107 @@
+"""`mnemolog tenant ...`, `mnemolog token ...`, and `mnemolog mcp --token` as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from click.testing import CliRunner
+from mcp import Client, StdioServerParameters
+
+from mnemolog.cli.main import cli
+
+
+def run(*args: str, env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess[bytes]:
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("MNEMOLOG_")}
+    r = CliRunner().invoke(cli, ["--json", *args], env={**unset, **(env or {})})
+    return subprocess.CompletedProcess(args, r.exit_code, r.stdout_bytes, r.stderr_bytes)
+
+
+def ok(*args: str, env: dict[str, str | None] | None = None) -> dict[str, Any]:
+    p = run(*args, env=env)
+    assert p.returncode == 0, p.stderr.decode() + p.stdout.decode()
+    out: dict[str, Any] = json.loads(p.stdout)
+    return out
+
+
+def test_tenants_and_their_tokens(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    added = ok("tenant", "add", "acme", "--tenants", root)
+    assert added["tenant"] == "acme" and added["vkey"]
+    ok("tenant", "add", "globex", env={"MNEMOLOG_TENANTS": root})
+    assert [t["tenant"] for t in ok("tenant", "list", "--tenants", root)["tenants"]] == ["acme", "globex"]
+    made = ok(
+        "token", "create", "--tenants", root, "--tenant", "acme", "--scope", "write",
+        "--namespace", "agents/a", "--project", "p1", "--expires", "30d", "--rate", "60", "--label", "bot",
+    )  # fmt: skip
+    assert made["token"].startswith("mlt.acme.") and made["namespaces"] == ["agents/a"]
+    listed = ok("token", "list", "--tenants", root, "--tenant", "acme")["tokens"]
+    assert [t["token_id"] for t in listed] == [made["token_id"]]
+    assert made["token"] not in json.dumps(listed) and listed[0]["state"] == "active"
+    # Only the hash is on disk, in the tenant's log.
+    logs = b"".join(p.read_bytes() for p in (tmp_path / "root" / "tenants" / "acme" / "log").rglob("*.seg"))
+    assert made["token"].rsplit(".", 1)[1].encode() not in logs
+    assert ok("token", "revoke", made["token_id"], "--tenants", root, "--tenant", "acme")["revoked"] is True
+    again = run("token", "revoke", made["token_id"], "--tenants", root, "--tenant", "acme")
+    assert again.returncode == 1
+    assert ok("tenant", "remove", "globex", "--tenants", root)["tenant"] == "globex"
+    assert [t["tenant"] for t in ok("tenant", "list", "--tenants", root)["tenants"]] == ["acme"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("tenant", "add", "../x"), 64),
+        (("tenant", "add", "Acme"), 64),
+        (("tenant", "list"), 2),  # the root does not exist yet
+        (("token", "create", "--tenant", "nosuch", "--scope", "read"), 6),
+        (("token", "create", "--tenant", "acme", "--scope", "owner"), 64),
+        (("token", "create", "--tenant", "acme", "--scope", "read", "--expires", "soon"), 64),
+        (("token", "create", "--tenant", "acme", "--scope", "read", "--namespace", "a//b"), 65),
+        (("tenant", "remove", "nosuch"), 2),
+    ],
+)
+def test_refusals_exit_with_their_code(tmp_path: Path, args: tuple[str, ...], code: int) -> None:
+    root = str(tmp_path / "root")
+    if args[0] == "token" or args[:2] == ("tenant", "remove"):
+        ok("tenant", "add", "acme", "--tenants", root)
+    p = run(*args, "--tenants", root)
+    assert p.returncode == code, p.stdout.decode() + p.stderr.decode()
+
+
+def test_token_commands_on_a_home_served_alone(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    ok("--home", home, "init")
+    made = ok("--home", home, "token", "create", "--scope", "read")
+    assert made["token"].startswith("mlt._.")
+    assert run("token", "create", "--tenant", "acme", "--scope", "read").returncode == 64  # no root given
+
+
+def test_mcp_with_a_token_serves_its_scope(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ok("--home", str(home), "init")
+    ok("--home", str(home), "store", "BSECRET of agent b", "--namespace", "agents/b")
+    token = ok("--home", str(home), "token", "create", "--scope", "write", "--namespace", "agents/a")["token"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
+    env["MNEMOLOG_TOKEN"] = token
+    import sys
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mnemolog.cli.main", "--home", str(home), "mcp"], env=env
+    )
+
+    async def main() -> None:
+        async with Client(params, read_timeout_seconds=120) as c:
+            stored = await c.call_tool("memory_store", {"content": "mine", "namespace": "agents/a"})
+            assert not stored.is_error
+            refused = await c.call_tool("memory_store", {"content": "x", "namespace": "agents/b"})
+            assert refused.is_error and refused.structured_content["error"] == "scope_refused"  # type: ignore[index]
+            found = await c.call_tool("memory_recall", {"query": "BSECRET mine agent"})
+            assert "BSECRET" not in json.dumps(found.structured_content["results"])  # type: ignore[index]
+
+    anyio.run(main)
