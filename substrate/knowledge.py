@@ -28,9 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, resolve_llm
 from mnemolog.curators.extract import Extraction, ExtractionFailure, InteractionText
-from mnemolog.curators.extract_config import make_extractor
 from mnemolog.curators.triage import Neighbour, TriageFailure, TriageItem, TriageVerdict, decide
-from mnemolog.curators.triage_config import make_triager
 from mnemolog.eventlog.errors import Informational, MnemologError, NotFound, UsageError
 from mnemolog.eventlog.vocabulary_knowledge import (
     check_category,
@@ -442,6 +440,10 @@ class Knowledge:
             raise UsageError("give interaction ids or --pending (one of them)")
         retries = self._retries(max_retries)
         name = extractor or self.settings.extractor
+        # Imported here: the rule-based curators compile their patterns on import, and every
+        # command line process builds a Substrate, though few of them extract.
+        from mnemolog.curators.extract_config import make_extractor
+
         ex = make_extractor(
             name, self.llm() if name == "ollama" else None, domains=self.settings.domains, **self.options
         )
@@ -607,6 +609,8 @@ class Knowledge:
             raise UsageError("give candidate ids or --pending (one of them)")
         retries = self._retries(max_retries)
         name = triager or self.settings.triager
+        from mnemolog.curators.triage_config import make_triager  # see `extract`
+
         tr = make_triager(
             name, self.llm() if name == "ollama" else None, domains=self.settings.domains, **self.options
         )
