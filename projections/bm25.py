@@ -171,7 +171,7 @@ class MemoryIndex:
     packed: dict[str, TermPostings]
     # Docs re-tokenised since packing: their packed postings are ignored, these replace them.
     changed: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
-    # Memory rows recall has fetched, by doc; a memory touched since is dropped from here.
+    # Memory rows recall has fetched, by doc, as they are at `position` (cleared when it moves).
     rows: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     # Docs the default filters leave out (recall._left_out), by which of them.
     left_out: dict[str, I64] = field(default_factory=dict)
@@ -232,8 +232,9 @@ class MemoryIndex:
         self, position: Position, redone: dict[int, list[tuple[str, int, int]]], ids: dict[int, str]
     ) -> None:
         self.ids.update(ids)
-        for doc in redone:
-            self.rows.pop(doc, None)
+        # Every cached row goes, not only the touched ones: some events rewrite rows without
+        # touching them (registering a project re-canonicalises the `project` of old rows).
+        self.rows.clear()
         self.left_out = {}
         self.neighbours = None
         for doc, rows in redone.items():

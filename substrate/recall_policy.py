@@ -50,6 +50,8 @@ def check_mode(mode: str | None) -> hybrid.Mode | None:
 def plan(sessions: Sessions, embedding: Embedding, query: str, mode: str | None = None) -> Plan:
     """The mode for `query` (see the module docstring), with its vector when it needs one."""
     requested = check_mode(mode)
+    if requested == "bm25":
+        return Plan("bm25", requested)  # nothing to decide: no session, no vector tables read
     with sessions.session() as s:
         rec = vectors.recorded(s.conn)
         meta = vectors.read_meta(s.conn)

@@ -149,3 +149,13 @@ def test_rankings_packs_and_projections_equal_the_recorded_outputs(tmp_path: Pat
                 assert got[part].get(key) == expected[part][key], f"{part}: {key}"
         else:
             assert got[part] == expected[part], part
+
+
+def test_a_recalled_row_follows_an_event_that_rewrites_it_without_touching_it(tmp_path: Path) -> None:
+    """Registering a project re-canonicalises old rows' `project`; a cached row must not hide that."""
+    with open_sub(new_home(tmp_path / "h"), long_lived=True) as s:
+        s.store("the payment pool ran dry at checkout", project="Shop")
+        for _ in range(5):  # enough recalls for the connection's BM25 copy and its row cache
+            assert [r["project"] for r in s.recall("payment pool", mode="bm25")] == ["Shop"]
+        s.register_project("shop")
+        assert [r["project"] for r in s.recall("payment pool", mode="bm25")] == ["shop"]
