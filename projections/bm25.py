@@ -270,6 +270,14 @@ def known_position(conn: duckdb.DuckDBPyConnection) -> Position | None:
     return _positions.get(id(conn))
 
 
+def current_copy(conn: duckdb.DuckDBPyConnection) -> MemoryIndex | None:
+    """This connection's copy if it is at the position the engine noted (never builds one)."""
+    position = _positions.get(id(conn))
+    with _lock:
+        copy = _copies.get(id(conn))
+    return copy if copy is not None and position is not None and copy.position == position else None
+
+
 def _load(conn: duckdb.DuckDBPyConnection, position: Position) -> MemoryIndex | None:
     row = conn.execute("SELECT main_rows + delta_rows FROM proj_state").fetchone()
     if row is None or int(row[0]) > MAX_COPY_POSTINGS:

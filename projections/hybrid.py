@@ -271,9 +271,10 @@ def _rank(
             for i, x in enumerate(lexical, start=1)
         ], copy
     if mode == "vector":
+        # No BM25 side to hand over its copy: a copy already at this position still has the rows.
         return [
             Ranked(d, 1.0 - dist, vector_rank=i, distance=dist) for i, (d, dist) in enumerate(near, start=1)
-        ], copy
+        ], bm25.current_copy(conn)
     lex = {x.doc: x.score / SCORE_SCALE for x in lexical}
     nbr = {x.doc: x for x in lexical}
     dist = dict(near)

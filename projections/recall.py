@@ -318,12 +318,23 @@ def rank_bm25(
     return _filtered(conn, ranked, limit, lambda docs: _allowed(conn, docs, filters))
 
 
+DAY_US = 86_400_000_000
+
+
 def _excluded(conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, filters: Filters) -> bm25.I64:
     """The docs the default filters leave out, and those expired or superseded by a link."""
     exclude = _left_out(conn, copy, filters.include_archived)
     lapsed, largs = filters.lapsed()
     if lapsed:
-        more = np.asarray(conn.execute(lapsed, largs).fetchnumpy()["doc"], dtype=np.int64)
+        # Every expiry is a UTC midnight, so within one UTC day the expired set is the same:
+        # the copy keeps it for the day (and for its position, like the rest of `left_out`).
+        day = None if filters.expired_at is None else filters.expired_at // DAY_US
+        key = f"lapsed:{day}:{filters.hide_superseded}"
+        more = copy.left_out.get(key) if copy is not None else None
+        if more is None:
+            more = np.asarray(conn.execute(lapsed, largs).fetchnumpy()["doc"], dtype=np.int64)
+            if copy is not None:
+                copy.left_out[key] = more
         exclude = np.union1d(exclude, more)
     return exclude
 

@@ -159,3 +159,15 @@ def test_a_recalled_row_follows_an_event_that_rewrites_it_without_touching_it(tm
             assert [r["project"] for r in s.recall("payment pool", mode="bm25")] == ["Shop"]
         s.register_project("shop")
         assert [r["project"] for r in s.recall("payment pool", mode="bm25")] == ["shop"]
+
+
+def test_a_memory_expires_at_midnight_though_the_recall_copy_is_warm(tmp_path: Path) -> None:
+    """The expired set is kept per UTC day: a recall after midnight leaves the memory out."""
+    clock = FakeClock(1_700_006_400_000_000 - 50_000)  # 50 ms before 2023-11-15T00:00Z
+    with open_sub(new_home(tmp_path / "h"), long_lived=True, clock=clock) as s:
+        m = s.store("pump seal spec", metadata={"vault": {"expires_at": "2023-11-14"}})
+        clock.now -= 40_000  # still 2023-11-14 for the recalls below
+        for _ in range(5):  # the copy is built and its excluded sets cached
+            assert [r["id"] for r in s.recall("pump seal", mode="bm25")] == [m["id"]]
+        clock.now = 1_700_006_400_000_000  # midnight: the day of expires_at has ended
+        assert s.recall("pump seal", mode="bm25") == []
