@@ -310,7 +310,7 @@ def rank_bm25(
     postings = copy.postings(terms) if copy is not None else bm25.fetch_postings(conn, terms)
     n_docs, total_len = parsed.position[2], parsed.position[3]
     if filters.only_guard:
-        exclude = _excluded(conn, copy, filters)
+        exclude = excluded(conn, copy, filters)
         return bm25.score(
             postings, n_docs, total_len, limit=limit, require_all=require_all, exclude=exclude, k1=k1, b=b
         )
@@ -321,7 +321,7 @@ def rank_bm25(
 DAY_US = 86_400_000_000
 
 
-def _excluded(conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, filters: Filters) -> bm25.I64:
+def excluded(conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, filters: Filters) -> bm25.I64:
     """The docs the default filters leave out, and those expired or superseded by a link."""
     exclude = _left_out(conn, copy, filters.include_archived)
     lapsed, largs = filters.lapsed()
@@ -431,7 +431,7 @@ def rank_lexical(
     n_docs, total_len = parsed.position[2], parsed.position[3]
     pool = max(limit * 4, NEIGHBOUR_POOL)
     if filters.only_guard:
-        exclude = _excluded(conn, copy, filters)
+        exclude = excluded(conn, copy, filters)
         full = bm25.score(postings, n_docs, total_len, limit=None, exclude=exclude, k1=k1, b=b)
         base = full[:pool]
 

@@ -58,9 +58,9 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemolog.eventlog.errors import BadInput
-from mnemolog.projections import vecmatrix
+from mnemolog.projections import bm25, vecmatrix
 from mnemolog.projections.embed_cache import EmbedCache
-from mnemolog.projections.recall import Filters, restriction
+from mnemolog.projections.recall import Filters, excluded, restriction
 from mnemolog.projections.schema import CHUNK_SHIFT
 
 if TYPE_CHECKING:
@@ -667,7 +667,18 @@ def search(
     if not use_index:
         m = vecmatrix.for_search(conn, _matrix_key(meta), meta.dim)
         if m is not None:
-            return m.search(np.asarray(query, dtype=np.float32), limit, _allowed(conn, restrict, rargs))
+            allowed = _allowed(conn, restrict, rargs)
+            copy = bm25.current_copy(conn) if filters.only_guard else None
+            if copy is not None:
+                # The docs the default filters leave out, as BM25 keeps them for this position:
+                # the same anti-joins as the restriction, without a statement.
+                out = excluded(conn, copy, filters)
+
+                def allowed(docs: list[int]) -> set[int]:
+                    keep = ~np.isin(np.asarray(docs, dtype=np.int64), out)
+                    return {d for d, k in zip(docs, keep.tolist(), strict=True) if k}
+
+            return m.search(np.asarray(query, dtype=np.float32), limit, allowed)
     lit = vector_literal(query)
     qv = f"?::VARCHAR::FLOAT[{meta.dim}]"
     if use_index:

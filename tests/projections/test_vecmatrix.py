@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mnemolog.projections import vecmatrix
+from mnemolog.projections import bm25, vecmatrix
 from mnemolog.projections import vectors as vx
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate.api import Substrate
@@ -18,7 +18,15 @@ from tests.projections.kit import new_home, open_sub
 from tests.support.fake_embedder import FakeEmbedder, fake_vec
 
 TEXTS = [f"memory {i} about {w}" for i, w in enumerate(["pools", "queues", "locks", "caches"] * 15)]
-FILTERS = [Filters(), Filters(include_archived=True), Filters(namespace="a"), Filters(kinds=("decision",))]
+NOW = 1_800_000_000_000_000  # µs, 2027: after the expired memory's day
+FILTERS = [
+    Filters(),
+    Filters(include_archived=True),
+    Filters(namespace="a"),
+    Filters(kinds=("decision",)),
+    Filters(expired_at=NOW),
+    Filters(expired_at=NOW, include_archived=True, hide_superseded=True),
+]
 
 
 def scan(conn: object, q: np.ndarray, f: Filters, limit: int, meta: vx.Meta) -> list[tuple[int, float]]:
@@ -42,6 +50,10 @@ def sub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
         ]
         s.store(TEXTS[0])  # a duplicate vector: an exact tie, broken by the newest doc
         s.archive(ids[1])
+        s.store(TEXTS[2], metadata={"vault": {"expires_at": "2020-01-31"}})  # expired at NOW
+        s.link(ids[3], ids[4], "supersedes")
+        for _ in range(5):  # a BM25 copy at this position: its excluded sets filter the matrix
+            s.recall("memory about pools", mode="bm25")
         yield s
 
 
@@ -65,6 +77,7 @@ def test_matrix_search_equals_the_sql_scan(
         vecmatrix._uses[id(conn)] = vecmatrix.BUILD_AFTER
         m = vecmatrix.for_search(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows), meta.dim)
         assert m is not None
+        assert bm25.current_copy(conn) is not None  # the default filters take the copy's sets
         assert vx.search(conn, q, f, limit, meta=meta) == want
         docs = [d for d, _ in want] + [10**9]
         assert vx.distances(conn, q, docs, meta=meta) == dict(want)
