@@ -397,7 +397,7 @@ def recall_sizes(work: Path, corpus: Corpus, sizes: tuple[int, ...], nq: int) ->
 
 
 def ingest_vs_fts5(work: Path, corpus: Corpus, n: int, chunk: int = 2000) -> tuple[Home, dict[str, Any]]:
-    """`import` of n memories (signed log, group commit, projections, WordLlama vectors) beside FTS5.
+    """`import` of n memories (signed log, group commit, projections, default embedder) beside FTS5.
 
     Interleaved, so both see the same machine: the memories are cut into
     files of `chunk` lines; each is imported (one call, one batch) right after
@@ -434,6 +434,7 @@ def ingest_vs_fts5(work: Path, corpus: Corpus, n: int, chunk: int = 2000) -> tup
             report = s.import_jsonl(src, progress=False, batch=chunk)
             ours_s += time.perf_counter() - t0
             embedded += report["embedded"]
+        embedder = s.embedding_status()["configured"]
     t0 = time.perf_counter()
     db.execute("INSERT INTO f(f) VALUES ('optimize')")
     db.commit()
@@ -447,8 +448,10 @@ def ingest_vs_fts5(work: Path, corpus: Corpus, n: int, chunk: int = 2000) -> tup
         "fts5_per_s": round(n / fts_s, 1),
         "rate_ratio": round(fts_s / ours_s, 4),
         "embedded": embedded,
+        "embedder": embedder,
+        "load_avg_after": os.getloadavg(),
         "what": "mnemolog import in files of 2,000 lines, each right after FTS5 took the same rows "
-        "(parse and check every line, WordLlama embedding into the cache, signed entries with one "
+        "(parse and check every line, the default embedder into the cache, signed entries with one "
         "group commit per file, fold with the bulk tokenizer, vectors), in a long-lived Substrate; "
         "FTS5: one executemany per chunk in a transaction, optimize at the end",
     }
@@ -479,7 +482,8 @@ def hybrid_vs_bm25(home: Home, queries: list[str]) -> dict[str, Any]:
         "p50_ratio": round(h["p50_ms"] / b["p50_ms"], 3),
         "vectors": st["vectors"],
         "hnsw": st["vectors"] >= 20_000,
-        "hybrid_measures": "Substrate.recall(mode=hybrid): the query embedded (WordLlama), BM25 top 50, "
+        "hybrid_measures": "Substrate.recall(mode=hybrid): the query embedded (default embedder), "
+        "BM25 top 50, "
         "vector top 50 (exact scan below 20,000 vectors, HNSW above), exact cosines, fusion, rows",
     }
 
