@@ -173,6 +173,9 @@ class MemoryIndex:
     changed: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
     # Memory rows recall has fetched, by doc, as they are at `position` (cleared when it moves).
     rows: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    # Row fetches at this position, and whether `rows` holds every memory (recall._rows).
+    fetches: int = 0
+    all_rows: bool = False
     # Docs the default filters leave out (recall._left_out), by which of them.
     left_out: dict[str, I64] = field(default_factory=dict)
     # Every memory's id by doc, so its row is fetched by primary key in one statement.
@@ -235,6 +238,8 @@ class MemoryIndex:
         # Every cached row goes, not only the touched ones: some events rewrite rows without
         # touching them (registering a project re-canonicalises the `project` of old rows).
         self.rows.clear()
+        self.fetches = 0
+        self.all_rows = False
         self.left_out = {}
         self.neighbours = None
         for doc, rows in redone.items():

@@ -468,6 +468,8 @@ def rank_lexical(
 
 
 MAX_CACHED_ROWS = 20_000
+#: Row fetches at one position after which the copy loads every row (up to MAX_CACHED_ROWS).
+PRELOAD_AFTER = 8
 
 
 def _rows(
@@ -479,12 +481,21 @@ def _rows(
     stored_seqs (the table is in their order) and give the ids, then the primary
     key fetches the rows. A scan for the whole rows would decompress every
     column around each match, three times slower at 100k memories. A copy of
-    the index keeps the rows it has seen (until their memory is touched).
+    the index keeps the rows it has seen at its position, and after
+    PRELOAD_AFTER fetches at one position (a home being read, not written)
+    every row, when there are at most MAX_CACHED_ROWS.
     """
     if not docs:
         return {}
     raw: dict[int, tuple[Any, ...]] = {}
     if copy is not None:
+        copy.fetches += 1
+        if not copy.all_rows and copy.fetches >= PRELOAD_AFTER and copy.n_docs <= MAX_CACHED_ROWS:
+            # A position that keeps being read (no store in between): one scan for every row
+            # costs what a few dozen fetches by key do, and leaves none to fetch.
+            every = conn.execute(f"SELECT m.stored_seq, {MEMORY_SELECT} FROM memories m").fetchall()
+            copy.rows = {int(r[0]): tuple(r[1:]) for r in every}
+            copy.all_rows = True
         raw = {d: copy.rows[d] for d in docs if d in copy.rows}
     want = [d for d in docs if d not in raw]
     if want:
@@ -504,6 +515,7 @@ def _rows(
             if copy is not None:
                 if len(copy.rows) > MAX_CACHED_ROWS:
                     copy.rows.clear()
+                    copy.all_rows = False
                 copy.rows.update((int(r[0]), tuple(r[1:])) for r in fetched)
     return {d: row_to_memory(r) for d, r in raw.items()}
 
