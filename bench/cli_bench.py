@@ -49,6 +49,10 @@ def log(msg: str) -> None:
     print(f"cli_bench: {msg}", file=sys.stderr, flush=True)
 
 
+def min_max_ms(xs: list[float]) -> list[float]:
+    return [round(min(xs) * 1e3, 1), round(max(xs) * 1e3, 1)]
+
+
 def mnemolog_argv() -> list[str]:
     exe = Path(sys.executable).with_name("mnemolog")
     if exe.exists():
@@ -151,8 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         rss: dict[str, list[float]] = {k: [] for k in cases}
         for cmd in cases.values():  # warm the page cache once; not measured
             spawner.run(cmd, env)
+        names = list(cases)
         for r in range(args.rounds):
-            for name, cmd in cases.items():
+            # The first case rotates round by round, so none always runs on the coldest machine.
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                cmd = cases[name]
                 w, c, mib = spawner.run(cmd, env)
                 walls[name].append(w)
                 cpus[name].append(c)
@@ -172,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
             "memories": args.memories,
             "rounds": args.rounds,
             "median_wall_ms": {k: round(v * 1e3, 1) for k, v in wall.items()},
+            "wall_min_max_ms": {k: min_max_ms(v) for k, v in walls.items()},
+            "cpu_min_max_ms": {k: min_max_ms(v) for k, v in cpus.items()},
+            "load_avg_after": os.getloadavg(),
             "median_cpu_ms": {k: round(v * 1e3, 1) for k, v in cpu.items()},
             "median_peak_rss_mib": {k: round(statistics.median(v), 1) for k, v in rss.items()},
             "wall_ratios": ratios(wall),

@@ -2,14 +2,17 @@
 
 A real `mnemolog serve` on 127.0.0.1 and a real client (httpx). The bound
 of every HTTP request is the Substrate call it makes: a store or a recall
-done in this process on a home of its own, alternating with the HTTP one so
-both see the same machine. Reported: p50/p99 of each side and the overhead
+done in this process on a home of its own, alternating with the HTTP one (the
+side that goes first alternating too) so both see the same machine. Both
+homes hold `--memories` memories (10,000 by default) before the first timed
+call, and both are warmed (caught up, one recall) first: an empty home
+measures nothing but the request's framing. Reported: p50/p99 of each side and the overhead
 HTTP adds; then the load test (4 concurrent clients x 500 stores, every
 write acknowledged exactly once, checked against the log), its p50/p99 and
 throughput beside the in-process store rate (one log, so stores serialise
 on its sync whatever the number of clients).
 
-`python -m bench.http_bench [--requests N] [--clients C] [--per-client M]`;
+`python -m bench.http_bench [--memories K] [--requests N] [--clients C] [--per-client M]`;
 prints one JSON object.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -82,34 +86,58 @@ def text(i: int) -> str:
     return f"Memory {i}: the checkout workers timed out when the connection pool of service {i % 37} ran dry."
 
 
+def prefill(home: Path, n: int) -> None:
+    """n memories of the recall bench's corpus, appended and caught up, so the home is of the stated size."""
+    from bench.recall_bench import Corpus, fill
+    from mnemolog.substrate.home import Home
+
+    fill(Home(home), Corpus(), n)
+    with Substrate.open(home, long_lived=False, worker=False) as s:
+        s.stats()
+
+
 def side_by_side(url: str, local: Substrate, n: int) -> dict[str, Any]:
     http_store: list[float] = []
     local_store: list[float] = []
     http_recall: list[float] = []
     local_recall: list[float] = []
     with httpx.Client(base_url=url, timeout=120) as c:
-        for i in range(n):
+        c.post("/recall", json={"query": "warm", "limit": 5})
+        local.recall("warm", limit=5)
+
+        def h_store(i: int) -> None:
             t0 = time.perf_counter()
             r = c.post("/memory", json={"content": text(i)})
             http_store.append(time.perf_counter() - t0)
             assert r.status_code == 201, r.text
+
+        def l_store(i: int) -> None:
             t0 = time.perf_counter()
             local.store(text(i))
             local_store.append(time.perf_counter() - t0)
-        for i in range(n):
-            q = f"why did service {i % 37} time out"
+
+        def h_recall(i: int) -> None:
             t0 = time.perf_counter()
-            r = c.post("/recall", json={"query": q, "limit": 5})
+            r = c.post("/recall", json={"query": f"why did service {i % 37} time out", "limit": 5})
             http_recall.append(time.perf_counter() - t0)
             assert r.status_code == 200, r.text
+
+        def l_recall(i: int) -> None:
             t0 = time.perf_counter()
-            local.recall(q, limit=5)
+            local.recall(f"why did service {i % 37} time out", limit=5)
             local_recall.append(time.perf_counter() - t0)
+
+        for i in range(n):
+            for f in (h_store, l_store) if i % 2 == 0 else (l_store, h_store):
+                f(i)
+        for i in range(n):
+            for f in (h_recall, l_recall) if i % 2 == 0 else (l_recall, h_recall):
+                f(i)
 
     def pair(h: list[float], loc: list[float]) -> dict[str, Any]:
         return {
-            "http": ms(h),
-            "in_process": ms(loc),
+            "http": {**ms(h), "min_ms": round(min(h) * 1e3, 2), "max_ms": round(max(h) * 1e3, 2)},
+            "in_process": {**ms(loc), "min_ms": round(min(loc) * 1e3, 2), "max_ms": round(max(loc) * 1e3, 2)},
             "overhead_p50_ms": round((pct(h, 50) - pct(loc, 50)) * 1e3, 2),
             "ratio_p50": round(pct(h, 50) / pct(loc, 50), 2),
         }
@@ -160,6 +188,7 @@ def load(url: str, home: Path, clients: int, per_client: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--memories", type=int, default=10_000, help="memories in each home before timing")
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--per-client", type=int, default=500)
@@ -169,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         served, local_home, load_home = work / "served", work / "local", work / "load"
         for h in (served, local_home, load_home):
             init_home(h, key_name="bench")
+        for h in (served, local_home):
+            log(f"{args.memories} memories into {h.name}")
+            prefill(h, args.memories)
         proc, url = start(served)
         try:
             log(f"{args.requests} stores and recalls, HTTP beside in-process")
@@ -195,7 +227,13 @@ def main(argv: list[str] | None = None) -> int:
             stored == sorted(ids) and len(set(ids)) == len(ids) == args.clients * args.per_client
         )
         ld["in_process_stores_per_s"] = round(local_rate, 1)
-        out = {**pairs, "load": ld, "ok": bool(ld["exactly_once"] and ld["failures"] == 0)}
+        out = {
+            "memories": args.memories,
+            "load_avg": os.getloadavg(),
+            **pairs,
+            "load": ld,
+            "ok": bool(ld["exactly_once"] and ld["failures"] == 0),
+        }
         print(json.dumps(out))
         return 0
     finally:

@@ -297,6 +297,8 @@ def rows_of(log_dir: Path) -> Iterator[dict[str, Any]]:
     """The decoded memory rows the fold would produce (for the bound)."""
     with Log(log_dir) as lg:
         for e in lg.iter_entries(1):
+            if e.type != "memory.stored":
+                continue  # a home holds other events (keys, checkpoints, links); the fold skips them too
             d = upcast(e.type, e.tv, e.data)
             yield {
                 "id": d["id"],
@@ -395,12 +397,12 @@ def recall_sizes(work: Path, corpus: Corpus, sizes: tuple[int, ...], nq: int) ->
 
 
 def ingest_vs_fts5(work: Path, corpus: Corpus, n: int, chunk: int = 2000) -> tuple[Home, dict[str, Any]]:
-    """`import` of n memories (signed log, group commit, projections, WordLlama vectors) beside FTS5.
+    """`import` of n memories (signed log, group commit, projections, default embedder) beside FTS5.
 
     Interleaved, so both see the same machine: the memories are cut into
     files of `chunk` lines; each is imported (one call, one batch) right after
-    FTS5 took the same titles and contents (one INSERT each, in one
-    transaction). FTS5's `optimize` at the end is counted on its side.
+    FTS5 took the same titles and contents (one `executemany` in one
+    transaction, its ordinary bulk usage). FTS5's `optimize` at the end is counted on its side.
     Returns the home too.
     """
     root = work / f"ingest{n}"
@@ -425,14 +427,14 @@ def ingest_vs_fts5(work: Path, corpus: Corpus, n: int, chunk: int = 2000) -> tup
                     f.write("\n")
             rows = [corpus.doc(i) for i in ids]
             t0 = time.perf_counter()
-            for title, content in rows:
-                db.execute("INSERT INTO f(title, content) VALUES (?, ?)", [title, content])
+            db.executemany("INSERT INTO f(title, content) VALUES (?, ?)", rows)
             db.commit()
             fts_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             report = s.import_jsonl(src, progress=False, batch=chunk)
             ours_s += time.perf_counter() - t0
             embedded += report["embedded"]
+        embedder = s.embedding_status()["configured"]
     t0 = time.perf_counter()
     db.execute("INSERT INTO f(f) VALUES ('optimize')")
     db.commit()
@@ -446,10 +448,12 @@ def ingest_vs_fts5(work: Path, corpus: Corpus, n: int, chunk: int = 2000) -> tup
         "fts5_per_s": round(n / fts_s, 1),
         "rate_ratio": round(fts_s / ours_s, 4),
         "embedded": embedded,
+        "embedder": embedder,
+        "load_avg_after": os.getloadavg(),
         "what": "mnemolog import in files of 2,000 lines, each right after FTS5 took the same rows "
-        "(parse and check every line, WordLlama embedding into the cache, signed entries with one "
+        "(parse and check every line, the default embedder into the cache, signed entries with one "
         "group commit per file, fold with the bulk tokenizer, vectors), in a long-lived Substrate; "
-        "FTS5: one INSERT per memory, a transaction per chunk, optimize at the end",
+        "FTS5: one executemany per chunk in a transaction, optimize at the end",
     }
 
 
@@ -478,8 +482,120 @@ def hybrid_vs_bm25(home: Home, queries: list[str]) -> dict[str, Any]:
         "p50_ratio": round(h["p50_ms"] / b["p50_ms"], 3),
         "vectors": st["vectors"],
         "hnsw": st["vectors"] >= 20_000,
-        "hybrid_measures": "Substrate.recall(mode=hybrid): the query embedded (WordLlama), BM25 top 50, "
+        "hybrid_measures": "Substrate.recall(mode=hybrid): the query embedded (default embedder), "
+        "BM25 top 50, "
         "vector top 50 (exact scan below 20,000 vectors, HNSW above), exact cosines, fusion, rows",
+    }
+
+
+# -- every mode beside its bound, one home with vectors, interleaved ------------------------------
+
+
+def spread(xs: list[float]) -> dict[str, float]:
+    """Median with min and max (ms): on a shared machine a figure is a range, not one number."""
+    return {
+        "p50_ms": round(statistics.median(xs) * 1e3, 3),
+        "min_ms": round(min(xs) * 1e3, 3),
+        "max_ms": round(max(xs) * 1e3, 3),
+        "p99_ms": round(pct(xs, 99) * 1e3, 3),
+        "n": len(xs),
+    }
+
+
+def modes_vs_bounds(work: Path, corpus: Corpus, n: int, nq: int) -> dict[str, Any]:
+    """BM25 beside FTS5, vector beside a numpy brute-force cosine, hybrid beside BM25, on one home.
+
+    The home holds n memories with WordLlama vectors. Each query runs once
+    untimed (its embedding is then cached, as the recall policy caches a
+    process's recent queries; numpy gets the same vector for free), then one
+    timed round of every side, the order of the sides rotating query by
+    query so that none always runs first. Ratios are of the medians.
+    """
+    import numpy as np
+
+    root = work / f"modes{n}"
+    home, prep = make_home(root, corpus, n)
+    os.environ.pop("MNEMOLOG_EMBED", None)
+    t0 = time.perf_counter()
+    with Substrate.open(home, long_lived=False, worker=False) as s:
+        s.set_embedder("wordllama")
+        s.embed_pending(progress=False)
+    prep["embed_s"] = round(time.perf_counter() - t0, 2)
+    fts_path = work / f"modes{n}.sqlite"
+    prep["fts5_build_s"] = round(fts5_build(fts_path, home), 2)
+    words_conn = duckdb.connect()
+    load_fts(words_conn)
+    install_macros(words_conn)
+    db = sqlite3.connect(fts_path)
+    fts_sql = (
+        "SELECT rowid, title, content, bm25(f, 2.0, 1.0) AS s FROM f WHERE f MATCH ? ORDER BY s LIMIT 10"
+    )
+    times: dict[str, list[float]] = {k: [] for k in ("bm25", "fts5", "vector", "numpy", "hybrid")}
+    same_top10: list[bool] = []
+    with Substrate.open(home, long_lived=True, worker=False) as s:
+        with s.projections.session() as conn:
+            tbl = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").to_arrow_table()
+        docs = tbl.column("doc").to_numpy()
+        mat = tbl.column("vec").combine_chunks().flatten().to_numpy().reshape(len(docs), -1)
+        norms = np.linalg.norm(mat, axis=1)
+        rec = None
+        with s.projections.session() as conn:
+            from mnemolog.projections.embedding import vectors as vx
+
+            rec = vx.recorded(conn)
+        assert rec is not None
+        queries = corpus.queries(nq)
+        for q in queries[:5]:
+            for m in ("bm25", "vector", "hybrid"):
+                s.recall(q, mode=m)
+        for i, q in enumerate(queries):
+            row = words_conn.execute("SELECT ml_words(?)", [q]).fetchone()
+            match = fts5_match(list(row[0]) if row and row[0] else [])
+            if not match:
+                continue
+            s.recall(q, mode="vector")  # embeds the query once, untimed
+            qv = np.asarray(s.embedding.query_vector(rec, q), dtype=np.float32)
+            got: dict[str, Any] = {}
+            names = ["bm25", "fts5", "vector", "numpy", "hybrid"]
+            k = i % len(names)
+            for name in names[k:] + names[:k]:
+                t0 = time.perf_counter()
+                if name == "fts5":
+                    db.execute(fts_sql, [match]).fetchall()
+                elif name == "numpy":
+                    d = 1.0 - (mat @ qv) / (norms * np.linalg.norm(qv))
+                    top = np.argpartition(d, 10)[:10]
+                    got["numpy"] = [int(docs[j]) for j in top[np.argsort(d[top])]]
+                else:
+                    got[name] = [r["stored_seq"] for r in s.recall(q, limit=10, mode=name)]
+                times[name].append(time.perf_counter() - t0)
+            same_top10.append(set(got["vector"]) == set(got["numpy"]))
+        st = s.embedding_status()
+    db.close()
+    words_conn.close()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    shutil.rmtree(root, ignore_errors=True)
+    return {
+        "memories": n,
+        "vectors": st["vectors"],
+        "hnsw": st["vectors"] >= 20_000,
+        "prepare": prep,
+        **{k: spread(v) for k, v in times.items()},
+        "ratios_of_medians": {
+            "bm25_vs_fts5": round(med["bm25"] / med["fts5"], 3),
+            "vector_vs_numpy": round(med["vector"] / med["numpy"], 3),
+            "hybrid_vs_bm25": round(med["hybrid"] / med["bm25"], 3),
+        },
+        "vector_top10_equals_numpy_share": round(sum(same_top10) / max(len(same_top10), 1), 3),
+        "load_avg_after": os.getloadavg(),
+        "met": {
+            "bm25 p50 <= 1.5 x FTS5": med["bm25"] <= 1.5 * med["fts5"],
+            "vector p50 <= 2 x numpy": med["vector"] <= 2 * med["numpy"],
+            "hybrid p50 <= 1.5 x bm25": med["hybrid"] <= 1.5 * med["bm25"],
+        },
+        "measures": "Substrate.recall(limit=10) in a long-lived Substrate (session, catch-up check, "
+        "ranking, rows); FTS5: bm25() top 10 with rows; numpy: cosine of the query vector against the "
+        "float32 matrix of the same vectors and its top 10 (no rows, no filters)",
     }
 
 
@@ -500,6 +616,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="N",
         help="only: import N memories beside FTS5, then hybrid beside BM25 recall on them",
+    )
+    ap.add_argument(
+        "--modes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="only: bm25 beside FTS5, vector beside numpy, hybrid beside bm25 on a home of N memories",
     )
     ap.add_argument("--child-rebuild", help=argparse.SUPPRESS)
     ap.add_argument("--child-bound", nargs=2, help=argparse.SUPPRESS)
@@ -528,6 +651,15 @@ def main(argv: list[str] | None = None) -> int:
         },
         "targets": TARGETS,
     }
+    if args.modes:
+        try:
+            log(f"every mode beside its bound at {args.modes} memories")
+            out["modes"] = modes_vs_bounds(work, corpus, args.modes, nq)
+        finally:
+            if not args.keep and not args.dir:
+                shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps(out))
+        return 0
     if args.ingest:
         try:
             log(f"import of {args.ingest} memories beside FTS5")

@@ -136,12 +136,41 @@ class Connection:
     Everything else is the underlying connection's own method.
     """
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "_in_txn", "_text", "_undo_text")
 
-    def __init__(self, conn: duckdb.DuckDBPyConnection) -> None:
+    def __init__(
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        text: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
+    ) -> None:
         self._conn = conn
+        # Set up the tokenizer (fts's stem, the ml_ macros) before the first statement that
+        # names them: a process that only reads rows (`mnemolog get`) never pays for it.
+        self._text = text
+        self._in_txn = False
+        # The macros are catalog entries: set up inside a transaction that is then rolled
+        # back, they vanish with it, so the set-up is owed again after that ROLLBACK.
+        self._undo_text: Callable[[duckdb.DuckDBPyConnection], None] | None = None
 
     def execute(self, query: str, parameters: object = None) -> duckdb.DuckDBPyConnection:
+        head = query.lstrip()[:8].upper()
+        if head.startswith("BEGIN"):
+            self._in_txn = True
+        elif head.startswith(("COMMIT", "END")):
+            self._in_txn, self._undo_text = False, None
+        elif head.startswith("ROLLBACK"):
+            self._in_txn = False
+            if self._undo_text is not None:
+                self._text, self._undo_text = self._undo_text, None
+        if self._text is not None and ("ml_" in query or "stem(" in query):
+            text, self._text = self._text, None
+            try:
+                text(cast(duckdb.DuckDBPyConnection, self))
+            except BaseException:
+                self._text = text  # the next statement that needs it tries again
+                raise
+            if self._in_txn:
+                self._undo_text = text
         if parameters is None:
             return self._conn.execute(query)
         if isinstance(parameters, list | tuple):
@@ -202,10 +231,12 @@ class ProjectionStore:
     """The projection database of one directory, opened under the projection lock.
 
     A store keeps one in-memory DuckDB instance for its lifetime (the fts
-    extension and the tokenizer macros are loaded into it once: loading fts
-    alone costs about 25 ms) and attaches the database file to it for a
-    session, detaching it to let go. `on_connect` runs once per instance,
-    `on_attach` after each attach.
+    extension and the tokenizer macros are loaded into it once, before the
+    first statement that names `stem` or an `ml_` object: loading fts alone
+    costs about 25 ms, the macros as much again, and a process that only
+    reads rows needs neither) and attaches the database file to it for a
+    session, detaching it to let go. `on_connect` runs with fts, once per
+    instance; `on_attach` after each attach.
     """
 
     def __init__(
@@ -340,13 +371,18 @@ class ProjectionStore:
             }
             if self.threads:
                 config["threads"] = self.threads
+            on_connect = self.on_connect
+
+            def text(conn: duckdb.DuckDBPyConnection) -> None:
+                load_fts(conn)
+                if on_connect is not None:
+                    on_connect(conn)
+
             # The wrapper is what every caller holds; it types as a connection.
-            base = cast(duckdb.DuckDBPyConnection, Connection(duckdb.connect(":memory:", config=config)))
+            raw = duckdb.connect(":memory:", config=config)
+            base = cast(duckdb.DuckDBPyConnection, Connection(raw, text))
             try:
-                load_fts(base)
                 load_vss(base)
-                if self.on_connect is not None:
-                    self.on_connect(base)
             except BaseException:
                 base.close()
                 raise

@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemolog.curators.config import HOST_ENV, MODEL_ENV, LlmConfig, resolve_llm
-from mnemolog.curators.knowledge.choice import make_extractor, make_triager
 from mnemolog.curators.knowledge.extract import Extraction, InteractionText
 from mnemolog.curators.knowledge.triage import Neighbour, TriageItem, TriageVerdict, decide
 from mnemolog.curators.outcome import ModelFailure
@@ -442,6 +441,10 @@ class Knowledge:
             raise UsageError("give interaction ids or --pending (one of them)")
         retries = self._retries(max_retries)
         name = extractor or self.settings.extractor
+        # Imported here: the rule-based curators compile their patterns on import, and every
+        # command line process builds a Substrate, though few of them extract.
+        from mnemolog.curators.knowledge.choice import make_extractor
+
         ex = make_extractor(
             name, self.llm() if name == "ollama" else None, domains=self.settings.domains, **self.options
         )
@@ -607,6 +610,8 @@ class Knowledge:
             raise UsageError("give candidate ids or --pending (one of them)")
         retries = self._retries(max_retries)
         name = triager or self.settings.triager
+        from mnemolog.curators.knowledge.choice import make_triager  # see `extract`
+
         tr = make_triager(
             name, self.llm() if name == "ollama" else None, domains=self.settings.domains, **self.options
         )

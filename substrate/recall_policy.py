@@ -51,6 +51,8 @@ def check_mode(mode: str | None) -> hybrid.Mode | None:
 def plan(sessions: Sessions, embedding: Embedding, query: str, mode: str | None = None) -> Plan:
     """The mode for `query` (see the module docstring), with its vector when it needs one."""
     requested = check_mode(mode)
+    if requested == "bm25":
+        return Plan("bm25", requested)  # nothing to decide: no session, no vector tables read
     with sessions.session() as s:
         rec = vectors.recorded(s.conn)
         meta = vectors.read_meta(s.conn)
@@ -85,11 +87,12 @@ def rank(
     `min_score` is a floor on the score in every mode. `in_scope` keeps every memory the
     filters select, ranked (a pack's own project: in scope whatever the question).
     """
-    meta = vectors.read_meta(s.conn)
+    # BM25 alone never reads the vector tables: their metadata is a statement per recall.
+    meta = vectors.read_meta(s.conn) if p.mode != "bm25" else None
     if p.mode != "bm25" and meta is None:
         p = replace(p, mode="bm25", fallback=p.fallback or "the home has no vectors yet")
     use_index = meta is not None and p.mode != "bm25" and vectors.maintain_index(s.conn, meta)
-    ranked = hybrid.rank(
+    ranked, copy = hybrid.rank_with_copy(
         s.conn,
         query,
         p.query_vector if p.mode != "bm25" else None,
@@ -102,7 +105,7 @@ def rank(
         min_score=min_score,
         in_scope=in_scope,
     )
-    return p, hybrid.with_memories(s.conn, ranked)
+    return p, hybrid.with_memories(s.conn, ranked, copy)
 
 
 def prefix_vectors(conn: duckdb.DuckDBPyConnection, p: Plan) -> Plan:

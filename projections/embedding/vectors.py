@@ -49,7 +49,7 @@ approximate (HNSW), below it exact.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -58,8 +58,10 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemolog.eventlog.errors import BadInput
+from mnemolog.projections import vecmatrix
 from mnemolog.projections.embedding.cache import EmbedCache
-from mnemolog.projections.recall.query import Filters, restriction
+from mnemolog.projections.recall import bm25
+from mnemolog.projections.recall.query import Filters, excluded, restriction
 from mnemolog.projections.schema import CHUNK_SHIFT
 
 if TYPE_CHECKING:
@@ -224,6 +226,7 @@ def distrust_index(conn: duckdb.DuckDBPyConnection) -> None:
     """The next search on this connection checks the HNSW index before using it."""
     _unchecked.add(id(conn))
     _has_index.pop(id(conn), None)
+    vecmatrix.forget(conn)
 
 
 def read_meta(conn: duckdb.DuckDBPyConnection) -> Meta | None:
@@ -240,6 +243,7 @@ def drop(conn: duckdb.DuckDBPyConnection) -> None:
     for t in TABLES:
         conn.execute(f"DROP TABLE IF EXISTS {t}")
     _has_index[id(conn)] = False  # the index went with its table
+    vecmatrix.forget(conn)
 
 
 def configure(conn: duckdb.DuckDBPyConnection, model_id: str, dim: int) -> Meta:
@@ -461,6 +465,7 @@ def _insert(
             "vec": _arrow_vectors(vecs),
         }
     )
+    vecmatrix.forget(conn)
     conn.register("ml_vec_new", tbl)
     try:
         conn.execute(f"INSERT INTO {table} SELECT doc, sha, vec::FLOAT[{dim}] FROM ml_vec_new ORDER BY doc")
@@ -469,6 +474,7 @@ def _insert(
 
 
 def _save(conn: duckdb.DuckDBPyConnection, synced: int) -> None:
+    vecmatrix.forget(conn)
     conn.execute("UPDATE vector_meta SET synced_seq = ?, rows = (SELECT count(*) FROM vectors)", [synced])
 
 
@@ -602,12 +608,39 @@ def maintain_index(conn: duckdb.DuckDBPyConnection, meta: Meta, *, min_rows: int
 # -- search --------------------------------------------------------------------------------------
 
 
+def _matrix_key(meta: Meta) -> tuple[object, ...]:
+    return (meta.model_id, meta.dim, meta.synced_seq, meta.rows)
+
+
+def _allowed(
+    conn: duckdb.DuckDBPyConnection, restrict: str, rargs: list[Any]
+) -> Callable[[list[int]], set[int]]:
+    """Which of some docs the filters keep: the scan's own restriction, applied to those docs only."""
+
+    def allowed(docs: list[int]) -> set[int]:
+        if not docs:
+            return set()
+        rows = conn.execute(
+            f"SELECT l.doc FROM (SELECT unnest(?::BIGINT[]) AS doc) l {restrict}", [docs, *rargs]
+        ).fetchall()
+        return {int(r[0]) for r in rows}
+
+    return allowed
+
+
 def distances(
     conn: duckdb.DuckDBPyConnection, query: np.ndarray, docs: list[int], *, meta: Meta
 ) -> dict[int, float]:
     """The exact cosine distance of these memories' vectors to `query` (those that have one)."""
     if not docs or meta.rows == 0:
         return {}
+    m = vecmatrix.current(conn, _matrix_key(meta))
+    if m is not None:
+        want = np.asarray(docs, dtype=np.int64)
+        at = np.minimum(np.searchsorted(m.docs, want), len(m.docs) - 1)
+        have = at[m.docs[at] == want]
+        got = m.exact(have, np.asarray(query, dtype=np.float32))
+        return {int(m.docs[r]): float(x) for r, x in zip(have, got, strict=True)}
     rows = conn.execute(
         f"SELECT doc, array_cosine_distance(vec, ?::VARCHAR::FLOAT[{meta.dim}]) FROM vectors "
         "WHERE doc IN (SELECT unnest(?::BIGINT[]))",
@@ -631,9 +664,24 @@ def search(
     """
     if meta.rows == 0:
         return []
+    restrict, rargs = restriction(filters)
+    if not use_index:
+        m = vecmatrix.for_search(conn, _matrix_key(meta), meta.dim)
+        if m is not None:
+            allowed = _allowed(conn, restrict, rargs)
+            copy = bm25.current_copy(conn) if filters.only_guard else None
+            if copy is not None:
+                # The docs the default filters leave out, as BM25 keeps them for this position:
+                # the same anti-joins as the restriction, without a statement.
+                out = excluded(conn, copy, filters)
+
+                def allowed(docs: list[int]) -> set[int]:
+                    keep = ~np.isin(np.asarray(docs, dtype=np.int64), out)
+                    return {d for d, k in zip(docs, keep.tolist(), strict=True) if k}
+
+            return m.search(np.asarray(query, dtype=np.float32), limit, allowed)
     lit = vector_literal(query)
     qv = f"?::VARCHAR::FLOAT[{meta.dim}]"
-    restrict, rargs = restriction(filters)
     if use_index:
         n = max(limit * HNSW_OVERFETCH, 64)
         while True:

@@ -171,8 +171,11 @@ class MemoryIndex:
     packed: dict[str, TermPostings]
     # Docs re-tokenised since packing: their packed postings are ignored, these replace them.
     changed: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
-    # Memory rows recall has fetched, by doc; a memory touched since is dropped from here.
+    # Memory rows recall has fetched, by doc, as they are at `position` (cleared when it moves).
     rows: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    # Row fetches at this position, and whether `rows` holds every memory (recall._rows).
+    fetches: int = 0
+    all_rows: bool = False
     # Docs the default filters leave out (recall._left_out), by which of them.
     left_out: dict[str, I64] = field(default_factory=dict)
     # Every memory's id by doc, so its row is fetched by primary key in one statement.
@@ -232,8 +235,11 @@ class MemoryIndex:
         self, position: Position, redone: dict[int, list[tuple[str, int, int]]], ids: dict[int, str]
     ) -> None:
         self.ids.update(ids)
-        for doc in redone:
-            self.rows.pop(doc, None)
+        # Every cached row goes, not only the touched ones: some events rewrite rows without
+        # touching them (registering a project re-canonicalises the `project` of old rows).
+        self.rows.clear()
+        self.fetches = 0
+        self.all_rows = False
         self.left_out = {}
         self.neighbours = None
         for doc, rows in redone.items():
@@ -267,6 +273,14 @@ def note_position(conn: duckdb.DuckDBPyConnection, position: Position | None) ->
 
 def known_position(conn: duckdb.DuckDBPyConnection) -> Position | None:
     return _positions.get(id(conn))
+
+
+def current_copy(conn: duckdb.DuckDBPyConnection) -> MemoryIndex | None:
+    """This connection's copy if it is at the position the engine noted (never builds one)."""
+    position = _positions.get(id(conn))
+    with _lock:
+        copy = _copies.get(id(conn))
+    return copy if copy is not None and position is not None and copy.position == position else None
 
 
 def _load(conn: duckdb.DuckDBPyConnection, position: Position) -> MemoryIndex | None:

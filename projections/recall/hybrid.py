@@ -175,12 +175,45 @@ def rank(
     the filters select is wanted whatever its relevance, ranked (a context
     pack's own project), so neither floor applies.
     """
-    ranked = _rank(
+    return rank_with_copy(
+        conn,
+        query,
+        query_vector,
+        filters,
+        limit,
+        mode=mode,
+        fusion=fusion,
+        meta=meta,
+        use_index=use_index,
+        min_score=min_score,
+        in_scope=in_scope,
+    )[0]
+
+
+def rank_with_copy(
+    conn: duckdb.DuckDBPyConnection,
+    query: str,
+    query_vector: np.ndarray | None,
+    filters: Filters,
+    limit: int,
+    *,
+    mode: Mode,
+    fusion: Fusion = Fusion(),
+    meta: vectors.Meta | None = None,
+    use_index: bool = False,
+    min_score: float | None = None,
+    in_scope: bool = False,
+) -> tuple[list[Ranked], bm25.MemoryIndex | None]:
+    """`rank`, and the connection's copy of the BM25 index it ranked with (None: none yet, or
+    no BM25 side), whose row cache `with_memories` reads the results' rows from."""
+    ranked, copy = _rank(
         conn, query, query_vector, filters, limit, mode=mode, fusion=fusion, meta=meta, use_index=use_index
     )
-    if in_scope:
-        return ranked
-    return [r for r in ranked if _relevant(r, mode, fusion) and (min_score is None or r.score >= min_score)]
+    if not in_scope:
+        ranked = [
+            r for r in ranked if _relevant(r, mode, fusion) and (min_score is None or r.score >= min_score)
+        ]
+    return ranked, copy
 
 
 def _relevant(r: Ranked, mode: Mode, fusion: Fusion) -> bool:
@@ -202,13 +235,14 @@ def _rank(
     fusion: Fusion,
     meta: vectors.Meta | None,
     use_index: bool,
-) -> list[Ranked]:
+) -> tuple[list[Ranked], bm25.MemoryIndex | None]:
     if mode not in MODES:
         raise ValueError(f"unknown recall mode {mode!r}")
     want_bm25 = mode in ("bm25", "hybrid")
     want_vec = mode in ("vector", "hybrid")
     depth = limit if mode != "hybrid" else max(limit, fusion.depth)
     lexical: list[Lexical] = []
+    copy: bm25.MemoryIndex | None = None
     if want_bm25:
         parsed = parse(conn, query)
         copy = bm25.index_for(conn, parsed.position) if parsed.terms else None
@@ -236,11 +270,12 @@ def _rank(
                 neighbour_doc=x.neighbour_doc,
             )
             for i, x in enumerate(lexical, start=1)
-        ]
+        ], copy
     if mode == "vector":
+        # No BM25 side to hand over its copy: a copy already at this position still has the rows.
         return [
             Ranked(d, 1.0 - dist, vector_rank=i, distance=dist) for i, (d, dist) in enumerate(near, start=1)
-        ]
+        ], bm25.current_copy(conn)
     lex = {x.doc: x.score / SCORE_SCALE for x in lexical}
     nbr = {x.doc: x for x in lexical}
     dist = dict(near)
@@ -277,10 +312,12 @@ def _rank(
             neighbour_doc=nbr[d].neighbour_doc if d in nbr else None,
         )
         for d, score in fused[:limit]
-    ]
+    ], copy
 
 
-def with_memories(conn: duckdb.DuckDBPyConnection, ranked: list[Ranked]) -> list[tuple[Memory, Ranked]]:
-    """The memory rows of a ranking, in its order."""
-    rows = {m["stored_seq"]: m for m, _ in with_rows(conn, [(r.doc, 0) for r in ranked])}
+def with_memories(
+    conn: duckdb.DuckDBPyConnection, ranked: list[Ranked], copy: bm25.MemoryIndex | None = None
+) -> list[tuple[Memory, Ranked]]:
+    """The memory rows of a ranking, in its order (from the row cache of `copy` when it has them)."""
+    rows = {m["stored_seq"]: m for m, _ in with_rows(conn, [(r.doc, 0) for r in ranked], copy)}
     return [(rows[r.doc], r) for r in ranked if r.doc in rows]

@@ -325,7 +325,7 @@ def rank_bm25(
     postings = copy.postings(terms) if copy is not None else bm25.fetch_postings(conn, terms)
     n_docs, total_len = parsed.position[2], parsed.position[3]
     if filters.only_guard:
-        exclude = _excluded(conn, copy, filters)
+        exclude = excluded(conn, copy, filters)
         return bm25.score(
             postings, n_docs, total_len, limit=limit, require_all=require_all, exclude=exclude, k1=k1, b=b
         )
@@ -333,12 +333,23 @@ def rank_bm25(
     return _filtered(conn, ranked, limit, lambda docs: _allowed(conn, docs, filters))
 
 
-def _excluded(conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, filters: Filters) -> bm25.I64:
+DAY_US = 86_400_000_000
+
+
+def excluded(conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, filters: Filters) -> bm25.I64:
     """The docs the default filters leave out, and those expired or superseded by a link."""
     exclude = _left_out(conn, copy, filters.include_archived)
     lapsed, largs = filters.lapsed()
     if lapsed:
-        more = np.asarray(conn.execute(lapsed, largs).fetchnumpy()["doc"], dtype=np.int64)
+        # Every expiry is a UTC midnight, so within one UTC day the expired set is the same:
+        # the copy keeps it for the day (and for its position, like the rest of `left_out`).
+        day = None if filters.expired_at is None else filters.expired_at // DAY_US
+        key = f"lapsed:{day}:{filters.hide_superseded}"
+        more = copy.left_out.get(key) if copy is not None else None
+        if more is None:
+            more = np.asarray(conn.execute(lapsed, largs).fetchnumpy()["doc"], dtype=np.int64)
+            if copy is not None:
+                copy.left_out[key] = more
         exclude = np.union1d(exclude, more)
     return exclude
 
@@ -435,7 +446,7 @@ def rank_lexical(
     n_docs, total_len = parsed.position[2], parsed.position[3]
     pool = max(limit * 4, NEIGHBOUR_POOL)
     if filters.only_guard:
-        exclude = _excluded(conn, copy, filters)
+        exclude = excluded(conn, copy, filters)
         full = bm25.score(postings, n_docs, total_len, limit=None, exclude=exclude, k1=k1, b=b)
         base = full[:pool]
 
@@ -472,6 +483,8 @@ def rank_lexical(
 
 
 MAX_CACHED_ROWS = 20_000
+#: Row fetches at one position after which the copy loads every row (up to MAX_CACHED_ROWS).
+PRELOAD_AFTER = 8
 
 
 def _rows(
@@ -483,12 +496,21 @@ def _rows(
     stored_seqs (the table is in their order) and give the ids, then the primary
     key fetches the rows. A scan for the whole rows would decompress every
     column around each match, three times slower at 100k memories. A copy of
-    the index keeps the rows it has seen (until their memory is touched).
+    the index keeps the rows it has seen at its position, and after
+    PRELOAD_AFTER fetches at one position (a home being read, not written)
+    every row, when there are at most MAX_CACHED_ROWS.
     """
     if not docs:
         return {}
     raw: dict[int, tuple[Any, ...]] = {}
     if copy is not None:
+        copy.fetches += 1
+        if not copy.all_rows and copy.fetches >= PRELOAD_AFTER and copy.n_docs <= MAX_CACHED_ROWS:
+            # A position that keeps being read (no store in between): one scan for every row
+            # costs what a few dozen fetches by key do, and leaves none to fetch.
+            every = conn.execute(f"SELECT m.stored_seq, {MEMORY_SELECT} FROM memories m").fetchall()
+            copy.rows = {int(r[0]): tuple(r[1:]) for r in every}
+            copy.all_rows = True
         raw = {d: copy.rows[d] for d in docs if d in copy.rows}
     want = [d for d in docs if d not in raw]
     if want:
@@ -508,6 +530,7 @@ def _rows(
             if copy is not None:
                 if len(copy.rows) > MAX_CACHED_ROWS:
                     copy.rows.clear()
+                    copy.all_rows = False
                 copy.rows.update((int(r[0]), tuple(r[1:])) for r in fetched)
     return {d: row_to_memory(r) for d, r in raw.items()}
 

@@ -20,8 +20,6 @@ import re
 from datetime import date, datetime
 from typing import Any, Final
 
-import yaml
-
 from mnemolog.substrate.events import KINDS
 from mnemolog.substrate.importers._common import MapError, derived_id, micros, tag
 
@@ -69,6 +67,8 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
         raise MapError(
             f"{where}: frontmatter over {MAX_FRONTMATTER} characters", file=where, field="frontmatter"
         )
+    import yaml  # here, not at the top: every command line process imports this module for its --help
+
     try:
         meta = yaml.safe_load(head) if head.strip() else {}
     except yaml.YAMLError as exc:

@@ -62,6 +62,24 @@ def test_a_read_command_does_not_import_the_curators_or_arrow(tmp_path: pytest.T
     assert not mods & {"ollama", "pyarrow", "tiktoken", "mcp", "starlette", "uvicorn"}
 
 
+def test_get_loads_no_model_no_arrow_no_server_and_no_yaml(tmp_path: pytest.TempPathFactory) -> None:
+    """`get` reads one row: no embedder runtime, Arrow, server framework or import-format parser."""
+    import os
+
+    from mnemolog.substrate.api import Substrate
+    from mnemolog.substrate.home import init_home
+
+    home = tmp_path / "h"  # type: ignore[operator]
+    init_home(home)
+    with Substrate.open(home, long_lived=False, worker=False) as s:
+        mid = s.store("one memory to get")["id"]
+    env = {**os.environ, "MNEMOLOG_HOME": str(home)}
+    mods = imported_after(["get", mid], env)
+    assert "duckdb" in mods  # it did open the home
+    heavy = {"onnxruntime", "wordllama", "tokenizers", "pyarrow", "starlette", "uvicorn", "mcp", "httpx"}
+    assert not mods & (heavy | {"yaml", "tiktoken", "ollama"}), mods & (heavy | {"yaml"})
+
+
 @pytest.mark.parametrize("name", sorted(cli_main.COMMANDS))
 def test_table_help_matches_the_command(name: str) -> None:
     """`mnemolog --help` prints the table's line without importing; it must say what the command says."""

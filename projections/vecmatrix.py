@@ -1,0 +1,136 @@
+"""An in-memory copy of the vectors table for exact vector search, bit for bit what DuckDB computes.
+
+Below the HNSW threshold (projections/embedding/vectors.py) a vector search is an exact
+scan. In SQL that scan reads and decompresses every stored vector on every
+query; this copy holds them as one float32 matrix per connection instead,
+built after a connection has searched a few times (like BM25's copy,
+projections/recall/bm25.py) and rebuilt whenever the vector metadata (model,
+dimension, synced seq, row count) moves or the projection file is attached
+again.
+
+Results must equal the SQL scan's, distances included. DuckDB's
+`array_cosine_distance` on FLOAT arrays accumulates the dot product and both
+squared norms in float32, element after element, then takes
+`1 - clamp(dot / sqrt(|l|² · |r|²), -1, 1)` in float32. `exact` repeats that
+sequence with numpy's float32 arithmetic (`cumsum` adds in order; every step
+is IEEE round-to-nearest), so each distance is the same float. A BLAS
+product, which adds in another order, only chooses candidates: every memory
+whose BLAS distance is within `MARGIN` of the k-th best is scored exactly,
+and the answer stands only when its last exact distance is below the
+margin-widened bound (otherwise k grows), so rounding can never drop a
+memory the scan would have kept. The float32 error of either order is below
+dim · 2⁻²⁴ relative to |l|·|r| (1.5e-5 at 256 dimensions); MARGIN is far wider.
+A matrix with a zero or non-finite vector is never used (the scan is).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import duckdb
+import numpy as np
+import numpy.typing as npt
+
+#: Searches on one connection before it builds a copy (a one-shot process keeps scanning).
+BUILD_AFTER: Final = 3
+#: How far (in cosine distance) a BLAS-ordered candidate may be from the float32 sequence's value.
+MARGIN: Final = 1e-3
+
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    key: tuple[object, ...]
+    docs: I64  # ascending
+    vecs: F32  # one row per doc
+    norms: F32  # float32 Euclidean norms, for the BLAS candidates only
+
+    def exact(self, rows: I64, query: F32) -> npt.NDArray[np.float64]:
+        """DuckDB's `array_cosine_distance(vec, query)` of these rows, as the floats it returns."""
+        sub = self.vecs[rows]
+        dot = np.cumsum(sub * query, axis=1, dtype=np.float32)[:, -1]
+        nl = np.cumsum(sub * sub, axis=1, dtype=np.float32)[:, -1]
+        nr = np.cumsum(query * query, dtype=np.float32)[-1]
+        sim = np.clip(dot / np.sqrt(nl * nr), np.float32(-1.0), np.float32(1.0))
+        out: npt.NDArray[np.float64] = (np.float32(1.0) - sim).astype(np.float64)
+        return out
+
+    def search(
+        self, query: F32, limit: int, allowed: Callable[[list[int]], set[int]]
+    ) -> list[tuple[int, float]]:
+        """(doc, distance) of the `limit` nearest docs `allowed` keeps, nearest first, ties by newest."""
+        n = len(self.docs)
+        if n == 0 or limit <= 0:
+            return []
+        approx = 1.0 - (self.vecs @ query) / (self.norms * np.float32(np.linalg.norm(query)))
+        k = min(n, max(limit * 4, 64))
+        while True:
+            if k < n:
+                kth = float(np.partition(approx, k - 1)[k - 1])
+                rows = np.flatnonzero(approx <= kth + 2 * MARGIN)
+            else:
+                kth, rows = float("inf"), np.arange(n)
+            exact = self.exact(rows, query)
+            docs = self.docs[rows]
+            keep = allowed([int(d) for d in docs])
+            order = sorted((float(exact[i]), -int(docs[i])) for i in range(len(rows)) if int(docs[i]) in keep)
+            found = [(-d, x) for x, d in order[:limit]]
+            # A doc left out has a BLAS distance above kth + 2·MARGIN, so an exact one above kth + MARGIN.
+            if len(rows) == n or (len(found) == limit and found[-1][1] < kth + MARGIN):
+                return found
+            k = min(n, k * 4)
+
+
+_lock = threading.Lock()
+_copies: dict[int, Matrix] = {}
+_uses: dict[int, int] = {}
+
+
+def forget(conn: duckdb.DuckDBPyConnection) -> None:
+    """Drop this connection's copy (the file was attached again, the vectors changed here)."""
+    with _lock:
+        _copies.pop(id(conn), None)
+
+
+def current(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...]) -> Matrix | None:
+    """This connection's copy if it is one of vector metadata `key` (never builds one)."""
+    with _lock:
+        copy = _copies.get(id(conn))
+    return copy if copy is not None and copy.key == key else None
+
+
+def for_search(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], dim: int) -> Matrix | None:
+    """This connection's copy for vector metadata `key`, once it has searched enough to want one."""
+    cid = id(conn)
+    with _lock:
+        uses = _uses.get(cid, 0) + 1
+        _uses[cid] = uses
+        copy = _copies.get(cid)
+        if copy is not None and copy.key == key:
+            return copy
+        _copies.pop(cid, None)
+        if uses < BUILD_AFTER:
+            return None
+    docs, vecs = _load(conn, dim)
+    norms = np.linalg.norm(vecs, axis=1).astype(np.float32) if len(docs) else np.zeros(0, np.float32)
+    if not (np.isfinite(vecs).all() and (norms > 0).all()):
+        return None  # DuckDB's clamp of a NaN similarity is not numpy's: leave those to SQL
+    m = Matrix(key, docs, vecs, norms)
+    with _lock:
+        _copies[cid] = m
+    return m
+
+
+def _load(conn: duckdb.DuckDBPyConnection, dim: int) -> tuple[I64, F32]:
+    # Through Arrow: the fixed-size arrays arrive as one flat float32 buffer, not a list per row.
+    tbl = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").to_arrow_table()
+    docs = tbl.column("doc").to_numpy().astype(np.int64)
+    if len(docs) == 0:
+        return docs, np.zeros((0, dim), np.float32)
+    flat = tbl.column("vec").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return docs, np.ascontiguousarray(flat.reshape(len(docs), dim), dtype=np.float32)

@@ -1,0 +1,95 @@
+"""The in-memory vector matrix answers exactly as the SQL scan does: the same docs, order and floats."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mnemolog.projections import vecmatrix
+from mnemolog.projections.embedding import vectors as vx
+from mnemolog.projections.recall import bm25
+from mnemolog.projections.recall.query import Filters
+from mnemolog.substrate.api import Substrate
+from tests.projections.kit import new_home, open_sub
+from tests.support.fake_embedder import FakeEmbedder, fake_vec
+
+TEXTS = [f"memory {i} about {w}" for i, w in enumerate(["pools", "queues", "locks", "caches"] * 15)]
+NOW = 1_800_000_000_000_000  # µs, 2027: after the expired memory's day
+FILTERS = [
+    Filters(),
+    Filters(include_archived=True),
+    Filters(namespace="a"),
+    Filters(kinds=("decision",)),
+    Filters(expired_at=NOW),
+    Filters(expired_at=NOW, include_archived=True, hide_superseded=True),
+]
+
+
+def scan(conn: object, q: np.ndarray, f: Filters, limit: int, meta: vx.Meta) -> list[tuple[int, float]]:
+    vecmatrix.forget(conn)  # type: ignore[arg-type]
+    vecmatrix._uses[id(conn)] = -(10**9)  # never builds: the SQL scan
+    try:
+        return vx.search(conn, q, f, limit, meta=meta)  # type: ignore[arg-type]
+    finally:
+        vecmatrix._uses[id(conn)] = vecmatrix.BUILD_AFTER
+
+
+@pytest.fixture(scope="module")
+def sub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
+    home = new_home(tmp_path_factory.mktemp("h"))
+    with open_sub(home, embedder=FakeEmbedder()) as s:
+        ids = [
+            s.store(t, namespace="a" if i % 3 else "b", kind="decision" if i % 4 == 0 else "observation")[
+                "id"
+            ]
+            for i, t in enumerate(TEXTS)
+        ]
+        s.store(TEXTS[0])  # a duplicate vector: an exact tie, broken by the newest doc
+        s.archive(ids[1])
+        s.store(TEXTS[2], metadata={"vault": {"expires_at": "2020-01-31"}})  # expired at NOW
+        s.link(ids[3], ids[4], "supersedes")
+        for _ in range(5):  # a BM25 copy at this position: its excluded sets filter the matrix
+            s.recall("memory about pools", mode="bm25")
+        yield s
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seeds=st.lists(st.integers(0, 10**6), min_size=1, max_size=4),
+    near=st.sampled_from([*TEXTS, "unrelated"]),
+    limit=st.integers(1, 70),
+    which=st.integers(0, len(FILTERS) - 1),
+)
+def test_matrix_search_equals_the_sql_scan(
+    sub: Substrate, seeds: list[int], near: str, limit: int, which: int
+) -> None:
+    rng = np.random.default_rng(seeds)
+    q = (fake_vec(near) + np.float32(0.3) * rng.standard_normal(16).astype(np.float32)).astype(np.float32)
+    with sub.projections.session() as conn:
+        meta = vx.read_meta(conn)
+        assert meta is not None
+        f = FILTERS[which]
+        want = scan(conn, q, f, limit, meta)
+        vecmatrix._uses[id(conn)] = vecmatrix.BUILD_AFTER
+        m = vecmatrix.for_search(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows), meta.dim)
+        assert m is not None
+        assert bm25.current_copy(conn) is not None  # the default filters take the copy's sets
+        assert vx.search(conn, q, f, limit, meta=meta) == want
+        docs = [d for d, _ in want] + [10**9]
+        assert vx.distances(conn, q, docs, meta=meta) == dict(want)
+
+
+def test_the_matrix_follows_a_store(tmp_path: Path) -> None:
+    with open_sub(new_home(tmp_path / "h"), embedder=FakeEmbedder(), long_lived=True) as s:
+        for t in TEXTS[:10]:
+            s.store(t)
+        for _ in range(vecmatrix.BUILD_AFTER + 1):
+            first = s.recall("memory 3 about pools", mode="vector", limit=1)
+        new = s.store("a brand new memory")
+        got = s.recall("a brand new memory", mode="vector", limit=1)
+        assert got[0]["id"] == new["id"] and first
