@@ -74,6 +74,9 @@ def tenant_remove(ctx: Ctx, name: str, tenants_root: Path | None) -> None:
 
 
 def _home_of(ctx: Ctx, tenants_root: Path | None, tenant: str | None) -> tuple[Any, str | None]:
+    if tenant is None and ctx.tenant is not None:  # `mnemolog --tenant T token ...`
+        tenant = ctx.tenant
+        tenants_root = tenants_root or (Path(ctx.tenants_root) if ctx.tenants_root else None)
     if tenant is None:
         return ctx.home, None
     return _root(tenants_root).require().home(tenant).require(), tenant
