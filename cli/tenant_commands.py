@@ -159,7 +159,9 @@ def token_list(ctx: Ctx, tenant: str | None, tenants_root: Path | None) -> None:
             if t["expires_at"]
             else "never"
         )
-        return f"{t['token_id']}\t{t['level']}\t{bound}\t{t['state']}\texpires {exp}"
+        return (
+            f"{t['token_id']}\t{t['level']}\t{bound}\t{t['state']}\texpires {exp}\trefusals {t['refusals']}"
+        )
 
     ctx.emit({"tokens": rows}, lambda: "\n".join(line(t) for t in rows))
 

@@ -84,6 +84,9 @@ def test_a_write_token_writes_only_inside_its_namespaces(sub: Substrate) -> None
     assert sub.refusals.counts[t["token_id"]] == 8
     lines = (sub.home.state_dir / "refusals.jsonl").read_text().splitlines()
     assert len(lines) == 8 and t["token"] not in "".join(lines)
+    with (sub.home.state_dir / "refusals.jsonl").open("a") as f:
+        f.write('{"token_id": 7}\n[1, 2]\nnot json {\n')  # hostile lines count for nothing
+    assert sub.tokens()[0]["refusals"] == 8
 
 
 def test_revoked_expired_and_foreign_tokens_are_refused(sub: Substrate) -> None:
