@@ -34,12 +34,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Ctx:
     home_arg: str | None
     json: bool
+    #: `--tenant NAME` (with `--tenants ROOT`): the home is that tenant's.
+    tenant: str | None = None
+    tenants_root: str | None = None
 
     @property
     def home(self) -> Home:
         # Imported here: the home pulls in the log, keys and pydantic, which --help never needs.
         from mnemolog.substrate.home import Home
 
+        if self.tenant is not None:
+            from pathlib import Path
+
+            from mnemolog.substrate.tenants import TenantRoot
+
+            if self.home_arg is not None:
+                raise UsageError("give --home or --tenant, not both")
+            if not self.tenants_root:
+                raise UsageError("--tenant needs the tenant root: --tenants ROOT or $MNEMOLOG_TENANTS")
+            return Home(TenantRoot(Path(self.tenants_root)).require().home(self.tenant).root)
         return Home.resolve(self.home_arg)
 
     def emit(self, data: dict[str, Any], text: str | Callable[[], str] | None = None) -> None:

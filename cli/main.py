@@ -252,12 +252,24 @@ class LazyGroup(MnemologGroup):
     default=None,
     help="Home directory (default $MNEMOLOG_HOME, $XDG_DATA_HOME/mnemolog, ~/.local/share/mnemolog).",
 )
+@click.option(
+    "--tenant", default=None, help="Work on this tenant's home (of --tenants ROOT) instead of --home."
+)
+@click.option(
+    "--tenants",
+    "tenants_root",
+    envvar="MNEMOLOG_TENANTS",
+    default=None,
+    help="The tenant root --tenant names a tenant of (default $MNEMOLOG_TENANTS).",
+)
 @click.option("--json", "json_flag", is_flag=True, help="Print one JSON object.")
 @click.version_option(package_name="mnemolog")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None, json_flag: bool) -> None:
+def cli(
+    ctx: click.Context, home: str | None, tenant: str | None, tenants_root: str | None, json_flag: bool
+) -> None:
     """mnemolog: an auditable memory substrate for AI agents."""
-    ctx.obj = Ctx(home_arg=home, json=json_flag)
+    ctx.obj = Ctx(home_arg=home, json=json_flag, tenant=tenant, tenants_root=tenants_root)
 
 
 def main() -> Any:

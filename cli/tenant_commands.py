@@ -74,6 +74,9 @@ def tenant_remove(ctx: Ctx, name: str, tenants_root: Path | None) -> None:
 
 
 def _home_of(ctx: Ctx, tenants_root: Path | None, tenant: str | None) -> tuple[Any, str | None]:
+    if tenant is None and ctx.tenant is not None:  # `mnemolog --tenant T token ...`
+        tenant = ctx.tenant
+        tenants_root = tenants_root or (Path(ctx.tenants_root) if ctx.tenants_root else None)
     if tenant is None:
         return ctx.home, None
     return _root(tenants_root).require().home(tenant).require(), tenant
@@ -156,7 +159,9 @@ def token_list(ctx: Ctx, tenant: str | None, tenants_root: Path | None) -> None:
             if t["expires_at"]
             else "never"
         )
-        return f"{t['token_id']}\t{t['level']}\t{bound}\t{t['state']}\texpires {exp}"
+        return (
+            f"{t['token_id']}\t{t['level']}\t{bound}\t{t['state']}\texpires {exp}\trefusals {t['refusals']}"
+        )
 
     ctx.emit({"tokens": rows}, lambda: "\n".join(line(t) for t in rows))
 

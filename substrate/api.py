@@ -1385,14 +1385,16 @@ class Substrate:
         return {"token_id": token_id, "revoked": True, "seq": r.seq}
 
     def tokens(self) -> builtins.list[dict[str, Any]]:
-        """Every token issued here (never a token itself: its id, scope and state)."""
+        """Every token issued here (never a token itself): id, scope, state, refusals recorded."""
         from mnemolog.projections import tokens as tq
 
         with self.session() as s:
             rows = tq.list_tokens(s.conn)
         now = self.clock()
+        refused = scope.refusal_counts(self.refusals.path)
         for t in rows:
             t.pop("sha256", None)
+            t["refusals"] = refused.get(t["token_id"], 0)
             t["state"] = (
                 "revoked"
                 if t["revoked_seq"] is not None

@@ -64,6 +64,7 @@ __all__ = [
     "mint",
     "parse_expiry",
     "parse_token",
+    "refusal_counts",
     "sharing",
 ]
 
@@ -337,6 +338,24 @@ class Refusals:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 with os.fdopen(fd, "a", encoding="utf-8") as f:
                     f.write(line + "\n")
+
+
+def refusal_counts(path: Path) -> dict[str, int]:
+    """Refusals recorded per token id in a home's refusal record (both generations)."""
+    counts: dict[str, int] = {}
+    for p in (path.with_suffix(".jsonl.1"), path):
+        try:
+            lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                tid = json.loads(line).get("token_id")
+            except (ValueError, AttributeError):
+                continue  # a torn or foreign line counts for nothing
+            if isinstance(tid, str):
+                counts[tid] = counts.get(tid, 0) + 1
+    return counts
 
 
 class RateLimiter:

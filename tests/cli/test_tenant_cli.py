@@ -105,3 +105,20 @@ def test_mcp_with_a_token_serves_its_scope(tmp_path: Path) -> None:
             assert "BSECRET" not in json.dumps(found.structured_content["results"])  # type: ignore[index]
 
     anyio.run(main)
+
+
+def test_any_command_works_on_a_tenant_with_the_global_tenant_option(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    ok("tenant", "add", "acme", "--tenants", root)
+    mem0 = tmp_path / "mem0.json"
+    mem0.write_text(json.dumps({"results": [{"id": "m-1", "memory": "Alice likes tea", "user_id": "alice"}]}))
+    ok("--tenants", root, "--tenant", "acme", "embeddings", "set", "off")
+    assert ok("--tenants", root, "--tenant", "acme", "import", "--from", "mem0", str(mem0), "--trust")
+    out = tmp_path / "acme.jsonl"
+    ok("--tenant", "acme", "export", "--to", "jsonl", str(out), env={"MNEMOLOG_TENANTS": root})
+    assert "Alice likes tea" in out.read_text()
+    made = ok("--tenants", root, "--tenant", "acme", "token", "create", "--scope", "read")
+    assert made["token"].startswith("mlt.acme.")
+    assert run("--home", str(tmp_path / "h"), "--tenant", "acme", "--tenants", root, "stats").returncode == 64
+    assert run("--tenant", "acme", "stats").returncode == 64  # no root
+    assert run("--tenants", root, "--tenant", "nosuch", "stats").returncode == 6  # no such home

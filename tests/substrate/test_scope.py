@@ -84,6 +84,9 @@ def test_a_write_token_writes_only_inside_its_namespaces(sub: Substrate) -> None
     assert sub.refusals.counts[t["token_id"]] == 8
     lines = (sub.home.state_dir / "refusals.jsonl").read_text().splitlines()
     assert len(lines) == 8 and t["token"] not in "".join(lines)
+    with (sub.home.state_dir / "refusals.jsonl").open("a") as f:
+        f.write('{"token_id": 7}\n[1, 2]\nnot json {\n')  # hostile lines count for nothing
+    assert sub.tokens()[0]["refusals"] == 8
 
 
 def test_revoked_expired_and_foreign_tokens_are_refused(sub: Substrate) -> None:
@@ -155,3 +158,44 @@ def test_malformed_sharing_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MnemologError):
         scope.sharing({"sharing": []})
     assert scope.shared_with(scope.sharing({"sharing": {"h": ["*"]}}), ["agents/a"]) == ("h",)
+
+
+NAMESPACES = ["a", "a/b", "a/b/c", "ab", "b", "b/a", "team/shared", "default"]
+PROJECTS = ["", "p1", "p2"]
+
+
+@pytest.fixture(scope="module")
+def spread(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from mnemolog.substrate.home import init_home
+
+    root = tmp_path_factory.mktemp("spread") / "home"
+    init_home(root)
+    s = Substrate.open(root, long_lived=False, worker=False)
+    s.set_embedder("off")
+    for i, ns in enumerate(NAMESPACES):
+        for p in PROJECTS:
+            s.store(f"alpha note {i} {p or 'none'}", namespace=ns, project=p)
+    yield s
+    s.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from(NAMESPACES), max_size=3, unique=True),
+    st.lists(st.sampled_from(["p1", "p2"]), max_size=2, unique=True),
+    st.lists(st.sampled_from(NAMESPACES), max_size=2, unique=True),
+)
+def test_a_scoped_read_is_the_unscoped_read_filtered_by_the_scope(
+    spread: Substrate, namespaces: list[str], projects: list[str], shared: list[str]
+) -> None:
+    sc = scope.Scope("read", namespaces=tuple(namespaces), projects=tuple(projects), shared=tuple(shared))
+    everything = spread.list(limit=1000)
+    with scope.applied(sc):
+        listed = spread.list(limit=1000)
+        recalled = spread.recall("alpha note", limit=1000)
+        counted = spread.stats()
+    expected = [m["id"] for m in everything if sc.sees(m)]
+    assert [m["id"] for m in listed] == expected
+    assert {m["id"] for m in recalled} == set(expected)
+    if sc.bound:
+        assert counted["memories"] == len(expected)
