@@ -174,14 +174,27 @@ class Recorded(NamedTuple):
         return self._asdict()
 
 
+# The last read of `recorded` per connection, with the position it was read at: the table
+# changes only by folding log entries, and every recall asks for it.
+_recorded: dict[int, tuple[bm25.Position, Recorded | None]] = {}
+
+
 def recorded(conn: duckdb.DuckDBPyConnection) -> Recorded | None:
     """The last `embedder.configured`, or None when the log has none."""
+    position = bm25.known_position(conn)
+    hit = _recorded.get(id(conn)) if position is not None else None
+    if hit is not None and hit[0] == position:
+        return hit[1]
     row = conn.execute(
         "SELECT seq, kind, model, version, dim, model_id FROM embedders ORDER BY seq DESC LIMIT 1"
     ).fetchone()
-    if row is None:
-        return None
-    return Recorded(int(row[0]), str(row[1]), row[2], row[3], None if row[4] is None else int(row[4]), row[5])
+    rec = None
+    if row is not None:
+        dim = None if row[4] is None else int(row[4])
+        rec = Recorded(int(row[0]), str(row[1]), row[2], row[3], dim, row[5])
+    if position is not None:
+        _recorded[id(conn)] = (position, rec)
+    return rec
 
 
 def history(conn: duckdb.DuckDBPyConnection) -> list[Recorded]:
@@ -226,6 +239,7 @@ def distrust_index(conn: duckdb.DuckDBPyConnection) -> None:
     """The next search on this connection checks the HNSW index before using it."""
     _unchecked.add(id(conn))
     _has_index.pop(id(conn), None)
+    _recorded.pop(id(conn), None)
     vecmatrix.forget(conn)
 
 

@@ -257,6 +257,10 @@ def _rank(
             neighbour_weight=fusion.neighbour_weight,
         )
     near: list[tuple[int, float]] = []
+    if not want_bm25 and (position := bm25.known_position(conn)) is not None:
+        # Vector mode has no BM25 side, but the connection's copy of the index (built once it
+        # has been asked for a few times) keeps the excluded sets and the rows it reads.
+        copy = bm25.index_for(conn, position)
     if want_vec and query_vector is not None and meta is not None:
         near = vectors.search(conn, query_vector, filters, depth, meta=meta, use_index=use_index)
     if mode == "bm25":
@@ -272,10 +276,9 @@ def _rank(
             for i, x in enumerate(lexical, start=1)
         ], copy
     if mode == "vector":
-        # No BM25 side to hand over its copy: a copy already at this position still has the rows.
         return [
             Ranked(d, 1.0 - dist, vector_rank=i, distance=dist) for i, (d, dist) in enumerate(near, start=1)
-        ], bm25.current_copy(conn)
+        ], copy
     lex = {x.doc: x.score / SCORE_SCALE for x in lexical}
     nbr = {x.doc: x for x in lexical}
     dist = dict(near)
