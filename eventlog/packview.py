@@ -33,10 +33,10 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
-from mnemolog.eventlog import memview
+from mnemolog.eventlog import memview, sealing
 from mnemolog.eventlog.entry import Entry
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.eventlog.vocabulary import CONTEXT_BUILT, upcast
+from mnemolog.eventlog.vocabulary import CONTEXT_BUILT, SEALED_FIELD
 
 FORMAT: Final = "mnemolog/context-pack/v1"
 #: The tiers in trust order (1 to 5).
@@ -174,23 +174,29 @@ def memory_ids(data: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def verify_packs(entries: Sequence[Entry], memory_ids: Collection[str]) -> list[dict[str, Any]]:
+def verify_packs(
+    entries: Sequence[Entry], memory_ids: Collection[str], keys: sealing.KeyLookup | None = None
+) -> list[dict[str, Any]]:
     """Check every `context.built` among `entries` (in seq order); a report per pack, else raise.
 
     Each pack is re-rendered from its payload and its SHA-256 compared with
     the one it signed (`context.sha256`). Every memory of `memory_ids` the
     pack quotes must have, as the entries before the pack fold it, exactly
     the quoted text (`context.source`): the pack cannot have shown a model
-    something the memory never said.
+    something the memory never said. Sealed packs are opened with `keys`; a pack
+    that stays sealed (forgotten, or no key given) is reported as such, unchecked.
     """
     wanted = set(memory_ids)
     out: list[dict[str, Any]] = []
     for e in entries:
         if e.type != CONTEXT_BUILT:
             continue
-        data = upcast(e.type, e.tv, e.data)
+        data = memview.opened(e, keys)
         if not isinstance(data, dict):
             raise _shape("the payload is not a map", e.seq)
+        if data.get(SEALED_FIELD):
+            out.append({"seq": e.seq, "pack_id": data.get("pack_id"), "sealed": True, "memories_checked": []})
+            continue
         check_recorded(data, e.seq)
         quoted = {
             x["id"]: x["text"]
@@ -199,8 +205,10 @@ def verify_packs(entries: Sequence[Entry], memory_ids: Collection[str]) -> list[
             if x["source"] == "memory" and x["id"] in wanted
         }
         if quoted:
-            views = memview.fold_views((x for x in entries if x.seq < e.seq), quoted)
+            views = memview.fold_views((x for x in entries if x.seq < e.seq), quoted, keys=keys)
             for mid, text in sorted(quoted.items()):
+                if views.get(mid, {}).get("sealed"):
+                    continue  # forgotten since, or no key given: nothing to compare the quote with
                 have = views.get(mid, {}).get("content")
                 if have != text:
                     raise VerificationError(

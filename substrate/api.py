@@ -48,6 +48,7 @@ from mnemolog.projections.recall import Filters
 from mnemolog.substrate import asof, governance, recall_hits, recall_policy, witnessing
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
+from mnemolog.substrate.datakeys import DataKeys
 from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion
 from mnemolog.substrate.events import (
     LinkCreated,
@@ -59,7 +60,6 @@ from mnemolog.substrate.events import (
     Payload,
     Policy,
     PolicySet,
-    upcast,
 )
 from mnemolog.substrate.events.embedding import EmbedderConfigured
 from mnemolog.substrate.events.knowledge import MemoryReinstated
@@ -149,10 +149,11 @@ class Substrate:
         # process may not write to, can still be read and audited.
         self._writer: LogWriter | None = None
         self.log = home.open_log()
+        self.keys = DataKeys(home.root, home.config.log.lock_timeout_s)
         self.projections = Projections(
             home.projections_path(),
             self.log,
-            upcast,
+            self.keys.upcast,
             hold=long_lived,
             idle_release_ms=home.config.projection_idle_release_ms,
             progress=progress,
@@ -167,7 +168,7 @@ class Substrate:
             self.home, self, clock=clock, checkpoint=self._checkpoint_now, options=curator_options
         )
         self.embedding = Embedding(self.home, self.projections.cache, embedder=embedder)
-        self._asof = asof.AsOfProjections(self.home, upcast, self.projections.cache)
+        self._asof = asof.AsOfProjections(self.home, self.keys.upcast, self.projections.cache)
         self.fusion = parse_fusion(self.home.config.raw.get("recall"))
         if long_lived and worker:
             self.atomiser.start_worker()
@@ -302,8 +303,12 @@ class Substrate:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A unit of work: the projection lock held, tables caught up with the log."""
-        with self._lock, self.projections.session() as conn:
-            yield Session(conn, lambda: self.writer, self.projections, self.hooks, self.embedding)
+        with self._lock:
+            self.keys.refresh()
+            with self.projections.session() as conn:
+                yield Session(
+                    conn, lambda: self.writer, self.projections, self.hooks, self.embedding, self.keys
+                )
 
     # -- writes --------------------------------------------------------------
 
@@ -444,7 +449,7 @@ class Substrate:
     def _already_stored(self, existing: Memory, payload: MemoryStored) -> Memory:
         """A retried store: the stored memory if the retry asks for the same one, else BadInput."""
         original = self.log.entry(existing["stored_seq"])
-        first = upcast(original.type, original.tv, original.data)
+        first = self.keys.upcast(original.type, original.tv, original.data)
         asked = payload.to_data()
         differ = [f for f in self.SAME_STORE if first.get(f) != asked.get(f)]
         if differ:
@@ -462,7 +467,7 @@ class Substrate:
         """A durable store whose projection failed: the memory as the log has it, with a warning."""
         self.log.refresh()
         entries = [self.log.entry(r.seq) for r in exc.receipts]
-        view = memview.fold_views(entries, [payload.id])[payload.id]
+        view = memview.fold_views(entries, [payload.id], keys=self.keys.get)[payload.id]
         # The bundle view knows the log's memory fields; the knowledge loop's are the
         # stored payload's own (a memory just stored was never promoted or referenced).
         view.update(
@@ -1344,7 +1349,7 @@ class Substrate:
 
     def show_context(self, pack_id: str) -> dict[str, Any]:
         """A recorded pack re-rendered from the log alone, its hash and quoted texts verified."""
-        return ctx.show_context(self, self.log, pack_id)
+        return ctx.show_context(self, self.log, pack_id, self.keys)
 
     def context_why(self, member_id: str, *, limit: int = 50) -> builtins.list[dict[str, Any]]:
         """The packs a memory, state entry or chunk went into (or was trimmed from), newest first."""
@@ -1405,7 +1410,7 @@ class Substrate:
         with self._lock:
             from mnemolog.projections import audit  # a re-fold and a comparison: only verify needs it
 
-            return audit.verify_projections(self.projections, upcast).to_json()
+            return audit.verify_projections(self.projections, self.keys.upcast).to_json()
 
     def _high_water_rollback(self) -> Rollback | None:
         """A high-water mark of this log that the log no longer covers with the same root."""

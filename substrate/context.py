@@ -35,7 +35,6 @@ from mnemolog.eventlog import memview, packview
 from mnemolog.eventlog.entry import encode_payload
 from mnemolog.eventlog.errors import BadInput, NotFound, UsageError, VerificationError
 from mnemolog.eventlog.log import Log
-from mnemolog.eventlog.vocabulary import upcast
 from mnemolog.eventlog.writer import MAX_PAYLOAD_BYTES
 from mnemolog.projections import knowledge_queries as kq
 from mnemolog.projections import queries
@@ -48,6 +47,7 @@ from mnemolog.projections.hybrid import Fusion
 from mnemolog.projections.memories import Memory
 from mnemolog.projections.recall import Filters
 from mnemolog.substrate import recall_policy
+from mnemolog.substrate.datakeys import DataKeys
 from mnemolog.substrate.documents import (
     DEFAULT_GLOBS,
     DEFAULT_MAX_FILE_BYTES,
@@ -416,7 +416,7 @@ def build_context(
         return {"pack_id": payload.pack_id, "seq": r.seq, **out}
 
 
-def _state_then(conn: Any, log: Log, entry_id: str, seq: int) -> str | None:
+def _state_then(conn: Any, log: Log, entry_id: str, seq: int, keys: DataKeys) -> str | None:
     """The value the log held at ``seq`` for a state entry id PROJECT/CATEGORY/KEY (None: none then).
 
     The project is canonicalised again: a name registered after the pack may have renamed it.
@@ -429,11 +429,11 @@ def _state_then(conn: Any, log: Log, entry_id: str, seq: int) -> str | None:
     if at is None:
         return None
     entry = log.entry(at)
-    value = upcast(entry.type, entry.tv, entry.data).get("value")
+    value = keys.upcast(entry.type, entry.tv, entry.data).get("value")
     return value if isinstance(value, str) else None
 
 
-def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> int:
+def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int, keys: DataKeys) -> int:
     """Every memory, chunk and state text the pack quotes equals the log's as of the pack; how many."""
     entries = packview.recorded_entries(data, seq)
     quoted = [e for es in entries.values() for e in es]
@@ -441,7 +441,7 @@ def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> in
     views: dict[str, dict[str, Any]] = {}
     if mids:
         seqs = sorted(queries.touching_seqs(conn, mids, seq))
-        views = memview.fold_views((log.entry(x) for x in seqs), mids)
+        views = memview.fold_views((log.entry(x) for x in seqs), mids, keys=keys.get)
     checked = 0
     chunk_docs: dict[int, Mapping[str, Any]] = {}
     for e in quoted:
@@ -454,7 +454,7 @@ def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> in
             if parsed and vseq is not None and vseq < seq:
                 if vseq not in chunk_docs:
                     entry = log.entry(vseq)
-                    chunk_docs[vseq] = upcast(entry.type, entry.tv, entry.data)
+                    chunk_docs[vseq] = keys.upcast(entry.type, entry.tv, entry.data)
                 chunks = chunk_docs[vseq].get("chunks")
                 if (
                     isinstance(chunks, list)
@@ -463,7 +463,7 @@ def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> in
                 ):
                     have = chunks[parsed[2]].get("text")
         elif e["source"] == "state":
-            have = _state_then(conn, log, e["id"], seq)
+            have = _state_then(conn, log, e["id"], seq, keys)
         else:
             continue
         if have != e["text"]:
@@ -479,7 +479,7 @@ def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> in
     return checked
 
 
-def show_context(sessions: Sessions, log: Log, pack_id: str) -> dict[str, Any]:
+def show_context(sessions: Sessions, log: Log, pack_id: str, keys: DataKeys) -> dict[str, Any]:
     """A recorded pack re-rendered from the log, its hash and every quoted text checked."""
     if not isinstance(pack_id, str) or not pack_id:
         raise UsageError("give a pack id", field="pack_id")
@@ -488,9 +488,9 @@ def show_context(sessions: Sessions, log: Log, pack_id: str) -> dict[str, Any]:
         if row is None:
             raise NotFound(f"no context pack with id {pack_id!r}", id=pack_id)
         entry = log.entry(row.seq)
-        data = upcast(entry.type, entry.tv, entry.data)
+        data = keys.upcast(entry.type, entry.tv, entry.data)
         text = packview.check_recorded(data, row.seq)
-        checked = _check_sources(s.conn, log, data, row.seq)
+        checked = _check_sources(s.conn, log, data, row.seq, keys)
     return {
         "pack_id": pack_id,
         "seq": row.seq,

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 import duckdb
 
-from mnemolog.eventlog import memview, touching
+from mnemolog.eventlog import memview, sealing, touching
 from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.errors import LogMoved, MnemologError, NotFound, StorageError
 from mnemolog.eventlog.writer import LogWriter, Receipt
@@ -32,6 +32,7 @@ from mnemolog.projections import recall as q
 from mnemolog.projections.engine import Projections
 from mnemolog.projections.memories import Edge, Links, Memory
 from mnemolog.substrate import governance
+from mnemolog.substrate.datakeys import DataKeys
 from mnemolog.substrate.events import CURRENT_TV, LinkCreated, MemoryStored, Payload
 from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.governance import ResolvedPolicy
@@ -86,8 +87,10 @@ class Session:
         projections: Projections,
         hooks: HookChain,
         before_append: BeforeAppend | None = None,
+        keys: DataKeys | None = None,
     ) -> None:
         self._conn = conn
+        self._keys = keys  # None: a read-only session (as of a log point), which never seals
         self._writer = writer  # opens the home's writer on first use: reads never need it
         self._projections = projections
         self._hooks = hooks
@@ -126,6 +129,7 @@ class Session:
                 # A programming error, not bad input: only the current model of a type is written.
                 raise TypeError(f"{cls.__qualname__} is not the payload model written for its type")
             items.append((cls.TYPE, p.to_data(), cls.TV))
+        items = self._seal(items)
         writer = self._writer()
         for attempt in range(APPEND_ATTEMPTS):
             base = self._chain(payloads, items, writer)
@@ -154,6 +158,21 @@ class Session:
                 "report a broken back-chain for the memories they touch"
             )
         return receipts[len(receipts) - n :]
+
+    def _seal(self, items: list[tuple[str, dict[str, Any], int]]) -> list[tuple[str, dict[str, Any], int]]:
+        """Each sealing payload's content in boxes under its subject's data key (durable first)."""
+        subjects = [sealing.subject_of(t, d) for t, d, tv in items if v.seals(t, tv)]
+        if not subjects:
+            return items
+        if self._keys is None:
+            raise TypeError("a session without data keys cannot write sealed content")
+        keys = self._keys.ensure(subjects)
+        return [
+            (t, sealing.seal_payload(t, d, keys[s]), tv)
+            if v.seals(t, tv) and (s := sealing.subject_of(t, d))
+            else (t, d, tv)
+            for t, d, tv in items
+        ]
 
     def _chain(
         self, payloads: Sequence[Payload], items: list[tuple[str, dict[str, Any], int]], writer: LogWriter

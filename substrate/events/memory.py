@@ -110,7 +110,7 @@ class MemoryStored(_MemoryFields):
     """
 
     TYPE = v.MEMORY_STORED
-    TV = 3
+    TV = 4
 
     id: str
     namespace: str
@@ -183,7 +183,7 @@ class MemoryUpdated(_MemoryFields):
     """
 
     TYPE = v.MEMORY_UPDATED
-    TV = 3
+    TV = 4
     PARTIAL = True
 
     id: str

@@ -38,7 +38,7 @@ def docs(root: Path) -> Path:
 
 
 def events(sub: Substrate, type_: str) -> list[dict[str, Any]]:
-    return [e.data for e in sub.log.iter_entries() if e.type == type_]
+    return [sub.keys.upcast(e.type, e.tv, e.data) for e in sub.log.iter_entries() if e.type == type_]
 
 
 # -- ingest -------------------------------------------------------------------
@@ -309,7 +309,7 @@ def test_the_entries_about_a_memory_re_render_its_packs_and_expose_a_misquote(
     # What a bundle of the memory holds: every entry that touches it (its packs included).
     about = [e for e in sub.log.iter_entries() if ids["know"] in touched_ids(e.type, e.data)]
     assert [e.type for e in about].count("context.built") == 2
-    report = packview.verify_packs(about, {ids["know"]})
+    report = packview.verify_packs(about, {ids["know"]}, sub.keys.get)
     assert [(r["pack_id"], r["memories_checked"]) for r in report] == [
         (pack["pack_id"], [ids["know"]]),
         (later["pack_id"], [ids["know"]]),
@@ -317,15 +317,16 @@ def test_the_entries_about_a_memory_re_render_its_packs_and_expose_a_misquote(
     # The same slice with the update removed: the second pack now misquotes the memory.
     without_update = [e for e in about if e.type != "memory.updated"]
     with pytest.raises(VerificationError) as exc:
-        packview.verify_packs(without_update, {ids["know"]})
+        packview.verify_packs(without_update, {ids["know"]}, sub.keys.get)
     assert exc.value.check == "context.source"
     # A pack whose entries were altered no longer matches the hash it signed.
     built = next(e for e in about if e.type == "context.built")
-    data = {**built.data, "query": built.data["query"], "tiers": list(built.data["tiers"])}
+    opened = sub.keys.upcast(built.type, built.tv, built.data)
+    data = {**opened, "query": opened["query"], "tiers": list(opened["tiers"])}
     data["tiers"][4] = {**data["tiers"][4], "included": []}
     forged = [replace(built, data=data) if e is built else e for e in about]
     with pytest.raises(VerificationError) as exc:
-        packview.verify_packs(forged, {ids["know"]})
+        packview.verify_packs(forged, {ids["know"]}, sub.keys.get)
     assert exc.value.check == "context.sha256"
 
 
