@@ -264,6 +264,13 @@ def fold_views(
                 blocks[mid], is_shown = _knowledge(d)
                 if is_shown:
                     shown.add(mid)
+        if e.type == vk.MEMORY_ERASED:
+            # The content was forgotten: the view keeps what the log proves (ids, times,
+            # links), says when and why, and shows no content even where a key was given.
+            for i in touched_ids(e.type, d):
+                if i in views:
+                    views[i]["erased"] = {"seq": e.seq, "reason": read_str(d.get("reason"))}
+                    views[i].update(title=None, content="", tags=[], source=None, metadata={})
         target = views.get(_id(d.get("id")))
         if e.type in _KNOWLEDGE_EVENTS and target is not None:
             if _knowledge_event(target, blocks[target["id"]], e, d):

@@ -507,7 +507,9 @@ def _memory_updated_v2(d: dict[str, Any]) -> dict[str, Any]:
 # the shape of the version before, so its upcaster changes nothing.
 
 SEALED_FIELD: Final = "sealed"
+#: Content forgotten: the memories (and interactions) it names lose their data keys.
 MEMORY_ERASED: Final = "memory.erased"
+TOUCHES[MEMORY_ERASED] = Touches(lists=("ids", "interactions"))
 
 
 @dataclass(frozen=True)

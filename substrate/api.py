@@ -1372,6 +1372,43 @@ class Substrate:
 
         return agentfolder.promote_to_persona(self, memory_id, today=today, file=file, section=section)
 
+    def forget(
+        self,
+        memory_ids: Sequence[str] | None = None,
+        *,
+        namespace: str | None = None,
+        project: str | None = None,
+        document: str | None = None,
+        interaction: str | None = None,
+        before: str | None = None,
+        reason: str | None = None,
+        requested_by: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Forget content: by memory ids, or every memory a selector picks (all given selectors hold).
+
+        Writes signed `memory.erased` events (ids, reason, who asked; never the
+        content), destroys the data keys of everything erased and what derives
+        from it (atoms, candidates and their interaction, a document's chunks,
+        the packs that quoted it), deletes their rows, vectors and embedding
+        cache entries, and rebuilds the projection into a new file.
+        `dry_run` lists all of that and changes nothing. See substrate.erasure.
+        """
+        from mnemolog.substrate import erasure
+
+        return erasure.forget(
+            self,
+            ids=list(memory_ids) if memory_ids else None,
+            namespace=namespace,
+            project=project,
+            document=document,
+            interaction=interaction,
+            before=before,
+            reason=reason,
+            requested_by=requested_by or "api",
+            dry_run=dry_run,
+        )
+
     def rebuild(self, *, accept_rollback: bool = False) -> dict[str, Any]:
         """Drop every projection and replay the whole log.
 

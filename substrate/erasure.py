@@ -1,0 +1,169 @@
+"""Forgetting: erase content by destroying its data keys, record it, and leave no readable copy in the home.
+
+`forget` selects (projections.erasure: the memories, interactions and
+documents, with atoms, candidates, packs and vectors that derive from
+them), then, unless it is a dry run:
+
+1. appends signed `memory.erased` events naming what goes (never the
+   content; a bulk erasure is several events of at most
+   MAX_ERASED_PER_EVENT memories), which the fold applies by deleting every
+   row that held it;
+2. destroys the data keys of every erased subject (and of the packs that
+   quoted them), so the sealed entries in the log, its exports, tiles and
+   witnesses' copies can never be opened again;
+3. scrubs the home's derived files: the embedding cache loses the erased
+   texts' vectors (secure delete, vacuum, WAL truncated), and the DuckDB
+   projection is rebuilt into a new file, since deleted rows can survive in
+   a database file's free pages.
+
+The event is durable before any key is destroyed: a crash between the two
+leaves keys that `finish_erasures` (run by every forget) destroys.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from mnemolog.eventlog.errors import NotFound, UsageError
+from mnemolog.projections import erasure as eq
+from mnemolog.substrate import asof
+from mnemolog.substrate.events.erasure import MAX_ERASED_PER_EVENT, MemoryErased
+
+if TYPE_CHECKING:
+    from mnemolog.substrate.api import Substrate
+
+__all__ = ["finish_erasures", "forget", "parse_before"]
+
+
+def parse_before(value: str | None) -> int | None:
+    """`--before TIME` (ISO 8601 UTC) as µs since the epoch; None when not given."""
+    if value is None:
+        return None
+    when = asof.parse(value)
+    if not isinstance(when, dt.datetime):
+        raise UsageError(
+            f"--before takes a UTC time such as 2026-12-01T00:00:00Z, not {value!r}", field="before"
+        )
+    return int(when.timestamp() * 1_000_000)
+
+
+def _events(
+    sel: eq.Selection, reason: str | None, requested_by: str | None, selector: dict[str, Any]
+) -> list[MemoryErased]:
+    mems = sel.memories or []
+    parts = [mems[i : i + MAX_ERASED_PER_EVENT] for i in range(0, len(mems), MAX_ERASED_PER_EVENT)] or [[]]
+    out = []
+    for n, part in enumerate(parts):
+        first = n == 0
+        subjects = sorted(
+            set(part) | (set(sel.interactions) | set(sel.documents) | set(sel.packs) if first else set())
+        )
+        out.append(
+            MemoryErased(
+                ids=part,
+                interactions=sel.interactions if first else [],
+                documents=sel.documents if first else [],
+                subjects=subjects,
+                reason=reason,
+                requested_by=requested_by,
+                selector=selector,
+            )
+        )
+    return out
+
+
+def forget(
+    sub: Substrate,
+    *,
+    ids: list[str] | None = None,
+    namespace: str | None = None,
+    project: str | None = None,
+    document: str | None = None,
+    interaction: str | None = None,
+    before: str | None = None,
+    reason: str | None = None,
+    requested_by: str | None = None,
+    dry_run: bool = False,
+    scrub: bool = True,
+) -> dict[str, Any]:
+    """Erase what the selectors select (see the module docstring); the report says what went."""
+    selector = {
+        k: x
+        for k, x in {
+            "ids": ids,
+            "namespace": namespace,
+            "project": project,
+            "document": document,
+            "interaction": interaction,
+            "before": before,
+        }.items()
+        if x is not None
+    }
+    if not selector:
+        raise UsageError(
+            "forget needs a memory id or a selector (namespace, project, document, interaction, before)"
+        )
+    before_us = parse_before(before)
+    with sub.session() as s:
+        finish_erasures(sub, eq.erased_subjects(s.conn))
+        sel = eq.select(
+            s.conn,
+            ids=list(ids) if ids is not None else None,
+            namespace=namespace,
+            project=project,
+            document=document,
+            interaction=interaction,
+            before_us=before_us,
+        )
+        if ids:
+            missing = sorted(set(ids) - set(sel.memories))
+            if missing:
+                gone = eq.erased(s.conn, missing)
+                what = (
+                    f"memory {missing[0]} was erased at seq {gone[missing[0]][0]}"
+                    if missing[0] in gone
+                    else f"no memory with id {missing[0]!r}"
+                )
+                raise NotFound(what, id=missing[0])
+        report: dict[str, Any] = {"dry_run": dry_run, "selector": selector, **sel.to_json()}
+        if dry_run or sel.empty():
+            report["erased"] = 0
+            report["seqs"] = []
+            return report
+        receipts = s.append_many(_events(sel, reason, requested_by, selector))
+    sub.keys.destroy(sel.subjects)
+    report["erased"] = len(sel.memories)
+    report["seqs"] = [r.seq for r in receipts]
+    report["keys_destroyed"] = len(sel.subjects)
+    if scrub:
+        report["scrubbed"] = _scrub(sub, sel)
+    return report
+
+
+def finish_erasures(sub: Substrate, subjects: list[str]) -> list[str]:
+    """Destroy the keys an erasure in the log named but a crash left behind; returns them."""
+    return sub.keys.destroy(subjects) if subjects else []
+
+
+def _scrub(sub: Substrate, sel: eq.Selection) -> list[str]:
+    """Leave no copy of the erased content in the home's derived files; what was scrubbed."""
+    done = []
+    if sel.shas:
+        sub.projections.cache.erase(sel.shas)
+        done.append("embedding_cache")
+    # As-of projections fold the log with the keys that were: drop them with the rest.
+    sub._asof.close()
+    asof_dir = sub.home.projections_path() / asof.ASOF_DIR
+    if asof_dir.is_dir():
+        shutil.rmtree(asof_dir, ignore_errors=True)
+    # Deleted rows can survive in DuckDB's free pages: a new file, refolded from the log
+    # (whose erased content no key opens any more), replaces the old one.
+    with sub._lock:
+        sub.projections.rebuild()
+    tmp = sub.home.projections_path() / "duckdb.tmp"
+    if tmp.is_dir():
+        shutil.rmtree(tmp, ignore_errors=True)
+    done.append("projection")
+    return done
