@@ -363,6 +363,19 @@ def read_members(path: Path, limits: tarball.Limits = tarball.DEFAULT_LIMITS) ->
             raise StorageError(f"cannot read {path}: {exc.strerror or exc}", file=str(path)) from exc
 
 
+def _sealed_memories(members: dict[str, bytes]) -> dict[str, list[str]]:
+    """The memories whose views say fields stayed sealed (forgotten, or no key), with those fields."""
+    try:
+        views = json.loads(members[MEMORIES])["memories"]
+    except (KeyError, ValueError, TypeError):
+        return {}
+    out: dict[str, list[str]] = {}
+    for v in views if isinstance(views, list) else []:
+        if isinstance(v, dict) and isinstance(v.get("sealed"), list) and isinstance(v.get("id"), str):
+            out[v["id"]] = [str(f) for f in v["sealed"]]
+    return out
+
+
 def verify_members(
     members: dict[str, bytes],
     *,
@@ -452,16 +465,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _sealed_memories(members: dict[str, bytes]) -> dict[str, list[str]]:
-    """The memories whose views say fields stayed sealed (forgotten, or no key), with those fields."""
-    try:
-        views = json.loads(members[MEMORIES])["memories"]
-    except (KeyError, ValueError, TypeError):
-        return {}
-    out: dict[str, list[str]] = {}
-    for v in views if isinstance(views, list) else []:
-        if isinstance(v, dict) and isinstance(v.get("sealed"), list) and isinstance(v.get("id"), str):
-            out[v["id"]] = [str(f) for f in v["sealed"]]
-    return out
