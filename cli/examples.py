@@ -14,6 +14,7 @@ EXAMPLES: dict[str, str] = {
     "get": "mnemolog get 01J9Z8K7T3V5W2X4Y6Z8A0B1C2",
     "update": "mnemolog update 01J9Z8K7T3V5W2X4Y6Z8A0B1C2 --title 'Online table rewrites' --tag postgres",
     "archive": "mnemolog archive 01J9Z8K7T3V5W2X4Y6Z8A0B1C2 --reason 'replaced by the runbook'",
+    "forget": "mnemolog forget 01J9Z8K7T3V5W2X4Y6Z8A0B1C2 --reason 'the user asked' --dry-run",
     "restore": "mnemolog restore 01J9Z8K7T3V5W2X4Y6Z8A0B1C2 --reason 'still in use'",
     "link": "mnemolog link 01J9Z8K7T3V5W2X4Y6Z8A0B1C2 01J9Z8K7T3V5W2X4Y6Z8A0B1C3 --relation derived_from",
     "unlink": "mnemolog unlink 01J9Z8K7T3V5W2X4Y6Z8A0B1C2 01J9Z8K7T3V5W2X4Y6Z8A0B1C3 --relation derived_from",

@@ -65,6 +65,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "context_commands:persona",
         "The agent's persona files (IDENTITY.md, SOUL.md, USER.md, tools.md, model.md).",
     ),
+    "forget": (
+        "memory_commands:forget",
+        "Erase content for good: a signed memory.erased, its data keys destroyed, every derived copy gone.",
+    ),
     "archive": (
         "memory_commands:archive",
         "Hide a memory from recall (it stays in the log and with --include-archived).",
@@ -152,8 +156,8 @@ _EXTRA_SUBCOMMANDS: dict[str, list[str]] = {
 #: How `mnemolog --help` groups the commands; every command is in exactly one section.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Memories": (
-        "store", "get", "update", "archive", "restore", "link", "unlink", "import", "export", "atomise",
-        "policy", "worker",
+        "store", "get", "update", "archive", "restore", "forget", "link", "unlink", "import", "export",
+        "atomise", "policy", "worker",
     ),
     "Recall": ("recall", "search", "list", "embeddings"),
     "Knowledge": (

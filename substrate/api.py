@@ -1384,6 +1384,7 @@ class Substrate:
         reason: str | None = None,
         requested_by: str | None = None,
         dry_run: bool = False,
+        vaults: Sequence[str | Path] = (),
     ) -> dict[str, Any]:
         """Forget content: by memory ids, or every memory a selector picks (all given selectors hold).
 
@@ -1392,7 +1393,8 @@ class Substrate:
         from it (atoms, candidates and their interaction, a document's chunks,
         the packs that quoted it), deletes their rows, vectors and embedding
         cache entries, and rebuilds the projection into a new file.
-        `dry_run` lists all of that and changes nothing. See substrate.erasure.
+        `dry_run` lists all of that and changes nothing; `vaults` are re-rendered
+        after it (their notes, journal and run-log lines of it go). See substrate.erasure.
         """
         from mnemolog.substrate import erasure
 
@@ -1407,6 +1409,7 @@ class Substrate:
             reason=reason,
             requested_by=requested_by or "api",
             dry_run=dry_run,
+            vaults=[Path(p) for p in vaults],
         )
 
     def rebuild(self, *, accept_rollback: bool = False) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemolog.eventlog.errors import NotFound, UsageError
@@ -87,6 +88,7 @@ def forget(
     requested_by: str | None = None,
     dry_run: bool = False,
     scrub: bool = True,
+    vaults: list[Path] | None = None,
 ) -> dict[str, Any]:
     """Erase what the selectors select (see the module docstring); the report says what went."""
     selector = {
@@ -139,6 +141,13 @@ def forget(
     report["keys_destroyed"] = len(sel.subjects)
     if scrub:
         report["scrubbed"] = _scrub(sub, sel)
+    for root in vaults or []:
+        # A re-render removes the notes of memories that are gone, and the journal and run-log
+        # lines of the interactions and calls that went with them.
+        from mnemolog.substrate import vault
+
+        vault.render(sub, root)
+        report.setdefault("scrubbed", []).append(f"vault:{root}")
     return report
 
 

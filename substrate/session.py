@@ -26,6 +26,7 @@ from mnemolog.eventlog import memview, sealing, touching
 from mnemolog.eventlog import vocabulary as v
 from mnemolog.eventlog.errors import LogMoved, MnemologError, NotFound, StorageError
 from mnemolog.eventlog.writer import LogWriter, Receipt
+from mnemolog.projections import erasure as erasure_q
 from mnemolog.projections import heads as heads_q
 from mnemolog.projections import queries
 from mnemolog.projections import recall as q
@@ -215,6 +216,13 @@ class Session:
         """The memory, or NotFound (exit 2)."""
         m = self.get(memory_id)
         if m is None:
+            gone = erasure_q.erased(self._conn, [memory_id]) if isinstance(memory_id, str) else {}
+            if memory_id in gone:
+                seq, reason = gone[memory_id]
+                why = f" ({reason})" if reason else ""
+                raise NotFound(
+                    f"memory {memory_id} was erased at seq {seq}{why}", id=memory_id, erased_seq=seq
+                )
             raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
         return m
 
