@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from mnemolog.cli.app import Ctx, json_option
-from mnemolog.eventlog import bundle
+from mnemolog.eventlog import bundle, receipt
 from mnemolog.eventlog.cosignature import WitnessPolicy
 from mnemolog.eventlog.errors import UsageError
 from mnemolog.eventlog.fsio import check_replaceable
@@ -176,4 +176,23 @@ def log_export(ctx: Ctx, start: int, last: int | None, output: Path, no_keys: bo
     )
 
 
-COMMANDS = [export_forensic_bundle, verify_bundle, replay]
+@click.command("verify-receipt")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--trusted-key", help="The pinned public key: name+hash+base64, or a file holding one.")
+@click.option("--memory-id", help="The memory the erasure must name.")
+@json_option
+@click.pass_obj
+def verify_receipt(ctx: Ctx, file: Path, trusted_key: str | None, memory_id: str | None) -> None:
+    """Check an erasure receipt offline: the memory.erased entry, signed and included."""
+    data = forensics.read_export(file)
+    r = receipt.verify_receipt(data, policy=bundle.trust_policy(trusted_key), memory_id=memory_id)
+    names = ", ".join(r["memories"]) or "(no memory)"
+    why = f" ({r['reason']})" if r["reason"] else ""
+    ctx.emit(
+        r,
+        f"ok: the content of {names} was erased at seq {r['seq']}{why}; the entry is signed and "
+        f"included in the tree of size {r['tree_size']}",
+    )
+
+
+COMMANDS = [export_forensic_bundle, verify_bundle, replay, verify_receipt]

@@ -78,6 +78,7 @@ EXAMPLES: dict[str, str] = {
     ),
     "verify-bundle": "mnemolog verify-bundle b.tar --trusted-key home.pub",
     "replay": "mnemolog replay home.log --home ./restored",
+    "verify-receipt": "mnemolog verify-receipt erased.receipt --memory-id 01J9Z8K7T3V5W2X4Y6Z8A0B1C2",
     "witness serve": "mnemolog witness serve --dir ./witness --listen 127.0.0.1:8200",
     "witness add": "mnemolog witness add w1 http://127.0.0.1:8200 'w1+1234abcd+AQID'",
     "witness list": "mnemolog witness list",

@@ -142,6 +142,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bundle_commands:verify_bundle",
         "Verify a forensic bundle offline; exit 8 naming the first failure.",
     ),
+    "verify-receipt": (
+        "bundle_commands:verify_receipt",
+        "Check an erasure receipt offline: the memory.erased entry, signed and included.",
+    ),
     "witness": (
         "witness_commands:witness_group",
         "Witnesses: run one (serve), or send this home's checkpoints to some (add, list, remove, sync).",
@@ -165,7 +169,10 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "decay", "domains", "project", "state",
     ),
     "Context": ("context", "ingest", "persona", "vault"),
-    "Audit": ("verify", "log", "export-forensic-bundle", "verify-bundle", "replay", "witness", "monitor"),
+    "Audit": (
+        "verify", "log", "export-forensic-bundle", "verify-bundle", "verify-receipt", "replay", "witness",
+        "monitor",
+    ),
     "Admin": ("init", "stats", "rebuild", "key", "migrate", "mcp", "serve"),
 }  # fmt: skip
 

@@ -375,6 +375,11 @@ def restore(ctx: Ctx, memory_id: str, reason: str | None) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="A vault rendered from this home: re-rendered after, so its notes and journal lines go too.",
 )
+@click.option(
+    "--receipt",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the erasure receipt here (verify it offline with `verify-receipt`).",
+)
 @json_option
 @click.pass_obj
 def forget(
@@ -388,6 +393,7 @@ def forget(
     reason: str | None,
     dry_run: bool,
     vaults: tuple[Path, ...],
+    receipt: Path | None,
 ) -> None:
     """Erase content for good: a signed memory.erased, its data keys destroyed, every derived copy gone."""
     with opened(ctx) as s:
@@ -402,6 +408,7 @@ def forget(
             requested_by=f"cli:{os.environ.get('USER') or os.getuid()}",
             dry_run=dry_run,
             vaults=vaults,
+            receipt=receipt,
         )
 
     def text() -> str:
@@ -414,7 +421,8 @@ def forget(
         if dry_run:
             return f"would erase {what}" + "".join(f"\n  {m}" for m in out["memories"])
         seqs = ", ".join(str(x) for x in out["seqs"]) or "none"
-        return f"erased {what} (memory.erased at seq {seqs})"
+        receipts = "".join(f"\nreceipt: {p}" for p in out.get("receipts", []))
+        return f"erased {what} (memory.erased at seq {seqs}){receipts}"
 
     ctx.emit(out, text)
 

@@ -1385,6 +1385,7 @@ class Substrate:
         requested_by: str | None = None,
         dry_run: bool = False,
         vaults: Sequence[str | Path] = (),
+        receipt: str | Path | None = None,
     ) -> dict[str, Any]:
         """Forget content: by memory ids, or every memory a selector picks (all given selectors hold).
 
@@ -1394,7 +1395,8 @@ class Substrate:
         the packs that quoted it), deletes their rows, vectors and embedding
         cache entries, and rebuilds the projection into a new file.
         `dry_run` lists all of that and changes nothing; `vaults` are re-rendered
-        after it (their notes, journal and run-log lines of it go). See substrate.erasure.
+        after it (their notes, journal and run-log lines of it go); `receipt` is
+        where the erasure receipt goes (eventlog.receipt). See substrate.erasure.
         """
         from mnemolog.substrate import erasure
 
@@ -1410,6 +1412,7 @@ class Substrate:
             requested_by=requested_by or "api",
             dry_run=dry_run,
             vaults=[Path(p) for p in vaults],
+            receipt=Path(receipt) if receipt is not None else None,
         )
 
     def rebuild(self, *, accept_rollback: bool = False) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from mnemolog.substrate.events.erasure import MAX_ERASED_PER_EVENT, MemoryErased
 if TYPE_CHECKING:
     from mnemolog.substrate.api import Substrate
 
-__all__ = ["finish_erasures", "forget", "parse_before"]
+__all__ = ["finish_erasures", "forget", "parse_before", "receipt_paths", "write_receipts"]
 
 
 def parse_before(value: str | None) -> int | None:
@@ -89,6 +89,7 @@ def forget(
     dry_run: bool = False,
     scrub: bool = True,
     vaults: list[Path] | None = None,
+    receipt: Path | None = None,
 ) -> dict[str, Any]:
     """Erase what the selectors select (see the module docstring); the report says what went."""
     selector = {
@@ -141,6 +142,8 @@ def forget(
     report["keys_destroyed"] = len(sel.subjects)
     if scrub:
         report["scrubbed"] = _scrub(sub, sel)
+    if receipt is not None:
+        report["receipts"] = write_receipts(sub, report["seqs"], receipt)
     for root in vaults or []:
         # A re-render removes the notes of memories that are gone, and the journal and run-log
         # lines of the interactions and calls that went with them.
@@ -149,6 +152,21 @@ def forget(
         vault.render(sub, root)
         report.setdefault("scrubbed", []).append(f"vault:{root}")
     return report
+
+
+def receipt_paths(out: Path, n: int) -> list[Path]:
+    """Where the receipts of an erasure of `n` events go: `out`, then `out.2`, `out.3`, ..."""
+    return [out] + [out.with_name(f"{out.name}.{i}") for i in range(2, n + 1)]
+
+
+def write_receipts(sub: Substrate, seqs: list[int], out: Path) -> list[str]:
+    """One receipt (eventlog.receipt: a one-entry log export, no keys) per memory.erased seq."""
+    from mnemolog.substrate import forensics
+
+    paths = receipt_paths(out, len(seqs))
+    for seq, path in zip(seqs, paths, strict=True):
+        forensics.export_log(sub.home, seq, seq, path, with_keys=False)
+    return [str(p) for p in paths]
 
 
 def finish_erasures(sub: Substrate, subjects: list[str]) -> list[str]:
