@@ -368,6 +368,7 @@ def restore(ctx: Ctx, memory_id: str, reason: str | None) -> None:
 @click.option("--before", metavar="TIME", help="Only what was created before TIME (ISO 8601 UTC).")
 @click.option("--reason", help="Why (kept in the signed memory.erased event; never the content).")
 @click.option("--dry-run", is_flag=True, help="List everything it would erase, and erase nothing.")
+@click.option("--expired", is_flag=True, help="What the namespaces' retention_days policies let expire.")
 @click.option(
     "--vault",
     "vaults",
@@ -394,6 +395,7 @@ def forget(
     dry_run: bool,
     vaults: tuple[Path, ...],
     receipt: Path | None,
+    expired: bool,
 ) -> None:
     """Erase content for good: a signed memory.erased, its data keys destroyed, every derived copy gone."""
     with opened(ctx) as s:
@@ -405,10 +407,11 @@ def forget(
             interaction=interaction,
             before=before,
             reason=reason,
-            requested_by=f"cli:{os.environ.get('USER') or os.getuid()}",
+            requested_by=None if expired else f"cli:{os.environ.get('USER') or os.getuid()}",
             dry_run=dry_run,
             vaults=vaults,
             receipt=receipt,
+            expired=expired,
         )
 
     def text() -> str:

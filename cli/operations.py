@@ -167,6 +167,7 @@ class ForgetArgs(Args):
     before: str | None = Field(None, description="Only what was created before this ISO 8601 UTC time.")
     reason: str | None = None
     dry_run: bool = Field(False, description="List what would be erased; erase nothing.")
+    expired: bool = Field(False, description="What the namespaces' retention policies let expire.")
 
 
 class AtomiseArgs(Args):
@@ -430,6 +431,7 @@ def _forget(s: Substrate, a: ForgetArgs, requested_by: str = "agent") -> dict[st
         reason=a.reason,
         requested_by=requested_by,
         dry_run=a.dry_run,
+        expired=a.expired,
     )
 
 

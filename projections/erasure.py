@@ -171,6 +171,22 @@ def select(
     return sel
 
 
+def namespace_ages(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Every namespace that has memories, with its oldest memory's created_at."""
+    rows = conn.execute("SELECT namespace, min(created_at) FROM memories GROUP BY namespace").fetchall()
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def older_than(conn: duckdb.DuckDBPyConnection, namespace: str, cutoff_us: int) -> list[str]:
+    """The memories of exactly this namespace created before the cutoff."""
+    return sorted(
+        str(x)
+        for x in _col(
+            conn, "SELECT id FROM memories WHERE namespace = ? AND created_at < ?", [namespace, cutoff_us]
+        )
+    )
+
+
 def erased_subjects(conn: duckdb.DuckDBPyConnection) -> list[str]:
     """Every subject an erasure named (whose data key must be gone)."""
     return [str(x) for x in _col(conn, "SELECT DISTINCT subject FROM erasures", [])]

@@ -170,7 +170,17 @@ class Substrate:
         self.embedding = Embedding(self.home, self.projections.cache, embedder=embedder)
         self._asof = asof.AsOfProjections(self.home, self.keys.upcast, self.projections.cache)
         self.fusion = parse_fusion(self.home.config.raw.get("recall"))
+        self._retention: Any = None
         if long_lived and worker:
+            from mnemolog.substrate.erasure import RetentionWorker
+
+            table = home.config.raw.get("retention")
+            every = table.get("interval_s") if isinstance(table, dict) else None
+            interval = 3600.0
+            if isinstance(every, int | float) and not isinstance(every, bool) and every > 0:
+                interval = float(every)
+            self._retention = RetentionWorker(self, interval)
+            self._retention.start()
             self.atomiser.start_worker()
             self.knowledge.start_daily()
             self.knowledge.start_nightly()
@@ -219,6 +229,8 @@ class Substrate:
         if self._closed:
             return
         self._closed = True
+        if self._retention is not None:
+            self._retention.stop()
         self.atomiser.stop_worker()
         self.knowledge.stop_daily()
         self.embedding.stop_worker()
@@ -653,6 +665,7 @@ class Substrate:
         auto_atomise_max_atom_tokens: int | None = None,
         auto_atomise_max_retries: int | None = None,
         curator: str | None = None,
+        retention_days: int | None = None,
     ) -> dict[str, Any]:
         """Set fields of a namespace's own policy (and drop `unset` ones: they inherit again)."""
         check_namespace(namespace, allow_root=True)
@@ -665,6 +678,7 @@ class Substrate:
                     "auto_atomise_max_atom_tokens": auto_atomise_max_atom_tokens,
                     "auto_atomise_max_retries": auto_atomise_max_retries,
                     "curator": curator,
+                    "retention_days": retention_days,
                 }
             )
         except ValidationError as exc:
@@ -1386,6 +1400,7 @@ class Substrate:
         dry_run: bool = False,
         vaults: Sequence[str | Path] = (),
         receipt: str | Path | None = None,
+        expired: bool = False,
     ) -> dict[str, Any]:
         """Forget content: by memory ids, or every memory a selector picks (all given selectors hold).
 
@@ -1396,7 +1411,8 @@ class Substrate:
         cache entries, and rebuilds the projection into a new file.
         `dry_run` lists all of that and changes nothing; `vaults` are re-rendered
         after it (their notes, journal and run-log lines of it go); `receipt` is
-        where the erasure receipt goes (eventlog.receipt). See substrate.erasure.
+        where the erasure receipt goes (eventlog.receipt); `expired` erases what
+        the namespaces' `retention_days` policies let expire. See substrate.erasure.
         """
         from mnemolog.substrate import erasure
 
@@ -1413,6 +1429,7 @@ class Substrate:
             dry_run=dry_run,
             vaults=[Path(p) for p in vaults],
             receipt=Path(receipt) if receipt is not None else None,
+            expired=expired,
         )
 
     def rebuild(self, *, accept_rollback: bool = False) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,15 @@ from mnemolog.substrate.events.erasure import MAX_ERASED_PER_EVENT, MemoryErased
 if TYPE_CHECKING:
     from mnemolog.substrate.api import Substrate
 
-__all__ = ["finish_erasures", "forget", "parse_before", "receipt_paths", "write_receipts"]
+__all__ = [
+    "RetentionWorker",
+    "expired_ids",
+    "finish_erasures",
+    "forget",
+    "parse_before",
+    "receipt_paths",
+    "write_receipts",
+]
 
 
 def parse_before(value: str | None) -> int | None:
@@ -90,8 +99,32 @@ def forget(
     scrub: bool = True,
     vaults: list[Path] | None = None,
     receipt: Path | None = None,
+    expired: bool = False,
 ) -> dict[str, Any]:
-    """Erase what the selectors select (see the module docstring); the report says what went."""
+    """Erase what the selectors select (see the module docstring); the report says what went.
+
+    `expired` selects, in every namespace whose policy sets `retention_days`,
+    the memories created longer ago than that (retention).
+    """
+    if expired:
+        if any(x is not None for x in (ids, namespace, project, document, interaction, before)):
+            raise UsageError(
+                "--expired selects by the namespaces' retention policies: give no other selector"
+            )
+        ids = expired_ids(sub)
+        if not ids:
+            return {
+                "dry_run": dry_run,
+                "selector": {"expired": True},
+                **eq.Selection().to_json(),
+                "erased": 0,
+                "seqs": [],
+            }
+        reason = reason or "retention"
+        requested_by = requested_by or "retention"
+        selector_override: dict[str, Any] | None = {"expired": True}
+    else:
+        selector_override = None
     selector = {
         k: x
         for k, x in {
@@ -104,6 +137,8 @@ def forget(
         }.items()
         if x is not None
     }
+    if selector_override is not None:
+        selector = selector_override
     if not selector:
         raise UsageError(
             "forget needs a memory id or a selector (namespace, project, document, interaction, before)"
@@ -154,6 +189,21 @@ def forget(
     return report
 
 
+def expired_ids(sub: Substrate) -> list[str]:
+    """The memories older than their namespace's effective `retention_days`."""
+    now = sub.clock()
+    out: list[str] = []
+    with sub.session() as s:
+        for ns, oldest in sorted(eq.namespace_ages(s.conn).items()):
+            days = s.policy(ns)["retention_days"]
+            if not isinstance(days, int) or days <= 0:
+                continue
+            cutoff = now - days * 86_400_000_000
+            if oldest < cutoff:
+                out += eq.older_than(s.conn, ns, cutoff)
+    return out
+
+
 def receipt_paths(out: Path, n: int) -> list[Path]:
     """Where the receipts of an erasure of `n` events go: `out`, then `out.2`, `out.3`, ..."""
     return [out] + [out.with_name(f"{out.name}.{i}") for i in range(2, n + 1)]
@@ -194,3 +244,41 @@ def _scrub(sub: Substrate, sel: eq.Selection) -> list[str]:
         shutil.rmtree(tmp, ignore_errors=True)
     done.append("projection")
     return done
+
+
+class RetentionWorker:
+    """Runs `forget --expired` in a long-lived process: soon after it starts, then every `interval_s`.
+
+    Each run is recorded like any erasure (reason "retention", requested by
+    "retention"); a run that finds nothing expired writes nothing. A failure
+    is kept in `last_error` and the next run tries again.
+    """
+
+    def __init__(self, sub: Substrate, interval_s: float = 3600.0, first_after_s: float = 5.0) -> None:
+        self.sub = sub
+        self.interval_s = interval_s
+        self.first_after_s = first_after_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.runs = 0
+        self.last_error: str | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="retention")
+        self._thread.start()
+
+    def _loop(self) -> None:
+        wait = self.first_after_s
+        while not self._stop.wait(wait):
+            wait = self.interval_s
+            try:
+                forget(self.sub, expired=True, requested_by="retention")
+                self.last_error = None
+            except Exception as exc:  # a worker must outlive one failed run; the error is kept
+                self.last_error = str(exc)
+            self.runs += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
