@@ -36,7 +36,7 @@ from nacl.exceptions import CryptoError
 
 from mnemolog.eventlog import codec
 from mnemolog.eventlog.errors import DecodeError
-from mnemolog.eventlog.vocabulary import SEALED, SEALED_FIELD, read_id
+from mnemolog.eventlog.vocabulary import CONTEXT_BUILT, SEALED, SEALED_FIELD, read_id
 
 __all__ = [
     "AD_PREFIX",
@@ -74,18 +74,72 @@ def _ad(type_: str, subject: str, field: str) -> bytes:
     return b"\x00".join((AD_PREFIX, type_.encode(), subject.encode(), field.encode()))
 
 
+#: The fields of each entry a `context.built` quotes (tiers[*].included[*]) sealed under the
+#: key of the entry's own subject (`record_subject`).
+PACK_RECORD_FIELDS: Final = ("label", "text")
+_PACK_AD_FIELD: Final = "tiers.included."
+
+
+def record_subject(record: Mapping[str, Any], pack_id: str) -> str:
+    """Whose key seals a quoted pack entry: the memory, the chunk's document, or (state) the pack."""
+    rid = record.get("id")
+    if not isinstance(rid, str) or not rid:
+        return ""
+    source = record.get("source")
+    if source == "memory":
+        return rid
+    if source == "chunk":
+        return rid.rsplit("/", 2)[0] if rid.count("/") >= 2 else ""
+    return pack_id
+
+
+def _pack_records(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The quoted-entry maps of a context.built payload (tolerant of any shape)."""
+    out: list[dict[str, Any]] = []
+    tiers = data.get("tiers")
+    for t in tiers if isinstance(tiers, list) else []:
+        inc = t.get("included") if isinstance(t, dict) else None
+        out += [r for r in (inc if isinstance(inc, list) else []) if isinstance(r, dict)]
+    return out
+
+
+def subjects_of(type_: str, data: Mapping[str, Any]) -> list[str]:
+    """Every subject whose key seals part of this payload (the main one first)."""
+    main = subject_of(type_, data)
+    if not main:
+        return []
+    out = [main]
+    if type_ == CONTEXT_BUILT:
+        for r in _pack_records(data):
+            s = record_subject(r, main)
+            if s and s not in out:
+                out.append(s)
+    return out
+
+
 def subject_of(type_: str, data: Mapping[str, Any]) -> str:
     """The subject whose data key seals this payload's content ("" when the type seals nothing)."""
     spec = SEALED.get(type_)
     return read_id(data.get(spec.key)) if spec is not None else ""
 
 
-def seal_payload(type_: str, data: dict[str, Any], key: bytes) -> dict[str, Any]:
+def _box(type_: str, subject: str, field: str, value: Any, key: bytes) -> bytes:
+    nonce = os.urandom(NONCE_BYTES)
+    ct = nb.crypto_aead_xchacha20poly1305_ietf_encrypt(
+        codec.encode(value), _ad(type_, subject, field), nonce, key
+    )
+    return bytes(nonce + ct)
+
+
+def seal_payload(
+    type_: str, data: dict[str, Any], key: bytes, record_keys: KeyLookup | None = None
+) -> dict[str, Any]:
     """`data` with its content fields moved into `sealed` boxes under `key`.
 
     A type that seals nothing, and a payload without a subject, come back as
     they are. Fields absent from the payload are not sealed (an update seals
-    only what it changes).
+    only what it changes). A pack's quoted entries are sealed each under its
+    subject's key from `record_keys` (`subjects_of` names them).
     """
     spec = SEALED.get(type_)
     subject = subject_of(type_, data)
@@ -97,13 +151,38 @@ def seal_payload(type_: str, data: dict[str, Any], key: bytes) -> dict[str, Any]
     boxes: dict[str, bytes] = {}
     for f in spec.fields:
         if f in out:
-            nonce = os.urandom(NONCE_BYTES)
-            plain = codec.encode(out.pop(f))
-            ct = nb.crypto_aead_xchacha20poly1305_ietf_encrypt(plain, _ad(type_, subject, f), nonce, key)
-            boxes[f] = nonce + ct
+            boxes[f] = _box(type_, subject, f, out.pop(f), key)
     if boxes:
         out[SEALED_FIELD] = boxes
+    if type_ == CONTEXT_BUILT and isinstance(out.get("tiers"), list):
+        out["tiers"] = _seal_records(out["tiers"], subject, record_keys or {subject: key}.get)
     return out
+
+
+def _seal_records(tiers: list[Any], pack_id: str, keys: KeyLookup) -> list[Any]:
+    sealed_tiers: list[Any] = []
+    for t in tiers:
+        inc = t.get("included") if isinstance(t, dict) else None
+        if not isinstance(inc, list):
+            sealed_tiers.append(t)
+            continue
+        records = []
+        for r in inc:
+            subject = record_subject(r, pack_id) if isinstance(r, dict) else ""
+            key = keys(subject) if subject else None
+            if key is None:
+                records.append(r)
+                continue
+            rec = dict(r)
+            boxes = {
+                f: _box(CONTEXT_BUILT, subject, _PACK_AD_FIELD + f, rec.pop(f), key)
+                for f in PACK_RECORD_FIELDS
+                if f in rec
+            }
+            rec[SEALED_FIELD] = boxes
+            records.append(rec)
+        sealed_tiers.append({**t, "included": records})
+    return sealed_tiers
 
 
 def sealed_fields(data: Mapping[str, Any]) -> list[str]:
@@ -126,6 +205,8 @@ def open_payload(type_: str, data: dict[str, Any], keys: KeyLookup) -> dict[str,
         return data
     out = {k: x for k, x in data.items() if k != SEALED_FIELD}
     subject = subject_of(type_, data)
+    if type_ == CONTEXT_BUILT and isinstance(out.get("tiers"), list):
+        out["tiers"] = _open_records(out["tiers"], subject, keys)
     key = keys(subject) if subject else None
     closed: list[str] = []
     for f, box in boxes.items():
@@ -142,6 +223,38 @@ def open_payload(type_: str, data: dict[str, Any], keys: KeyLookup) -> dict[str,
 
 
 _CLOSED: Final = object()
+
+
+def _open_records(tiers: list[Any], pack_id: str, keys: KeyLookup) -> list[Any]:
+    opened_tiers: list[Any] = []
+    for t in tiers:
+        inc = t.get("included") if isinstance(t, dict) else None
+        if not isinstance(inc, list):
+            opened_tiers.append(t)
+            continue
+        records = []
+        for r in inc:
+            boxes = r.get(SEALED_FIELD) if isinstance(r, dict) else None
+            if not isinstance(boxes, dict):
+                records.append(r)
+                continue
+            subject = record_subject(r, pack_id)
+            key = keys(subject) if subject else None
+            rec = {k: x for k, x in r.items() if k != SEALED_FIELD}
+            closed = []
+            for f, box in boxes.items():
+                if not isinstance(f, str):
+                    continue
+                value = _open_box(CONTEXT_BUILT, subject, _PACK_AD_FIELD + f, box, key)
+                if value is _CLOSED:
+                    closed.append(f)
+                else:
+                    rec[f] = value
+            if closed:
+                rec[SEALED_FIELD] = sorted(closed)
+            records.append(rec)
+        opened_tiers.append({**t, "included": records})
+    return opened_tiers
 
 
 def _open_box(type_: str, subject: str, field: str, box: Any, key: bytes | None) -> Any:

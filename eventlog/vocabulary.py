@@ -531,7 +531,10 @@ SEALED: dict[str, Sealing] = {
     TRIAGE_FAILED: Sealing("id", ("responses", "warnings")),
     ATOMISATION_COMPLETED: Sealing("source_id", ("responses", "dropped", "warnings")),
     DOCUMENT_INGESTED: Sealing("document_id", ("chunks",)),
-    CONTEXT_BUILT: Sealing("pack_id", ("query", "tiers")),
+    # A pack's quoted entries are sealed one by one, each under its own subject's key
+    # (eventlog.sealing.PACK_RECORD_FIELDS), so forgetting a memory leaves a gap in the
+    # packs that quoted it and nothing else.
+    CONTEXT_BUILT: Sealing("pack_id", ("query",)),
 }
 # type -> the first tv whose content is sealed.
 SEALED_SINCE: dict[str, int] = {}

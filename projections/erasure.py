@@ -39,8 +39,13 @@ class Selection:
 
     @property
     def subjects(self) -> list[str]:
-        """Every data key the erasure destroys."""
-        return sorted({*self.memories, *self.interactions, *self.documents, *self.packs})
+        """Every data key the erasure destroys.
+
+        Not the packs': a pack seals each quoted entry under its own subject's
+        key, so the packs in `packs` lose exactly the erased entries (they
+        re-render them as gaps) and keep the rest, their query included.
+        """
+        return sorted({*self.memories, *self.interactions, *self.documents})
 
     def empty(self) -> bool:
         return not (self.memories or self.interactions or self.documents)

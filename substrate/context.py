@@ -436,7 +436,7 @@ def _state_then(conn: Any, log: Log, entry_id: str, seq: int, keys: DataKeys) ->
 def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int, keys: DataKeys) -> int:
     """Every memory, chunk and state text the pack quotes equals the log's as of the pack; how many."""
     entries = packview.recorded_entries(data, seq)
-    quoted = [e for es in entries.values() for e in es]
+    quoted = [e for es in entries.values() for e in es if not e.get("gap")]
     mids = sorted({e["id"] for e in quoted if e["source"] == "memory"})
     views: dict[str, dict[str, Any]] = {}
     if mids:
@@ -490,6 +490,7 @@ def show_context(sessions: Sessions, log: Log, pack_id: str, keys: DataKeys) -> 
         entry = log.entry(row.seq)
         data = keys.upcast(entry.type, entry.tv, entry.data)
         text = packview.check_recorded(data, row.seq)
+        holes = packview.gaps(data, row.seq)
         checked = _check_sources(s.conn, log, data, row.seq, keys)
     return {
         "pack_id": pack_id,
@@ -502,7 +503,10 @@ def show_context(sessions: Sessions, log: Log, pack_id: str, keys: DataKeys) -> 
         "sha256": data.get("sha256"),
         # Every setting that decided the pack, as recorded (the personal scope among them).
         "config": data.get("config"),
-        "verified": True,
+        # A pack that quoted what was forgotten since re-renders with marked gaps: its hash
+        # (over what was shown then) cannot be checked any more, and the answer says so.
+        "verified": not holes,
+        "gaps": holes,
         "sources_checked": checked,
         "tiers": data.get("tiers"),
         "text": text,

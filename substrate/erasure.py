@@ -8,9 +8,10 @@ them), then, unless it is a dry run:
    content; a bulk erasure is several events of at most
    MAX_ERASED_PER_EVENT memories), which the fold applies by deleting every
    row that held it;
-2. destroys the data keys of every erased subject (and of the packs that
-   quoted them), so the sealed entries in the log, its exports, tiles and
-   witnesses' copies can never be opened again;
+2. destroys the data keys of every erased subject, so the sealed entries
+   in the log, its exports, tiles and witnesses' copies can never be opened
+   again (a pack seals each entry it quoted under that entry's subject's
+   key: the packs that quoted it re-render it as a marked gap);
 3. scrubs the home's derived files: the embedding cache loses the erased
    texts' vectors (secure delete, vacuum, WAL truncated), and the DuckDB
    projection is rebuilt into a new file, since deleted rows can survive in
@@ -67,9 +68,7 @@ def _events(
     out = []
     for n, part in enumerate(parts):
         first = n == 0
-        subjects = sorted(
-            set(part) | (set(sel.interactions) | set(sel.documents) | set(sel.packs) if first else set())
-        )
+        subjects = sorted(set(part) | (set(sel.interactions) | set(sel.documents) if first else set()))
         out.append(
             MemoryErased(
                 ids=part,

@@ -254,7 +254,9 @@ def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) ->
 
 def _bundle_keys(sub: Substrate, entries: list[Entry]) -> dict[str, bytes]:
     """The data keys of the sealed content among `entries` that was not forgotten."""
-    subjects = {sealing.subject_of(e.type, e.data) for e in entries if sealing.sealed_fields(e.data)}
+    subjects = {
+        s for e in entries if sealing.sealed_fields(e.data) for s in sealing.subjects_of(e.type, e.data)
+    }
     out: dict[str, bytes] = {}
     for s in sorted(subjects - {""}):
         k = sub.keys.get(s)

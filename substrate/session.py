@@ -162,14 +162,14 @@ class Session:
 
     def _seal(self, items: list[tuple[str, dict[str, Any], int]]) -> list[tuple[str, dict[str, Any], int]]:
         """Each sealing payload's content in boxes under its subject's data key (durable first)."""
-        subjects = [sealing.subject_of(t, d) for t, d, tv in items if v.seals(t, tv)]
+        subjects = [s for t, d, tv in items if v.seals(t, tv) for s in sealing.subjects_of(t, d)]
         if not subjects:
             return items
         if self._keys is None:
             raise TypeError("a session without data keys cannot write sealed content")
         keys = self._keys.ensure(subjects)
         return [
-            (t, sealing.seal_payload(t, d, keys[s]), tv)
+            (t, sealing.seal_payload(t, d, keys[s], keys.get), tv)
             if v.seals(t, tv) and (s := sealing.subject_of(t, d))
             else (t, d, tv)
             for t, d, tv in items

@@ -395,3 +395,28 @@ def test_always_wanted_memories_follow_every_write(sub: Substrate, tmp_path: Pat
     assert ids["pinned"] not in identity()
     sub.update(new, metadata={"vault": {"pinned": False}})
     assert identity() == [ids["user"]]
+
+
+def test_a_pack_that_quoted_a_forgotten_memory_re_renders_it_as_a_marked_gap(
+    sub: Substrate, tmp_path: Path
+) -> None:
+    from mnemolog.eventlog import bundle, packview
+    from mnemolog.substrate import forensics
+
+    ids = seeded(sub, tmp_path)
+    pack = sub.build_context(QUERY, project="p06")
+    before = sub.show_context(pack["pack_id"])
+    assert before["verified"] and before["gaps"] == [] and "Zerodur CTE gradient" in before["text"]
+    sub.forget([ids["know"]], reason="asked")
+    after = sub.show_context(pack["pack_id"])
+    assert after["verified"] is False
+    assert after["gaps"] == [{"tier": "domain", "source": "memory", "id": ids["know"]}]
+    assert "Zerodur CTE gradient" not in after["text"]
+    assert f"- [{packview.GAP_LABEL}] memory {ids['know']} was erased" in after["text"]
+    assert "Antoine, mechanical/optical engineer" in after["text"]  # the rest of the pack stays
+    # A bundle of another memory of that pack verifies, and reports the gap.
+    path = tmp_path / "b.tar"
+    path.write_bytes(forensics.export_bundle(sub, ids["user"]).data)
+    report = bundle.verify_bundle(path)
+    (p,) = [p for p in report.packs if p["pack_id"] == pack["pack_id"]]
+    assert p["gaps"] == after["gaps"] and p["sha256_checked"] is False

@@ -198,7 +198,7 @@ def test_the_marker_scan_over_every_cascade(sub: Substrate, home: Home) -> None:
     (docs / "notes.md").write_text(f"# Notes\n\nThe mount supplier {markers['doc']} ships in May.\n")
     doc_ids = [d["document_id"] for d in sub.ingest([docs])["ingested"]]
     assert doc_ids
-    sub.build_context(f"vendor for the mounts {markers['memory']}")
+    sub.build_context("who is the vendor for the mounts")
     i = sub.capture(f"Who is the vendor? {markers['prompt']}", "It is decided.", namespace="scan")
     sub.extract(interaction_ids=[i["id"]], extractor="rules")
     vault = home.root / "vault"
