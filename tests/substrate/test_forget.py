@@ -214,3 +214,19 @@ def test_the_marker_scan_over_every_cascade(sub: Substrate, home: Home) -> None:
     vault_mod.render(sub, vault)
     assert scan(home.root, list(markers.values())) == []
     sub.verify_projections()
+
+
+def test_a_publication_never_holds_readable_content_before_or_after_forget(
+    sub: Substrate, home: Home
+) -> None:
+    from mnemolog.substrate.publish import publish
+
+    mark = "XQPUBLISHMARK"
+    m = sub.store(f"{mark} a memory big enough " + "to be published " * 20, title=f"{mark} title")
+    sub.store("a short one")
+    pub = home.root.parent / "published"
+    publish(home.log_dir, pub)
+    assert not scan(pub, [mark])
+    sub.forget([m["id"]])
+    publish(home.log_dir, pub)
+    assert not scan(pub, [mark]) and not scan(home.root, [mark])
