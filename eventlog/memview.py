@@ -211,7 +211,7 @@ def _updated(v: dict[str, Any], e: Entry, d: dict[str, Any]) -> None:
 def opened(e: Entry, keys: sealing.KeyLookup | None = None) -> dict[str, Any]:
     """An entry's payload at its current tv, its sealed content opened with `keys` where it can be."""
     data = e.data
-    if SEALED_FIELD in data:
+    if e.type in vk.SEALED:
         data = sealing.open_payload(e.type, data, keys or _no_key)
     return upcast(e.type, e.tv, data)
 

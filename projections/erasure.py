@@ -192,9 +192,32 @@ def older_than(conn: duckdb.DuckDBPyConnection, namespace: str, cutoff_us: int) 
     )
 
 
-def erased_subjects(conn: duckdb.DuckDBPyConnection) -> list[str]:
-    """Every subject an erasure named (whose data key must be gone)."""
-    return [str(x) for x in _col(conn, "SELECT DISTINCT subject FROM erasures", [])]
+def erased_keys(conn: duckdb.DuckDBPyConnection) -> list[str]:
+    """The ids of every data key an erasure named (each must be gone)."""
+    return [str(x) for x in _col(conn, "SELECT DISTINCT subject FROM erasures WHERE kind = 'key'", [])]
+
+
+def sealing_seqs(conn: duckdb.DuckDBPyConnection, sel: Selection) -> list[int]:
+    """The seqs of every entry that may hold a selected subject's sealed content."""
+    ids = sorted({*sel.memories, *sel.interactions})
+    seqs = set(_col(conn, f"SELECT DISTINCT seq FROM touches WHERE memory_id IN {_STR}", [ids]))
+    seqs |= set(
+        _col(
+            conn,
+            f"SELECT seq FROM ctx_document_versions WHERE document_id IN {_STR}",
+            [sorted(sel.documents)],
+        )
+    )
+    # The packs that quoted a chunk of an erased document sealed it under that document's key.
+    seqs |= set(
+        _col(
+            conn,
+            "SELECT DISTINCT seq FROM ctx_pack_members WHERE source = 'chunk' "
+            f"AND regexp_replace(id, '/[0-9]+/[0-9]+$', '') IN {_STR}",
+            [sorted(sel.documents)],
+        )
+    )
+    return sorted(int(x) for x in seqs)
 
 
 def erased(conn: duckdb.DuckDBPyConnection, subjects: list[str]) -> dict[str, tuple[int, str | None]]:

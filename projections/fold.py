@@ -639,6 +639,7 @@ class Fold:
 
         mids, inter, docs = ids_of("ids"), ids_of("interactions"), ids_of("documents")
         other = sorted(set(ids_of("subjects")) - {*mids, *inter, *docs})
+        keys = ids_of("keys")
         arg = "(SELECT unnest(?::VARCHAR[]))"
         rows = conn.execute(f"SELECT stored_seq, doc_len FROM memories WHERE id IN {arg}", [mids]).fetchall()
         seqs = [int(r[0]) for r in rows]
@@ -675,6 +676,7 @@ class Fold:
                 ("interaction", inter),
                 ("document", docs),
                 ("pack", other),
+                ("key", keys),
             )
             for s in subjects
         ]

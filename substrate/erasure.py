@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mnemolog.eventlog import sealing
 from mnemolog.eventlog.errors import NotFound, UsageError
 from mnemolog.projections import erasure as eq
 from mnemolog.substrate import asof
@@ -60,8 +61,25 @@ def parse_before(value: str | None) -> int | None:
     return int(when.timestamp() * 1_000_000)
 
 
+def _keys_of(sub: Substrate, seqs: list[int], subjects: set[str]) -> dict[str, list[str]]:
+    """subject -> the ids of the data keys its content is sealed under, read from the entries."""
+    out: dict[str, list[str]] = {}
+    for seq in seqs:
+        e = sub.log.entry(seq)
+        for subject in sealing.subjects_of(e.type, e.data):
+            if subject in subjects:
+                for kid in sealing.key_ids(e.type, e.data, {subject}):
+                    if kid not in out.setdefault(subject, []):
+                        out[subject].append(kid)
+    return out
+
+
 def _events(
-    sel: eq.Selection, reason: str | None, requested_by: str | None, selector: dict[str, Any]
+    sel: eq.Selection,
+    keys: dict[str, list[str]],
+    reason: str | None,
+    requested_by: str | None,
+    selector: dict[str, Any],
 ) -> list[MemoryErased]:
     mems = sel.memories or []
     parts = [mems[i : i + MAX_ERASED_PER_EVENT] for i in range(0, len(mems), MAX_ERASED_PER_EVENT)] or [[]]
@@ -75,6 +93,7 @@ def _events(
                 interactions=sel.interactions if first else [],
                 documents=sel.documents if first else [],
                 subjects=subjects,
+                keys=sorted({k for s in subjects for k in keys.get(s, [])}),
                 reason=reason,
                 requested_by=requested_by,
                 selector=selector,
@@ -144,7 +163,7 @@ def forget(
         )
     before_us = parse_before(before)
     with sub.session() as s:
-        finish_erasures(sub, eq.erased_subjects(s.conn))
+        finish_erasures(sub, eq.erased_keys(s.conn))
         sel = eq.select(
             s.conn,
             ids=list(ids) if ids is not None else None,
@@ -169,11 +188,13 @@ def forget(
             report["erased"] = 0
             report["seqs"] = []
             return report
-        receipts = s.append_many(_events(sel, reason, requested_by, selector))
-    sub.keys.destroy(sel.subjects)
+        keys = _keys_of(sub, eq.sealing_seqs(s.conn, sel), set(sel.subjects))
+        receipts = s.append_many(_events(sel, keys, reason, requested_by, selector))
+    sub.keys.forget_subjects(sel.subjects)
+    destroyed = sub.keys.destroy({k for ks in keys.values() for k in ks})
     report["erased"] = len(sel.memories)
     report["seqs"] = [r.seq for r in receipts]
-    report["keys_destroyed"] = len(sel.subjects)
+    report["keys_destroyed"] = len(destroyed)
     if scrub:
         report["scrubbed"] = _scrub(sub, sel)
     if receipt is not None:
@@ -218,9 +239,9 @@ def write_receipts(sub: Substrate, seqs: list[int], out: Path) -> list[str]:
     return [str(p) for p in paths]
 
 
-def finish_erasures(sub: Substrate, subjects: list[str]) -> list[str]:
+def finish_erasures(sub: Substrate, key_ids: list[str]) -> list[str]:
     """Destroy the keys an erasure in the log named but a crash left behind; returns them."""
-    return sub.keys.destroy(subjects) if subjects else []
+    return sub.keys.destroy(key_ids) if key_ids else []
 
 
 def _scrub(sub: Substrate, sel: eq.Selection) -> list[str]:

@@ -254,14 +254,12 @@ def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) ->
 
 def _bundle_keys(sub: Substrate, entries: list[Entry]) -> dict[str, bytes]:
     """The data keys of the sealed content among `entries` that was not forgotten."""
-    subjects = {
-        s for e in entries if sealing.sealed_fields(e.data) for s in sealing.subjects_of(e.type, e.data)
-    }
     out: dict[str, bytes] = {}
-    for s in sorted(subjects - {""}):
-        k = sub.keys.get(s)
-        if k is not None:
-            out[s] = k
+    for e in entries:
+        for kid in sealing.key_ids(e.type, e.data):
+            k = sub.keys.get(kid)
+            if k is not None:
+                out[kid] = k
     return out
 
 

@@ -169,9 +169,7 @@ class Session:
             raise TypeError("a session without data keys cannot write sealed content")
         keys = self._keys.ensure(subjects)
         return [
-            (t, sealing.seal_payload(t, d, keys[s], keys.get), tv)
-            if v.seals(t, tv) and (s := sealing.subject_of(t, d))
-            else (t, d, tv)
+            (t, sealing.seal_payload(t, d, keys.__getitem__), tv) if v.seals(t, tv) else (t, d, tv)
             for t, d, tv in items
         ]
 

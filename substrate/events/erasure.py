@@ -21,7 +21,8 @@ class MemoryErased(Chained):
 
     Names what was erased and why, never the content: `ids` the memories,
     `interactions` and `documents` the other subjects whose content went
-    with them, `subjects` every data key destroyed (eventlog.sealing). The
+    with them, `subjects` all of those, `keys` the ids of every data key
+    destroyed (those the subjects' entries name, eventlog.sealing). The
     entries that held the content stay in the log, signed and sealed.
     """
 
@@ -32,6 +33,7 @@ class MemoryErased(Chained):
     interactions: list[str] = Field(default_factory=list, max_length=MAX_ERASED_PER_EVENT)
     documents: list[str] = Field(default_factory=list, max_length=MAX_ERASED_PER_EVENT)
     subjects: list[str] = Field(default_factory=list, max_length=4 * MAX_ERASED_PER_EVENT)
+    keys: list[str] = Field(default_factory=list, max_length=40 * MAX_ERASED_PER_EVENT)
     reason: str | None = None
     requested_by: str | None = None
     selector: dict[str, Any] = Field(default_factory=dict)
