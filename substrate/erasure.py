@@ -64,8 +64,17 @@ def parse_before(value: str | None) -> int | None:
 def _keys_of(sub: Substrate, seqs: list[int], subjects: set[str]) -> dict[str, list[str]]:
     """subject -> the ids of the data keys its content is sealed under, read from the entries."""
     out: dict[str, list[str]] = {}
-    for seq in seqs:
-        e = sub.log.entry(seq)
+    if not seqs:
+        return out
+    wanted = set(seqs)
+    lo, hi = min(seqs), max(seqs) + 1
+    # Many entries close together (a bulk erasure) read faster in one sequential pass.
+    entries = (
+        (e for e in sub.log.iter_entries(lo, hi) if e.seq in wanted)
+        if len(seqs) * 4 >= hi - lo
+        else (sub.log.entry(seq) for seq in seqs)
+    )
+    for e in entries:
         for subject in sealing.subjects_of(e.type, e.data):
             if subject in subjects:
                 for kid in sealing.key_ids(e.type, e.data, {subject}):
