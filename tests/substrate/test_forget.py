@@ -239,3 +239,25 @@ def test_a_publication_never_holds_readable_content_before_or_after_forget(
     sub.forget([m["id"]])
     publish(home.log_dir, pub)
     assert not scan(pub, [mark]) and not scan(home.root, [mark])
+
+
+def test_keys_a_crash_left_behind_are_destroyed_by_the_next_forget(
+    sub: Substrate, home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = sub.store("XQCRASHMARK first")
+    b = sub.store("second")
+    named = {k for e in sub.log.iter_entries() for k in sealing.key_ids(e.type, e.data, {a["id"]})}
+    real = sub.keys.destroy
+
+    def crash(_ids: object) -> list[str]:
+        raise OSError("killed between the event and the keys")
+
+    monkeypatch.setattr(sub.keys, "destroy", crash)
+    with pytest.raises(OSError):
+        sub.forget([a["id"]])
+    monkeypatch.setattr(sub.keys, "destroy", real)
+    assert all(
+        DataKeys(home.root).get(k) is not None for k in named
+    )  # the event is durable, the keys not yet gone
+    sub.forget([b["id"]])
+    assert all(DataKeys(home.root).get(k) is None for k in named)
