@@ -107,6 +107,13 @@ def policy() -> None:
 )
 @click.option("--curator", type=click.Choice(CURATORS), default=None, help="Who atomises: rules or ollama.")
 @click.option(
+    "--retention-days",
+    "retention_days",
+    type=click.IntRange(1, 36500),
+    default=None,
+    help="Erase memories older than this many days (forget --expired; long-lived processes).",
+)
+@click.option(
     "--unset", "unset_fields", multiple=True, metavar="FIELD",
     help="Drop a field of this namespace's own policy, so it inherits again (repeatable).",
 )  # fmt: skip

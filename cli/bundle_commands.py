@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from mnemolog.cli.app import Ctx, json_option
+from mnemolog.eventlog import receipt
 from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.errors import UsageError
 from mnemolog.eventlog.store.fsio import check_replaceable
@@ -98,11 +99,21 @@ def verify_bundle(
     default=None,
     help="The log's current private key, so the new home can append (else it has public keys only).",
 )
+@click.option(
+    "--keys",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The data keys that open sealed content (default: FILE.keys beside the export, when there).",
+)
 @json_option
 @click.pass_obj
-def replay(ctx: Ctx, file: Path, new_home: Path, trusted_key: str | None, signing_key: Path | None) -> None:
+def replay(
+    ctx: Ctx, file: Path, new_home: Path, trusted_key: str | None, signing_key: Path | None, keys: Path | None
+) -> None:
     """Rebuild a home from a `log export` that starts at seq 0, verified on the way in."""
-    r = forensics.replay(file, new_home, policy=bundle.trust_policy(trusted_key), signing_key=signing_key)
+    r = forensics.replay(
+        file, new_home, policy=bundle.trust_policy(trusted_key), signing_key=signing_key, keys=keys
+    )
     data = {
         "home": r.home,
         "entries": r.entries,
@@ -111,6 +122,8 @@ def replay(ctx: Ctx, file: Path, new_home: Path, trusted_key: str | None, signin
         "signing_key": r.signing_key,
         "replayed": r.replayed,
         "export": r.export,
+        "data_keys": r.data_keys,
+        "sealed": r.sealed,
     }
 
     def text() -> str:
@@ -126,6 +139,11 @@ def replay(ctx: Ctx, file: Path, new_home: Path, trusted_key: str | None, signin
             lines.append(
                 "note: no --signing-key given: the new home holds public keys only and cannot append"
             )
+        if r.sealed:
+            lines.append(
+                f"note: {r.sealed} sealed fields have no data key here (forgotten, or the export's keys "
+                "were not given): they read as sealed"
+            )
         return "\n".join(lines)
 
     ctx.emit(data, text)
@@ -139,18 +157,43 @@ def replay(ctx: Ctx, file: Path, new_home: Path, trusted_key: str | None, signin
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The export file."
 )
+@click.option(
+    "--no-keys",
+    is_flag=True,
+    help="Do not write the data keys beside the export (a copy that verifies but reads as sealed).",
+)
 @json_option
 @click.pass_obj
-def log_export(ctx: Ctx, start: int, last: int | None, output: Path) -> None:
+def log_export(ctx: Ctx, start: int, last: int | None, output: Path, no_keys: bool) -> None:
     """Export entries FROM..TO with a signed checkpoint and the proofs to check them elsewhere."""
     if last is not None and last < start:
         raise UsageError(f"--to {last} is before --from {start}")
-    r = forensics.export_log(ctx.home.require(), start, last, output)
+    r = forensics.export_log(ctx.home.require(), start, last, output, with_keys=not no_keys)
+    keys = f"; {r.data_keys} data keys in {r.keys}" if r.keys else "; no data keys (content reads as sealed)"
     ctx.emit(
         vars(r),
         f"wrote {r.path} ({r.bytes} bytes): entries {r.start}..{r.last}, proven against the "
-        f"checkpoint of size {r.tree_size}",
+        f"checkpoint of size {r.tree_size}{keys}",
     )
 
 
-COMMANDS = [export_forensic_bundle, verify_bundle, replay]
+@click.command("verify-receipt")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--trusted-key", help="The pinned public key: name+hash+base64, or a file holding one.")
+@click.option("--memory-id", help="The memory the erasure must name.")
+@json_option
+@click.pass_obj
+def verify_receipt(ctx: Ctx, file: Path, trusted_key: str | None, memory_id: str | None) -> None:
+    """Check an erasure receipt offline: the memory.erased entry, signed and included."""
+    data = forensics.read_export(file)
+    r = receipt.verify_receipt(data, policy=bundle.trust_policy(trusted_key), memory_id=memory_id)
+    names = ", ".join(r["memories"]) or "(no memory)"
+    why = f" ({r['reason']})" if r["reason"] else ""
+    ctx.emit(
+        r,
+        f"ok: the content of {names} was erased at seq {r['seq']}{why}; the entry is signed and "
+        f"included in the tree of size {r['tree_size']}",
+    )
+
+
+COMMANDS = [export_forensic_bundle, verify_bundle, replay, verify_receipt]

@@ -118,7 +118,17 @@ def context_show(ctx: Ctx, pack_id: str) -> None:
     """Re-render a recorded pack from the log alone, checking its hash and every text it quotes (exit 8)."""
     with opened(ctx) as s:
         shown = s.show_context(pack_id)
-    ctx.emit(shown, lambda: shown["text"].rstrip("\n"))
+
+    def text() -> str:
+        out = str(shown["text"]).rstrip("\n")
+        if shown["gaps"]:
+            out += (
+                f"\n(note: {len(shown['gaps'])} entries of this pack were erased since and show as gaps; "
+                "its hash can no longer be checked)"
+            )
+        return out
+
+    ctx.emit(shown, text)
 
 
 @context.command("why")

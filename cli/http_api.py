@@ -320,6 +320,9 @@ ROUTES = [
     Endpoint("GET", "/memory/{id}", "One memory with its links.", "memory_get", body=False),
     Endpoint("PUT", "/memory/{id}", "Change fields of a memory.", "memory_update"),
     Endpoint("POST", "/memory/{id}/archive", "Hide a memory from recall.", "memory_archive"),
+    Endpoint(
+        "DELETE", "/memory/{id}", "Forget a memory: its content erased for good.", "memory_forget", body=False
+    ),
     Endpoint("POST", "/memory/{id}/restore", "Undo an archive or a supersession.", "memory_restore"),
     Endpoint("POST", "/memory/{id}/atomise", "Split a long memory into 2-10 atoms.", "memory_atomise"),
     Endpoint(

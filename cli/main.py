@@ -65,6 +65,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "context_commands:persona",
         "The agent's persona files (IDENTITY.md, SOUL.md, USER.md, tools.md, model.md).",
     ),
+    "forget": (
+        "memory_commands:forget",
+        "Erase content for good: a signed memory.erased, its data keys destroyed, every derived copy gone.",
+    ),
     "archive": (
         "memory_commands:archive",
         "Hide a memory from recall (it stays in the log and with --include-archived).",
@@ -146,6 +150,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bundle_commands:verify_bundle",
         "Verify a forensic bundle offline; exit 8 naming the first failure.",
     ),
+    "verify-receipt": (
+        "bundle_commands:verify_receipt",
+        "Check an erasure receipt offline: the memory.erased entry, signed and included.",
+    ),
     "witness": (
         "witness_commands:witness_group",
         "Witnesses: run one (serve), or send this home's checkpoints to some (add, list, remove, sync).",
@@ -160,8 +168,8 @@ _EXTRA_SUBCOMMANDS: dict[str, list[str]] = {
 #: How `mnemolog --help` groups the commands; every command is in exactly one section.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Memories": (
-        "store", "get", "update", "archive", "restore", "link", "unlink", "import", "export", "atomise",
-        "policy", "worker",
+        "store", "get", "update", "archive", "restore", "forget", "link", "unlink", "import", "export",
+        "atomise", "policy", "worker",
     ),
     "Recall": ("recall", "search", "list", "embeddings"),
     "Knowledge": (
@@ -169,7 +177,10 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "decay", "domains", "project", "state",
     ),
     "Context": ("context", "ingest", "persona", "vault"),
-    "Audit": ("verify", "log", "export-forensic-bundle", "verify-bundle", "replay", "witness", "monitor"),
+    "Audit": (
+        "verify", "log", "export-forensic-bundle", "verify-bundle", "verify-receipt", "replay", "witness",
+        "monitor",
+    ),
     "Admin": ("init", "stats", "rebuild", "key", "migrate", "mcp", "serve", "tenant", "token"),
 }  # fmt: skip
 

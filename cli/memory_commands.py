@@ -4,6 +4,7 @@ import, rebuild."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -356,6 +357,77 @@ def restore(ctx: Ctx, memory_id: str, reason: str | None) -> None:
     with opened(ctx) as s:
         m = s.restore(memory_id, reason)
     ctx.emit({"memory": m}, f"restored {memory_id}")
+
+
+@click.command()
+@click.argument("memory_ids", nargs=-1)
+@click.option("--namespace", help="Every memory and interaction in this namespace and below it.")
+@click.option("--project", help="Every memory and interaction of this project.")
+@click.option("--document", help="A document (its id, as `context` shows it) and its chunks.")
+@click.option("--interaction", help="A captured interaction and the candidates extracted from it.")
+@click.option("--before", metavar="TIME", help="Only what was created before TIME (ISO 8601 UTC).")
+@click.option("--reason", help="Why (kept in the signed memory.erased event; never the content).")
+@click.option("--dry-run", is_flag=True, help="List everything it would erase, and erase nothing.")
+@click.option("--expired", is_flag=True, help="What the namespaces' retention_days policies let expire.")
+@click.option(
+    "--vault",
+    "vaults",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A vault rendered from this home: re-rendered after, so its notes and journal lines go too.",
+)
+@click.option(
+    "--receipt",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the erasure receipt here (verify it offline with `verify-receipt`).",
+)
+@json_option
+@click.pass_obj
+def forget(
+    ctx: Ctx,
+    memory_ids: tuple[str, ...],
+    namespace: str | None,
+    project: str | None,
+    document: str | None,
+    interaction: str | None,
+    before: str | None,
+    reason: str | None,
+    dry_run: bool,
+    vaults: tuple[Path, ...],
+    receipt: Path | None,
+    expired: bool,
+) -> None:
+    """Erase content for good: a signed memory.erased, its data keys destroyed, every derived copy gone."""
+    with opened(ctx) as s:
+        out = s.forget(
+            list(memory_ids) or None,
+            namespace=namespace,
+            project=project,
+            document=document,
+            interaction=interaction,
+            before=before,
+            reason=reason,
+            requested_by=None if expired else f"cli:{os.environ.get('USER') or os.getuid()}",
+            dry_run=dry_run,
+            vaults=vaults,
+            receipt=receipt,
+            expired=expired,
+        )
+
+    def text() -> str:
+        what = (
+            f"{len(out['memories'])} memories ({len(out['atoms'])} atoms, {len(out['candidates'])} "
+            f"candidates), {len(out['interactions'])} interactions, {len(out['documents'])} documents, "
+            f"{len(out['packs'])} packs, {out['links']} links, {out['chunks']} chunks, "
+            f"{out['vectors']} vectors"
+        )
+        if dry_run:
+            return f"would erase {what}" + "".join(f"\n  {m}" for m in out["memories"])
+        seqs = ", ".join(str(x) for x in out["seqs"]) or "none"
+        receipts = "".join(f"\nreceipt: {p}" for p in out.get("receipts", []))
+        return f"erased {what} (memory.erased at seq {seqs}){receipts}"
+
+    ctx.emit(out, text)
 
 
 def explain_line(e: Mapping[str, Any]) -> str:

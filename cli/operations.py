@@ -156,6 +156,21 @@ class ArchiveArgs(Verbose):
     reason: str | None = None
 
 
+class ForgetArgs(Args):
+    id: str | None = Field(None, description="A memory to forget (with its atoms).")
+    ids: list[str] | None = Field(None, description="Several memories to forget.")
+    namespace: str | None = Field(
+        None, description="Every memory and interaction in this namespace and below."
+    )
+    project: str | None = None
+    document: str | None = Field(None, description="A document id: the document and its chunks.")
+    interaction: str | None = Field(None, description="An interaction and its candidates.")
+    before: str | None = Field(None, description="Only what was created before this ISO 8601 UTC time.")
+    reason: str | None = None
+    dry_run: bool = Field(False, description="List what would be erased; erase nothing.")
+    expired: bool = Field(False, description="What the namespaces' retention policies let expire.")
+
+
 class AtomiseArgs(Args):
     id: str
     force_re_atomise: bool = Field(False, description="Atomise again (old atoms are kept, archived).")
@@ -406,6 +421,22 @@ def _update(s: Substrate, a: UpdateArgs) -> dict[str, Any]:
 
 def _archive(s: Substrate, a: ArchiveArgs) -> dict[str, Any]:
     return {"memory": views.memory_view(s.archive(a.id, a.reason), a.verbose)}
+
+
+def _forget(s: Substrate, a: ForgetArgs, requested_by: str = "agent") -> dict[str, Any]:
+    ids = [*([a.id] if a.id else []), *(a.ids or [])]
+    return s.forget(
+        ids or None,
+        namespace=a.namespace,
+        project=a.project,
+        document=a.document,
+        interaction=a.interaction,
+        before=a.before,
+        reason=a.reason,
+        requested_by=requested_by,
+        dry_run=a.dry_run,
+        expired=a.expired,
+    )
 
 
 def _restore(s: Substrate, a: ArchiveArgs) -> dict[str, Any]:
@@ -691,6 +722,30 @@ OPERATIONS: dict[str, Operation] = {
             Access("write", ids=("id",)),
             destructive=True,
             idempotent=True,
+        ),
+        Operation(
+            "memory_forget",
+            "Forget a memory",
+            "Erase content for good, by memory id or in bulk (namespace, project, document, interaction, "
+            "before): a signed memory.erased entry (ids, reason; never the content), the data keys "
+            "destroyed, and what derives from it (atoms, candidates, chunks, vectors, packs) erased. "
+            "dry_run lists it all and erases nothing.",
+            ForgetArgs,
+            ok_schema(
+                {
+                    "dry_run": {"type": "boolean"},
+                    "erased": {"type": "integer"},
+                    "memories": {"type": "array", "items": {"type": "string"}},
+                    "seqs": {"type": "array", "items": {"type": "integer"}},
+                },
+                ["dry_run", "erased", "memories", "seqs"],
+            ),
+            _forget,
+            # Erasure cascades past the memories named (atoms, a candidate's interaction,
+            # packs that quoted it) and its bulk selectors reach the whole home: only a token
+            # bound to nothing, at admin level, may run it.
+            Access("admin", ids=("id",), namespaces=("namespace",), projects=("project",), tenant_wide=True),
+            destructive=True,
         ),
         Operation(
             "memory_restore",

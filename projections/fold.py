@@ -623,6 +623,68 @@ class Fold:
         self.flush()
         context_store.fold_pack(self.conn, e.seq, e.ts, d)
 
+    def erased(self, e: Entry, d: dict[str, Any]) -> None:
+        """memory.erased: every row holding what the erased memories, interactions and documents said.
+
+        Their entries stay in the log, sealed under destroyed keys; a rebuild
+        folds them as sealed and this drops them again, so an incremental
+        fold and a rebuild agree.
+        """
+        self.flush()
+        conn = self.conn
+
+        def ids_of(field: str) -> list[str]:
+            raw = d.get(field)
+            return sorted({read_id(x) for x in raw} - {""}) if isinstance(raw, list) else []
+
+        mids, inter, docs = ids_of("ids"), ids_of("interactions"), ids_of("documents")
+        other = sorted(set(ids_of("subjects")) - {*mids, *inter, *docs})
+        keys = ids_of("keys")
+        arg = "(SELECT unnest(?::VARCHAR[]))"
+        rows = conn.execute(f"SELECT stored_seq, doc_len FROM memories WHERE id IN {arg}", [mids]).fetchall()
+        seqs = [int(r[0]) for r in rows]
+        if seqs:
+            self.stats.docs -= len(rows)
+            self.stats.total_len -= sum(int(r[1] or 0) for r in rows)
+            doc_arg = "(SELECT unnest(?::BIGINT[]))"
+            got = conn.execute(f"DELETE FROM postings_delta WHERE doc IN {doc_arg}", [seqs]).fetchone()
+            self.stats.delta_rows -= int(got[0]) if got else 0
+            got = conn.execute(f"DELETE FROM postings WHERE doc IN {doc_arg}", [seqs]).fetchone()
+            self.stats.main_rows -= int(got[0]) if got else 0
+            if conn.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'vectors'").fetchone():
+                for t in ("vectors", "vector_pending"):
+                    conn.execute(f"DELETE FROM {t} WHERE doc IN {doc_arg}", [seqs])
+        for table, col in (
+            ("memories", "id"),
+            ("hidden", "id"),
+            ("inactive", "id"),
+            ("candidates", "id"),
+            ("atomisations", "source_id"),
+            ("migration_undo", "memory_id"),
+            ("links", "src"),
+            ("links", "dst"),
+        ):
+            conn.execute(f"DELETE FROM {table} WHERE {col} IN {arg}", [mids])
+        conn.execute(f"DELETE FROM candidates WHERE interaction_id IN {arg}", [inter])
+        conn.execute(f"DELETE FROM interactions WHERE id IN {arg}", [inter])
+        context_store.fold_erased(conn, docs)
+        reason, by = read_str(d.get("reason")), read_str(d.get("requested_by"))
+        rows_out = [
+            (s, kind, e.seq, e.ts, reason, by)
+            for kind, subjects in (
+                ("memory", mids),
+                ("interaction", inter),
+                ("document", docs),
+                ("pack", other),
+                ("key", keys),
+            )
+            for s in subjects
+        ]
+        if rows_out:
+            self._insert_rows(
+                "erasures", ["subject", "kind", "seq", "ts", "reason", "requested_by"], rows_out
+            )
+
     def embedder(self, e: Entry, d: dict[str, Any]) -> None:
         """embedder.configured: the home's embedding model from this seq on (read totally)."""
         dim = read_int(d.get("dim"), v.INT32)
@@ -772,4 +834,5 @@ _HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {
     v.CONTEXT_BUILT: Fold.context_built,
     v.TOKEN_ISSUED: Fold.token_issued,
     v.TOKEN_REVOKED: Fold.token_revoked,
+    v.MEMORY_ERASED: Fold.erased,
 }

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 14  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
-# 10 dates as words, 11 model_calls.trigger, 12 chunk vectors, 13 every stored candidate queued, 14 tokens
+SCHEMA_VERSION = 15  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
+# 10 dates as words, 11 model_calls.trigger, 12 chunk vectors, 13 every stored candidate queued, 14 tokens,
+# 15 erasures
 
 # The one archive guard, shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -154,6 +155,11 @@ CONTEXT_DDL = [
         tier VARCHAR NOT NULL, included BOOLEAN NOT NULL, reason VARCHAR)""",
 ]
 DDL += CONTEXT_DDL
+# What was forgotten (memory.erased): one row per memory, interaction or document, never content.
+DDL.append(
+    """CREATE TABLE IF NOT EXISTS erasures(subject VARCHAR NOT NULL, kind VARCHAR NOT NULL,
+    seq BIGINT NOT NULL, ts BIGINT NOT NULL, reason VARCHAR, requested_by VARCHAR)"""
+)
 # Every extraction and triage call (projections.model_calls folds them), for the run logs.
 DDL.append(
     """CREATE TABLE IF NOT EXISTS model_calls(seq BIGINT NOT NULL, type VARCHAR NOT NULL,
@@ -189,6 +195,7 @@ TABLES = [
     "ctx_pack_members",
     "embedders",
     "model_calls",
+    "erasures",
     "proj_state",
 ]
 

@@ -52,6 +52,7 @@ from mnemolog.projections.recall.query import Filters
 from mnemolog.substrate import asof, governance, recall_hits, recall_policy, scope, witnessing
 from mnemolog.substrate import context as ctx
 from mnemolog.substrate.atomise import Atomiser, AtomiseResult
+from mnemolog.substrate.datakeys import DataKeys
 from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion
 from mnemolog.substrate.events import (
     LinkCreated,
@@ -63,7 +64,6 @@ from mnemolog.substrate.events import (
     Payload,
     Policy,
     PolicySet,
-    upcast,
 )
 from mnemolog.substrate.events.embedding import EmbedderConfigured
 from mnemolog.substrate.events.knowledge import MemoryReinstated
@@ -157,10 +157,11 @@ class Substrate:
         # process may not write to, can still be read and audited.
         self._writer: LogWriter | None = None
         self.log = home.open_log()
+        self.keys = DataKeys(home.root, home.config.log.lock_timeout_s)
         self.projections = Projections(
             home.projections_path(),
             self.log,
-            upcast,
+            self.keys.upcast,
             hold=long_lived,
             idle_release_ms=(
                 home.config.projection_idle_release_ms if idle_release_ms is None else idle_release_ms
@@ -177,13 +178,23 @@ class Substrate:
             self.home, self, clock=clock, checkpoint=self._checkpoint_now, options=curator_options
         )
         self.embedding = Embedding(self.home, self.projections.cache, embedder=embedder)
-        self._asof = asof.AsOfProjections(self.home, upcast, self.projections.cache)
+        self._asof = asof.AsOfProjections(self.home, self.keys.upcast, self.projections.cache)
         self.fusion = parse_fusion(self.home.config.raw.get("recall"))
         #: Namespaces declared shared (`[sharing]`), and the refusals of scoped tokens so far.
         self.sharing = scope.sharing(self.home.config.raw, str(self.home.config_path))
         self.refusals = scope.Refusals(self.home.state_dir / "refusals.jsonl")
         self._token_rows: tuple[int, dict[tuple[str, str], dict[str, Any]]] | None = None
+        self._retention: Any = None
         if long_lived and worker:
+            from mnemolog.substrate.erasure import RetentionWorker
+
+            table = home.config.raw.get("retention")
+            every = table.get("interval_s") if isinstance(table, dict) else None
+            interval = 3600.0
+            if isinstance(every, int | float) and not isinstance(every, bool) and every > 0:
+                interval = float(every)
+            self._retention = RetentionWorker(self, interval)
+            self._retention.start()
             self.atomiser.start_worker()
             self.knowledge.start_daily()
             self.knowledge.start_nightly()
@@ -236,6 +247,8 @@ class Substrate:
         if self._closed:
             return
         self._closed = True
+        if self._retention is not None:
+            self._retention.stop()
         self.atomiser.stop_worker()
         self.knowledge.stop_daily()
         self.embedding.stop_worker()
@@ -320,8 +333,12 @@ class Substrate:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A unit of work: the projection lock held, tables caught up with the log."""
-        with self._lock, self.projections.session() as conn:
-            yield Session(conn, lambda: self.writer, self.projections, self.hooks, self.embedding)
+        with self._lock:
+            self.keys.refresh()
+            with self.projections.session() as conn:
+                yield Session(
+                    conn, lambda: self.writer, self.projections, self.hooks, self.embedding, self.keys
+                )
 
     # -- writes --------------------------------------------------------------
 
@@ -462,7 +479,7 @@ class Substrate:
     def _already_stored(self, existing: Memory, payload: MemoryStored) -> Memory:
         """A retried store: the stored memory if the retry asks for the same one, else BadInput."""
         original = self.log.entry(existing["stored_seq"])
-        first = upcast(original.type, original.tv, original.data)
+        first = self.keys.upcast(original.type, original.tv, original.data)
         asked = payload.to_data()
         differ = [f for f in self.SAME_STORE if first.get(f) != asked.get(f)]
         if differ:
@@ -480,7 +497,7 @@ class Substrate:
         """A durable store whose projection failed: the memory as the log has it, with a warning."""
         self.log.refresh()
         entries = [self.log.entry(r.seq) for r in exc.receipts]
-        view = memview.fold_views(entries, [payload.id])[payload.id]
+        view = memview.fold_views(entries, [payload.id], keys=self.keys.get)[payload.id]
         # The bundle view knows the log's memory fields; the knowledge loop's are the
         # stored payload's own (a memory just stored was never promoted or referenced).
         view.update(
@@ -666,6 +683,7 @@ class Substrate:
         auto_atomise_max_atom_tokens: int | None = None,
         auto_atomise_max_retries: int | None = None,
         curator: str | None = None,
+        retention_days: int | None = None,
     ) -> dict[str, Any]:
         """Set fields of a namespace's own policy (and drop `unset` ones: they inherit again)."""
         check_namespace(namespace, allow_root=True)
@@ -678,6 +696,7 @@ class Substrate:
                     "auto_atomise_max_atom_tokens": auto_atomise_max_atom_tokens,
                     "auto_atomise_max_retries": auto_atomise_max_retries,
                     "curator": curator,
+                    "retention_days": retention_days,
                 }
             )
         except ValidationError as exc:
@@ -1603,7 +1622,7 @@ class Substrate:
                     f"context pack {pack_id} quotes what lies outside this token's scope",
                     pack_id=pack_id,
                 )
-        return ctx.show_context(self, self.log, pack_id)
+        return ctx.show_context(self, self.log, pack_id, self.keys)
 
     def context_why(self, member_id: str, *, limit: int = 50) -> builtins.list[dict[str, Any]]:
         """The packs a memory, state entry or chunk went into (or was trimmed from), newest first."""
@@ -1625,6 +1644,52 @@ class Substrate:
         from mnemolog.substrate import agentfolder
 
         return agentfolder.promote_to_persona(self, memory_id, today=today, file=file, section=section)
+
+    def forget(
+        self,
+        memory_ids: Sequence[str] | None = None,
+        *,
+        namespace: str | None = None,
+        project: str | None = None,
+        document: str | None = None,
+        interaction: str | None = None,
+        before: str | None = None,
+        reason: str | None = None,
+        requested_by: str | None = None,
+        dry_run: bool = False,
+        vaults: Sequence[str | Path] = (),
+        receipt: str | Path | None = None,
+        expired: bool = False,
+    ) -> dict[str, Any]:
+        """Forget content: by memory ids, or every memory a selector picks (all given selectors hold).
+
+        Writes signed `memory.erased` events (ids, reason, who asked; never the
+        content), destroys the data keys of everything erased and what derives
+        from it (atoms, candidates and their interaction, a document's chunks,
+        the packs that quoted it), deletes their rows, vectors and embedding
+        cache entries, and rebuilds the projection into a new file.
+        `dry_run` lists all of that and changes nothing; `vaults` are re-rendered
+        after it (their notes, journal and run-log lines of it go); `receipt` is
+        where the erasure receipt goes (eventlog.receipt); `expired` erases what
+        the namespaces' `retention_days` policies let expire. See substrate.erasure.
+        """
+        from mnemolog.substrate import erasure
+
+        return erasure.forget(
+            self,
+            ids=list(memory_ids) if memory_ids else None,
+            namespace=namespace,
+            project=project,
+            document=document,
+            interaction=interaction,
+            before=before,
+            reason=reason,
+            requested_by=requested_by or "api",
+            dry_run=dry_run,
+            vaults=[Path(p) for p in vaults],
+            receipt=Path(receipt) if receipt is not None else None,
+            expired=expired,
+        )
 
     def rebuild(self, *, accept_rollback: bool = False) -> dict[str, Any]:
         """Drop every projection and replay the whole log.
@@ -1664,7 +1729,7 @@ class Substrate:
         with self._lock:
             from mnemolog.projections import audit  # a re-fold and a comparison: only verify needs it
 
-            return audit.verify_projections(self.projections, upcast).to_json()
+            return audit.verify_projections(self.projections, self.keys.upcast).to_json()
 
     def _high_water_rollback(self) -> Rollback | None:
         """A high-water mark of this log that the log no longer covers with the same root."""

@@ -36,7 +36,6 @@ from mnemolog.eventlog.errors import BadInput, NotFound, UsageError, Verificatio
 from mnemolog.eventlog.format.entry import encode_payload
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import MAX_PAYLOAD_BYTES
-from mnemolog.eventlog.vocabulary.events import upcast
 from mnemolog.projections.context import sources, store
 from mnemolog.projections.context.assemble import assemble
 from mnemolog.projections.context.chunker import DEFAULT_MAX_CHARS, check_max_chars, chunk_text, is_markdown
@@ -48,6 +47,7 @@ from mnemolog.projections.memory.model import Memory
 from mnemolog.projections.recall.hybrid import Fusion
 from mnemolog.projections.recall.query import Filters, allowed_ids
 from mnemolog.substrate import recall_policy, scope
+from mnemolog.substrate.datakeys import DataKeys
 from mnemolog.substrate.documents import (
     DEFAULT_GLOBS,
     DEFAULT_MAX_FILE_BYTES,
@@ -434,7 +434,7 @@ def _confined(conn: Any, c: sources.Candidates, sc: scope.Scope) -> sources.Cand
     )
 
 
-def _state_then(conn: Any, log: Log, entry_id: str, seq: int) -> str | None:
+def _state_then(conn: Any, log: Log, entry_id: str, seq: int, keys: DataKeys) -> str | None:
     """The value the log held at ``seq`` for a state entry id PROJECT/CATEGORY/KEY (None: none then).
 
     The project is canonicalised again: a name registered after the pack may have renamed it.
@@ -447,19 +447,19 @@ def _state_then(conn: Any, log: Log, entry_id: str, seq: int) -> str | None:
     if at is None:
         return None
     entry = log.entry(at)
-    value = upcast(entry.type, entry.tv, entry.data).get("value")
+    value = keys.upcast(entry.type, entry.tv, entry.data).get("value")
     return value if isinstance(value, str) else None
 
 
-def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> int:
+def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int, keys: DataKeys) -> int:
     """Every memory, chunk and state text the pack quotes equals the log's as of the pack; how many."""
     entries = packview.recorded_entries(data, seq)
-    quoted = [e for es in entries.values() for e in es]
+    quoted = [e for es in entries.values() for e in es if not e.get("gap")]
     mids = sorted({e["id"] for e in quoted if e["source"] == "memory"})
     views: dict[str, dict[str, Any]] = {}
     if mids:
         seqs = sorted(queries.touching_seqs(conn, mids, seq))
-        views = memview.fold_views((log.entry(x) for x in seqs), mids)
+        views = memview.fold_views((log.entry(x) for x in seqs), mids, keys=keys.get)
     checked = 0
     chunk_docs: dict[int, Mapping[str, Any]] = {}
     for e in quoted:
@@ -472,7 +472,7 @@ def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> in
             if parsed and vseq is not None and vseq < seq:
                 if vseq not in chunk_docs:
                     entry = log.entry(vseq)
-                    chunk_docs[vseq] = upcast(entry.type, entry.tv, entry.data)
+                    chunk_docs[vseq] = keys.upcast(entry.type, entry.tv, entry.data)
                 chunks = chunk_docs[vseq].get("chunks")
                 if (
                     isinstance(chunks, list)
@@ -481,7 +481,7 @@ def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> in
                 ):
                     have = chunks[parsed[2]].get("text")
         elif e["source"] == "state":
-            have = _state_then(conn, log, e["id"], seq)
+            have = _state_then(conn, log, e["id"], seq, keys)
         else:
             continue
         if have != e["text"]:
@@ -497,7 +497,7 @@ def _check_sources(conn: Any, log: Log, data: Mapping[str, Any], seq: int) -> in
     return checked
 
 
-def show_context(sessions: Sessions, log: Log, pack_id: str) -> dict[str, Any]:
+def show_context(sessions: Sessions, log: Log, pack_id: str, keys: DataKeys) -> dict[str, Any]:
     """A recorded pack re-rendered from the log, its hash and every quoted text checked."""
     if not isinstance(pack_id, str) or not pack_id:
         raise UsageError("give a pack id", field="pack_id")
@@ -506,9 +506,10 @@ def show_context(sessions: Sessions, log: Log, pack_id: str) -> dict[str, Any]:
         if row is None:
             raise NotFound(f"no context pack with id {pack_id!r}", id=pack_id)
         entry = log.entry(row.seq)
-        data = upcast(entry.type, entry.tv, entry.data)
+        data = keys.upcast(entry.type, entry.tv, entry.data)
         text = packview.check_recorded(data, row.seq)
-        checked = _check_sources(s.conn, log, data, row.seq)
+        holes = packview.gaps(data, row.seq)
+        checked = _check_sources(s.conn, log, data, row.seq, keys)
     return {
         "pack_id": pack_id,
         "seq": row.seq,
@@ -520,7 +521,10 @@ def show_context(sessions: Sessions, log: Log, pack_id: str) -> dict[str, Any]:
         "sha256": data.get("sha256"),
         # Every setting that decided the pack, as recorded (the personal scope among them).
         "config": data.get("config"),
-        "verified": True,
+        # A pack that quoted what was forgotten since re-renders with marked gaps: its hash
+        # (over what was shown then) cannot be checked any more, and the answer says so.
+        "verified": not holes,
+        "gaps": holes,
         "sources_checked": checked,
         "tiers": data.get("tiers"),
         "text": text,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import build as bundle_build
 from mnemolog.eventlog.bundle import format as bundle_format
 from mnemolog.eventlog.bundle import logexport, memview, touching
@@ -54,12 +55,13 @@ from mnemolog.eventlog.verify.trust import TRUST_GENESIS, TrustPolicy
 from mnemolog.projections.engine import Projections
 from mnemolog.substrate import witnessing
 from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.events import upcast
+from mnemolog.substrate.datakeys import DataKeys
 from mnemolog.substrate.events.forensics import HeadsCommitted
 from mnemolog.substrate.home import Home, default_config_text
 
 MAX_CHAIN = 10_000  # memories in one atomisation chain; far beyond any real one
 MAX_EXPORT_BYTES = 64 * 1024**3
+KEYS_SUFFIX = ".keys"
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,7 @@ def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) ->
                 log.inclusion_proof(heads_entry.seq, cp.size),
                 [hm.prove(m) for m in sorted(ids)],
             ),
+            data_keys=_bundle_keys(sub, entries),
         ),
         signer,
     )
@@ -242,6 +245,17 @@ def export_bundle(sub: Substrate, memory_id: str, include_chain: bool = True) ->
         cp.size,
         cp.root,
     )
+
+
+def _bundle_keys(sub: Substrate, entries: list[Entry]) -> dict[str, bytes]:
+    """The data keys of the sealed content among `entries` that was not forgotten."""
+    out: dict[str, bytes] = {}
+    for e in entries:
+        for kid in sealing.key_ids(e.type, e.data):
+            k = sub.keys.get(kid)
+            if k is not None:
+                out[kid] = k
+    return out
 
 
 def write_output(path: Path, data: bytes) -> None:
@@ -262,14 +276,34 @@ class LogExportReport:
     tree_size: int
     root: str
     bytes: int
+    keys: str | None  # the data-key file written beside the export (None: --no-keys)
+    data_keys: int
+
+
+def keys_path(export: Path) -> Path:
+    """Where the data keys of an export travel: beside it, as `<export>.keys`."""
+    return export.with_name(export.name + KEYS_SUFFIX)
 
 
 def export_log(
-    home: Home, start: int, last: int | None, out: Path, progress: bool | None = None
+    home: Home,
+    start: int,
+    last: int | None,
+    out: Path,
+    progress: bool | None = None,
+    *,
+    with_keys: bool = True,
 ) -> LogExportReport:
-    """Write entries start..last (inclusive; default: all) with a fresh checkpoint to `out`."""
+    """Write entries start..last (inclusive; default: all) with a fresh checkpoint to `out`.
+
+    With `with_keys`, the data keys of everything not forgotten go beside it
+    (`keys_path(out)`, mode 0600), so `replay` rebuilds every memory; the
+    home's private key never goes.
+    """
     # Before any work: the rename at the end would turn a FIFO or a device into a file.
     check_replaceable(out)
+    if with_keys:
+        check_replaceable(keys_path(out))
     with home.open_writer(checkpoint_on_close=False) as w:
         cp, cp_raw = w.checkpoint()
     with Log(home.log_dir) as log:
@@ -303,7 +337,17 @@ def export_log(
             raise StorageError(f"cannot write {out}: {exc}", file=str(out)) from exc
         finally:
             prog.close()
-    return LogExportReport(str(out), start, stop, cp.size, cp.root.hex(), n)
+        written: str | None = None
+        count = 0
+        if with_keys:
+            keys = DataKeys(home.root).all()
+            count = len(keys)
+            try:
+                atomic_write(keys_path(out), sealing.encode_keys(keys, log.log_id), mode=0o600)
+            except OSError as exc:
+                raise StorageError(f"cannot write {keys_path(out)}: {exc}", file=str(keys_path(out))) from exc
+            written = str(keys_path(out))
+    return LogExportReport(str(out), start, stop, cp.size, cp.root.hex(), n, written, count)
 
 
 def _raw_entries(log: Log, start: int, stop: int, prog: Progress) -> Iterator[bytes]:
@@ -324,6 +368,8 @@ class ReplayReport:
     signing_key: bool
     replayed: int
     export: dict[str, Any]
+    data_keys: int  # keys taken in from beside the export
+    sealed: int  # sealed fields the replay could not open (no key for them)
 
 
 def read_export(path: Path) -> bytes:
@@ -363,8 +409,14 @@ def replay(
     policy: TrustPolicy = TRUST_GENESIS,
     signing_key: Path | None = None,
     progress: bool | None = None,
+    keys: Path | None = None,
 ) -> ReplayReport:
-    """Verify an export that starts at seq 0 and rebuild a home from it at `new_home`."""
+    """Verify an export that starts at seq 0 and rebuild a home from it at `new_home`.
+
+    The data keys come from `keys`, else from `<export>.keys` when it is
+    there; without them the home is rebuilt with its sealed content unread
+    (`sealed` counts the fields), which the report says.
+    """
     if new_home.exists() and (not new_home.is_dir() or any(new_home.iterdir())):
         raise StorageError(
             f"{new_home} exists and is not empty; replay builds a new home", file=str(new_home)
@@ -382,6 +434,9 @@ def replay(
             "own and `log verify` would reject it; give --signing-key to sign one, or export the "
             "whole log"
         )
+    data_keys = _read_data_keys(
+        keys if keys is not None else keys_path(export_path), ex.log_id, keys is not None
+    )
     key = None
     if signing_key is not None:
         key = load_private_key(signing_key)
@@ -400,8 +455,11 @@ def replay(
     try:
         built = Home(tmp)
         checkpoint = _build_home(built, ex, key, progress)
+        store = DataKeys(built.root)
+        if data_keys:
+            store.add(data_keys)
         with Log(built.log_dir) as log:
-            projections = Projections(built.projections_dir, log, upcast, progress=progress)
+            projections = Projections(built.projections_dir, log, store.upcast, progress=progress)
             try:
                 replayed = projections.rebuild()
             finally:
@@ -426,8 +484,40 @@ def replay(
                 file=str(Home(new_home).signing_key_path),
             ) from exc
     return ReplayReport(
-        str(new_home), ex.count, ex.tree_size, checkpoint, key is not None, replayed, ex.summary()
+        str(new_home),
+        ex.count,
+        ex.tree_size,
+        checkpoint,
+        key is not None,
+        replayed,
+        ex.summary(),
+        len(data_keys),
+        store.closed,
     )
+
+
+def _read_data_keys(path: Path, log_id: bytes, required: bool) -> dict[str, bytes]:
+    """The data keys of a data-key file ({} when an optional one is absent); refused when not this log's."""
+    try:
+        raw = read_regular(path, sealing.MAX_KEYS_FILE)
+    except FileNotFoundError as exc:
+        if not required:
+            return {}
+        raise NotFound(f"no data keys at {path}", file=str(path)) from exc
+    except (FileTooLarge, NotRegularFile) as exc:
+        raise BadInput(f"{path} is {exc.strerror}: not a data-key file", file=str(path)) from exc
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc}", file=str(path)) from exc
+    head, keys = sealing.decode_keys(raw, str(path))
+    found = head.get("log_id")
+    if found is not None and found != log_id:
+        raise BadInput(
+            f"{path} holds the data keys of another log",
+            file=str(path),
+            expected=log_id.hex(),
+            found=found.hex() if isinstance(found, bytes) else repr(found),
+        )
+    return keys
 
 
 def _build_home(home: Home, ex: logexport.VerifiedExport, key: Any, progress: bool | None) -> int | None:

@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "auto_atomise_max_atom_tokens": 200,
     "auto_atomise_max_retries": None,  # None: the mode's default (deferred 3, synchronous 1)
     "curator": "rules",
+    "retention_days": None,  # None: kept until forgotten
 }
 MODE_RETRIES = {"deferred": 3, "synchronous": 1, "manual": 1}
 

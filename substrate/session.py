@@ -22,16 +22,19 @@ from typing import Any, Protocol, TypeVar
 
 import duckdb
 
+from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import memview, touching
 from mnemolog.eventlog.errors import LogMoved, MnemologError, NotFound, StorageError
 from mnemolog.eventlog.store.writer import LogWriter, Receipt
 from mnemolog.eventlog.vocabulary import events as v
+from mnemolog.projections import erasure as erasure_q
 from mnemolog.projections.engine import Projections
 from mnemolog.projections.memory import heads as heads_q
 from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import Edge, Links, Memory
 from mnemolog.projections.recall import query as q
 from mnemolog.substrate import governance, scope
+from mnemolog.substrate.datakeys import DataKeys
 from mnemolog.substrate.events import CURRENT_TV, LinkCreated, MemoryStored, Payload
 from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.governance import ResolvedPolicy
@@ -86,8 +89,10 @@ class Session:
         projections: Projections,
         hooks: HookChain,
         before_append: BeforeAppend | None = None,
+        keys: DataKeys | None = None,
     ) -> None:
         self._conn = conn
+        self._keys = keys  # None: a read-only session (as of a log point), which never seals
         self._writer = writer  # opens the home's writer on first use: reads never need it
         self._projections = projections
         self._hooks = hooks
@@ -126,6 +131,7 @@ class Session:
                 # A programming error, not bad input: only the current model of a type is written.
                 raise TypeError(f"{cls.__qualname__} is not the payload model written for its type")
             items.append((cls.TYPE, p.to_data(), cls.TV))
+        items = self._seal(items)
         writer = self._writer()
         for attempt in range(APPEND_ATTEMPTS):
             base = self._chain(payloads, items, writer)
@@ -154,6 +160,19 @@ class Session:
                 "report a broken back-chain for the memories they touch"
             )
         return receipts[len(receipts) - n :]
+
+    def _seal(self, items: list[tuple[str, dict[str, Any], int]]) -> list[tuple[str, dict[str, Any], int]]:
+        """Each sealing payload's content in boxes under its subject's data key (durable first)."""
+        subjects = [s for t, d, tv in items if v.seals(t, tv) for s in sealing.subjects_of(t, d)]
+        if not subjects:
+            return items
+        if self._keys is None:
+            raise TypeError("a session without data keys cannot write sealed content")
+        keys = self._keys.ensure(subjects)
+        return [
+            (t, sealing.seal_payload(t, d, keys.__getitem__), tv) if v.seals(t, tv) else (t, d, tv)
+            for t, d, tv in items
+        ]
 
     def _chain(
         self, payloads: Sequence[Payload], items: list[tuple[str, dict[str, Any], int]], writer: LogWriter
@@ -196,6 +215,13 @@ class Session:
         """The memory, or NotFound (exit 2)."""
         m = self.get(memory_id)
         if m is None:
+            gone = erasure_q.erased(self._conn, [memory_id]) if isinstance(memory_id, str) else {}
+            if memory_id in gone:
+                seq, reason = gone[memory_id]
+                why = f" ({reason})" if reason else ""
+                raise NotFound(
+                    f"memory {memory_id} was erased at seq {seq}{why}", id=memory_id, erased_seq=seq
+                )
             raise NotFound(f"no memory with id {memory_id!r}", id=memory_id)
         return m
 

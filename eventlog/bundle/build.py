@@ -13,13 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import memview, tarball
 from mnemolog.eventlog.bundle.format import (
     CHECKPOINT,
+    DATAKEYS,
     ENTRIES,
     ENVELOPES,
     FORMAT,
     FORMAT_V3,
+    FORMAT_V4,
     HEADS,
     KEYS,
     MANIFEST,
@@ -73,6 +76,9 @@ class BundleInput:
     checkpoint: bytes  # the signed note
     proofs: dict[int, list[bytes]]  # seq -> inclusion proof against the checkpoint
     heads: HeadsEvidence | None = None  # with it the bundle is format v2 and provably complete
+    # The data keys of the entries' sealed content (forgotten subjects have none): with heads,
+    # format v4, whose views and packs are folded with them.
+    data_keys: dict[str, bytes] | None = None
 
 
 def build_bundle(inp: BundleInput, signer: SigningKey) -> bytes:
@@ -82,11 +88,12 @@ def build_bundle(inp: BundleInput, signer: SigningKey) -> bytes:
     seqs = [e.seq for e in inp.entries]
     everything = sorted([*inp.key_entries, *inp.entries], key=lambda e: e.seq)
     ids = sorted(set(inp.memory_ids))
-    views = memview.fold_views(everything, ids)
+    keys = inp.data_keys if inp.heads is not None else None
+    views = memview.fold_views(everything, ids, keys=keys.get if keys is not None else None)
     if set(views) != set(ids):
         raise ValueError(f"no memory.stored among the entries for {sorted(set(ids) - set(views))}")
     genesis = inp.key_entries[0]
-    fmt = FORMAT if inp.heads is None else FORMAT_V3
+    fmt = FORMAT if inp.heads is None else FORMAT_V3 if keys is None else FORMAT_V4
     proofs = {
         "tree_size": cp.size,
         "proofs": [[s, list(inp.proofs[s])] for s in sorted({*key_seqs, *seqs})],
@@ -106,6 +113,8 @@ def build_bundle(inp: BundleInput, signer: SigningKey) -> bytes:
         tables = sorted([*everything, inp.heads.entry], key=lambda e: e.seq)
         files[PARQUET] = entries_parquet_v3(tables)
         files[TOUCHES] = touches_parquet(everything)
+    if keys is not None:
+        files[DATAKEYS] = sealing.encode_keys(keys)
     manifest: dict[str, Any] = {
         "format": fmt,
         "log_id": genesis.data["log_id"],

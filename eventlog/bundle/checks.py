@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
+from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import memview, offline
 from mnemolog.eventlog.bundle.format import (
     ENTRIES,
     ENVELOPES,
     FORMAT_V3,
+    FORMAT_V4,
     HEADS,
     HEADS_KEYS,
     HEADS_TYPE,
@@ -158,7 +160,11 @@ def check_proofs(
 
 
 def check_views(
-    members: dict[str, bytes], man: dict[str, Any], key_entries: list[Entry], entries: list[Entry]
+    members: dict[str, bytes],
+    man: dict[str, Any],
+    key_entries: list[Entry],
+    entries: list[Entry],
+    keys: sealing.KeyLookup | None = None,
 ) -> Views:
     """Selection, atomisation chain and every view, recomputed from the entries alone."""
     target = man["memory_id"]
@@ -208,12 +214,12 @@ def check_views(
                 found=ids,
             )
     everything = sorted([*key_entries, *entries], key=lambda e: e.seq)
-    views = memview.fold_views(everything, ids)
+    views = memview.fold_views(everything, ids, keys=keys)
     want = memview.render_views(views)
     if need(members, MEMORIES) != want:
         # A bundle exported before views mirrored the atomisation archive into metadata:
         # the same entries, folded as that release did, must give its memories.json.
-        legacy = memview.render_views(memview.fold_views(everything, ids, mirror=False))
+        legacy = memview.render_views(memview.fold_views(everything, ids, mirror=False, keys=keys))
         if need(members, MEMORIES) == legacy:
             want = legacy
     same(members, MEMORIES, want, "view.memories")
@@ -362,7 +368,7 @@ def check_tables(members: dict[str, bytes], fmt: str, everything: list[Entry]) -
     From v3 the heads entry is a row of entries.parquet too: `everything` is then
     the key history, the entries and the heads entry, already checked.
     """
-    if fmt != FORMAT_V3:
+    if fmt not in (FORMAT_V3, FORMAT_V4):
         same(members, PARQUET, entries_parquet(everything), "view.parquet")
         return
     same(members, PARQUET, entries_parquet_v3(everything), "view.parquet")

@@ -27,7 +27,11 @@ FORMAT_V2 = "mnemolog/forensic-bundle/v2"
 # v3 makes the tables an auditor's SQL: entries.parquet with typed payload columns, BLOB hashes
 # and the heads entry, and touches.parquet naming the memories of each entry.
 FORMAT_V3 = "mnemolog/forensic-bundle/v3"
-FORMATS = (FORMAT, FORMAT_V2, FORMAT_V3)
+# v4 carries datakeys.cbor: the data keys (eventlog.sealing) of the bundle's sealed content that
+# was not forgotten; views and packs are folded with them, and a forgotten memory's view says
+# which of its fields stay sealed.
+FORMAT_V4 = "mnemolog/forensic-bundle/v4"
+FORMATS = (FORMAT, FORMAT_V2, FORMAT_V3, FORMAT_V4)
 MANIFEST_DOMAIN = b"mnemolog/bundle-manifest/v1\x00"
 
 MANIFEST = "manifest.cbor"
@@ -41,10 +45,12 @@ ENVELOPES = "envelopes.json"
 VERIFY_MD = "VERIFY.md"
 HEADS = "heads.cbor"
 TOUCHES = "touches.parquet"
+DATAKEYS = "datakeys.cbor"
 # Every file but the manifest, which lists them all.
 LISTED = (CHECKPOINT, ENTRIES, ENVELOPES, PARQUET, MEMORIES, PROOFS, KEYS, VERIFY_MD)
 LISTED_V2 = (*LISTED, HEADS)
 LISTED_V3 = (*LISTED_V2, TOUCHES)
+LISTED_V4 = (*LISTED_V3, DATAKEYS)
 HEADS_KEYS = {"entry", "inclusion", "proofs"}
 # The log entry that commits the heads map: {"size": L, "root": bytes(32), "count": M}, the heads
 # of the M memories touched among the first L entries (L <= its own seq).
@@ -53,7 +59,7 @@ HEADS_TYPE = vocabulary.HEADS_COMMITTED
 
 def listed(fmt: str) -> tuple[str, ...]:
     """The files a bundle of format `fmt` holds besides its manifest."""
-    return {FORMAT_V2: LISTED_V2, FORMAT_V3: LISTED_V3}.get(fmt, LISTED)
+    return {FORMAT_V2: LISTED_V2, FORMAT_V3: LISTED_V3, FORMAT_V4: LISTED_V4}.get(fmt, LISTED)
 
 
 MANIFEST_KEYS = {
@@ -225,7 +231,7 @@ def verify_md(
 ) -> bytes:
     """VERIFY.md of a bundle of format `fmt` (the manifest's `format`, which it quotes)."""
     chain = "with its whole atomisation chain" if include_chain else "without the atomisation chain"
-    query = QUERY_V3.format(memory_id=memory_id) if fmt == FORMAT_V3 else QUERY_V1
+    query = QUERY_V3.format(memory_id=memory_id) if fmt in (FORMAT_V3, FORMAT_V4) else QUERY_V1
     return VERIFY_TEMPLATE.format(
         memory_id=memory_id,
         chain=chain,

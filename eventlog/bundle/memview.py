@@ -21,10 +21,12 @@ import json
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+from mnemolog.eventlog import sealing
 from mnemolog.eventlog.format.entry import Entry, to_jsonable
 from mnemolog.eventlog.vocabulary import events as vk
 from mnemolog.eventlog.vocabulary.events import (
     ATOMISATION_ARCHIVED_KEY,
+    SEALED_FIELD,
     UNDO_FIELDS,
     merge_metadata,
     mirror_atomisation_archive,
@@ -46,6 +48,7 @@ __all__ = [
     "entry_touched_ids",
     "envelope",
     "fold_views",
+    "opened",
     "render_envelopes",
     "render_json",
     "render_views",
@@ -92,7 +95,15 @@ def _new_view(e: Entry, d: dict[str, Any], mid: str) -> dict[str, Any]:
         "last_event_seq": e.seq,
         "links": {"outgoing": [], "incoming": []},  # filled in at the end of the fold
         "seqs": [],
+        **_sealed(d),
     }
+
+
+def _sealed(d: dict[str, Any]) -> dict[str, Any]:
+    # Only a view with content it could not open says so: every other view is byte for byte
+    # what it was before sealing existed.
+    closed = d.get(SEALED_FIELD)
+    return {"sealed": sorted(str(f) for f in closed)} if isinstance(closed, list) and closed else {}
 
 
 # -- the knowledge loop's part of a view ------------------------------------------------
@@ -192,6 +203,21 @@ def _updated(v: dict[str, Any], e: Entry, d: dict[str, Any]) -> None:
         v["title"] = str(d["title"])
     if d.get("content") is not None:
         v["content"] = str(d["content"])
+    closed = _sealed(d).get("sealed")
+    if closed:
+        v["sealed"] = sorted({*v.get("sealed", []), *closed})
+
+
+def opened(e: Entry, keys: sealing.KeyLookup | None = None) -> dict[str, Any]:
+    """An entry's payload at its current tv, its sealed content opened with `keys` where it can be."""
+    data = e.data
+    if e.type in vk.SEALED:
+        data = sealing.open_payload(e.type, data, keys or _no_key)
+    return upcast(e.type, e.tv, data)
+
+
+def _no_key(_subject: str) -> None:
+    return None
 
 
 def entry_touched_ids(e: Entry) -> list[str]:
@@ -204,12 +230,18 @@ def _mirror(meta: dict[str, Any], archived_us: int | None) -> dict[str, Any]:
 
 
 def fold_views(
-    entries: Iterable[Entry], ids: Collection[str], *, mirror: bool = True
+    entries: Iterable[Entry],
+    ids: Collection[str],
+    *,
+    mirror: bool = True,
+    keys: sealing.KeyLookup | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The views of the memories `ids` after `entries` (in seq order); stored ones only.
 
     `mirror=False` folds as releases before the atomisation-archive mirror did (no
     `metadata.atomisation_archived_at`), so a bundle exported by one still verifies.
+    Sealed content is opened with `keys`; what does not open is left out of the
+    views (see `opened`).
     """
     views: dict[str, dict[str, Any]] = {}
     wanted = set(ids)
@@ -221,7 +253,7 @@ def fold_views(
     blocks: dict[str, dict[str, Any]] = {}
     shown: set[str] = set()
     for e in entries:
-        d = upcast(e.type, e.tv, e.data)
+        d = opened(e, keys)
         for i in touched_ids(e.type, d):
             if i in wanted:
                 seqs[i].append(e.seq)
@@ -232,6 +264,13 @@ def fold_views(
                 blocks[mid], is_shown = _knowledge(d)
                 if is_shown:
                     shown.add(mid)
+        if e.type == vk.MEMORY_ERASED:
+            # The content was forgotten: the view keeps what the log proves (ids, times,
+            # links), says when and why, and shows no content even where a key was given.
+            for i in touched_ids(e.type, d):
+                if i in views:
+                    views[i]["erased"] = {"seq": e.seq, "reason": read_str(d.get("reason"))}
+                    views[i].update(title=None, content="", tags=[], source=None, metadata={})
         target = views.get(_id(d.get("id")))
         if e.type in _KNOWLEDGE_EVENTS and target is not None:
             if _knowledge_event(target, blocks[target["id"]], e, d):

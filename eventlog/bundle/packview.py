@@ -33,10 +33,11 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
+from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import memview
 from mnemolog.eventlog.errors import VerificationError
 from mnemolog.eventlog.format.entry import Entry
-from mnemolog.eventlog.vocabulary.events import CONTEXT_BUILT, upcast
+from mnemolog.eventlog.vocabulary.events import CONTEXT_BUILT, SEALED_FIELD
 
 FORMAT: Final = "mnemolog/context-pack/v1"
 #: The tiers in trust order (1 to 5).
@@ -122,11 +123,40 @@ def recorded_entries(data: Mapping[str, Any], seq: int | None = None) -> dict[st
             if (
                 not isinstance(e, Mapping)
                 or e.get("source") not in SOURCES
-                or not all(isinstance(e.get(k), str) for k in ("id", "label", "text"))
+                or not isinstance(e.get("id"), str)
             ):
                 raise _shape(f"tier {t['name']}: malformed entry {e!r:.80}", seq)
-        out[t["name"]] = [dict(e) for e in included]
+            if _is_gap(e):
+                continue
+            if not all(isinstance(e.get(k), str) for k in ("label", "text")):
+                raise _shape(f"tier {t['name']}: malformed entry {e!r:.80}", seq)
+        out[t["name"]] = [_gap(dict(e)) if _is_gap(e) else dict(e) for e in included]
     return out
+
+
+def _is_gap(e: Mapping[str, Any]) -> bool:
+    # An entry whose quoted text stayed sealed (its memory or document was forgotten, or no
+    # key was given): eventlog.sealing leaves the list of its closed fields under `sealed`.
+    closed = e.get(SEALED_FIELD)
+    return isinstance(closed, list) and bool(closed)
+
+
+def _gap(e: dict[str, Any]) -> dict[str, Any]:
+    return {**e, "label": GAP_LABEL, "text": f"{e['source']} {e['id']} was erased", "gap": True}
+
+
+#: The label of an entry re-rendered as a gap: `- [forgotten] memory ID was erased`.
+GAP_LABEL: Final = "forgotten"
+
+
+def gaps(data: Mapping[str, Any], seq: int | None = None) -> list[dict[str, str]]:
+    """The entries of a recorded pack that re-render as gaps (source, id, tier), in pack order."""
+    return [
+        {"tier": t, "source": e["source"], "id": e["id"]}
+        for t, es in recorded_entries(data, seq).items()
+        for e in es
+        if e.get("gap")
+    ]
 
 
 def render_recorded(data: Mapping[str, Any], seq: int | None = None) -> str:
@@ -142,8 +172,14 @@ def render_recorded(data: Mapping[str, Any], seq: int | None = None) -> str:
 
 
 def check_recorded(data: Mapping[str, Any], seq: int | None = None) -> str:
-    """Re-render a recorded pack and check it against the SHA-256 the event carries; the text."""
+    """Re-render a recorded pack and check it against the SHA-256 the event carries; the text.
+
+    A pack with gaps (`gaps`) cannot hash to what was signed: it is
+    re-rendered with the gaps marked and returned unchecked; callers say so.
+    """
     text = render_recorded(data, seq)
+    if gaps(data, seq):
+        return text
     want = data.get("sha256")
     got = pack_sha256(text)
     if want != got:
@@ -174,33 +210,39 @@ def memory_ids(data: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def verify_packs(entries: Sequence[Entry], memory_ids: Collection[str]) -> list[dict[str, Any]]:
+def verify_packs(
+    entries: Sequence[Entry], memory_ids: Collection[str], keys: sealing.KeyLookup | None = None
+) -> list[dict[str, Any]]:
     """Check every `context.built` among `entries` (in seq order); a report per pack, else raise.
 
     Each pack is re-rendered from its payload and its SHA-256 compared with
     the one it signed (`context.sha256`). Every memory of `memory_ids` the
     pack quotes must have, as the entries before the pack fold it, exactly
     the quoted text (`context.source`): the pack cannot have shown a model
-    something the memory never said.
+    something the memory never said. Sealed packs are opened with `keys`; a pack
+    that stays sealed (forgotten, or no key given) is reported as such, unchecked.
     """
     wanted = set(memory_ids)
     out: list[dict[str, Any]] = []
     for e in entries:
         if e.type != CONTEXT_BUILT:
             continue
-        data = upcast(e.type, e.tv, e.data)
+        data = memview.opened(e, keys)
         if not isinstance(data, dict):
             raise _shape("the payload is not a map", e.seq)
         check_recorded(data, e.seq)
+        holes = gaps(data, e.seq)
         quoted = {
             x["id"]: x["text"]
             for es in recorded_entries(data, e.seq).values()
             for x in es
-            if x["source"] == "memory" and x["id"] in wanted
+            if x["source"] == "memory" and x["id"] in wanted and not x.get("gap")
         }
         if quoted:
-            views = memview.fold_views((x for x in entries if x.seq < e.seq), quoted)
+            views = memview.fold_views((x for x in entries if x.seq < e.seq), quoted, keys=keys)
             for mid, text in sorted(quoted.items()):
+                if views.get(mid, {}).get("sealed"):
+                    continue  # forgotten since, or no key given: nothing to compare the quote with
                 have = views.get(mid, {}).get("content")
                 if have != text:
                     raise VerificationError(
@@ -217,6 +259,7 @@ def verify_packs(entries: Sequence[Entry], memory_ids: Collection[str]) -> list[
                 "pack_id": data.get("pack_id"),
                 "sha256": data.get("sha256"),
                 "memories_checked": sorted(quoted),
+                **({"gaps": holes, "sha256_checked": False} if holes else {}),
             }
         )
     return out

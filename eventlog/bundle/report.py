@@ -27,11 +27,15 @@ class BundleReport:
     witnesses: dict[str, Any] | None = None
     completeness: dict[str, Any] | None = None  # None: a v1 bundle, which proves no completeness
     packs: list[dict[str, Any]] = field(default_factory=list)  # context packs re-rendered and checked
+    # Memories whose content stayed sealed (forgotten, or a bundle without their keys): id -> fields.
+    sealed: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"completeness": self.completeness}
         if self.witnesses is not None:
             extra["witnesses"] = self.witnesses
+        if self.sealed:
+            extra["sealed"] = self.sealed
         return {
             **extra,
             "file": self.file,

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import offline, packview, tarball
 from mnemolog.eventlog.bundle.build import BundleInput, build_bundle, resign_manifest
 from mnemolog.eventlog.bundle.checks import (
@@ -45,11 +46,13 @@ from mnemolog.eventlog.bundle.checks import (
 )
 from mnemolog.eventlog.bundle.format import (
     CHECKPOINT,
+    DATAKEYS,
     ENTRIES,
     ENVELOPES,
     FORMAT,
     FORMAT_V2,
     FORMAT_V3,
+    FORMAT_V4,
     FORMATS,
     HEADS,
     HEADS_TYPE,
@@ -74,6 +77,7 @@ from mnemolog.eventlog.bundle.format import (
 )
 from mnemolog.eventlog.bundle.report import BundleReport
 from mnemolog.eventlog.errors import (
+    DecodeError,
     MnemologError,
     NotFound,
     StorageError,
@@ -199,20 +203,23 @@ class _Check:
         check_proofs(self.m, key_entries, entries, cp)
         self.done("inclusion_proofs")
         # 8. Selection, chain and views, recomputed from the entries alone.
-        views = check_views(self.m, man, key_entries, entries)
+        data_keys = self._data_keys(man["format"])
+        lookup = data_keys.get if data_keys is not None else None
+        views = check_views(self.m, man, key_entries, entries, lookup)
         r.memories, r.envelopes = views.memories, views.envelopes
         r.checks += ["selection", "atomisation_chain", "memory_views", "envelopes"]
+        r.sealed = _sealed_memories(self.m)
         # 8b. The context packs these memories went into: re-rendered, hashes and quotes checked.
-        r.packs = packview.verify_packs(entries, views.memories)
+        r.packs = packview.verify_packs(entries, views.memories, lookup)
         if r.packs:
             r.checks.append("context_packs")
         # 9. (v2) Completeness: the committed heads of every memory are the bundle's newest entries.
         everything = sorted([*key_entries, *entries], key=lambda e: e.seq)
-        if man["format"] in (FORMAT_V2, FORMAT_V3):
+        if man["format"] in (FORMAT_V2, FORMAT_V3, FORMAT_V4):
             r.completeness = check_heads(self.m, man, cp, keys, entries).to_json()
             self.done("completeness")
         # 10. The auditor's tables, recomputed (from v3 the heads entry, checked above, is a row).
-        if man["format"] == FORMAT_V3:
+        if man["format"] in (FORMAT_V3, FORMAT_V4):
             everything = sorted([*everything, read_heads(self.m)[1]], key=lambda e: e.seq)
         check_tables(self.m, man["format"], everything)
         r.checks.append("parquet")
@@ -227,6 +234,15 @@ class _Check:
         r.unstored = list(man["unstored"])
         r.files = [to_jsonable(f) for f in man["files"]]
         return r
+
+    def _data_keys(self, fmt: str) -> dict[str, bytes] | None:
+        """(v4) The data keys the bundle carries; None for older formats, which seal nothing."""
+        if fmt != FORMAT_V4:
+            return None
+        try:
+            return sealing.decode_keys(self.need(DATAKEYS), DATAKEYS)[1]
+        except DecodeError as exc:
+            raise _f(exc.message, "datakeys.decode", file=DATAKEYS) from exc
 
     def _manifest_signature(self, man: dict[str, Any], key: VerifierKey) -> None:
         if man["kid"] != key.kid:
@@ -346,6 +362,19 @@ def read_members(path: Path, limits: tarball.Limits = tarball.DEFAULT_LIMITS) ->
             return tarball.read_tar(f, size, limits)
         except OSError as exc:  # a "regular" file that cannot be read: /proc/self/mem, an I/O error
             raise StorageError(f"cannot read {path}: {exc.strerror or exc}", file=str(path)) from exc
+
+
+def _sealed_memories(members: dict[str, bytes]) -> dict[str, list[str]]:
+    """The memories whose views say fields stayed sealed (forgotten, or no key), with those fields."""
+    try:
+        views = json.loads(members[MEMORIES])["memories"]
+    except (KeyError, ValueError, TypeError):
+        return {}
+    out: dict[str, list[str]] = {}
+    for v in views if isinstance(views, list) else []:
+        if isinstance(v, dict) and isinstance(v.get("sealed"), list) and isinstance(v.get("id"), str):
+            out[v["id"]] = [str(f) for f in v["sealed"]]
+    return out
 
 
 def verify_members(

@@ -505,3 +505,59 @@ def _candidate_triaged_v1(d: dict[str, Any]) -> dict[str, Any]:
 def _memory_updated_v2(d: dict[str, Any]) -> dict[str, Any]:
     # tv 3 may also change project and domains; an older update never did.
     return {k: x for k, x in d.items() if k not in ("project", "domains")}
+
+
+# -- sealed content (crypto-shredding) ------------------------------------------------------
+# From these type versions on, a payload's content fields are not in the entry in readable
+# form: eventlog.sealing moves each into a box under `sealed`, sealed with the data key of
+# the subject the type names in `key`. Forgetting destroys that key. Opened payloads have
+# the shape of the version before, so its upcaster changes nothing.
+
+SEALED_FIELD: Final = "sealed"
+#: Content forgotten: the memories (and interactions) it names lose their data keys.
+MEMORY_ERASED: Final = "memory.erased"
+TOUCHES[MEMORY_ERASED] = Touches(lists=("ids", "interactions"))
+
+
+@dataclass(frozen=True)
+class Sealing:
+    """Which payload field names the subject whose data key seals `fields`."""
+
+    key: str
+    fields: tuple[str, ...]
+
+
+_MEMORY_TEXT = ("title", "content", "tags", "metadata", "source")
+SEALED: dict[str, Sealing] = {
+    MEMORY_STORED: Sealing("id", _MEMORY_TEXT),
+    MEMORY_UPDATED: Sealing("id", _MEMORY_TEXT),
+    INTERACTION_CAPTURED: Sealing("id", ("prompt", "response")),
+    CANDIDATE_EXTRACTED: Sealing("interaction_id", ("candidates", "responses", "warnings")),
+    EXTRACTION_FAILED: Sealing("interaction_id", ("responses", "warnings")),
+    CANDIDATE_TRIAGED: Sealing("id", ("responses", "warnings")),
+    TRIAGE_FAILED: Sealing("id", ("responses", "warnings")),
+    ATOMISATION_COMPLETED: Sealing("source_id", ("responses", "dropped", "warnings")),
+    DOCUMENT_INGESTED: Sealing("document_id", ("chunks",)),
+    # A pack's quoted entries are sealed one by one, each under its own subject's key
+    # (eventlog.sealing.PACK_RECORD_FIELDS), so forgetting a memory leaves a gap in the
+    # packs that quoted it and nothing else.
+    CONTEXT_BUILT: Sealing("pack_id", ("query",)),
+}
+# type -> the first tv whose content is sealed.
+SEALED_SINCE: dict[str, int] = {}
+
+
+def _opened(d: dict[str, Any]) -> dict[str, Any]:
+    # A payload written before sealing already has the opened shape.
+    return d
+
+
+for _type in SEALED:
+    SEALED_SINCE[_type] = upcast_chain_end(_type) + 1
+    upcaster(_type, SEALED_SINCE[_type] - 1)(_opened)
+
+
+def seals(type_: str, tv: int) -> bool:
+    """Whether entries of this type and version carry their content sealed."""
+    since = SEALED_SINCE.get(type_)
+    return since is not None and tv >= since

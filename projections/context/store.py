@@ -72,6 +72,23 @@ def _strs(v: Any) -> list[str]:
 # -- folds -------------------------------------------------------------------
 
 
+def fold_erased(conn: duckdb.DuckDBPyConnection, document_ids: Sequence[str]) -> None:
+    """memory.erased of documents: their chunks, postings, chunk vectors and versions leave the tables."""
+    if not document_ids:
+        return
+    ids = list(document_ids)
+    if conn.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'chunk_vectors'").fetchone():
+        for t in ("chunk_vectors", "chunk_vector_pending"):
+            conn.execute(
+                f"DELETE FROM {t} WHERE doc IN (SELECT doc FROM ctx_chunks "
+                "WHERE document_id IN (SELECT unnest(?::VARCHAR[])))",
+                [ids],
+            )
+    _drop_chunks(conn, ids)
+    for t in ("ctx_documents", "ctx_document_versions"):
+        conn.execute(f"DELETE FROM {t} WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
+
+
 def _drop_chunks(conn: duckdb.DuckDBPyConnection, document_ids: Sequence[str]) -> None:
     """Delete the chunks (and their postings) of these documents' current versions."""
     if not document_ids:

@@ -111,6 +111,32 @@ class EmbedCache:
                 db.execute("ROLLBACK")
                 raise
 
+    def erase(self, shas: Iterable[bytes]) -> int:
+        """Delete the vectors of these text hashes under every model, leaving no trace in the file.
+
+        secure_delete zeroes the freed cells, VACUUM rewrites the file without
+        free pages, and the WAL is checkpointed and truncated, so no page of
+        the forgotten vectors survives anywhere in the cache's files.
+        """
+        keys = list(dict.fromkeys(shas))
+        n = 0
+        with self._locked() as db:
+            db.execute("PRAGMA secure_delete = ON")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for lo in range(0, len(keys), LOOKUP_CHUNK):
+                    part = keys[lo : lo + LOOKUP_CHUNK]
+                    cur = db.execute(f"DELETE FROM cache WHERE sha IN ({', '.join('?' * len(part))})", part)
+                    n += max(cur.rowcount, 0)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return n
+
     def count(self, model_id: str | None = None) -> int:
         with self._locked() as db:
             if model_id is None:

@@ -29,7 +29,7 @@ class AtomisationCompleted(Chained):
     """Everything an auditor needs, LLM output included (docs/curators.md, the completion record)."""
 
     TYPE = v.ATOMISATION_COMPLETED
-    TV = 2
+    TV = 3
 
     source_id: str
     atom_ids: list[str]

@@ -75,7 +75,7 @@ class DocumentIngested(Payload):
     """`document.ingested` tv 1: a version of a file (its bytes' SHA-256 and size) and its chunks."""
 
     TYPE = v.DOCUMENT_INGESTED
-    TV = 1
+    TV = 2
 
     document_id: str
     path: str = Field(min_length=1, max_length=MAX_PATH_CHARS)
@@ -147,7 +147,7 @@ class ContextBuilt(Chained):
     """`context.built` tv 1: what a prompt was given, entry by entry, and the SHA-256 of its bytes."""
 
     TYPE = v.CONTEXT_BUILT
-    TV = 1
+    TV = 2
 
     pack_id: str
     format: Literal["mnemolog/context-pack/v1"]

@@ -242,7 +242,7 @@ class InteractionCaptured(Chained):
     """
 
     TYPE = vk.INTERACTION_CAPTURED
-    TV = 1
+    TV = 2
 
     id: str
     namespace: str = "default"
@@ -285,7 +285,7 @@ class CandidateExtracted(_ModelOutput):
     """
 
     TYPE = vk.CANDIDATE_EXTRACTED
-    TV = 1
+    TV = 2
 
     interaction_id: str
     candidate_ids: list[str] = Field(default_factory=list, max_length=MAX_CANDIDATES_PER_EVENT)
@@ -314,7 +314,7 @@ class ExtractionFailed(_ModelOutput):
     """`extraction.failed` tv 1: no usable answer; the interaction stays pending."""
 
     TYPE = vk.EXTRACTION_FAILED
-    TV = 1
+    TV = 2
 
     interaction_id: str
     extractor: str
@@ -382,7 +382,7 @@ class CandidateTriaged(_Triaged):
     """
 
     TYPE = vk.CANDIDATE_TRIAGED
-    TV = 2
+    TV = 3
 
     similarity: float | None = Field(default=None, ge=-1.0, le=1.0)
     similar_to: str | None = None
@@ -392,7 +392,7 @@ class TriageFailed(_ModelOutput):
     """`triage.failed` tv 1: no verdict could be had; the candidate stays queued and is counted."""
 
     TYPE = vk.TRIAGE_FAILED
-    TV = 1
+    TV = 2
 
     id: str
     triager: str

@@ -101,7 +101,10 @@ class _MemoryFields(Chained):
 
 
 class MemoryStored(_MemoryFields):
-    """`memory.stored` tv 3: a new memory (also every atom, which carries atom_of).
+    """`memory.stored` tv 4: a new memory (also every atom, which carries atom_of).
+
+    tv 4 carries the content fields sealed (eventlog.sealing; the model holds
+    them in clear, Session.append seals them).
 
     tv 2 added the back-chain (`touch_prev`); tv 3 the knowledge fields: the
     canonical `project` ("" = every project), the `domains` it is tagged
@@ -110,7 +113,7 @@ class MemoryStored(_MemoryFields):
     """
 
     TYPE = v.MEMORY_STORED
-    TV = 3
+    TV = 4
 
     id: str
     namespace: str
@@ -174,7 +177,9 @@ class MemoryStored(_MemoryFields):
 
 
 class MemoryUpdated(_MemoryFields):
-    """`memory.updated` tv 3: fields given replace; metadata keys merge (null removes).
+    """`memory.updated` tv 4: fields given replace; metadata keys merge (null removes).
+
+    tv 4 carries the content fields it changes sealed (eventlog.sealing).
 
     tv 3 may also change `project` and `domains` (older updates could not).
 
@@ -183,7 +188,7 @@ class MemoryUpdated(_MemoryFields):
     """
 
     TYPE = v.MEMORY_UPDATED
-    TV = 3
+    TV = 4
     PARTIAL = True
 
     id: str

@@ -26,6 +26,8 @@ class Policy(BaseModel):
     auto_atomise_max_atom_tokens: int | None = Field(default=None, ge=50, le=1000)
     auto_atomise_max_retries: int | None = Field(default=None, ge=0, le=10)
     curator: Literal["ollama", "rules"] | None = None
+    # Memories of this namespace older than this are erased (`forget --expired`, long-lived processes).
+    retention_days: int | None = Field(default=None, ge=1, le=36500)
 
 
 class PolicySetV1(Payload):

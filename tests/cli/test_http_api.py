@@ -443,7 +443,7 @@ def test_load_four_clients_every_write_acknowledged_once(home: Path) -> None:
     with Substrate.open(home, long_lived=False) as s:
         stored = [e for e in s.log.iter_entries() if e.type == "memory.stored"]
     assert sorted(e.data["id"] for e in stored) == sorted(ids)
-    contents = {e.data["content"] for e in stored}
+    contents = {s.keys.upcast(e.type, e.tv, e.data)["content"] for e in stored}
     assert contents == {f"load test memory {i}-{j}" for i in range(clients) for j in range(per_client)}
 
 

@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, dict[str, str], set[str], set[str]]] = {
     "memory_update": ("update", {"memory_id": "id", "meta_json": "metadata"}, {"seen"}, set()),
     "memory_archive": ("archive", {"memory_id": "id"}, set(), set()),
     "memory_restore": ("restore", {"memory_id": "id"}, set(), set()),
+    # Re-rendering vaults and writing a receipt name files of the caller's machine: the CLI's.
+    "memory_forget": ("forget", {"memory_ids": "ids"}, {"vaults", "receipt"}, {"id"}),
     # `--pending` runs the deferred queue, which the worker does for a server.
     "memory_atomise": (
         "atomise",

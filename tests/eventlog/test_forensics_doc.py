@@ -102,8 +102,8 @@ def test_verify_md_quotes_the_bundles_format() -> None:
         others = set(bundle_format.FORMATS) - {fmt}
         assert not any(f"(format `{o}`)" in md for o in others)
     # What the exporter writes today is the newest format, and the doc says so.
-    assert bundle_format.FORMATS[-1] == bundle_format.FORMAT_V3
-    assert f'`"{bundle_format.FORMAT_V3}"` (what the exporter writes' in _doc()
+    assert bundle_format.FORMATS[-1] == bundle_format.FORMAT_V4
+    assert f'`"{bundle_format.FORMAT_V4}"` (what the exporter writes' in _doc()
 
 
 def test_verify_md_explains_cosignatures() -> None:

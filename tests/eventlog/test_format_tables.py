@@ -66,7 +66,7 @@ def test_every_type_in_use_is_classified_once() -> None:
     for t in current_versions():
         assert (t in vocabulary.TOUCHES) != (t in vocabulary.NO_TOUCHES) or t in KEY_EVENTS, t
     # The example quoted in §13 and §14 prose.
-    assert current_versions()["memory.stored"] == 3
+    assert current_versions()["memory.stored"] == 4
     assert vocabulary.chained_since("memory.stored") == 2
     assert vocabulary.chained_since("link.removed") == 1
 
@@ -140,6 +140,7 @@ def test_when_the_rotation_overlap_line_is_written(tmp_path: Path) -> None:
 def test_the_older_versions_paragraph_names_every_upcaster() -> None:
     """§14 "Older versions" describes each step; a new upcaster must be described there too."""
     described = {(t, since - 1) for t, since in vocabulary.CHAINED_SINCE.items()}
+    described |= {(t, since - 1) for t, since in vocabulary.SEALED_SINCE.items()}
     described |= {
         ("memory.stored", 2),
         ("memory.updated", 2),
@@ -163,5 +164,6 @@ def test_the_older_versions_paragraph_names_every_upcaster() -> None:
         "`project`,\n`domains` and `status`",
         "`similarity` and `similar_to`",
         "`changes`, `unset`, `clear`",
+        "carries its content fields sealed",
     ):
         assert needle in text, needle

@@ -92,8 +92,8 @@ def test_another_log_is_refused(tmp_path: Path) -> None:
     other = new_home(tmp_path / "other")
     store_n(home, 2)
     store_n(other, 2, "beta")
-    # Everything but the projection replaced: another home's log, keys and record of its log.
-    for part in ("log", "keys", "state"):
+    # Everything but the projection replaced: another home's log, keys, data keys and record of its log.
+    for part in ("log", "keys", "state", "datakeys"):
         shutil.rmtree(home.root / part)
         shutil.copytree(other.root / part, home.root / part)
     shutil.copy(other.config_path, home.config_path)

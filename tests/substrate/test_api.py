@@ -49,7 +49,11 @@ def test_store_returns_what_get_shows_and_writes_one_event(sub: Substrate) -> No
     assert sub.log.refresh() == size + 1
     with Log(sub.home.log_dir) as log:
         e = log.entry(size)
-    assert e.type == "memory.stored" and e.data["id"] == m["id"] and e.data["tags"] == ["db", "prod"]
+    assert (
+        e.type == "memory.stored"
+        and e.data["id"] == m["id"]
+        and sub.keys.upcast(e.type, e.tv, e.data)["tags"] == ["db", "prod"]
+    )
     got = sub.get(m["id"])
     assert got.pop("links") == {"outgoing": [], "incoming": []}
     assert got == m

@@ -230,7 +230,9 @@ def test_synchronous_store_atomises_before_returning(home: Path, ollama_env: Fak
         assert hits[0]["atom_of"] == m["id"]
         done = next(e for e in sub.log.iter_entries(0) if e.type == "atomisation.completed")
         assert done.data["model"] == "fake-model" and done.data["prompt_sha256"]
-        assert done.data["responses"] == [atoms_json(ATOMS)]  # replay never needs the model
+        assert sub.keys.upcast(done.type, done.tv, done.data)["responses"] == [
+            atoms_json(ATOMS)
+        ]  # replay never needs the model
         # below the threshold: skipped
         small = sub.store("Short note about the outage.", namespace="ops")
         assert small["atomise_outcome"] == "skipped_below_threshold"

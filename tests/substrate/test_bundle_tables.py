@@ -9,15 +9,18 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from mnemolog.eventlog.bundle import parquet
+from mnemolog.eventlog.bundle import memview, parquet
 from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.bundle.build import resign_manifest
 from mnemolog.eventlog.bundle.format import (
+    DATAKEYS,
+    ENVELOPES,
     FORMAT_V2,
-    FORMAT_V3,
+    FORMAT_V4,
     HEADS,
     KEYS,
     MANIFEST,
+    MEMORIES,
     PARQUET,
     TOUCHES,
     VERIFY_MD,
@@ -85,23 +88,18 @@ def test_payloads_are_typed_columns_and_hashes_are_blobs(
     for name in ("kid", "prev", "leaf_hash", "sig", "entry"):
         assert kinds[name] == "BLOB"
     assert kinds["ts"] == "TIMESTAMP" and kinds["seq"] == "BIGINT"
-    assert kinds["p_content"] == "VARCHAR" and kinds["p_id"] == "VARCHAR"
+    assert kinds["p_sealed"] == "VARCHAR" and kinds["p_id"] == "VARCHAR"
+    assert "p_content" not in kinds and "p_title" not in kinds  # content is sealed (format.md §17)
     assert kinds["p_confidence"] in ("DOUBLE", "VARCHAR")  # DOUBLE unless some payload holds another kind
-    title = tables.execute(
-        "SELECT p_title FROM 'entries.parquet' WHERE type = 'memory.updated' AND p_id = ? "
-        "AND p_title IS NOT NULL",
+    boxes = tables.execute(
+        "SELECT p_sealed FROM 'entries.parquet' WHERE type = 'memory.updated' AND p_id = ? "
+        "AND p_sealed IS NOT NULL",
         [world.parent],
-    ).fetchone()
-    assert title == ("Post-mortem, revised",)
-    tags = tables.execute(
-        "SELECT p_tags FROM 'entries.parquet' WHERE type = 'memory.updated' AND p_id = ? "
-        "AND p_tags IS NOT NULL",
-        [world.parent],
-    ).fetchone()
-    assert tags is not None and tags[0] == '["incident","db"]'  # lists are compact JSON
+    ).fetchall()
+    assert any('"fields":["tags","title"]' in b[0] for b in boxes)  # maps are compact JSON
     # A field an entry does not have is NULL, not an empty string.
     assert tables.execute(
-        "SELECT count(*) FROM 'entries.parquet' WHERE type = 'log.created' AND p_content IS NOT NULL"
+        "SELECT count(*) FROM 'entries.parquet' WHERE type = 'log.created' AND p_sealed IS NOT NULL"
     ).fetchone() == (0,)
 
 
@@ -113,7 +111,7 @@ def test_the_heads_entry_is_a_row(members: dict[str, bytes], tables: duckdb.Duck
     assert row == ("heads.committed", heads.leaf, heads.raw)
     man = codec.decode(members[MANIFEST])
     assert heads.seq not in man["seqs"]  # a row of the table, not a selected entry
-    assert man["format"] == FORMAT_V3
+    assert man["format"] == FORMAT_V4
 
 
 def test_a_forged_touches_table_is_refused_even_re_signed(world: Atomised, members: dict[str, bytes]) -> None:
@@ -136,8 +134,12 @@ def test_a_v2_bundle_still_verifies(world: Atomised, members: dict[str, bytes]) 
         [*parse_entries(members[KEYS], KEYS), *parse_entries(members["entries.cbor"], "entries.cbor")],
         key=lambda e: e.seq,
     )
-    old = {k: v for k, v in members.items() if k != TOUCHES}
+    old = {k: v for k, v in members.items() if k not in (TOUCHES, DATAKEYS)}
     old[PARQUET] = entries_parquet(everything)
+    # Before v4 a bundle carried no keys: its views are the sealed ones.
+    views = memview.fold_views(everything, man["memories"])
+    old[MEMORIES] = memview.render_views(views)
+    old[ENVELOPES] = memview.render_envelopes(views)
     old[VERIFY_MD] = verify_md(
         man["memory_id"], man["include_chain"], man["origin"], man["tree_size"], len(everything), FORMAT_V2
     )

@@ -38,7 +38,7 @@ def docs(root: Path) -> Path:
 
 
 def events(sub: Substrate, type_: str) -> list[dict[str, Any]]:
-    return [e.data for e in sub.log.iter_entries() if e.type == type_]
+    return [sub.keys.upcast(e.type, e.tv, e.data) for e in sub.log.iter_entries() if e.type == type_]
 
 
 # -- ingest -------------------------------------------------------------------
@@ -309,7 +309,7 @@ def test_the_entries_about_a_memory_re_render_its_packs_and_expose_a_misquote(
     # What a bundle of the memory holds: every entry that touches it (its packs included).
     about = [e for e in sub.log.iter_entries() if ids["know"] in touched_ids(e.type, e.data)]
     assert [e.type for e in about].count("context.built") == 2
-    report = packview.verify_packs(about, {ids["know"]})
+    report = packview.verify_packs(about, {ids["know"]}, sub.keys.get)
     assert [(r["pack_id"], r["memories_checked"]) for r in report] == [
         (pack["pack_id"], [ids["know"]]),
         (later["pack_id"], [ids["know"]]),
@@ -317,15 +317,16 @@ def test_the_entries_about_a_memory_re_render_its_packs_and_expose_a_misquote(
     # The same slice with the update removed: the second pack now misquotes the memory.
     without_update = [e for e in about if e.type != "memory.updated"]
     with pytest.raises(VerificationError) as exc:
-        packview.verify_packs(without_update, {ids["know"]})
+        packview.verify_packs(without_update, {ids["know"]}, sub.keys.get)
     assert exc.value.check == "context.source"
     # A pack whose entries were altered no longer matches the hash it signed.
     built = next(e for e in about if e.type == "context.built")
-    data = {**built.data, "query": built.data["query"], "tiers": list(built.data["tiers"])}
+    opened = sub.keys.upcast(built.type, built.tv, built.data)
+    data = {**opened, "query": opened["query"], "tiers": list(opened["tiers"])}
     data["tiers"][4] = {**data["tiers"][4], "included": []}
     forged = [replace(built, data=data) if e is built else e for e in about]
     with pytest.raises(VerificationError) as exc:
-        packview.verify_packs(forged, {ids["know"]})
+        packview.verify_packs(forged, {ids["know"]}, sub.keys.get)
     assert exc.value.check == "context.sha256"
 
 
@@ -395,3 +396,29 @@ def test_always_wanted_memories_follow_every_write(sub: Substrate, tmp_path: Pat
     assert ids["pinned"] not in identity()
     sub.update(new, metadata={"vault": {"pinned": False}})
     assert identity() == [ids["user"]]
+
+
+def test_a_pack_that_quoted_a_forgotten_memory_re_renders_it_as_a_marked_gap(
+    sub: Substrate, tmp_path: Path
+) -> None:
+    from mnemolog.eventlog.bundle import packview
+    from mnemolog.eventlog.bundle import verifier as bundle
+    from mnemolog.substrate import forensics
+
+    ids = seeded(sub, tmp_path)
+    pack = sub.build_context(QUERY, project="p06")
+    before = sub.show_context(pack["pack_id"])
+    assert before["verified"] and before["gaps"] == [] and "Zerodur CTE gradient" in before["text"]
+    sub.forget([ids["know"]], reason="asked")
+    after = sub.show_context(pack["pack_id"])
+    assert after["verified"] is False
+    assert after["gaps"] == [{"tier": "domain", "source": "memory", "id": ids["know"]}]
+    assert "Zerodur CTE gradient" not in after["text"]
+    assert f"- [{packview.GAP_LABEL}] memory {ids['know']} was erased" in after["text"]
+    assert "Antoine, mechanical/optical engineer" in after["text"]  # the rest of the pack stays
+    # A bundle of another memory of that pack verifies, and reports the gap.
+    path = tmp_path / "b.tar"
+    path.write_bytes(forensics.export_bundle(sub, ids["user"]).data)
+    report = bundle.verify_bundle(path)
+    (p,) = [p for p in report.packs if p["pack_id"] == pack["pack_id"]]
+    assert p["gaps"] == after["gaps"] and p["sha256_checked"] is False

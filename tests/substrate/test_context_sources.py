@@ -30,7 +30,7 @@ def tier(pack: dict[str, Any], name: str) -> list[str]:
 
 
 def events(sub: Substrate, type_: str) -> list[dict[str, Any]]:
-    return [e.data for e in sub.log.iter_entries() if e.type == type_]
+    return [sub.keys.upcast(e.type, e.tv, e.data) for e in sub.log.iter_entries() if e.type == type_]
 
 
 # -- tier 1: trusted state ----------------------------------------------------------------

@@ -281,7 +281,7 @@ def test_the_domain_prefix_migration_is_recorded_not_rewritten(sub: Substrate) -
     entries = list(sub.log.iter_entries(0))
     # History is not rewritten: the original content is still in the store's event.
     (stored,) = [e for e in entries if e.type == "memory.stored" and e.data["id"] == a["id"]]
-    assert stored.data["content"].startswith("[materials] ")
+    assert sub.keys.upcast(stored.type, stored.tv, stored.data)["content"].startswith("[materials] ")
     types = [e.type for e in entries if e.seq > stored.seq]
     assert types[-4:] == ["migration.started", "memory.updated", "memory.updated", "migration.completed"]
     updates = [e for e in entries if e.type == "memory.updated"]

@@ -115,7 +115,7 @@ def test_extraction_records_everything_replay_needs(tmp_path: Path, monkeypatch:
     with knowledge_home(tmp_path, monkeypatch) as (sub, server):
         iid, proj_id, dom_id = seed_candidates(sub, server)
         (e,) = [e for e in sub.log.iter_entries(0) if e.type == "candidate.extracted"]
-        d = e.data
+        d = sub.keys.upcast(e.type, e.tv, e.data)
         assert d["interaction_id"] == iid and d["candidate_ids"] == [proj_id, dom_id]
         assert (d["extractor"], d["model"], d["responses"]) == ("ollama", "fake-model", [SEED_REPLY])
         assert len(d["prompt_sha256"]) == 64
@@ -148,7 +148,10 @@ def test_a_failed_extraction_is_an_event_and_stays_pending(
         assert info.value.details["failed"] == 1
         (e,) = [e for e in sub.log.iter_entries(0) if e.type == "extraction.failed"]
         assert e.data["reason"] == "malformed_output"
-        assert e.data["responses"] == ["not json at all", '{"candidates": "none"}']
+        assert sub.keys.upcast(e.type, e.tv, e.data)["responses"] == [
+            "not json at all",
+            '{"candidates": "none"}',
+        ]
         row = sub.interaction(iid)
         assert (row["extraction"], row["failures"]) == ("pending", 1)
         assert sub.stats()["knowledge"]["extraction_failures"] == 1
@@ -271,7 +274,10 @@ def test_a_triage_without_verdict_is_counted_and_stays_queued(
             sub.triage(pending=True, triager="ollama", max_retries=1)
         assert info.value.exit_code == 4
         (e,) = [e for e in sub.log.iter_entries(0) if e.type == "triage.failed"]
-        assert e.data["responses"] == ['{"verdict": "perhaps"}', "I am not sure."]
+        assert sub.keys.upcast(e.type, e.tv, e.data)["responses"] == [
+            '{"verdict": "perhaps"}',
+            "I am not sure.",
+        ]
         assert [m["id"] for m in sub.candidates(queues=["pending"])] == [cand["id"]]
         k = sub.stats()["knowledge"]
         assert (k["candidates"]["pending"], k["triage_failures"]) == (1, 1)

@@ -59,7 +59,7 @@ def test_an_embedding_duplicate_waits_and_the_score_is_recorded(tmp_path: Path) 
         assert result["duplicate_of"] == old and result["action"] == "wait"
         assert "embedding similarity" in str(result["why"])
         (e,) = [e for e in sub.log.iter_entries(0) if e.type == "candidate.triaged"]
-        assert e.tv == 2
+        assert e.tv == 3  # tv 3 seals the model's answers; the scores stay in clear
         assert e.data["similar_to"] == old and e.data["duplicate_of"] == old
         assert e.data["similarity"] >= 0.92
         assert e.data["thresholds"]["duplicate_similarity"] == 0.92

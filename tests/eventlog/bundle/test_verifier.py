@@ -102,7 +102,7 @@ def test_valid_bundle_verifies(world: tuple[Atomised, bytes], members: dict[str,
     for atom in a.atoms:
         assert r.envelopes[atom]["atom_of"] == a.parent
         assert r.envelopes[atom]["atom_ids"] == []
-    assert set(members) == {MANIFEST, *bundle_format.LISTED_V3}
+    assert set(members) == {MANIFEST, *bundle_format.LISTED_V4}
 
 
 def test_pinned_key_is_reported(
@@ -445,7 +445,7 @@ def test_verify_md_quotes_the_manifests_format_and_digests_are_over_raw_bytes(
     import hashlib
 
     man = codec.decode(members["manifest.cbor"])
-    assert man["format"] == bundle.FORMAT_V3
+    assert man["format"] == bundle.FORMAT_V4
     assert f"(format `{man['format']}`)".encode() in members[VERIFY_MD]
     for f in man["files"]:
         raw = members[f["name"]]

@@ -1,0 +1,226 @@
+"""What a `forget` erases: the selection and its cascade, read from the projection.
+
+`select` resolves a selector (ids, namespace, project, document,
+interaction, a time) to the memories, interactions and documents whose
+content goes, following what derives from them: atoms of an erased memory
+(to any depth), the interaction a candidate was extracted from (its
+extraction holds the candidate's text), the candidates of an erased
+interaction, the packs that quoted any of it, and the text hashes of their
+vectors (the embedding cache's keys). Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+__all__ = ["Selection", "erased", "select"]
+
+_STR = "(SELECT unnest(?::VARCHAR[]))"
+_INT = "(SELECT unnest(?::BIGINT[]))"
+
+
+@dataclass
+class Selection:
+    """Everything one forget erases (ids sorted)."""
+
+    memories: list[str] = field(default_factory=list)
+    atoms: list[str] = field(default_factory=list)  # among memories: reached through atom_of
+    candidates: list[str] = field(default_factory=list)  # among memories: extracted candidates
+    interactions: list[str] = field(default_factory=list)
+    documents: list[str] = field(default_factory=list)
+    packs: list[str] = field(default_factory=list)
+    links: int = 0
+    chunks: int = 0
+    vectors: int = 0
+    shas: list[bytes] = field(default_factory=list)  # embedding cache keys of the erased texts
+
+    @property
+    def subjects(self) -> list[str]:
+        """Every data key the erasure destroys.
+
+        Not the packs': a pack seals each quoted entry under its own subject's
+        key, so the packs in `packs` lose exactly the erased entries (they
+        re-render them as gaps) and keep the rest, their query included.
+        """
+        return sorted({*self.memories, *self.interactions, *self.documents})
+
+    def empty(self) -> bool:
+        return not (self.memories or self.interactions or self.documents)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "memories": self.memories,
+            "atoms": self.atoms,
+            "candidates": self.candidates,
+            "interactions": self.interactions,
+            "documents": self.documents,
+            "packs": self.packs,
+            "links": self.links,
+            "chunks": self.chunks,
+            "vectors": self.vectors,
+            "embedding_cache": len(self.shas),
+        }
+
+
+def _col(conn: duckdb.DuckDBPyConnection, sql: str, args: list[Any]) -> list[Any]:
+    return [r[0] for r in conn.execute(sql, args).fetchall()]
+
+
+def _has(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return conn.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone() is not None
+
+
+def select(
+    conn: duckdb.DuckDBPyConnection,
+    *,
+    ids: list[str] | None = None,
+    namespace: str | None = None,
+    project: str | None = None,
+    document: str | None = None,
+    interaction: str | None = None,
+    before_us: int | None = None,
+) -> Selection:
+    """The selection of the given selectors (all that are given must hold), with its cascade."""
+    conds: list[str] = []
+    args: list[Any] = []
+    iconds: list[str] = []
+    iargs: list[Any] = []
+    if ids is not None:
+        conds.append(f"id IN {_STR}")
+        args.append(list(ids))
+    if namespace is not None:
+        for c, a in ((conds, args), (iconds, iargs)):
+            c.append("(namespace = ? OR starts_with(namespace, ?))")
+            a += [namespace, namespace.rstrip("/") + "/"]
+    if project is not None:
+        conds.append("project = ?")
+        args.append(project)
+        iconds.append("project = ?")
+        iargs.append(project)
+    if before_us is not None:
+        conds.append("created_at < ?")
+        args.append(before_us)
+        iconds.append("captured_at < ?")
+        iargs.append(before_us)
+    base: set[str] = set()
+    inter: set[str] = set()
+    docs: set[str] = set()
+    if interaction is not None:
+        inter.add(interaction)
+    if document is not None:
+        docs.update(
+            _col(
+                conn,
+                "SELECT DISTINCT document_id FROM ctx_document_versions WHERE document_id = ?",
+                [document],
+            )
+        )
+    if conds and (ids is not None or namespace is not None or project is not None or before_us is not None):
+        base.update(_col(conn, f"SELECT id FROM memories WHERE {' AND '.join(conds)}", args))
+    if iconds and ids is None:
+        inter.update(_col(conn, f"SELECT id FROM interactions WHERE {' AND '.join(iconds)}", iargs))
+    inter = (
+        set(_col(conn, f"SELECT id FROM interactions WHERE id IN {_STR}", [sorted(inter)]))
+        if inter
+        else set()
+    )
+    # The candidates of an erased interaction go with it.
+    cands = set(_col(conn, f"SELECT id FROM candidates WHERE interaction_id IN {_STR}", [sorted(inter)]))
+    mems = base | cands
+    # Atoms of erased memories, to any depth (a cycle cannot grow the set for ever).
+    frontier = set(mems)
+    atoms: set[str] = set()
+    while frontier:
+        found = set(_col(conn, f"SELECT id FROM memories WHERE atom_of IN {_STR}", [sorted(frontier)]))
+        frontier = found - mems
+        atoms |= frontier
+        mems |= frontier
+    # A candidate's text is also in its interaction's extraction, sealed under that interaction's key.
+    cand_rows = _col(conn, f"SELECT id FROM candidates WHERE id IN {_STR}", [sorted(mems)])
+    inter |= set(_col(conn, f"SELECT interaction_id FROM candidates WHERE id IN {_STR}", [sorted(mems)]))
+    ml = sorted(mems)
+    seqs = _col(conn, f"SELECT stored_seq FROM memories WHERE id IN {_STR}", [ml])
+    sel = Selection(
+        memories=ml,
+        atoms=sorted(atoms),
+        candidates=sorted(cand_rows),
+        interactions=sorted(inter),
+        documents=sorted(docs),
+    )
+    sel.links = int(
+        conn.execute(f"SELECT count(*) FROM links WHERE src IN {_STR} OR dst IN {_STR}", [ml, ml]).fetchone()[
+            0
+        ]  # type: ignore[index]
+    )
+    dl = sorted(docs)
+    chunk_docs = _col(conn, f"SELECT doc FROM ctx_chunks WHERE document_id IN {_STR}", [dl])
+    sel.chunks = len(chunk_docs)
+    sel.packs = sorted(
+        _col(
+            conn,
+            f"SELECT DISTINCT pack_id FROM ctx_pack_members WHERE (source = 'memory' AND id IN {_STR}) "
+            f"OR (source = 'chunk' AND regexp_replace(id, '/[0-9]+/[0-9]+$', '') IN {_STR})",
+            [ml, dl],
+        )
+    )
+    shas: set[bytes] = set()
+    if _has(conn, "vectors"):
+        for t, docs_ in (("vectors", seqs), ("chunk_vectors", chunk_docs)):
+            got = _col(conn, f"SELECT sha FROM {t} WHERE doc IN {_INT}", [docs_])
+            sel.vectors += len(got)
+            shas |= {bytes(x) for x in got}
+    sel.shas = sorted(shas)
+    return sel
+
+
+def namespace_ages(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Every namespace that has memories, with its oldest memory's created_at."""
+    rows = conn.execute("SELECT namespace, min(created_at) FROM memories GROUP BY namespace").fetchall()
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def older_than(conn: duckdb.DuckDBPyConnection, namespace: str, cutoff_us: int) -> list[str]:
+    """The memories of exactly this namespace created before the cutoff."""
+    return sorted(
+        str(x)
+        for x in _col(
+            conn, "SELECT id FROM memories WHERE namespace = ? AND created_at < ?", [namespace, cutoff_us]
+        )
+    )
+
+
+def erased_keys(conn: duckdb.DuckDBPyConnection) -> list[str]:
+    """The ids of every data key an erasure named (each must be gone)."""
+    return [str(x) for x in _col(conn, "SELECT DISTINCT subject FROM erasures WHERE kind = 'key'", [])]
+
+
+def sealing_seqs(conn: duckdb.DuckDBPyConnection, sel: Selection) -> list[int]:
+    """The seqs of every entry that may hold a selected subject's sealed content."""
+    ids = sorted({*sel.memories, *sel.interactions})
+    seqs = set(_col(conn, f"SELECT DISTINCT seq FROM touches WHERE memory_id IN {_STR}", [ids]))
+    seqs |= set(
+        _col(
+            conn,
+            f"SELECT seq FROM ctx_document_versions WHERE document_id IN {_STR}",
+            [sorted(sel.documents)],
+        )
+    )
+    # The packs that quoted a chunk of an erased document sealed it under that document's key.
+    seqs |= set(
+        _col(
+            conn,
+            "SELECT DISTINCT seq FROM ctx_pack_members WHERE source = 'chunk' "
+            f"AND regexp_replace(id, '/[0-9]+/[0-9]+$', '') IN {_STR}",
+            [sorted(sel.documents)],
+        )
+    )
+    return sorted(int(x) for x in seqs)
+
+
+def erased(conn: duckdb.DuckDBPyConnection, subjects: list[str]) -> dict[str, tuple[int, str | None]]:
+    """The subjects among these that were erased: subject -> (seq of the erasure, reason)."""
+    rows = conn.execute(f"SELECT subject, seq, reason FROM erasures WHERE subject IN {_STR}", [subjects])
+    return {str(r[0]): (int(r[1]), r[2]) for r in rows.fetchall()}
