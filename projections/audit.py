@@ -90,6 +90,7 @@ COMPARED = [
     Compared("hidden", "SELECT * FROM {c}.hidden", ("id", "doc")),
     Compared("policies", "SELECT * FROM {c}.policies", ("namespace",)),
     Compared("tokens", "SELECT * FROM {c}.tokens", ("token_id",)),
+    Compared("erasures", "SELECT * FROM {c}.erasures", ("subject", "kind", "seq")),
     Compared("atomisations", "SELECT * FROM {c}.atomisations", ("seq", "source_id")),
     Compared("touches", "SELECT * FROM {c}.touches", ("memory_id", "seq", "type")),
     Compared("migrations", "SELECT * FROM {c}.migrations", ("seq", "run_id")),
