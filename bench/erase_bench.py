@@ -32,7 +32,7 @@ from typing import Any
 
 os.environ["MNEMOLOG_EMBED"] = "off"
 
-from mnemolog.eventlog import sealing
+from mnemolog.eventlog.format import sealing
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.datakeys import DataKeys
 from mnemolog.substrate.home import Home, init_home

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.errors import DecodeError, StorageError
+from mnemolog.eventlog.format import sealing
 from mnemolog.eventlog.store.fsio import FileTooLarge, NotRegularFile, fsync_dir, read_regular
 from mnemolog.eventlog.store.lock import FileLock
 from mnemolog.eventlog.vocabulary.events import SEALED, SEALED_FIELD, upcast

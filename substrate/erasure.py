@@ -29,8 +29,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.errors import NotFound, UsageError
+from mnemolog.eventlog.format import sealing
 from mnemolog.projections import erasure as eq
 from mnemolog.substrate import asof
 from mnemolog.substrate.events.erasure import MAX_ERASED_PER_EVENT, MemoryErased

@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import build as bundle_build
 from mnemolog.eventlog.bundle import format as bundle_format
 from mnemolog.eventlog.bundle import logexport, memview, touching
 from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.errors import BadInput, MnemologError, NotFound, SignerError, StorageError, UsageError
-from mnemolog.eventlog.format import codec, merkle
+from mnemolog.eventlog.format import codec, merkle, sealing
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.format.heads import HeadsMap
 from mnemolog.eventlog.format.keys import load_private_key, write_private_key, write_public_key

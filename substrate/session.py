@@ -22,9 +22,9 @@ from typing import Any, Protocol, TypeVar
 
 import duckdb
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import memview, touching
 from mnemolog.eventlog.errors import LogMoved, MnemologError, NotFound, StorageError
+from mnemolog.eventlog.format import sealing
 from mnemolog.eventlog.store.writer import LogWriter, Receipt
 from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.projections import erasure as erasure_q

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import memview, tarball
 from mnemolog.eventlog.bundle.format import (
     CHECKPOINT,
@@ -38,7 +37,7 @@ from mnemolog.eventlog.bundle.format import (
     touches_parquet,
     verify_md,
 )
-from mnemolog.eventlog.format import codec
+from mnemolog.eventlog.format import codec, sealing
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.format.heads import HeadProof
 from mnemolog.eventlog.format.keys import SigningKey

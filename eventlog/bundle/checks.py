@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import memview, offline
 from mnemolog.eventlog.bundle.format import (
     ENTRIES,
@@ -34,7 +33,7 @@ from mnemolog.eventlog.bundle.format import (
 )
 from mnemolog.eventlog.bundle.format import listed as bundle_files
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.eventlog.format import merkle
+from mnemolog.eventlog.format import merkle, sealing
 from mnemolog.eventlog.format.entry import Entry, to_jsonable
 from mnemolog.eventlog.format.heads import HeadProof, verify_head
 from mnemolog.eventlog.format.note import Checkpoint

@@ -21,7 +21,7 @@ import json
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from mnemolog.eventlog import sealing
+from mnemolog.eventlog.format import sealing
 from mnemolog.eventlog.format.entry import Entry, to_jsonable
 from mnemolog.eventlog.vocabulary import events as vk
 from mnemolog.eventlog.vocabulary.events import (

@@ -33,9 +33,9 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import memview
 from mnemolog.eventlog.errors import VerificationError
+from mnemolog.eventlog.format import sealing
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.vocabulary.events import CONTEXT_BUILT, SEALED_FIELD
 

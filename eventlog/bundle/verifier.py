@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import offline, packview, tarball
 from mnemolog.eventlog.bundle.build import BundleInput, build_bundle, resign_manifest
 from mnemolog.eventlog.bundle.checks import (
@@ -83,6 +82,7 @@ from mnemolog.eventlog.errors import (
     StorageError,
     VerificationError,
 )
+from mnemolog.eventlog.format import sealing
 from mnemolog.eventlog.format.entry import Entry, to_jsonable
 from mnemolog.eventlog.format.keys import VerifierKey, verify_signature
 from mnemolog.eventlog.format.note import Checkpoint

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.errors import NotFound, UsageError
+from mnemolog.eventlog.format import sealing
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.datakeys import DataKeys

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.errors import BadInput, NotFound
+from mnemolog.eventlog.format import sealing
 from mnemolog.substrate import forensics
 from mnemolog.substrate.datakeys import DataKeys
 from mnemolog.substrate.home import Home

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mnemolog.eventlog import sealing
 from mnemolog.eventlog.errors import DecodeError
-from mnemolog.eventlog.format import codec
+from mnemolog.eventlog.format import codec, sealing
 from mnemolog.eventlog.vocabulary import events as v
 
 KEY = bytes(range(32))
