@@ -40,6 +40,7 @@ from mnemolog.eventlog.store.checkpoints import CheckpointPolicy
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.segments import list_segments
 from mnemolog.eventlog.store.writer import Durability, LogWriter
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 
 TYPE = "memory.stored"
@@ -253,7 +254,7 @@ def verify_rates(d: Path, n: int, key: SigningKey) -> dict[str, Any]:
         bound = sha_only(key, 200_000) if kw.get("hashes_only") else verify_only(key, 20_000)
         say(f"  verify {label} on {n} entries")
         t0 = time.perf_counter()
-        report = verify_log(d, progress=False, **kw)  # type: ignore[arg-type]
+        report = verify_log(d, progress=False, policy=TRUST_GENESIS, **kw)  # type: ignore[arg-type]
         seconds = time.perf_counter() - t0
         assert report.entries == n, (report.entries, n)
         r = rate(n, seconds)

@@ -34,7 +34,7 @@ from mnemolog.eventlog.format.entry import ZERO_HASH, Entry
 from mnemolog.eventlog.format.note import Checkpoint
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.store.log import GENESIS_TYPE, ROTATION_TYPE
-from mnemolog.eventlog.verify.trust import TRUST_GENESIS, KeySchedule, TrustPolicy
+from mnemolog.eventlog.verify.trust import KeySchedule, TrustPolicy
 
 FORMAT = "mnemolog/log-export/v1"
 HEADER_KEYS = {
@@ -173,9 +173,7 @@ def _header(value: Any) -> dict[str, Any]:
     return value
 
 
-def verify_export(
-    data: bytes, *, policy: TrustPolicy = TRUST_GENESIS, progress: bool | None = None
-) -> VerifiedExport:
+def verify_export(data: bytes, *, policy: TrustPolicy, progress: bool | None = None) -> VerifiedExport:
     """Check an export completely (see the module docstring); return its entries or raise."""
     try:
         return _verify(data, policy, progress)

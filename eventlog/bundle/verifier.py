@@ -380,7 +380,7 @@ def _sealed_memories(members: dict[str, bytes]) -> dict[str, list[str]]:
 def verify_members(
     members: dict[str, bytes],
     *,
-    policy: TrustPolicy = TRUST_GENESIS,
+    policy: TrustPolicy,
     witnesses: WitnessPolicy | None = None,
 ) -> BundleReport:
     """Verify a bundle already read into memory under a trust policy; return the report or raise."""
@@ -405,7 +405,7 @@ def verify_members(
 def verify_bundle(
     path: Path,
     *,
-    policy: TrustPolicy = TRUST_GENESIS,
+    policy: TrustPolicy,
     limits: tarball.Limits = tarball.DEFAULT_LIMITS,
     witnesses: WitnessPolicy | None = None,
 ) -> BundleReport:

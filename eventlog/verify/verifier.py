@@ -64,7 +64,6 @@ from mnemolog.eventlog.verify.pool import make_pool
 from mnemolog.eventlog.verify.trust import (
     GENESIS_TYPE,
     ROTATION_TYPE,
-    TRUST_GENESIS,
     KeySchedule,
     TrustPolicy,
 )
@@ -604,7 +603,7 @@ class _Verifier:
 def verify_log(
     log_dir: Path,
     *,
-    policy: TrustPolicy = TRUST_GENESIS,
+    policy: TrustPolicy,
     high_water: Sequence[HighWaterMark] = (),
     hashes_only: bool = False,
     processes: int | None = None,
@@ -613,12 +612,14 @@ def verify_log(
 ) -> VerifyReport:
     """Verify the whole log; return a report or raise the first VerificationError.
 
-    `policy` names the trust anchor (default: the genesis key found in the
-    log, reported as trust on first use); `high_water` are copies of the
-    newest checkpoint kept outside the log, which it must cover with the same
-    root. `processes` defaults to the number of cores; small logs are checked
-    in this process whatever it says. `use_index_hint=False` forces the
-    sequential pass (the verdict is the same either way).
+    `policy` names the trust anchor, always given by the caller (sigstore's
+    rule: nothing verifies under an anchor nobody chose); `TRUST_GENESIS`
+    takes the genesis key found in the log and reports it as trust on first
+    use. `high_water` are copies of the newest checkpoint kept outside the
+    log, which it must cover with the same root. `processes` defaults to the
+    number of cores; small logs are checked in this process whatever it
+    says. `use_index_hint=False` forces the sequential pass (the verdict is
+    the same either way).
     """
     procs = processes if processes is not None else (os.cpu_count() or 1)
     v = _Verifier(log_dir, hashes_only, max(1, procs), progress, use_index_hint, policy, high_water)

@@ -11,6 +11,7 @@ from mnemolog.eventlog.format import merkle
 from mnemolog.eventlog.format.entry import ENTRY_DOMAIN, ZERO_HASH, Entry, make_entry, sig_offset
 from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.eventlog.format.note import Checkpoint, origin_for
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
@@ -100,7 +101,7 @@ def test_the_example_log_verifies(tmp_path: Path) -> None:
     (d / "00000000000000000000.seg").write_bytes(g.raw + e1.raw)
     (d / "checkpoints" / f"{1:020d}").write_bytes(Checkpoint(origin_for(LOG_ID), 1, g.leaf).sign(KEY))
     (d / "checkpoints" / f"{2:020d}").write_bytes(cp)
-    r = verify_log(d, processes=1)
+    r = verify_log(d, processes=1, policy=TRUST_GENESIS)
     assert (r.entries, r.checkpoints, r.root) == (2, 2, merkle.root_of([g.leaf, e1.leaf]).hex())
     assert len(g.raw + e1.raw) == 456
 

@@ -33,7 +33,7 @@ from mnemolog.eventlog.store.fsio import atomic_write
 from mnemolog.eventlog.store.index import IndexWriter
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import LogWriter
-from mnemolog.eventlog.verify.trust import origin_for, parse_key_arg
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS, origin_for, parse_key_arg
 from mnemolog.eventlog.verify.verifier import verify_log
 from tests.eventlog.logkit import T0, StepClock, seeded_key
 
@@ -75,7 +75,7 @@ def write_log(log_dir: Path, entries: list[tuple[str, int, dict[str, Any], Signi
 def fails(log_dir: Path, check: str) -> None:
     for hint in (True, False):
         with pytest.raises(VerificationError) as info:
-            verify_log(log_dir, processes=1, use_index_hint=hint)
+            verify_log(log_dir, processes=1, use_index_hint=hint, policy=TRUST_GENESIS)
         assert info.value.check == check, (hint, info.value.check, info.value.message)
 
 
@@ -115,10 +115,10 @@ def test_created_at_and_rotated_at_need_not_equal_ts(tmp_path: Path) -> None:
     with Log(d) as log:
         e = log.entry(r.seq)
     assert e.data["rotated_at"] != e.ts  # the writer stamps the request, the entry its write
-    verify_log(d)
+    verify_log(d, policy=TRUST_GENESIS)
     odd = tmp_path / "odd"
     write_log(odd, [("note.added", 1, {}, KEY)], genesis={"created_at": 5})
-    verify_log(odd, use_index_hint=False)
+    verify_log(odd, use_index_hint=False, policy=TRUST_GENESIS)
 
 
 @pytest.mark.parametrize(
@@ -162,10 +162,10 @@ def test_an_empty_last_segment_is_named_for_the_next_seq(tmp_path: Path) -> None
     d = tmp_path / "log"
     write_log(d, [("note.added", 1, {"i": i}, KEY) for i in range(3)])
     (d / f"{4:020d}.seg").write_bytes(b"")
-    verify_log(d, processes=1)
+    verify_log(d, processes=1, policy=TRUST_GENESIS)
     with LogWriter(d, [KEY]) as w:  # a writer continues in it
         assert w.append("note.added", {}).seq == 4
-    verify_log(d, processes=1)
+    verify_log(d, processes=1, policy=TRUST_GENESIS)
     misnamed = tmp_path / "misnamed"
     write_log(misnamed, [("note.added", 1, {}, KEY)])
     (misnamed / f"{5:020d}.seg").write_bytes(b"")
@@ -187,7 +187,7 @@ def test_the_first_line_by_the_logs_key_decides_a_checkpoint(tmp_path: Path) -> 
     cp = d / CHECKPOINT_DIR / checkpoint_name(2)
     good = cp.read_bytes()
     cp.write_bytes(_with_lines(good, first_bad=False))
-    verify_log(d, processes=1)
+    verify_log(d, processes=1, policy=TRUST_GENESIS)
     cp.write_bytes(_with_lines(good, first_bad=True))
     fails(d, "checkpoint.signature")
 
@@ -230,7 +230,7 @@ def test_key_event_times_are_not_checked(tmp_path: Path) -> None:
     d = tmp_path / "log"
     rotation = {"public_key": nxt.public_key, "key_name": nxt.name}  # no rotated_at
     write_log(d, [("key.rotated", 1, rotation, KEY)], genesis={"created_at": "soon"}, checkpoint_key=nxt)
-    verify_log(d, processes=1, use_index_hint=False)
+    verify_log(d, processes=1, use_index_hint=False, policy=TRUST_GENESIS)
 
 
 def test_a_malformed_touch_prev_reads_as_left_out(tmp_path: Path) -> None:
@@ -245,7 +245,7 @@ def test_a_malformed_touch_prev_reads_as_left_out(tmp_path: Path) -> None:
             ("link.removed", 1, {**link, "touch_prev": {"m1": -2, "m2": 2}}, KEY),
         ],
     )
-    chains = verify_log(d, processes=1).back_chains
+    chains = verify_log(d, processes=1, policy=TRUST_GENESIS).back_chains
     assert chains is not None
     assert (chains["pointers_checked"], chains["pointers_missing"]) == (1, 5)
     false = tmp_path / "false"

@@ -11,6 +11,7 @@ import pytest
 from mnemolog.cli.demo import POST_MORTEM
 from mnemolog.curators.base import CuratorFailed, SourceTooSmall, TierLocked
 from mnemolog.eventlog.errors import NotFound
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.atomise import MAX_DEPTH, DepthExceeded
@@ -72,7 +73,7 @@ def test_the_six_hermetic_invariants(sub: Substrate, home: Path) -> None:
     assert completed.data["input_tokens"] > 0 and len(completed.data["atom_tokens"]) == n
     links = [e for e in sub.log.iter_entries(0) if e.type == "link.created"]
     assert all(e.data["relation"] == "derives_from" and e.data["dst"] == parent["id"] for e in links)
-    verify_log(home / "log", processes=1)
+    verify_log(home / "log", processes=1, policy=TRUST_GENESIS)
 
 
 def test_repeat_is_informational_and_force_reatomises(sub: Substrate) -> None:

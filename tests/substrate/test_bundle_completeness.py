@@ -18,6 +18,7 @@ from mnemolog.eventlog.format import codec
 from mnemolog.eventlog.format.heads import HeadsMap
 from mnemolog.eventlog.format.keys import load_private_key
 from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 from tests.support.forensic_data import FakeClock, make_home, members_of
@@ -68,7 +69,7 @@ def genuine_heads(ex: forensics.ExportedBundle) -> HeadsEvidence:
 
 def test_a_complete_bundle_says_so(home: Path) -> None:
     ex = export(home)
-    r = bundle.verify_members(members_of(ex.data))
+    r = bundle.verify_members(members_of(ex.data), policy=TRUST_GENESIS)
     assert "completeness" in r.checks
     assert r.completeness is not None
     assert r.completeness["heads"] == {MID: ex.seqs[-1]}
@@ -82,10 +83,10 @@ def test_dropping_the_newest_entry_is_caught(home: Path) -> None:
     ex = export(home)
     members = rebuild(home, ex, ex.seqs[:-1], genuine_heads(ex))
     with pytest.raises(VerificationError) as e:
-        bundle.verify_members(members)
+        bundle.verify_members(members, policy=TRUST_GENESIS)
     assert e.value.check == "completeness.head"
     # Without heads (a v1 bundle) the same forgery verifies: the gap the heads close.
-    v1 = bundle.verify_members(rebuild(home, ex, ex.seqs[:-1], None))
+    v1 = bundle.verify_members(rebuild(home, ex, ex.seqs[:-1], None), policy=TRUST_GENESIS)
     assert v1.completeness is None and "not proven" in v1.text()
 
 
@@ -95,7 +96,7 @@ def test_a_proof_from_another_map_is_caught(home: Path) -> None:
     lie = HeadsMap({MID: ex.seqs[-2]})  # "the newest entry is the one before"
     forged = HeadsEvidence(h.entry, h.inclusion, [lie.prove(MID)])
     with pytest.raises(VerificationError) as e:
-        bundle.verify_members(rebuild(home, ex, ex.seqs[:-1], forged))
+        bundle.verify_members(rebuild(home, ex, ex.seqs[:-1], forged), policy=TRUST_GENESIS)
     assert e.value.check == "heads.root"
 
 
@@ -104,7 +105,8 @@ def test_a_heads_entry_that_is_not_in_the_tree_is_caught(home: Path) -> None:
     h = genuine_heads(ex)
     with pytest.raises(VerificationError) as e:
         bundle.verify_members(
-            rebuild(home, ex, ex.seqs, HeadsEvidence(h.entry, [bytes(32)] * len(h.inclusion), h.proofs))
+            rebuild(home, ex, ex.seqs, HeadsEvidence(h.entry, [bytes(32)] * len(h.inclusion), h.proofs)),
+            policy=TRUST_GENESIS,
         )
     assert e.value.check.startswith("inclusion")
 
@@ -121,7 +123,7 @@ def test_malformed_heads_files_are_refused(home: Path) -> None:
     ):
         forged = bundle.resign_manifest({**m, bundle.HEADS: bad}, key)
         with pytest.raises(VerificationError) as e:
-            bundle.verify_members(forged)
+            bundle.verify_members(forged, policy=TRUST_GENESIS)
         assert e.value.check.startswith(("heads.", "entries.", "entry.")), e.value.check
 
 
@@ -130,7 +132,7 @@ def test_heads_are_folded_from_the_log_not_the_projection(home: Path) -> None:
     with Substrate.open(home, long_lived=False) as sub, sub.projections.session() as conn:
         conn.execute("DELETE FROM touches")
     ex = export(home)
-    r = bundle.verify_members(members_of(ex.data))
+    r = bundle.verify_members(members_of(ex.data), policy=TRUST_GENESIS)
     assert r.completeness is not None and r.completeness["heads"][MID] == ex.seqs[-1]
     with Log(home / "log") as log:
         he = log.entry(r.completeness["heads_seq"])
@@ -174,7 +176,7 @@ def test_entries_carry_their_back_chain(chained_home: tuple[Path, str, str]) -> 
 
 def test_a_chained_bundle_is_complete(chained_home: tuple[Path, str, str]) -> None:
     root, a, _ = chained_home
-    r = bundle.verify_members(members_of(export_of(root, a).data))
+    r = bundle.verify_members(members_of(export_of(root, a).data), policy=TRUST_GENESIS)
     assert r.completeness is not None and r.completeness["complete"] is True
     assert r.completeness["proven_from"] == {a: 0}
     assert "back-chains unbroken" in r.text()
@@ -187,7 +189,7 @@ def test_dropping_a_middle_entry_is_caught(chained_home: tuple[Path, str, str]) 
     middle = ex.seqs[len(ex.seqs) // 2]
     members = rebuild_for(root, ex, a, [s for s in ex.seqs if s != middle])
     with pytest.raises(VerificationError) as e:
-        bundle.verify_members(members)
+        bundle.verify_members(members, policy=TRUST_GENESIS)
     assert e.value.check == "completeness.back_chain"
     assert e.value.found == middle
 
@@ -197,7 +199,7 @@ def test_old_entries_verify_without_a_completeness_claim_below_them(home: Path) 
     with Substrate.open(home, long_lived=False) as sub:
         sub.update(MID, confidence=0.9)  # tv 2: chained to the tv 1 entry before it
     ex = export(home)
-    r = bundle.verify_members(members_of(ex.data))
+    r = bundle.verify_members(members_of(ex.data), policy=TRUST_GENESIS)
     assert r.completeness is not None and r.completeness["complete"] is False
     assert r.completeness["proven_from"] == {MID: ex.seqs[-2]}
     assert "predate back-chains" in r.text()
@@ -237,7 +239,7 @@ def test_a_claim_older_than_the_checkpoint_says_what_it_leaves_out(home: Path) -
     data = bundle.build_bundle(
         BundleInput(MID, False, [MID], [], key_entries, entries, cp_raw, proofs, heads), key
     )
-    r = bundle.verify_members(members_of(data))
+    r = bundle.verify_members(members_of(data), policy=TRUST_GENESIS)
     assert r.completeness is not None
     assert r.completeness["as_of_tree_size"] == h.entry.seq
     assert r.completeness["tree_size"] == cp_size == h.entry.seq + 3
@@ -247,6 +249,6 @@ def test_a_claim_older_than_the_checkpoint_says_what_it_leaves_out(home: Path) -
         in r.text()
     )
     # The exporter's own bundles commit to everything before their heads entry: nothing outside.
-    fresh = bundle.verify_members(members_of(export(home).data))
+    fresh = bundle.verify_members(members_of(export(home).data), policy=TRUST_GENESIS)
     assert fresh.completeness is not None and fresh.completeness["uncovered_entries"] == 0
     assert "outside" not in fresh.text()

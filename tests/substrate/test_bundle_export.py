@@ -30,7 +30,7 @@ from mnemolog.eventlog.format import codec, merkle
 from mnemolog.eventlog.format.note import peek_checkpoint
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import Durability
-from mnemolog.eventlog.verify.trust import PinnedKey
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS, PinnedKey
 from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.eventlog.vocabulary.events import iso_time as iso
 from mnemolog.projections.engine import Projections
@@ -90,7 +90,7 @@ def test_a_deleted_projection_row_does_not_drop_an_entry(world: Atomised) -> Non
     after = export(world.home, world.parent, include_chain=False)
     assert after.seqs == before.seqs
     assert victim in after.seqs and stranger not in after.seqs
-    bundle.verify_members(members_of(after.data))
+    bundle.verify_members(members_of(after.data), policy=TRUST_GENESIS)
 
 
 # -- selection and chain ------------------------------------------------------------
@@ -101,14 +101,14 @@ def test_from_the_parent_every_atom(world: Atomised) -> None:
     assert ex.memories == sorted([world.parent, *world.atoms])
     assert ex.unstored == []
     assert set(ex.seqs) == touches(world.home, {world.parent, *world.atoms}, ex.tree_size)
-    r = bundle.verify_members(members_of(ex.data))
+    r = bundle.verify_members(members_of(ex.data), policy=TRUST_GENESIS)
     assert r.envelopes[world.parent]["atom_ids"] == world.atoms
 
 
 def test_from_an_atom_its_parent_and_siblings(world: Atomised) -> None:
     ex = export(world.home, world.atoms[1])
     assert ex.memories == sorted([world.parent, *world.atoms])
-    r = bundle.verify_members(members_of(ex.data))
+    r = bundle.verify_members(members_of(ex.data), policy=TRUST_GENESIS)
     assert r.memory_id == world.atoms[1]
     assert r.envelopes[world.atoms[1]]["atom_of"] == world.parent
 
@@ -117,7 +117,7 @@ def test_without_the_chain_only_the_memory(world: Atomised) -> None:
     ex = export(world.home, world.parent, include_chain=False)
     assert ex.memories == [world.parent]
     assert set(ex.seqs) == touches(world.home, {world.parent}, ex.tree_size)
-    r = bundle.verify_members(members_of(ex.data))
+    r = bundle.verify_members(members_of(ex.data), policy=TRUST_GENESIS)
     assert r.include_chain is False
     # The atomisation entries touch the parent, so they are in; the atoms' own later updates are not.
     chain = export(world.home, world.parent)
@@ -127,7 +127,7 @@ def test_without_the_chain_only_the_memory(world: Atomised) -> None:
 def test_atom_without_chain(world: Atomised) -> None:
     ex = export(world.home, world.atoms[0], include_chain=False)
     assert ex.memories == [world.atoms[0]]
-    bundle.verify_members(members_of(ex.data))
+    bundle.verify_members(members_of(ex.data), policy=TRUST_GENESIS)
 
 
 def test_unrelated_entries_are_left_out(world: Atomised) -> None:
@@ -164,7 +164,7 @@ def test_chain_member_the_log_never_stored(world: Atomised) -> None:
             sub.projections.catch_up(conn)
         ex = forensics.export_bundle(sub, parent)
     assert ex.unstored == [ghost] and ex.memories == [parent]
-    assert bundle.verify_members(members_of(ex.data)).unstored == [ghost]
+    assert bundle.verify_members(members_of(ex.data), policy=TRUST_GENESIS).unstored == [ghost]
 
 
 # -- sparse ------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def test_sparse_selection_at_far_apart_seqs(tmp_path: Path) -> None:
     # Each proof has one hash per level: size grows with entries x log(n), not with n.
     assert all(len(p[1]) <= math.ceil(math.log2(5001)) for p in proofs)
     assert len(members[bundle.ENTRIES]) < 2000
-    r = bundle.verify_members(members)
+    r = bundle.verify_members(members, policy=TRUST_GENESIS)
     assert r.seqs == [5, 90, 91, 200]
     view = r.envelopes[mid]
     assert view == {
@@ -231,7 +231,7 @@ def test_bundle_from_a_log_that_later_grew(world: Atomised, tmp_path: Path) -> N
     assert later.tree_size > ex.tree_size
     path = tmp_path / "old.tar"
     path.write_bytes(ex.data)
-    r = bundle.verify_bundle(path)
+    r = bundle.verify_bundle(path, policy=TRUST_GENESIS)
     assert r.tree_size == ex.tree_size
     res = CliRunner().invoke(
         cli,
@@ -421,7 +421,7 @@ def test_replay_rebuilds_an_identical_home(world: Atomised, tmp_path: Path) -> N
     r = forensics.replay(exp, new, signing_key=world.home.signing_key_path)
     assert r.entries == r.tree_size and r.checkpoint == r.tree_size and r.signing_key
     assert segments_bytes(Home(new)) == segments_bytes(world.home)
-    verify_log(Home(new).log_dir)
+    verify_log(Home(new).log_dir, policy=TRUST_GENESIS)
     with (
         Substrate.open(world.home, long_lived=False) as old,
         Substrate.open(Home(new), long_lived=False) as fresh,
@@ -436,7 +436,7 @@ def test_replay_rebuilds_an_identical_home(world: Atomised, tmp_path: Path) -> N
         assert fresh.stats()["memories"] == old.stats()["memories"]
         # The replayed home carries on: same key, same chain.
         fresh.store("written after the replay")
-    verify_log(Home(new).log_dir)
+    verify_log(Home(new).log_dir, policy=TRUST_GENESIS)
 
 
 def test_replay_without_a_signing_key_is_read_only(world: Atomised, tmp_path: Path) -> None:
@@ -463,7 +463,7 @@ def test_replay_of_a_prefix(world: Atomised, tmp_path: Path) -> None:
     r = forensics.replay(exp, new, signing_key=world.home.signing_key_path)
     assert r.entries == 10 and r.tree_size > 10 and r.checkpoint == 10
     assert segments_bytes(Home(new)) == segments_bytes(world.home)[: len(segments_bytes(Home(new)))]
-    verify_log(Home(new).log_dir)
+    verify_log(Home(new).log_dir, policy=TRUST_GENESIS)
     # Without the key the new home could hold no checkpoint of its own: refused, nothing written.
     unsigned = tmp_path / "unsigned"
     with pytest.raises(UsageError):
@@ -579,7 +579,7 @@ def test_the_parent_metadata_mirrors_its_atomisation_archive(world: Atomised) ->
     with Substrate.open(world.home, long_lived=False) as sub:
         sub.restore(world.parent)
         assert sub.get(world.parent)["metadata"] == {"team": "infra", "reviewed": True}
-    bundle.verify_members(members_of(export(world.home, world.parent).data))
+    bundle.verify_members(members_of(export(world.home, world.parent).data), policy=TRUST_GENESIS)
 
 
 def test_a_bundle_exported_before_the_mirror_still_verifies(
@@ -590,7 +590,7 @@ def test_a_bundle_exported_before_the_mirror_still_verifies(
     old = members_of(export(world.home, world.parent).data)
     monkeypatch.undo()
     assert "atomisation_archived_at" not in json.loads(old[MEMORIES])["memories"][world.parent]["metadata"]
-    r = bundle.verify_members(old)
+    r = bundle.verify_members(old, policy=TRUST_GENESIS)
     assert r.memory_id == world.parent
     # The legacy fold is a second accepted rendering of the same entries, no loophole:
     # a changed view is still refused.
@@ -599,4 +599,4 @@ def test_a_bundle_exported_before_the_mirror_still_verifies(
     tampered = dict(old)
     tampered[MEMORIES] = json.dumps(forged).encode()
     with pytest.raises(VerificationError):
-        bundle.verify_members(tampered)
+        bundle.verify_members(tampered, policy=TRUST_GENESIS)

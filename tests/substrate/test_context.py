@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from mnemolog.eventlog.errors import BadInput, NotFound, UsageError, VerificationError
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.projections.context import store
 from mnemolog.substrate.api import Substrate
@@ -114,7 +115,7 @@ def test_hostile_files_are_refused_and_the_rest_ingested(sub: Substrate, tmp_pat
     assert sorted(Path(x["path"]).name for x in r["ingested"]) == ["latin.txt", "notes.txt", "polisher.md"]
     (latin,) = [e for e in events(sub, "document.ingested") if e["name"] == "latin.txt"]
     assert latin["encoding"] == "cp1252" and latin["chunks"][0]["text"] == "Résumé"
-    verify_log(sub.home.log_dir)  # nothing half-written
+    verify_log(sub.home.log_dir, policy=TRUST_GENESIS)  # nothing half-written
 
 
 def test_an_entry_too_large_for_the_log_is_refused(sub: Substrate, tmp_path: Path) -> None:
@@ -340,7 +341,7 @@ def test_a_forensic_bundle_of_a_memory_carries_its_packs_and_re_renders_them(
     pack = sub.build_context(QUERY, project="p06")
     path = tmp_path / "b.tar"
     path.write_bytes(forensics.export_bundle(sub, ids["know"]).data)
-    report = bundle.verify_bundle(path)
+    report = bundle.verify_bundle(path, policy=TRUST_GENESIS)
     assert "context_packs" in report.checks
     assert [(p["pack_id"], p["sha256"], p["memories_checked"]) for p in report.packs] == [
         (pack["pack_id"], pack["sha256"], [ids["know"]])
@@ -377,7 +378,7 @@ def test_the_bundle_verifier_refuses_a_signed_pack_that_lies(
     path = tmp_path / "b.tar"
     path.write_bytes(forensics.export_bundle(sub, ids["know"]).data)
     with pytest.raises(VerificationError) as exc:
-        bundle.verify_bundle(path)
+        bundle.verify_bundle(path, policy=TRUST_GENESIS)
     assert exc.value.check == ("context.sha256" if attack == "hash" else "context.source")
 
 
@@ -419,6 +420,6 @@ def test_a_pack_that_quoted_a_forgotten_memory_re_renders_it_as_a_marked_gap(
     # A bundle of another memory of that pack verifies, and reports the gap.
     path = tmp_path / "b.tar"
     path.write_bytes(forensics.export_bundle(sub, ids["user"]).data)
-    report = bundle.verify_bundle(path)
+    report = bundle.verify_bundle(path, policy=TRUST_GENESIS)
     (p,) = [p for p in report.packs if p["pack_id"] == pack["pack_id"]]
     assert p["gaps"] == after["gaps"] and p["sha256_checked"] is False

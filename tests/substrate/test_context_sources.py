@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from mnemolog.eventlog.errors import VerificationError
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.substrate.api import Substrate
 from tests.projections.kit import FakeClock, new_home, open_sub
 from tests.support.fake_embedder import FakeEmbedder
@@ -111,7 +112,7 @@ def test_a_bundle_re_renders_a_pack_with_its_state_tier(sub: Substrate, tmp_path
     assert tier(pack, "state") and tier(pack, "project") == [mid]
     path = tmp_path / "b.tar"
     path.write_bytes(forensics.export_bundle(sub, mid).data)
-    report = bundle.verify_bundle(path)
+    report = bundle.verify_bundle(path, policy=TRUST_GENESIS)
     assert [(p["pack_id"], p["sha256"]) for p in report.packs] == [(pack["pack_id"], pack["sha256"])]
 
 

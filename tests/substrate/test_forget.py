@@ -18,6 +18,7 @@ import pytest
 from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.errors import NotFound, UsageError
 from mnemolog.eventlog.format import sealing
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.datakeys import DataKeys
@@ -156,14 +157,14 @@ def test_everything_still_verifies_and_replay_and_as_of_never_bring_it_back(
     sub.forget([gone["id"]], reason="gdpr")
     from mnemolog.eventlog.verify.verifier import verify_log
 
-    verify_log(home.log_dir, high_water=home.high_water_marks(), processes=1)
+    verify_log(home.log_dir, high_water=home.high_water_marks(), processes=1, policy=TRUST_GENESIS)
     sub.verify_projections()
     # A bundle of another memory verifies; one of the forgotten memory proves its entries and the erasure.
     for mid in (kept["id"], gone["id"]):
         ex = forensics.export_bundle(sub, mid)
         path = tmp_path / f"{mid}.tar"
         path.write_bytes(ex.data)
-        report = bundle.verify_bundle(path)
+        report = bundle.verify_bundle(path, policy=TRUST_GENESIS)
         assert report.memory_id == mid
     members = bundle.read_members(tmp_path / f"{gone['id']}.tar")
     view = json.loads(members[bundle.MEMORIES])["memories"][gone["id"]]

@@ -20,6 +20,7 @@ import pytest
 
 from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.errors import Informational, NotFound, UsageError
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.forensics import export_bundle
 from mnemolog.substrate.knowledge import ExtractionFailedError, TriageFailedError
@@ -107,7 +108,7 @@ def test_the_seed_example_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert iid in ex.unstored  # the interaction: in the lineage, not a memory
         path = tmp_path / "dom.tar"
         path.write_bytes(ex.data)
-        report = bundle.verify_bundle(path)
+        report = bundle.verify_bundle(path, policy=TRUST_GENESIS)
         assert dom_id in report.memories
 
 

@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 from mnemolog.eventlog.bundle import verifier as bundle
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.projections.recall import query as q
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.forensics import export_bundle
@@ -76,4 +77,4 @@ def test_rollback_restores_rows_search_and_bundle_views(tmp_path: Path) -> None:
         assert rolled[-1].seq in ex.seqs
     path = tmp_path / "b.tar"
     path.write_bytes(ex.data)
-    bundle.verify_bundle(path)  # raises on any failure
+    bundle.verify_bundle(path, policy=TRUST_GENESIS)  # raises on any failure

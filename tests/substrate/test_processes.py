@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 from tests.projections.kit import check_invariants, new_home, open_sub, table_rows
 
@@ -116,7 +117,7 @@ def test_a_long_lived_process_and_cli_commands_share_a_home(tmp_path: Path) -> N
     # Starving would end a command with lock_timeout (a non-zero exit, asserted above); how long
     # each took is printed, not asserted: on a shared machine a time bound tests the machine.
     print("slowest CLI command", slowest, "slowest server iteration", max(x["seconds"] for x in lines))
-    verify_log(home.log_dir)
+    verify_log(home.log_dir, policy=TRUST_GENESIS)
     with open_sub(home) as s:
         stored = {m["id"] for m in s.list(limit=1000)}
         assert set(cli_ids) <= stored
@@ -154,7 +155,7 @@ def test_sigkill_mid_store_loses_nothing_acknowledged(tmp_path: Path) -> None:
             assert s.recall(f"loop {k} memory")
             with s.projections.session() as conn:
                 check_invariants(conn)
-    verify_log(home.log_dir)
+    verify_log(home.log_dir, policy=TRUST_GENESIS)
     with open_sub(home) as s:
         with s.projections.session() as conn:
             incremental = table_rows(conn)

@@ -12,6 +12,7 @@ import pytest
 from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.errors import BadInput, NotFound
 from mnemolog.eventlog.format import sealing
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.substrate import forensics
 from mnemolog.substrate.datakeys import DataKeys
 from mnemolog.substrate.home import Home
@@ -105,7 +106,7 @@ def test_a_bundle_carries_the_keys_of_what_it_shows(filled: tuple[Home, str], tm
         ex = forensics.export_bundle(sub, mid)
     path = tmp_path / "b.tar"
     path.write_bytes(ex.data)
-    report = bundle.verify_bundle(path)
+    report = bundle.verify_bundle(path, policy=TRUST_GENESIS)
     assert report.sealed == {}
     members = bundle.read_members(path)
     with open_sub(home) as sub:

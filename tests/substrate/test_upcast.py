@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import CURRENT_TV, upcast
@@ -53,7 +54,7 @@ def test_upcaster_maps_whole_policy_to_clear_then_set() -> None:
 
 
 def test_old_log_projects_through_the_upcaster_and_grows_with_tv2(old_home: Path) -> None:
-    verify_log(old_home / "log", processes=1)
+    verify_log(old_home / "log", processes=1, policy=TRUST_GENESIS)
     with Substrate.open(old_home, long_lived=False) as sub:
         ops = sub.get_policy("ops/db")
         assert (
@@ -84,4 +85,4 @@ def test_old_log_projects_through_the_upcaster_and_grows_with_tv2(old_home: Path
         assert {k: sub.get_policy(k) for k in ("", "ops", "ops/db", "team")} == before
         # the old entries are read, never rewritten
         assert [e.raw for e in sub.log.iter_entries(0, size)] == old_bytes
-    verify_log(old_home / "log", processes=1)
+    verify_log(old_home / "log", processes=1, policy=TRUST_GENESIS)

@@ -16,7 +16,7 @@ from mnemolog.eventlog.errors import VerificationError
 from mnemolog.eventlog.format import codec, merkle
 from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.eventlog.store.writer import Durability
-from mnemolog.eventlog.verify.trust import PinnedKey
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS, PinnedKey
 from mnemolog.substrate import forensics
 from mnemolog.substrate.home import Home
 from tests.support.forensic_data import make_home
@@ -124,7 +124,7 @@ def rebuild(header: dict[str, object], raws: list[bytes]) -> bytes:
 
 def test_whole_log_export_verifies(home: Home, tmp_path: Path) -> None:
     data = export(home, tmp_path)
-    ex = verify_export(data)
+    ex = verify_export(data, policy=TRUST_GENESIS)
     with home.open_log() as log:
         assert ex.count == log.size == ex.tree_size
         assert [e.raw for e in ex.entries] == [log.raw(i) for i in range(log.size)]
@@ -137,7 +137,7 @@ def test_whole_log_export_verifies(home: Home, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("start", "last"), [(0, 10), (5, 5), (130, 200), (121, 122), (260, None)])
 def test_partial_export_verifies(home: Home, tmp_path: Path, start: int, last: int | None) -> None:
     data = export(home, tmp_path, start, last)
-    ex = verify_export(data)
+    ex = verify_export(data, policy=TRUST_GENESIS)
     assert ex.start == start
     assert ex.entries[0].seq == start
     assert ex.entries[-1].seq == (ex.tree_size - 1 if last is None else last)
@@ -162,7 +162,7 @@ def test_changed_entry_byte_fails(home: Home, tmp_path: Path, which: str) -> Non
     raw = raws[i]
     raws[i] = raw[:-3] + bytes([raw[-3] ^ 0x20]) + raw[-2:]
     with pytest.raises(VerificationError) as info:
-        verify_export(rebuild(header, raws))
+        verify_export(rebuild(header, raws), policy=TRUST_GENESIS)
     assert info.value.check in (
         "entry.signature",
         "entry.decode",
@@ -176,20 +176,20 @@ def test_truncated_and_extended_exports(home: Home, tmp_path: Path) -> None:
     data = export(home, tmp_path, 10, 60)
     header, raws = parts(data)
     with pytest.raises(VerificationError) as info:
-        verify_export(rebuild(header, raws[:-1]))
+        verify_export(rebuild(header, raws[:-1]), policy=TRUST_GENESIS)
     assert info.value.check == "export.count"
     with pytest.raises(VerificationError) as info:
-        verify_export(rebuild(header, [*raws, raws[-1]]))
+        verify_export(rebuild(header, [*raws, raws[-1]]), policy=TRUST_GENESIS)
     assert info.value.check == "export.count"
     with pytest.raises(VerificationError):
-        verify_export(data[:-7])
+        verify_export(data[:-7], policy=TRUST_GENESIS)
 
 
 def test_entries_swapped(home: Home, tmp_path: Path) -> None:
     header, raws = parts(export(home, tmp_path, 10, 60))
     raws[3], raws[4] = raws[4], raws[3]
     with pytest.raises(VerificationError) as info:
-        verify_export(rebuild(header, raws))
+        verify_export(rebuild(header, raws), policy=TRUST_GENESIS)
     assert info.value.check == "entry.seq" and info.value.seq == 13
 
 
@@ -204,11 +204,11 @@ def test_header_lies(home: Home, tmp_path: Path) -> None:
         ("log_id", bytes(16), "export.header"),
     ]:
         with pytest.raises(VerificationError) as info:
-            verify_export(rebuild({**header, field: value}, raws))
+            verify_export(rebuild({**header, field: value}, raws), policy=TRUST_GENESIS)
         assert info.value.check == check, field
     extra = {**header, "note": "unsigned"}
     with pytest.raises(VerificationError) as info:
-        verify_export(rebuild(extra, raws))
+        verify_export(rebuild(extra, raws), policy=TRUST_GENESIS)
     assert info.value.check == "export.header"
 
 
@@ -218,11 +218,11 @@ def test_key_history_tampering(home: Home, tmp_path: Path) -> None:
     proofs = list(header["key_proofs"])  # type: ignore[call-overload]
     dropped = {**header, "key_entries": keys[:2], "key_proofs": proofs[:2]}
     with pytest.raises(VerificationError) as info:
-        verify_export(rebuild(dropped, raws))
+        verify_export(rebuild(dropped, raws), policy=TRUST_GENESIS)
     assert info.value.check in ("checkpoint.signer", "checkpoint.signature", "entry.kid")
     bad_proof = [proofs[0], [proofs[1][0], [bytes(32)] * len(proofs[1][1])], proofs[2]]
     with pytest.raises(VerificationError) as info:
-        verify_export(rebuild({**header, "key_proofs": bad_proof}, raws))
+        verify_export(rebuild({**header, "key_proofs": bad_proof}, raws), policy=TRUST_GENESIS)
     assert info.value.check == "inclusion.root"
 
 
@@ -233,7 +233,7 @@ def test_rotation_inside_the_range_must_be_in_the_key_history(home: Home, tmp_pa
     proofs = list(header["key_proofs"])  # type: ignore[call-overload]
     dropped = {**header, "key_entries": [keys[0], keys[2]], "key_proofs": [proofs[0], proofs[2]]}
     with pytest.raises(VerificationError):
-        verify_export(rebuild(dropped, raws))
+        verify_export(rebuild(dropped, raws), policy=TRUST_GENESIS)
 
 
 @pytest.mark.parametrize(
@@ -242,7 +242,7 @@ def test_rotation_inside_the_range_must_be_in_the_key_history(home: Home, tmp_pa
 )
 def test_malformed_files(blob: bytes) -> None:
     with pytest.raises(VerificationError):
-        verify_export(blob)
+        verify_export(blob, policy=TRUST_GENESIS)
 
 
 @pytest.fixture(scope="module")
@@ -262,7 +262,7 @@ def test_random_damage_is_always_a_verification_error(small_export: bytes, data:
         blob[i] ^= data.draw(st.integers(1, 255))
     cut = data.draw(st.integers(1, len(blob)))
     with pytest.raises(VerificationError):
-        verify_export(bytes(blob[:cut]))
+        verify_export(bytes(blob[:cut]), policy=TRUST_GENESIS)
 
 
 def test_header_round_trip(home: Home, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from mnemolog.eventlog.bundle import tarball
 from mnemolog.eventlog.bundle.tarball import BLOCK, Limits, header, read_tar, write_tar
 from mnemolog.eventlog.bundle.verifier import verify_bundle
 from mnemolog.eventlog.errors import MnemologError, VerificationError
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 
 
 def read(data: bytes, limits: Limits = tarball.DEFAULT_LIMITS) -> dict[str, bytes]:
@@ -293,7 +294,7 @@ def test_verify_bundle_on_hostile_files_raises_only_verification_errors(tmp_path
         path = tmp_path / name
         path.write_bytes(data)
         with pytest.raises(MnemologError) as exc_info:
-            verify_bundle(path)
+            verify_bundle(path, policy=TRUST_GENESIS)
         assert isinstance(exc_info.value, VerificationError), name
         assert exc_info.value.exit_code == 8
     assert not (tmp_path.parent / "escape").exists()

@@ -66,7 +66,7 @@ def key(world: tuple[Atomised, bytes]) -> SigningKey:
 
 def fails(members: dict[str, bytes], check: str | None = None, **kw: Any) -> VerificationError:
     with pytest.raises(VerificationError) as info:
-        verify_members(members, **kw)
+        verify_members(members, **{"policy": TRUST_GENESIS, **kw})
     if check is not None:
         assert info.value.check == check, (info.value.check, info.value.message)
     return info.value
@@ -85,7 +85,7 @@ def entries_of(members: dict[str, bytes], name: str = ENTRIES) -> list[bytes]:
 
 def test_valid_bundle_verifies(world: tuple[Atomised, bytes], members: dict[str, bytes]) -> None:
     a, _ = world
-    r = verify_members(members)
+    r = verify_members(members, policy=TRUST_GENESIS)
     assert r.memory_id == a.parent
     assert set(r.memories) == {a.parent, *a.atoms}
     assert r.trust["anchor"] == "genesis" and r.trust["pinned"] is False
@@ -165,7 +165,7 @@ def test_any_byte_changed_is_caught(members: dict[str, bytes], data: st.DataObje
     value = data.draw(st.integers(0, 255).filter(lambda v: v != members[name][i]))
     changed = {**members, name: members[name][:i] + bytes([value]) + members[name][i + 1 :]}
     with pytest.raises(VerificationError) as info:
-        verify_members(changed)
+        verify_members(changed, policy=TRUST_GENESIS)
     assert info.value.file == name
 
 
@@ -487,7 +487,7 @@ def test_bundle_across_rotations(rotated: tuple[Home, str, list[str], bytes]) ->
     with home.open_log() as log:
         epochs = log.key_history()
     assert len(epochs) == 3
-    r = verify_members(members)
+    r = verify_members(members, policy=TRUST_GENESIS)
     assert set(r.memories) == {parent, *atoms}
     assert r.key_entries == 3
     assert r.checkpoint_key == epochs[-1].key.vkey()
@@ -518,14 +518,14 @@ def test_verify_bundle_from_disk(world: tuple[Atomised, bytes], tmp_path: Path) 
     _, data = world
     path = tmp_path / "b.tar"
     path.write_bytes(data)
-    r = verify_bundle(path)
+    r = verify_bundle(path, policy=TRUST_GENESIS)
     assert r.file == str(path) and r.checks[0] == "archive"
     with pytest.raises(MnemologError) as info:
-        verify_bundle(tmp_path / "absent.tar")
+        verify_bundle(tmp_path / "absent.tar", policy=TRUST_GENESIS)
     assert info.value.exit_code == 2
 
 
 def test_members_rearchived_in_another_order_still_verify(members: dict[str, bytes], tmp_path: Path) -> None:
     path = tmp_path / "again.tar"
     path.write_bytes(write_tar(reversed(list(members.items()))))
-    assert verify_bundle(path).memory_id
+    assert verify_bundle(path, policy=TRUST_GENESIS).memory_id

@@ -18,6 +18,7 @@ from mnemolog.eventlog.store.checkpoints import CheckpointPolicy, read_high_wate
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.segments import list_segments
 from mnemolog.eventlog.store.writer import Durability, LogWriter
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 from tests.eventlog.logkit import StepClock, seeded_key
 
@@ -50,7 +51,7 @@ def test_an_acknowledged_entry_cut_inside_the_checkpoint_interval_fails_verify(
         assert sorted(int(p.name) for p in (d / "checkpoints").iterdir()) == [1]
         size = cut_last_entry(d)  # behind the live writer
         with pytest.raises(VerificationError) as info:
-            verify_log(d, high_water=[hw], processes=1)
+            verify_log(d, high_water=[hw], processes=1, policy=TRUST_GENESIS)
         assert info.value.check == "high_water.size" and info.value.found == size - 1
         # The live writer sees it too, and refuses to build on it.
         with pytest.raises(VerificationError) as info:
@@ -67,7 +68,7 @@ def test_a_writer_without_a_policy_moves_the_mark_with_its_checkpoints(tmp_path:
         assert read_high_water(mark) is None  # with the checkpoint at close
     hw = read_high_water(mark)
     assert hw is not None and hw.body().size == 2
-    verify_log(d, high_water=[hw], processes=1)
+    verify_log(d, high_water=[hw], processes=1, policy=TRUST_GENESIS)
 
 
 def test_a_cut_only_the_periodic_checkpointer_saw_is_raised_at_close(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import pytest
 from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import LogWriter
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 
 # Processes, locks and timing bounds: run alone, not beside other tests under xdist.
@@ -66,7 +67,7 @@ def test_processes_appending_at_once(tmp_path: Path, mode: str, rotating: bool) 
     everything = seqs_a + seqs_b + seqs_r
     assert len(set(everything)) == len(everything)
     assert sorted(everything) == list(range(1, 1 + len(everything)))
-    r = verify_log(log_dir)
+    r = verify_log(log_dir, policy=TRUST_GENESIS)
     assert r.entries == 1 + len(everything)
     with Log(log_dir) as log:
         tags = {e.seq: e.data.get("tag") for e in log.iter_entries(1) if e.type == "note.added"}

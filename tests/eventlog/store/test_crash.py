@@ -23,6 +23,7 @@ import pytest
 from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import LogWriter
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 
 # Processes, locks and timing bounds: run alone, not beside other tests under xdist.
@@ -89,7 +90,7 @@ def test_sigkill_at_random_moments(tmp_path: Path, mode: str) -> None:
             assert log.size == size_now
             for s in rng.sample(sorted(acked), min(5, len(acked))):
                 assert log.entry(s).type == "note.added"
-        r = verify_log(log_dir, processes=1)
+        r = verify_log(log_dir, processes=1, policy=TRUST_GENESIS)
         assert r.entries == size_now and r.torn_tail is None
     print(f"{mode}: {KILLS_PER_MODE} kills, {torn} torn tails, {len(acked)} acknowledged entries")
     assert torn >= 5, f"only {torn} torn tails in {KILLS_PER_MODE} kills: the kills are not landing in writes"
@@ -135,7 +136,7 @@ def test_torn_tail_is_reported_by_the_cli(tmp_path: Path) -> None:
             assert max(seqs) < log.size
     assert reported >= 2
     assert key.kid == h.signing_keys()[0].kid
-    verify_log(h.log_dir)
+    verify_log(h.log_dir, policy=TRUST_GENESIS)
 
 
 _CLI_CHILD = """

@@ -20,6 +20,7 @@ from mnemolog.eventlog.store.index import Index
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.segments import list_segments
 from mnemolog.eventlog.store.writer import Durability, LogWriter
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 from tests.eventlog.logkit import StepClock, log_files, make_log, seeded_key, tree_hashes
 
@@ -67,7 +68,7 @@ def test_appends_and_receipts(log_dir: Path, mode: str) -> None:
         assert [log.leaf(r.seq) for r in receipts] == [r.leaf for r in receipts]
         assert [e.tv for e in log.iter_entries(21)] == [2] * 5
         assert log.checkpoint_sizes() == [1, 26]
-    verify_log(log_dir)
+    verify_log(log_dir, policy=TRUST_GENESIS)
 
 
 def test_group_commit_batches_syncs(log_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,7 +81,7 @@ def test_group_commit_batches_syncs(log_dir: Path, monkeypatch: pytest.MonkeyPat
         assert all(t.done() for t in tickets)
     assert [r.seq for r in receipts] == list(range(1, 641))
     assert 10 <= len(syncs) < 640 // 4
-    verify_log(log_dir)
+    verify_log(log_dir, policy=TRUST_GENESIS)
 
 
 def test_group_commit_from_many_threads(log_dir: Path) -> None:
@@ -100,7 +101,7 @@ def test_group_commit_from_many_threads(log_dir: Path) -> None:
         for t in threads:
             t.join()
     assert sorted(out) == list(range(1, 481))
-    verify_log(log_dir)
+    verify_log(log_dir, policy=TRUST_GENESIS)
 
 
 def test_timestamps_never_go_backwards(log_dir: Path) -> None:
@@ -164,7 +165,7 @@ def test_segment_rolls(tmp_path: Path) -> None:
     # Reopening continues the last segment until it is full.
     with LogWriter(d, [KEY], segment_bytes=1500) as w:
         w.append("note.added", {"again": True})
-    assert verify_log(d, processes=1).segments >= len(segs)
+    assert verify_log(d, processes=1, policy=TRUST_GENESIS).segments >= len(segs)
 
 
 def _partial_entry(log_dir: Path, cut: int) -> bytes:
@@ -188,7 +189,7 @@ def test_torn_tail_is_cut_saved_and_reported(log_dir: Path) -> None:
     # Readers and verify see the complete entries; verify reports the tail, it does not fail.
     with Log(log_dir) as log:
         assert log.size == 4
-    r = verify_log(log_dir)
+    r = verify_log(log_dir, policy=TRUST_GENESIS)
     assert r.torn_tail == {"segment": seg.name, "offset": len(good), "bytes": 57}
     with LogWriter(log_dir, [KEY]) as w:
         assert len(w.recovered) == 1
@@ -199,7 +200,7 @@ def test_torn_tail_is_cut_saved_and_reported(log_dir: Path) -> None:
         assert seg.read_bytes() == good
         w.append("note.added", {"after": True})
     assert "cut 57 bytes" in (log_dir / "recovery.log").read_text()
-    assert verify_log(log_dir).torn_tail is None
+    assert verify_log(log_dir, policy=TRUST_GENESIS).torn_tail is None
     with LogWriter(log_dir, [KEY]) as w:
         assert w.recovered == []
 
@@ -223,7 +224,7 @@ def test_damage_is_never_cut(log_dir: Path, junk: bytes) -> None:
         LogWriter(log_dir, [KEY])
     assert ei.value.check == "segment.damage"
     with pytest.raises(VerificationError):
-        verify_log(log_dir)
+        verify_log(log_dir, policy=TRUST_GENESIS)
     assert tree_hashes(log_dir) == before
     assert not (log_dir / "torn").exists()
 
@@ -262,7 +263,7 @@ def test_an_entry_claiming_to_run_past_the_end_is_not_a_torn_tail(log_dir: Path)
         k: v for k, v in before.items() if not k.startswith("index")
     }
     with pytest.raises(VerificationError):
-        verify_log(log_dir)
+        verify_log(log_dir, policy=TRUST_GENESIS)
 
 
 def test_truncated_log_refuses_to_append(log_dir: Path) -> None:
@@ -327,7 +328,7 @@ def test_the_writer_rebuilds_a_lost_or_damaged_index(tmp_path: Path, damage: str
             assert log.indexed == 42
     with Log(d) as log:
         assert [e.seq for e in log.iter_entries()] == list(range(42)) and log.entry(2).seq == 2
-    verify_log(d)
+    verify_log(d, policy=TRUST_GENESIS)
 
 
 def test_key_rotation(log_dir: Path) -> None:
@@ -350,7 +351,7 @@ def test_key_rotation(log_dir: Path) -> None:
         LogWriter(log_dir, [KEY])
     with LogWriter(log_dir, [KEY, KEY2]) as w:
         assert w.key is KEY2
-    assert verify_log(log_dir).keys == 2
+    assert verify_log(log_dir, policy=TRUST_GENESIS).keys == 2
 
 
 def test_rotation_in_group_mode_splits_batches(log_dir: Path) -> None:
@@ -362,7 +363,7 @@ def test_rotation_in_group_mode_splits_batches(log_dir: Path) -> None:
     with Log(log_dir) as log:
         kids = [e.kid for e in log.iter_entries(1)]
     assert kids == [KEY.kid] * 31 + [KEY2.kid] * 30
-    verify_log(log_dir)
+    verify_log(log_dir, policy=TRUST_GENESIS)
 
 
 def test_checkpoint_is_idempotent_per_size(log_dir: Path) -> None:
@@ -416,7 +417,7 @@ def test_write_failure_acknowledges_nothing(log_dir: Path, monkeypatch: pytest.M
     w.close()
     with Log(log_dir) as log:
         assert [e.data for e in log.iter_entries(1)] == [{"ok": 1}, {"ok": 2}]
-    verify_log(log_dir)
+    verify_log(log_dir, policy=TRUST_GENESIS)
 
 
 def test_index_file_layout(tmp_path: Path) -> None:
@@ -454,7 +455,7 @@ def test_writer_state_is_reloaded_when_another_writer_appended(log_dir: Path) ->
     assert b.append("note.added", {"w": "b"}).seq == 4
     a.close()
     b.close()
-    assert verify_log(log_dir).entries == 5
+    assert verify_log(log_dir, policy=TRUST_GENESIS).entries == 5
     assert len(list_segments(log_dir)) >= 2
 
 

@@ -29,6 +29,7 @@ from mnemolog.eventlog.store.index import IndexWriter
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.segments import list_segments
 from mnemolog.eventlog.store.writer import Durability, LogWriter
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 from tests.eventlog.logkit import StepClock, log_files, seeded_key, tree_hashes
 
@@ -141,7 +142,7 @@ def test_periodic_checkpoints_cover_acknowledged_entries(log_dir: Path) -> None:
     with LogWriter(log_dir, [KEY], checkpoint_policy=policy, checkpoint_on_close=False) as w:
         w.append("note.added", {"lonely": True})
         wait_for(lambda: w.size in checkpoint_sizes(log_dir), "a checkpoint after max_seconds")
-    verify_log(log_dir)
+    verify_log(log_dir, policy=TRUST_GENESIS)
 
 
 def test_the_periodic_checkpointer_stops_on_divergence(log_dir: Path) -> None:
@@ -203,7 +204,7 @@ def test_a_writer_refuses_to_append_after_damage(log_dir: Path, where: str) -> N
         b[-10] ^= 0x01
         cp.write_bytes(bytes(b))
     with pytest.raises(VerificationError):
-        verify_log(log_dir)
+        verify_log(log_dir, policy=TRUST_GENESIS)
     before = tree_hashes(log_dir, skip=("index",))
     with pytest.raises(VerificationError) as info:
         LogWriter(log_dir, [KEY])
@@ -224,7 +225,7 @@ def test_damage_covered_by_the_newest_checkpoint_is_never_signed_over(log_dir: P
         cp, _ = w.checkpoint()
     assert (cp.size, cp.root) == (7, true_root)
     with pytest.raises(VerificationError) as info:
-        verify_log(log_dir)
+        verify_log(log_dir, policy=TRUST_GENESIS)
     assert info.value.seq == 3
 
 
@@ -249,7 +250,7 @@ def test_no_checkpoint_past_genesis_is_refused(log_dir: Path) -> None:
         LogWriter(log_dir, [KEY])
     diverged(info)
     with pytest.raises(VerificationError) as vinfo:
-        verify_log(log_dir)
+        verify_log(log_dir, policy=TRUST_GENESIS)
     assert vinfo.value.check == "checkpoint.missing"
 
 
@@ -276,9 +277,9 @@ def test_the_high_water_mark_follows_checkpoints_and_holds_the_log(log_dir: Path
         LogWriter(log_dir, [KEY], high_water=[hw])
     diverged(info)
     with pytest.raises(VerificationError) as vinfo:
-        verify_log(log_dir, high_water=[read_high_water(hw2)])  # type: ignore[list-item]
+        verify_log(log_dir, high_water=[read_high_water(hw2)], policy=TRUST_GENESIS)  # type: ignore[list-item]
     assert vinfo.value.check == "high_water.size"
-    verify_log(log_dir)  # without the mark, the old copy is a consistent log
+    verify_log(log_dir, policy=TRUST_GENESIS)  # without the mark, the old copy is a consistent log
 
 
 def test_the_high_water_mark_never_moves_backwards(log_dir: Path, tmp_path: Path) -> None:
@@ -327,7 +328,7 @@ def test_a_long_lived_writer_follows_a_rotation_made_elsewhere(log_dir: Path) ->
     server.close()
     with Log(log_dir) as log:
         assert log.entry(r.seq).kid == KEY2.kid
-    verify_log(log_dir)
+    verify_log(log_dir, policy=TRUST_GENESIS)
 
 
 def test_a_writer_without_the_rotated_key_says_what_to_do(log_dir: Path) -> None:
@@ -366,7 +367,7 @@ def test_an_index_failure_after_the_entries_are_durable_is_a_warning(
         assert any("durable" in m and "index" in m for m in w.take_warnings())
     with Log(log_dir) as log:
         assert log.indexed == 4 and [e.seq for e in log.iter_entries()] == [0, 1, 2, 3]
-    verify_log(log_dir)
+    verify_log(log_dir, policy=TRUST_GENESIS)
 
 
 def test_an_append_racing_close_is_refused_never_left_waiting(log_dir: Path) -> None:
@@ -442,7 +443,7 @@ def test_appends_and_close_under_load_all_resolve(log_dir: Path) -> None:
             t.join(10)
         for tk in tickets:
             tk.result(timeout=10)
-    verify_log(log_dir)
+    verify_log(log_dir, policy=TRUST_GENESIS)
     assert log_files(log_dir)
 
 
@@ -462,4 +463,4 @@ def test_an_accepted_rollback_sets_mismatched_checkpoints_aside(log_dir: Path, t
     assert checkpoint_sizes(log_dir) == [1, 2, 3, 4, 5]
     assert read_high_water(hw).body().size == 5  # type: ignore[union-attr]
     assert len(list((log_dir / "rolled-back").rglob("0*"))) == 3
-    verify_log(log_dir, high_water=[read_high_water(hw)])  # type: ignore[list-item]
+    verify_log(log_dir, high_water=[read_high_water(hw)], policy=TRUST_GENESIS)  # type: ignore[list-item]

@@ -25,7 +25,7 @@ from mnemolog.eventlog.format.note import Checkpoint
 from mnemolog.eventlog.store.checkpoints import CHECKPOINT_DIR, checkpoint_name
 from mnemolog.eventlog.store.fsio import atomic_write
 from mnemolog.eventlog.store.index import IndexWriter
-from mnemolog.eventlog.verify.trust import origin_for
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS, origin_for
 from mnemolog.eventlog.verify.verifier import verify_log
 from tests.eventlog.logkit import T0, seeded_key
 
@@ -99,7 +99,7 @@ def _build(log_dir: Path, specs: list[tuple[str, int, Any, bool]]) -> None:
 
 def _verdict(log_dir: Path, **kw: Any) -> tuple[str, int | None] | str:
     try:
-        r = verify_log(log_dir, processes=1, **kw)
+        r = verify_log(log_dir, processes=1, **{"policy": TRUST_GENESIS, **kw})
     except VerificationError as exc:
         return (exc.check, exc.seq)
     return f"ok:{r.root}"
@@ -141,4 +141,4 @@ def test_the_nesting_limit_counts_from_the_entry(tmp_path: Path) -> None:
         w.append("note.added", {"v": nested(30, "x")})  # the deepest payload an entry may carry
         with pytest.raises(DecodeError):
             w.append("note.added", {"v": nested(31, "x")})
-    verify_log(w_dir, use_index_hint=False)
+    verify_log(w_dir, use_index_hint=False, policy=TRUST_GENESIS)

@@ -16,6 +16,7 @@ import pytest
 from mnemolog.eventlog.errors import VerificationError
 from mnemolog.eventlog.format.heads import heads_root
 from mnemolog.eventlog.store.writer import Durability, LogWriter
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.eventlog.vocabulary import events as v
 from tests.eventlog.logkit import StepClock, seeded_key
@@ -65,7 +66,7 @@ def test_a_true_log_verifies_and_reports_what_it_folded(tmp_path: Path) -> None:
             updated(A, None),
         ],
     )
-    r = verify_log(d, processes=1)
+    r = verify_log(d, processes=1, policy=TRUST_GENESIS)
     assert r.back_chains == {
         "entries": 8,
         "pointers_checked": 4,
@@ -79,7 +80,7 @@ def test_a_pointer_that_skips_an_entry_fails(tmp_path: Path) -> None:
     # Entry 3 touches A after entry 2 did, but says the previous touch was entry 1.
     d = write(tmp_path, [stored(A, -1), updated(A, 1), updated(A, 1)])
     with pytest.raises(VerificationError) as ei:
-        verify_log(d, processes=1)
+        verify_log(d, processes=1, policy=TRUST_GENESIS)
     e = ei.value
     assert (e.check, e.seq, e.expected, e.found) == ("backchain.pointer", 3, 2, 1)
     assert e.file == "00000000000000000000.seg"
@@ -88,7 +89,7 @@ def test_a_pointer_that_skips_an_entry_fails(tmp_path: Path) -> None:
 def test_a_false_first_touch_fails(tmp_path: Path) -> None:
     d = write(tmp_path, [stored(A, -1), stored(A, -1)])
     with pytest.raises(VerificationError) as ei:
-        verify_log(d, processes=1)
+        verify_log(d, processes=1, policy=TRUST_GENESIS)
     assert (ei.value.check, ei.value.seq, ei.value.expected, ei.value.found) == (
         "backchain.pointer",
         2,
@@ -109,16 +110,16 @@ def test_a_false_first_touch_fails(tmp_path: Path) -> None:
 def test_a_false_heads_commitment_fails(tmp_path: Path, commitment: tuple[str, dict[str, Any], int]) -> None:
     d = write(tmp_path, [stored(A, -1), stored(B, -1), commitment])
     with pytest.raises(VerificationError) as ei:
-        verify_log(d, processes=1)
+        verify_log(d, processes=1, policy=TRUST_GENESIS)
     assert (ei.value.check, ei.value.seq) == ("heads.committed", 3)
 
 
 def test_a_commitment_below_its_own_seq_is_checked_as_of_its_size(tmp_path: Path) -> None:
     # Another process appended (entry 3) between folding the heads and committing them.
     d = write(tmp_path, [stored(A, -1), stored(B, -1), updated(A, 1), committed(3, {A: 1, B: 2})])
-    assert verify_log(d, processes=1).back_chains["heads_commitments_checked"] == 1  # type: ignore[index]
+    assert verify_log(d, processes=1, policy=TRUST_GENESIS).back_chains["heads_commitments_checked"] == 1  # type: ignore[index]
 
 
 def test_hashes_only_skips_the_fold(tmp_path: Path) -> None:
     d = write(tmp_path, [stored(A, -1), updated(A, -1)])
-    assert verify_log(d, processes=1, hashes_only=True).back_chains is None
+    assert verify_log(d, processes=1, hashes_only=True, policy=TRUST_GENESIS).back_chains is None

@@ -27,7 +27,7 @@ from mnemolog.eventlog.store.writer import Durability
 from mnemolog.eventlog.verify import hinted as VH
 from mnemolog.eventlog.verify import pool as VP
 from mnemolog.eventlog.verify import verifier as V
-from mnemolog.eventlog.verify.trust import PinnedKey
+from mnemolog.eventlog.verify.trust import TRUST_GENESIS, PinnedKey
 from mnemolog.eventlog.verify.verifier import verify_log
 from tests.eventlog.logkit import log_files, make_log, seeded_key, tree_hashes
 
@@ -44,7 +44,7 @@ def small_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "00000000000000000003.seg",
     ]
     assert len(files) == 5
-    r = verify_log(d, processes=1)
+    r = verify_log(d, processes=1, policy=TRUST_GENESIS)
     assert (r.entries, r.keys, r.checkpoints, r.index_hint) == (6, 2, 3, "used")
     return d
 
@@ -62,7 +62,7 @@ def byte_mutations(data: bytes) -> Iterator[tuple[str, bytes]]:
 def must_fail(log_dir: Path, what: str, **kw: object) -> VerificationError:
     kw.setdefault("processes", 1)
     try:
-        verify_log(log_dir, **kw)  # type: ignore[arg-type]
+        verify_log(log_dir, **{"policy": TRUST_GENESIS, **kw})  # type: ignore[arg-type]
     except VerificationError as exc:
         return exc
     except Exception as exc:  # pragma: no cover - the point of the test
@@ -87,7 +87,7 @@ def test_every_byte_change_is_detected(small_log: Path, tmp_path: Path) -> None:
             assert exc2.check
             n += 1
         f.write_bytes(original)
-    verify_log(d, processes=1)
+    verify_log(d, processes=1, policy=TRUST_GENESIS)
     assert n > 9000
     # The failures are named, and many different checks fire.
     assert {"entry.decode", "entry.signature", "checkpoint.decode", "checkpoint.signature"} <= set(checks)
@@ -131,7 +131,7 @@ def test_every_entry_drop_duplicate_swap_is_detected(small_log: Path, tmp_path: 
             seg.write_bytes(original)
             nxt.write_bytes(nxt_original)
     assert cases >= 16
-    verify_log(d, processes=1)
+    verify_log(d, processes=1, policy=TRUST_GENESIS)
 
 
 def test_segment_files_dropped_renamed_or_merged(small_log: Path, tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_segment_files_dropped_renamed_or_merged(small_log: Path, tmp_path: Path
     # The layout of entries into segments is not signed: one segment holding all is fine.
     seg3.unlink()
     seg0.write_bytes(b0 + b3)
-    verify_log(d, processes=1)
+    verify_log(d, processes=1, policy=TRUST_GENESIS)
     # A truncated log (the last segment gone) is caught by the checkpoint that covers it.
     seg0.write_bytes(b0)
     assert must_fail(d, "last segment dropped").check == "log.truncated"
@@ -152,7 +152,9 @@ def test_segment_files_dropped_renamed_or_merged(small_log: Path, tmp_path: Path
     assert must_fail(d, "misnamed segment").check == "segments.name"
     (d / "00000000000000000004.seg").rename(seg3)
     (d / "00000000000000000006.seg").write_bytes(b"")
-    verify_log(d, processes=1)  # an empty last segment (a roll, then a crash) is harmless
+    verify_log(
+        d, processes=1, policy=TRUST_GENESIS
+    )  # an empty last segment (a roll, then a crash) is harmless
     (d / "00000000000000000006.seg").unlink()
     (d / "00000000000000000009.seg").write_bytes(b3)
     assert must_fail(d, "stray segment").check == "segments.name"
@@ -195,7 +197,7 @@ def test_checkpoint_files(small_log: Path, tmp_path: Path) -> None:
     assert must_fail(d, "stray file").check == "checkpoint.name"
     (cps / "notes.txt").unlink()
     (cps / ".00000000000000000007.123.tmp").write_bytes(b"partial")  # an interrupted atomic write
-    verify_log(d, processes=1)
+    verify_log(d, processes=1, policy=TRUST_GENESIS)
     (cps / "00000000000000000000").write_bytes(b"")
     assert must_fail(d, "size 0").check == "checkpoint.size"
 
@@ -223,7 +225,7 @@ def test_the_index_is_only_a_hint(small_log: Path, tmp_path: Path, index_state: 
         shutil.rmtree(idx)
         shutil.copytree(other / "index", idx)
     before = tree_hashes(d)
-    r = verify_log(d, processes=1)
+    r = verify_log(d, processes=1, policy=TRUST_GENESIS)
     assert r.entries == 6 and r.index_hint in ("absent", "disagreed", "used")
     if index_state != "empty":
         assert r.index_hint != "used"
@@ -343,13 +345,13 @@ STRATEGIES = [
 def test_big_log_verifies_the_same_every_way(big_log: Path) -> None:
     roots = set()
     for kw in [*STRATEGIES, {"hashes_only": True}, {"hashes_only": True, "use_index_hint": False}]:
-        r = verify_log(big_log, **kw)  # type: ignore[arg-type]
+        r = verify_log(big_log, policy=TRUST_GENESIS, **kw)  # type: ignore[arg-type]
         assert r.entries == BIG + 2 and r.keys == 2
         roots.add(r.root)
         if kw.get("use_index_hint", True):
             assert r.index_hint == "used" and r.hinted == BIG + 2
     assert len(roots) == 1
-    r = verify_log(big_log, processes=2)
+    r = verify_log(big_log, processes=2, policy=TRUST_GENESIS)
     assert r.processes == 2 and r.segments > 5
 
 
@@ -393,8 +395,9 @@ def test_verify_from_a_script_read_from_stdin(big_log: Path) -> None:
         "import threading, time\n"
         "threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"  # no fork with threads
         "from pathlib import Path\n"
+        "from mnemolog.eventlog.verify.trust import TRUST_GENESIS\n"
         "from mnemolog.eventlog.verify.verifier import verify_log\n"
-        f"r = verify_log(Path({str(big_log)!r}), processes=2)\n"
+        f"r = verify_log(Path({str(big_log)!r}), processes=2, policy=TRUST_GENESIS)\n"
         "print(r.entries, r.processes)\n"
     )
     p = subprocess.run(
@@ -416,7 +419,7 @@ def test_trust_anchor(small_log: Path) -> None:
     # The same public key under another name is another key (as verify-bundle has always said).
     exc = must_fail(small_log, "renamed", policy=PinnedKey(key("renamed").verifier))
     assert exc.check == "trust.key"
-    assert verify_log(small_log).trust["anchor"] == "genesis"
+    assert verify_log(small_log, policy=TRUST_GENESIS).trust["anchor"] == "genesis"
 
 
 def test_oversized_payloads_are_refused(tmp_path: Path) -> None:
@@ -430,4 +433,4 @@ def test_oversized_payloads_are_refused(tmp_path: Path) -> None:
         with pytest.raises(DecodeError):
             w.append("note.added", {"blob": b"x" * MAX_ENTRY_BYTES})
         w.append("note.added", {"blob": b"x" * (MAX_ENTRY_BYTES - 8192)})
-    verify_log(d, processes=1)
+    verify_log(d, processes=1, policy=TRUST_GENESIS)
