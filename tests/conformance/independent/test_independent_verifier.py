@@ -283,16 +283,22 @@ def test_prove_and_consistency_json_verify_by_rfc_9162(built: Built) -> None:
 
 def test_the_writers_bundle_verifies(built: Built) -> None:
     report = iv.verify_bundle(built.bundle_a, trusted_key=built.genesis_vkey)
-    assert report.format == "mnemolog/forensic-bundle/v3"
+    assert report.format == "mnemolog/forensic-bundle/v4"
     assert report.memory_id == built.a and report.memories == [built.a]
     assert report.complete_as_of is not None and report.uncovered_entries == 0
     assert report.packs == 1  # the context pack the memory went into, re-rendered to its hash
     assert iv.verify_bundle(built.bundle_a).anchor == "trust on first use"
 
 
+def opened_entries(files: dict[str, bytes], name: str = "entries.cbor") -> list[iv.Entry]:
+    """A v4 bundle's entries with their sealed fields opened by its datakeys.cbor."""
+    entries = [iv.decode_entry(i) for i in iv.split_sequence(files[name], "x")[0]]
+    return iv.opened(entries, iv.read_datakeys(files["datakeys.cbor"]))
+
+
 def test_a_pack_that_does_not_render_to_its_hash_or_misquotes_is_refused(built: Built) -> None:
     files = untar(built.bundle_a)
-    entries = [iv.decode_entry(i) for i in iv.split_sequence(files["entries.cbor"], "x")[0]]
+    entries = opened_entries(files)
     pack = next(e for e in entries if e.type == "context.built")
     quoted = next(x for t in pack.data["tiers"] for x in t["included"] if x["id"] == built.a)
 
@@ -589,7 +595,8 @@ def test_an_entry_dropped_from_a_resigned_bundle_is_refused(built: Built) -> Non
         fails("view.memories", lambda f=f: iv.verify_bundle(retar(f)))
         # The forger folds the views again too: only completeness is left to catch it.
         keys = [iv.decode_entry(i) for i in iv.split_sequence(files["keys.cbor"], "x")[0]]
-        f["memories.json"] = iv.render_json(iv.fold_views([*keys, *kept], [built.a]))
+        datakeys = iv.read_datakeys(files["datakeys.cbor"])
+        f["memories.json"] = iv.render_json(iv.fold_views(iv.opened([*keys, *kept], datakeys), [built.a]))
         resign_manifest(f, built.home, seqs=[e.seq for e in kept])
         want = "completeness.back_chain" if drop is link else "completeness.head"
         fails(want, lambda f=f: iv.verify_bundle(retar(f)))
@@ -603,7 +610,8 @@ def test_tables_that_disagree_with_the_entries_are_refused(built: Built) -> None
     resign_manifest(f, built.home)
     fails("view.touches", lambda: iv.verify_bundle(retar(f)))
     cols = iv.read_parquet(files["entries.parquet"])
-    content = next(c for c in cols["p_content"] if c)
+    # Content is sealed in the entries (format.md §17), so the sealed box's column is the target.
+    content = next(c for c in cols["p_sealed"] if c)
     f = {**files, "entries.parquet": files["entries.parquet"].replace(content, content.upper())}
     resign_manifest(f, built.home)
     fails("view.parquet", lambda: iv.verify_bundle(retar(f)))

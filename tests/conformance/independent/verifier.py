@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
-from nacl.exceptions import BadSignatureError
+from nacl.bindings import crypto_aead_xchacha20poly1305_ietf_decrypt
+from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import VerifyKey
 
 MAX_ENTRY = 4 * 1024 * 1024
@@ -634,6 +635,162 @@ def check_signed(entry: Entry, history: KeyHistory) -> None:
         raise Failure("entry.signature", "signature does not verify", entry.seq)
 
 
+# ---------------------------------------------------------------- sealed content (format.md §17)
+
+# type -> (sealed from tv, key field, sealed fields)
+SEALED: dict[str, tuple[int, str, tuple[str, ...]]] = {
+    "memory.stored": (4, "id", ("title", "content", "tags", "metadata", "source")),
+    "memory.updated": (4, "id", ("title", "content", "tags", "metadata", "source")),
+    "interaction.captured": (2, "id", ("prompt", "response")),
+    "candidate.extracted": (2, "interaction_id", ("candidates", "responses", "warnings")),
+    "extraction.failed": (2, "interaction_id", ("responses", "warnings")),
+    "candidate.triaged": (3, "id", ("responses", "warnings")),
+    "triage.failed": (2, "id", ("responses", "warnings")),
+    "atomisation.completed": (3, "source_id", ("responses", "dropped", "warnings")),
+    "document.ingested": (2, "document_id", ("chunks",)),
+    "context.built": (2, "pack_id", ("query",)),
+}
+SEAL_AD = b"mnemolog/sealed/v1"
+DATAKEYS_FORMAT = "mnemolog/data-keys/v1"
+KEY_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def read_datakeys(
+    raw: bytes, check: str = "datakeys.decode", log_id: bytes | None = None
+) -> dict[str, bytes]:
+    """A data-key file: a header map, then [key id, 32-byte key] records; the first of an id wins,
+    a last record cut short is ignored (format.md §17)."""
+    items: list[bytes] = []
+    off = 0
+    while off < len(raw):
+        try:
+            end = _scan(raw, off)
+        except _Incomplete:
+            break
+        except Failure as exc:
+            raise Failure(check, f"at offset {off}: {exc}") from None
+        items.append(raw[off:end])
+        off = end
+    if not items:
+        raise Failure(check, "no header")
+    header = cbor2.loads(items[0])
+    if (
+        not isinstance(header, dict)
+        or header.get("format") != DATAKEYS_FORMAT
+        or not set(header)
+        <= {
+            "format",
+            "log_id",
+        }
+    ):
+        raise Failure(check, "the header is not a mnemolog/data-keys/v1 map")
+    if log_id is not None and "log_id" in header and header["log_id"] != log_id:
+        raise Failure(check, "the key file is another log's")
+    keys: dict[str, bytes] = {}
+    for item in items[1:]:
+        rec = cbor2.loads(item)
+        if (
+            not isinstance(rec, list)
+            or len(rec) != 2
+            or not isinstance(rec[0], str)
+            or KEY_ID_RE.match(rec[0]) is None
+            or not _bytes(rec[1], 32)
+        ):
+            raise Failure(check, f"a key record is not [id, 32 bytes]: {rec!r:.60}")
+        keys.setdefault(rec[0], rec[1])
+    return keys
+
+
+def open_box(sealed: object, etype: str, subject: str, keys: dict[str, bytes]) -> dict[str, Any] | None:
+    """The fields a `sealed` map holds, or None when it does not open (§17 "Opening")."""
+    if not isinstance(sealed, dict) or set(sealed) != {"key", "fields", "box"}:
+        return None
+    kid, names, box = sealed["key"], sealed["fields"], sealed["box"]
+    if not isinstance(kid, str) or not isinstance(names, list) or not all(isinstance(f, str) for f in names):
+        return None
+    if not isinstance(box, bytes) or len(box) < 40 or kid not in keys:
+        return None
+    ad = SEAL_AD + b"\x00" + etype.encode() + b"\x00" + subject.encode() + b"\x00"
+    ad += ",".join(sorted(names)).encode()
+    try:
+        plain = crypto_aead_xchacha20poly1305_ietf_decrypt(box[24:], ad, box[:24], keys[kid])
+    except (CryptoError, ValueError, TypeError):
+        return None
+    try:
+        value = decode_canonical(plain, "sealed.decode")
+    except Failure:
+        return None
+    if not isinstance(value, dict) or sorted(value) != sorted(names):
+        return None
+    return value
+
+
+def _sealed_names(sealed: object) -> list[str]:
+    names = sealed.get("fields") if isinstance(sealed, dict) else None
+    return sorted(f for f in names if isinstance(f, str)) if isinstance(names, list) else []
+
+
+def _chunk_document(chunk_id: str) -> str:
+    return chunk_id.rsplit("/", 2)[0]
+
+
+def open_payload(e: Entry, keys: dict[str, bytes]) -> tuple[dict[str, Any], list[str]]:
+    """The payload with its sealed fields put back where a key opens them, and the fields left
+    sealed (whose `sealed` then is their sorted list)."""
+    rule = SEALED.get(e.type)
+    d = e.data
+    if rule is None or e.value["tv"] < rule[0]:
+        return d, []
+    out = dict(d)
+    left: list[str] = []
+    subject = d.get(rule[1])
+    if "sealed" in d:
+        opened = open_box(d["sealed"], e.type, subject, keys) if isinstance(subject, str) else None
+        if opened is None:
+            left = _sealed_names(d["sealed"])
+            out["sealed"] = left
+        else:
+            del out["sealed"]
+            out.update(opened)
+    if e.type == "context.built" and isinstance(d.get("tiers"), list):
+        pack = subject if isinstance(subject, str) else ""
+        tiers = []
+        for t in d["tiers"]:
+            if not isinstance(t, dict) or not isinstance(t.get("included"), list):
+                tiers.append(t)
+                continue
+            inc = []
+            for quoted in t["included"]:
+                x = quoted
+                if isinstance(x, dict) and "sealed" in x:
+                    src, xid = x.get("source"), x.get("id")
+                    sub = (
+                        (xid if src == "memory" else _chunk_document(xid) if src == "chunk" else pack)
+                        if isinstance(xid, str)
+                        else ""
+                    )
+                    got = open_box(x["sealed"], e.type, sub, keys)
+                    x = dict(x)
+                    if got is None:
+                        x["sealed"] = _sealed_names(x["sealed"])
+                    else:
+                        del x["sealed"]
+                        x.update(got)
+                inc.append(x)
+            tiers.append({**t, "included": inc})
+        out["tiers"] = tiers
+    return out, left
+
+
+def opened(entries: Sequence[Entry], keys: dict[str, bytes]) -> list[Entry]:
+    """The entries with their payloads opened (the raw bytes and leaf stay the signed ones)."""
+    out = []
+    for e in entries:
+        data, _ = open_payload(e, keys)
+        out.append(e if data is e.data else Entry(e.raw, {**e.value, "data": data}, e.leaf))
+    return out
+
+
 # ---------------------------------------------------------------- touches, back-chains, heads (§13, §14)
 
 # format.md §14: type -> (first tv with touch_prev or None, single-id fields, list fields).
@@ -649,6 +806,7 @@ TOUCHES: dict[str, tuple[int | None, tuple[str, ...], tuple[str, ...]]] = {
     "link.created": (2, ("src", "dst"), ()),
     "link.removed": (1, ("src", "dst"), ()),
     "memory.archived": (2, ("id",), ()),
+    "memory.erased": (1, (), ("ids", "interactions")),
     "memory.promoted": (1, ("id",), ()),
     "memory.reinforced": (1, ("id",), ()),
     "memory.reinstated": (1, ("id",), ()),
@@ -1024,6 +1182,7 @@ FORMAT_FILES = {
     "mnemolog/forensic-bundle/v1": V1_FILES,
     "mnemolog/forensic-bundle/v2": V1_FILES | {"heads.cbor"},
     "mnemolog/forensic-bundle/v3": V1_FILES | {"heads.cbor", "touches.parquet"},
+    "mnemolog/forensic-bundle/v4": V1_FILES | {"heads.cbor", "touches.parquet", "datakeys.cbor"},
 }
 COMPRESSED = {
     b"\x1f\x8b": "gzip",
@@ -1348,6 +1507,8 @@ def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
     shown: set[str] = set()
     edges: list[dict[str, Any]] = []
     seqs: dict[str, list[int]] = {}
+    erased: dict[str, dict[str, Any]] = {}
+    sealed: dict[str, set[str]] = {}
     for e in sorted(entries, key=lambda x: x.seq):
         d, ts = e.data, e.value["ts"]
         for m in touched_ids(e):
@@ -1397,6 +1558,12 @@ def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
         elif e.type == "link.removed":
             gone = (_str(d.get("src")) or "", _str(d.get("dst")) or "", str(d.get("relation", "")))
             edges = [x for x in edges if (x["src"], x["dst"], x["relation"]) != gone]
+        elif e.type == "memory.erased" and isinstance(d.get("ids"), list):
+            for m in d["ids"]:
+                if isinstance(m, str):
+                    erased[m] = {"seq": e.seq, "reason": _str(d.get("reason"))}
+        if e.type in ("memory.stored", "memory.updated") and mid and isinstance(d.get("sealed"), list):
+            sealed.setdefault(mid, set()).update(f for f in d["sealed"] if isinstance(f, str))
     out = {}
     for m in ids:
         v = dict(views[m])
@@ -1407,6 +1574,11 @@ def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
         v["seqs"] = seqs.get(m, [])
         if m in shown:
             v["knowledge"] = blocks[m]
+        if m in sealed:
+            v["sealed"] = sorted(sealed[m])
+        if m in erased:
+            v.update(title=None, content="", tags=[], metadata={}, source=None)
+            v["erased"] = erased[m]
         out[m] = v
     return {"format": "mnemolog/memory-views/v1", "memories": out}
 
@@ -1858,7 +2030,13 @@ def verify_bundle(
         raise Failure("view.memories", "memories.json is not UTF-8 JSON") from None
     if not isinstance(views, dict) or not isinstance(views.get("memories"), dict):
         raise Failure("view.memories", "memories.json is not a map of views")
-    if render_json(fold_views([*keys, *entries], memories)) != files["memories.json"]:
+    datakeys = (
+        read_datakeys(files["datakeys.cbor"], log_id=history.log_id)
+        if fmt == "mnemolog/forensic-bundle/v4"
+        else {}
+    )
+    readable = opened([*keys, *entries], datakeys)
+    if render_json(fold_views(readable, memories)) != files["memories.json"]:
         raise Failure("view.memories", "memories.json is not the fold of the entries")
     if views.get("format") != "mnemolog/memory-views/v1" or sorted(views.get("memories", {})) != sorted(
         memories
@@ -1866,13 +2044,13 @@ def verify_bundle(
         raise Failure("view.memories", "memories.json does not hold a view of each memory")
 
     report = BundleReport(fmt, manifest["memory_id"], memories, cp.size, anchor, seqs)
-    report.packs = check_packs([*keys, *entries], memories)
+    report.packs = check_packs(readable, memories)
 
     # 11. completeness
     if fmt != "mnemolog/forensic-bundle/v1":
         check_completeness(files["heads.cbor"], cp, history, entries, member_set, report)
     # 12. tables (format v3; the v1 and v2 tables are not read here)
-    if fmt == "mnemolog/forensic-bundle/v3":
+    if fmt in ("mnemolog/forensic-bundle/v3", "mnemolog/forensic-bundle/v4"):
         heads_entry = decode_entry(cbor2.loads(files["heads.cbor"])["entry"])
         check_tables(files, [*keys, *entries, heads_entry])
     if witness_keys:
