@@ -746,3 +746,49 @@ def test_a_bad_or_missing_cosignature_is_refused(witnessed: tuple[Path, str], tm
     other = iv.VerifierKey("w.other", 4, bytes(SigningKey.generate().verify_key)).text
     fails("witness.quorum", lambda: iv.verify_home(src, witness_keys=[wvkey, other]))
     assert iv.verify_home(src, witness_keys=[wvkey, other], min_witnesses=1).witnesses
+
+
+# ---------------------------------------------------------------- sealed content and erasure (format.md §17)
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    home: Path
+    bundle_b: bytes
+    bundle_a: bytes
+    receipt: bytes
+
+
+@pytest.fixture(scope="module")
+def forgotten(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Forgotten:
+    """The home again with memory b forgotten (a receipt written), and bundles of b and of a."""
+    base = tmp_path_factory.mktemp("forgotten")
+    home = base / "home"
+    shutil.copytree(built.home, home)
+    run(home, "context", "build", "when does the ferry leave")
+    run(home, "forget", built.b, "--reason", "the user asked", "--receipt", str(base / "b.receipt"))
+    run(home, "export-forensic-bundle", "--memory-id", built.b, "-o", str(base / "b.tar"))
+    run(home, "export-forensic-bundle", "--memory-id", built.a, "-o", str(base / "a.tar"))
+    return Forgotten(
+        home, (base / "b.tar").read_bytes(), (base / "a.tar").read_bytes(), (base / "b.receipt").read_bytes()
+    )
+
+
+def test_a_bundle_of_a_forgotten_memory_verifies_with_its_content_absent(
+    built: Built, forgotten: Forgotten
+) -> None:
+    report = iv.verify_bundle(forgotten.bundle_b)
+    files = untar(forgotten.bundle_b)
+    view = json.loads(files["memories.json"])["memories"][built.b]
+    assert view["erased"]["reason"] == "the user asked"
+    assert view["content"] == "" and view["title"] is None and view["sealed"]
+    assert built.b in report.sealed
+    erased = [e for e in opened_entries(files) if e.type == "memory.erased"]
+    assert len(erased) == 1 and erased[0].data["ids"] == [built.b]
+    assert erased[0].seq == view["erased"]["seq"]
+    # No key the erasure destroyed travels in the bundle (the pack's own key may).
+    assert erased[0].data["keys"] and not set(erased[0].data["keys"]) & set(
+        iv.read_datakeys(files["datakeys.cbor"])
+    )
+    # The pack built before the forgetting quoted b: it re-renders with a gap, its hash unchecked.
+    assert report.packs >= 1 and [built.b] in report.pack_gaps.values()

@@ -782,6 +782,35 @@ def open_payload(e: Entry, keys: dict[str, bytes]) -> tuple[dict[str, Any], list
     return out, left
 
 
+ERASED_KEYS = {"ids", "interactions", "documents", "subjects", "keys", "reason", "requested_by", "selector"}
+
+
+def check_erased(e: Entry) -> None:
+    """A `memory.erased` entry as format.md §17 defines it: ids (1 to 500), the other subjects,
+    `subjects` all of them, the destroyed key ids; never content."""
+    d = e.data
+
+    def texts(name: str) -> list[str]:
+        v = d.get(name, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            raise Failure("erased.shape", f"{name} is not a list of ids", e.seq)
+        return v
+
+    extra = set(d) - ERASED_KEYS - {"touch_prev"}
+    if extra:
+        raise Failure("erased.shape", f"fields {sorted(extra)} in a memory.erased", e.seq)
+    ids = texts("ids")
+    if not 1 <= len(ids) <= 500:
+        raise Failure("erased.shape", f"{len(ids)} ids (1 to 500 expected)", e.seq)
+    if set(texts("subjects")) != set(ids) | set(texts("interactions")) | set(texts("documents")):
+        raise Failure("erased.shape", "subjects is not ids, interactions and documents", e.seq)
+    if not all(KEY_ID_RE.match(k) for k in texts("keys")):
+        raise Failure("erased.shape", "a destroyed key id is not 32 hex digits", e.seq)
+    for name in ("reason", "requested_by"):
+        if d.get(name) is not None and not isinstance(d[name], str):
+            raise Failure("erased.shape", f"{name} is not text", e.seq)
+
+
 def opened(entries: Sequence[Entry], keys: dict[str, bytes]) -> list[Entry]:
     """The entries with their payloads opened (the raw bytes and leaf stay the signed ones)."""
     out = []
@@ -1273,6 +1302,8 @@ class BundleReport:
     proven_from: dict[str, int] = field(default_factory=dict)
     witnesses: list[dict[str, Any]] = field(default_factory=list)
     packs: int = 0
+    sealed: list[str] = field(default_factory=list)
+    pack_gaps: dict[int, list[str]] = field(default_factory=dict)
 
 
 def render_json(value: Any) -> bytes:
@@ -1829,7 +1860,10 @@ def render_pack(d: dict[str, Any], seq: int) -> str:
         if not isinstance(included, list) or not all(
             isinstance(e, dict)
             and e.get("source") in ("state", "memory", "chunk")
-            and all(isinstance(e.get(k), str) for k in ("id", "label", "text"))
+            and isinstance(e.get("id"), str)
+            and (
+                isinstance(e.get("sealed"), list) or all(isinstance(e.get(k), str) for k in ("label", "text"))
+            )
             for e in included
         ):
             raise Failure("context.shape", f"tier {t['name']}: malformed entries", seq)
@@ -1840,6 +1874,9 @@ def render_pack(d: dict[str, Any], seq: int) -> str:
             title += f" ({_one_line(project)})"
         out.append(f"## {title}\n")
         for e in included:
+            if "sealed" in e:  # a quote whose key is gone: a marked gap (forensics.md §8a)
+                out.append(f"- [forgotten] {e['source']} {e['id']} was erased\n")
+                continue
             body = e["text"].replace("\r\n", "\n").replace("\r", "\n").strip("\n").replace("\n", "\n  ")
             label = _one_line(e["label"])
             if not label:
@@ -1852,21 +1889,29 @@ def render_pack(d: dict[str, Any], seq: int) -> str:
     return "".join(out)
 
 
-def check_packs(everything: Sequence[Entry], memories: Sequence[str]) -> int:
+def check_packs(
+    everything: Sequence[Entry], memories: Sequence[str], gaps: dict[int, list[str]] | None = None
+) -> int:
     """forensics.md §5 item 10: each pack re-rendered to its signed hash; each bundle memory it
-    quotes read, folded from the entries before the pack, exactly as quoted. Returns the count."""
+    quotes read, folded from the entries before the pack, exactly as quoted. Returns the count.
+
+    A pack with a quote left sealed (its key destroyed) renders it as a gap; its hash, over what
+    was shown then, cannot be checked (§8a): the gapped ids go into `gaps` by the pack's seq."""
     count = 0
     for e in sorted(everything, key=lambda x: x.seq):
         if e.type != "context.built":
             continue
         text = render_pack(e.data, e.seq)
-        if hashlib.sha256(text.encode()).hexdigest() != e.data.get("sha256"):
+        gapped = [x["id"] for t in e.data["tiers"] for x in t["included"] if "sealed" in x]
+        if gapped and gaps is not None:
+            gaps[e.seq] = gapped
+        if not gapped and hashlib.sha256(text.encode()).hexdigest() != e.data.get("sha256"):
             raise Failure("context.sha256", "the re-rendered pack does not hash to the signed sha256", e.seq)
         quoted = {
             x["id"]: x["text"]
             for t in e.data["tiers"]
             for x in t["included"]
-            if x["source"] == "memory" and x["id"] in memories
+            if x["source"] == "memory" and x["id"] in memories and "sealed" not in x
         }
         before = [x for x in everything if x.seq < e.seq]
         stored = {x.data.get("id") for x in before if x.type == "memory.stored"}
@@ -2035,6 +2080,16 @@ def verify_bundle(
         if fmt == "mnemolog/forensic-bundle/v4"
         else {}
     )
+    destroyed: set[str] = set()
+    for e in entries:
+        if e.type == "memory.erased":
+            check_erased(e)
+            destroyed |= set(e.data.get("keys", []))
+    if destroyed & set(datakeys):
+        raise Failure(
+            "datakeys.erased",
+            f"datakeys.cbor holds keys an erasure destroyed: {sorted(destroyed & set(datakeys))}",
+        )
     readable = opened([*keys, *entries], datakeys)
     if render_json(fold_views(readable, memories)) != files["memories.json"]:
         raise Failure("view.memories", "memories.json is not the fold of the entries")
@@ -2044,7 +2099,10 @@ def verify_bundle(
         raise Failure("view.memories", "memories.json does not hold a view of each memory")
 
     report = BundleReport(fmt, manifest["memory_id"], memories, cp.size, anchor, seqs)
-    report.packs = check_packs(readable, memories)
+    report.packs = check_packs(readable, memories, report.pack_gaps)
+    report.sealed = sorted(
+        m for m, v in json.loads(files["memories.json"])["memories"].items() if "sealed" in v
+    )
 
     # 11. completeness
     if fmt != "mnemolog/forensic-bundle/v1":
