@@ -792,3 +792,21 @@ def test_a_bundle_of_a_forgotten_memory_verifies_with_its_content_absent(
     )
     # The pack built before the forgetting quoted b: it re-renders with a gap, its hash unchecked.
     assert report.packs >= 1 and [built.b] in report.pack_gaps.values()
+
+
+def test_an_erasure_receipt_verifies_and_names_the_memory(built: Built, forgotten: Forgotten) -> None:
+    report = iv.verify_receipt(forgotten.receipt, trusted_key=built.genesis_vkey, memory_id=built.b)
+    assert report.memories == [built.b] and report.reason == "the user asked"
+    assert report.seq < report.tree_size
+    view = json.loads(untar(forgotten.bundle_b)["memories.json"])["memories"][built.b]
+    assert view["erased"]["seq"] == report.seq
+    fails("receipt.memory", lambda: iv.verify_receipt(forgotten.receipt, memory_id=built.a))
+    # A log export of another entry is no receipt, however well it verifies.
+    export = forgotten.home.parent / "one.export"
+    run(forgotten.home, "log", "export", "--from", "2", "--to", "2", "-o", str(export), "--no-keys")
+    assert iv.verify_export(export.read_bytes()).count == 1
+    fails("receipt.entry", lambda: iv.verify_receipt(export.read_bytes()))
+    items = iv.split_sequence(forgotten.receipt, "x")[0]
+    tampered = items[0] + items[1].replace(built.b.encode(), built.a.encode())
+    fails("entry.signature", lambda: iv.verify_receipt(tampered))
+    fails("export.decode", lambda: iv.verify_receipt(forgotten.receipt[:40]))

@@ -2222,6 +2222,7 @@ class ExportReport:
     count: int
     tree_size: int
     anchor: str
+    entries: list[Entry] = field(default_factory=list, repr=False)
 
 
 def verify_export(raw: bytes, *, trusted_key: str | None = None) -> ExportReport:
@@ -2279,24 +2280,69 @@ def verify_export(raw: bytes, *, trusted_key: str | None = None) -> ExportReport
         prev = e.leaf
     if range_root(size, start, [e.leaf for e in entries], header["range_proof"]) != cp.root:
         raise Failure("export.range_proof", "the range proof does not lead to the checkpoint's root")
-    return ExportReport(start, count, size, anchor)
+    return ExportReport(start, count, size, anchor, entries)
+
+
+@dataclass
+class ReceiptReport:
+    seq: int
+    tree_size: int
+    anchor: str
+    memories: list[str]
+    interactions: list[str]
+    documents: list[str]
+    reason: str | None
+    requested_by: str | None
+
+
+def verify_receipt(
+    raw: bytes, *, trusted_key: str | None = None, memory_id: str | None = None
+) -> ReceiptReport:
+    """An erasure receipt (forensics.md §8a): a log export of exactly one entry, a `memory.erased`,
+    proven against a checkpoint signed after it; naming memory_id when one is given."""
+    export = verify_export(raw, trusted_key=trusted_key)
+    if export.count != 1 or export.entries[0].type != "memory.erased":
+        found = [e.type for e in export.entries]
+        raise Failure("receipt.entry", f"a receipt holds one memory.erased entry, found {found}")
+    e = export.entries[0]
+    check_erased(e)
+    d = e.data
+    if memory_id is not None and memory_id not in d["ids"]:
+        raise Failure("receipt.memory", f"the erasure names {d['ids']}, not {memory_id}", e.seq)
+    return ReceiptReport(
+        e.seq,
+        export.tree_size,
+        export.anchor,
+        list(d["ids"]),
+        list(d.get("interactions", [])),
+        list(d.get("documents", [])),
+        d.get("reason"),
+        d.get("requested_by"),
+    )
 
 
 def main(argv: Sequence[str]) -> int:
-    """`verifier.py log DIR | home DIR | bundle FILE [--trusted-key K] [--witness-key K]...`."""
+    """`verifier.py log DIR | home DIR | bundle FILE | receipt FILE [--memory-id ID] [--trusted-key K]
+    [--witness-key K]...`."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="verifier.py")
-    ap.add_argument("kind", choices=["log", "home", "bundle"])
+    ap.add_argument("kind", choices=["log", "home", "bundle", "receipt"])
+    ap.add_argument("--memory-id")
     ap.add_argument("path", type=Path)
     ap.add_argument("--trusted-key")
     ap.add_argument("--witness-key", action="append", default=[])
     ap.add_argument("--min-witnesses", type=int)
     args = ap.parse_args(argv)
     opts = {"witness_keys": args.witness_key, "min_witnesses": args.min_witnesses}
+    out: Any
     try:
-        if args.kind == "bundle":
-            out: Any = verify_bundle(args.path.read_bytes(), trusted_key=args.trusted_key, **opts)
+        if args.kind == "receipt":
+            out = verify_receipt(
+                args.path.read_bytes(), trusted_key=args.trusted_key, memory_id=args.memory_id
+            )
+        elif args.kind == "bundle":
+            out = verify_bundle(args.path.read_bytes(), trusted_key=args.trusted_key, **opts)
         elif args.kind == "home":
             out = verify_home(args.path, trusted_key=args.trusted_key, **opts)
         else:
