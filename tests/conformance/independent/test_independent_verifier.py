@@ -810,3 +810,54 @@ def test_an_erasure_receipt_verifies_and_names_the_memory(built: Built, forgotte
     tampered = items[0] + items[1].replace(built.b.encode(), built.a.encode())
     fails("entry.signature", lambda: iv.verify_receipt(tampered))
     fails("export.decode", lambda: iv.verify_receipt(forgotten.receipt[:40]))
+
+
+def test_a_sealed_field_swapped_between_memories_is_refused(built: Built) -> None:
+    """The box is bound to its type, subject and field names (format.md §17): moved to another
+    memory, or another event type, it does not open even with every key at hand."""
+    entries, _ = iv.read_entries(built.home / "log")
+    keys = iv.read_datakeys((built.home / "datakeys" / "keys").read_bytes())
+    store = {e.data["id"]: e for e in entries if e.type == "memory.stored"}
+    a, b = store[built.a], store[built.b]
+    assert iv.open_payload(a, keys)[1] == [] and iv.open_payload(a, keys)[0]["content"].startswith("alpha")
+    moved = iv.Entry(a.raw, {**a.value, "data": {**a.data, "sealed": b.data["sealed"]}}, a.leaf)
+    data, left = iv.open_payload(moved, keys)
+    assert left == sorted(b.data["sealed"]["fields"]) and "content" not in data
+    update = next(e for e in entries if e.type == "memory.updated" and e.data["id"] == built.a)
+    retyped = iv.Entry(
+        update.raw, {**update.value, "data": {**update.data, "sealed": a.data["sealed"]}}, update.leaf
+    )
+    assert iv.open_payload(retyped, keys)[1] != []
+    # In a bundle, the view folded from such an entry is not the signed memories.json.
+    files = untar(built.bundle_a)
+    ents = [iv.decode_entry(i) for i in iv.split_sequence(files["entries.cbor"], "x")[0]]
+    swapped = [moved if e.seq == a.seq else e for e in ents]
+    bundle_keys = iv.read_datakeys(files["datakeys.cbor"])
+    assert iv.render_json(iv.fold_views(iv.opened(swapped, bundle_keys), [built.a])) != files["memories.json"]
+    assert iv.render_json(iv.fold_views(iv.opened(ents, bundle_keys), [built.a])) == files["memories.json"]
+    # A forger who edits the entry bytes loses the signature first.
+    forged = iv.encode({**a.value, "data": {**a.data, "sealed": b.data["sealed"]}})
+    f = {**files, "entries.cbor": files["entries.cbor"].replace(a.raw, forged)}
+    resign_manifest(f, built.home)
+    fails("entry.signature", lambda: iv.verify_bundle(retar(f)))
+
+
+def test_an_edited_or_hostile_key_file_is_refused(built: Built) -> None:
+    files = untar(built.bundle_a)
+    keys = iv.read_datakeys(files["datakeys.cbor"])
+    header = iv.encode({"format": "mnemolog/data-keys/v1"})
+    wrong = header + b"".join(iv.encode([k, bytes(32)]) for k in sorted(keys))
+    cases = {
+        "view.memories": wrong,  # every box fails: the views read sealed
+        "datakeys.decode": iv.encode({"format": "other"}),
+    }
+    for check, raw in [
+        *cases.items(),
+        ("datakeys.decode", b""),
+        ("datakeys.decode", header + iv.encode([1, 2])),
+    ]:
+        f = {**files, "datakeys.cbor": raw}
+        resign_manifest(f, built.home)
+        fails(check, lambda f=f: iv.verify_bundle(retar(f)))
+    # A record cut short at the end is ignored (format.md §17).
+    assert iv.read_datakeys(files["datakeys.cbor"] + iv.encode(["ab" * 16, bytes(32)])[:-3]) == keys
