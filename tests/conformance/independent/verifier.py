@@ -731,7 +731,7 @@ def _sealed_names(sealed: object) -> list[str]:
 
 
 def _chunk_document(chunk_id: str) -> str:
-    return chunk_id.rsplit("/", 2)[0]
+    return chunk_id.rsplit("/", 2)[0] if chunk_id.count("/") >= 2 else ""
 
 
 def open_payload(e: Entry, keys: dict[str, bytes]) -> tuple[dict[str, Any], list[str]]:
@@ -1589,10 +1589,12 @@ def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
         elif e.type == "link.removed":
             gone = (_str(d.get("src")) or "", _str(d.get("dst")) or "", str(d.get("relation", "")))
             edges = [x for x in edges if (x["src"], x["dst"], x["relation"]) != gone]
-        elif e.type == "memory.erased" and isinstance(d.get("ids"), list):
-            for m in d["ids"]:
-                if isinstance(m, str):
+        elif e.type == "memory.erased":
+            # Emptied where the erasure stands in the fold, for every subject it touches.
+            for m in touched_ids(e):
+                if m in views:
                     erased[m] = {"seq": e.seq, "reason": _str(d.get("reason"))}
+                    views[m].update(title=None, content="", tags=[], metadata={}, source=None)
         if e.type in ("memory.stored", "memory.updated") and mid and isinstance(d.get("sealed"), list):
             sealed.setdefault(mid, set()).update(f for f in d["sealed"] if isinstance(f, str))
     out = {}
@@ -1608,7 +1610,6 @@ def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
         if m in sealed:
             v["sealed"] = sorted(sealed[m])
         if m in erased:
-            v.update(title=None, content="", tags=[], metadata={}, source=None)
             v["erased"] = erased[m]
         out[m] = v
     return {"format": "mnemolog/memory-views/v1", "memories": out}
@@ -1873,10 +1874,13 @@ def render_pack(d: dict[str, Any], seq: int) -> str:
         if t["name"] in ("state", "project") and project:
             title += f" ({_one_line(project)})"
         out.append(f"## {title}\n")
-        for e in included:
-            if "sealed" in e:  # a quote whose key is gone: a marked gap (forensics.md §8a)
-                out.append(f"- [forgotten] {e['source']} {e['id']} was erased\n")
-                continue
+        for quote in included:
+            # A quote whose key is gone renders as a marked gap (forensics.md §8a).
+            e = (
+                {**quote, "label": "forgotten", "text": f"{quote['source']} {quote['id']} was erased"}
+                if "sealed" in quote
+                else quote
+            )
             body = e["text"].replace("\r\n", "\n").replace("\r", "\n").strip("\n").replace("\n", "\n  ")
             label = _one_line(e["label"])
             if not label:
