@@ -708,10 +708,10 @@ def open_box(sealed: object, etype: str, subject: str, keys: dict[str, bytes]) -
     kid, names, box = sealed["key"], sealed["fields"], sealed["box"]
     if not isinstance(kid, str) or not isinstance(names, list) or not all(isinstance(f, str) for f in names):
         return None
-    if not isinstance(box, bytes) or len(box) < 40 or kid not in keys:
+    if not isinstance(box, bytes) or len(box) < 40 or kid not in keys or not subject:
         return None
     ad = SEAL_AD + b"\x00" + etype.encode() + b"\x00" + subject.encode() + b"\x00"
-    ad += ",".join(sorted(names)).encode()
+    ad += ",".join(names).encode()  # the list as written (sorted by the writer), never re-sorted
     try:
         plain = crypto_aead_xchacha20poly1305_ietf_decrypt(box[24:], ad, box[:24], keys[kid])
     except (CryptoError, ValueError, TypeError):
