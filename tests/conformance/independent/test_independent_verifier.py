@@ -861,3 +861,21 @@ def test_an_edited_or_hostile_key_file_is_refused(built: Built) -> None:
         fails(check, lambda f=f: iv.verify_bundle(retar(f)))
     # A record cut short at the end is ignored (format.md §17).
     assert iv.read_datakeys(files["datakeys.cbor"] + iv.encode(["ab" * 16, bytes(32)])[:-3]) == keys
+
+
+def test_an_export_opens_with_its_keys_file_and_the_log_checks_its_erasure(
+    built: Built, forgotten: Forgotten
+) -> None:
+    home = forgotten.home
+    size = len(iv.read_entries(home / "log")[0])
+    out = home.parent / "whole.export"
+    run(home, "log", "export", "--from", "0", "--to", str(size - 1), "-o", str(out))
+    entries, closed = iv.open_export(out.read_bytes(), (home.parent / "whole.export.keys").read_bytes())
+    store = {e.data["id"]: e for e in entries if e.type == "memory.stored"}
+    assert store[built.a].data["content"].startswith("alpha")
+    assert "content" not in store[built.b].data and store[built.b].data["sealed"] and closed >= 1
+    erasure = next(e for e in entries if e.type == "memory.erased")
+    assert iv.verify_home(home).erasures == [erasure.seq]
+    # Another log's key file is refused (its log_id differs).
+    other = iv.encode({"format": "mnemolog/data-keys/v1", "log_id": bytes(16)})
+    fails("datakeys.decode", lambda: iv.open_export(out.read_bytes(), other))

@@ -965,6 +965,7 @@ class LogReport:
     heads_commitments_checked: int = 0
     high_water: list[int] = field(default_factory=list)
     witnesses: list[dict[str, Any]] = field(default_factory=list)
+    erasures: list[int] = field(default_factory=list)
 
 
 def read_entries(log_dir: Path) -> tuple[list[Entry], int]:
@@ -1157,6 +1158,10 @@ def verify_log(
         high_water=[m.size for m in marks],
     )
     check_backchains(entries, report)
+    for e in entries:
+        if e.type == "memory.erased":
+            check_erased(e)
+            report.erasures.append(e.seq)
     if witness_keys:
         if count not in checkpoints:
             raise Failure("witness.unwitnessed", f"no checkpoint of size {count}")
@@ -2285,6 +2290,20 @@ def verify_export(raw: bytes, *, trusted_key: str | None = None) -> ExportReport
     if range_root(size, start, [e.leaf for e in entries], header["range_proof"]) != cp.root:
         raise Failure("export.range_proof", "the range proof does not lead to the checkpoint's root")
     return ExportReport(start, count, size, anchor, entries)
+
+
+def open_export(raw: bytes, keys_raw: bytes, *, trusted_key: str | None = None) -> tuple[list[Entry], int]:
+    """A verified export's entries opened with its `FILE.keys` (forensics.md §7), which must be a
+    data-key file of the same log; and how many sealed fields stayed closed."""
+    export = verify_export(raw, trusted_key=trusted_key)
+    header = cbor2.loads(split_sequence(raw, "export.decode")[0][0])
+    keys = read_datakeys(keys_raw, log_id=header["log_id"])
+    out, closed = [], 0
+    for e in export.entries:
+        data, left = open_payload(e, keys)
+        closed += len(left)
+        out.append(e if data is e.data else Entry(e.raw, {**e.value, "data": data}, e.leaf))
+    return out, closed
 
 
 @dataclass
