@@ -879,3 +879,22 @@ def test_an_export_opens_with_its_keys_file_and_the_log_checks_its_erasure(
     # Another log's key file is refused (its log_id differs).
     other = iv.encode({"format": "mnemolog/data-keys/v1", "log_id": bytes(16)})
     fails("datakeys.decode", lambda: iv.open_export(out.read_bytes(), other))
+
+
+def test_a_v3_bundle_still_verifies_and_has_no_keys_to_open_with(built: Built) -> None:
+    """A v3 manifest over the same files without datakeys.cbor: the format is still accepted, its
+    views are folded without keys (sealed content reads as sealed), so the v4 views are refused."""
+    files = untar(built.bundle_a)
+    v3 = {k: v for k, v in files.items() if k != "datakeys.cbor"}
+    resign_manifest(v3, built.home, format="mnemolog/forensic-bundle/v3")
+    fails("view.memories", lambda: iv.verify_bundle(retar(v3)))
+    keys = [iv.decode_entry(i) for i in iv.split_sequence(files["keys.cbor"], "x")[0]]
+    entries = [iv.decode_entry(i) for i in iv.split_sequence(files["entries.cbor"], "x")[0]]
+    v3["memories.json"] = iv.render_json(iv.fold_views(iv.opened([*keys, *entries], {}), [built.a]))
+    resign_manifest(v3, built.home, format="mnemolog/forensic-bundle/v3")
+    report = iv.verify_bundle(retar(v3))
+    assert report.format == "mnemolog/forensic-bundle/v3" and report.sealed == [built.a]
+    # A v3 manifest that still carries datakeys.cbor lists a file its format does not have.
+    extra = dict(files)
+    resign_manifest(extra, built.home, format="mnemolog/forensic-bundle/v3")
+    fails("files.listed", lambda: iv.verify_bundle(retar(extra)))

@@ -3,7 +3,9 @@
 Written from docs/format.md, docs/forensics.md, README.md and a bundle's VERIFY.md only, without
 reading mnemolog's code, and importing nothing of it (stdlib, cbor2 and pynacl): it is the
 second implementation that tells whether those documents are enough to verify what the writer
-produces. Every failure is a `Failure` naming the check slug the documents give, and the seq.
+produces. Sealed content (format.md §17) is opened with the data keys a v4 bundle or an export's
+FILE.keys carries (XChaCha20-Poly1305 from pynacl); erasure receipts are checked as forensics.md
+§8a says. Every failure is a `Failure` naming the check slug the documents give, and the seq.
 """
 
 from __future__ import annotations
