@@ -898,3 +898,24 @@ def test_a_v3_bundle_still_verifies_and_has_no_keys_to_open_with(built: Built) -
     extra = dict(files)
     resign_manifest(extra, built.home, format="mnemolog/forensic-bundle/v3")
     fails("files.listed", lambda: iv.verify_bundle(retar(extra)))
+
+
+def test_a_malformed_erasure_is_refused(forgotten: Forgotten) -> None:
+    e = iv.decode_entry(iv.split_sequence(forgotten.receipt, "x")[0][1])
+    iv.check_erased(e)
+    bad: list[dict[str, Any]] = [
+        {"ids": []},
+        {"ids": [f"M{i}" for i in range(501)]},
+        {"ids": "M"},
+        {"subjects": []},
+        {"keys": ["not hex"]},
+        {"content": "the text itself"},
+        {"reason": 5},
+        {"selector": ["ids"]},
+    ]
+    for change in bad:
+        data = {**e.data, **change}
+        if "ids" in change and isinstance(change["ids"], list):
+            data["subjects"] = change["ids"]
+        forged = iv.Entry(e.raw, {**e.value, "data": data}, e.leaf)
+        fails("erased.shape", lambda f=forged: iv.check_erased(f))

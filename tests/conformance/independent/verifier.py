@@ -808,6 +808,8 @@ def check_erased(e: Entry) -> None:
         raise Failure("erased.shape", "subjects is not ids, interactions and documents", e.seq)
     if not all(KEY_ID_RE.match(k) for k in texts("keys")):
         raise Failure("erased.shape", "a destroyed key id is not 32 hex digits", e.seq)
+    if "selector" in d and not isinstance(d["selector"], dict):
+        raise Failure("erased.shape", "selector is not a map", e.seq)
     for name in ("reason", "requested_by"):
         if d.get(name) is not None and not isinstance(d[name], str):
             raise Failure("erased.shape", f"{name} is not text", e.seq)
