@@ -792,6 +792,9 @@ def test_a_bundle_of_a_forgotten_memory_verifies_with_its_content_absent(
     )
     # The pack built before the forgetting quoted b: it re-renders with a gap, its hash unchecked.
     assert report.packs >= 1 and [built.b] in report.pack_gaps.values()
+    # A bundle of a memory beside it (linked to it, quoted in the same packs) still verifies.
+    other = iv.verify_bundle(forgotten.bundle_a)
+    assert other.sealed == [] and built.a in other.memories
 
 
 def test_an_erasure_receipt_verifies_and_names_the_memory(built: Built, forgotten: Forgotten) -> None:
