@@ -922,3 +922,15 @@ def test_a_malformed_erasure_is_refused(forgotten: Forgotten) -> None:
             data["subjects"] = change["ids"]
         forged = iv.Entry(e.raw, {**e.value, "data": data}, e.leaf)
         fails("erased.shape", lambda f=forged: iv.check_erased(f))
+
+
+def test_the_command_line_verifies_a_receipt(
+    built: Built, forgotten: Forgotten, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = forgotten.home.parent / "cli.receipt"
+    path.write_bytes(forgotten.receipt)
+    assert iv.main(["receipt", str(path), "--memory-id", built.b]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["memories"] == [built.b]
+    assert iv.main(["receipt", str(path), "--memory-id", built.a]) == 8
+    assert json.loads(capsys.readouterr().out)["check"] == "receipt.memory"
