@@ -283,16 +283,22 @@ def test_prove_and_consistency_json_verify_by_rfc_9162(built: Built) -> None:
 
 def test_the_writers_bundle_verifies(built: Built) -> None:
     report = iv.verify_bundle(built.bundle_a, trusted_key=built.genesis_vkey)
-    assert report.format == "mnemolog/forensic-bundle/v3"
+    assert report.format == "mnemolog/forensic-bundle/v4"
     assert report.memory_id == built.a and report.memories == [built.a]
     assert report.complete_as_of is not None and report.uncovered_entries == 0
     assert report.packs == 1  # the context pack the memory went into, re-rendered to its hash
     assert iv.verify_bundle(built.bundle_a).anchor == "trust on first use"
 
 
+def opened_entries(files: dict[str, bytes], name: str = "entries.cbor") -> list[iv.Entry]:
+    """A v4 bundle's entries with their sealed fields opened by its datakeys.cbor."""
+    entries = [iv.decode_entry(i) for i in iv.split_sequence(files[name], "x")[0]]
+    return iv.opened(entries, iv.read_datakeys(files["datakeys.cbor"]))
+
+
 def test_a_pack_that_does_not_render_to_its_hash_or_misquotes_is_refused(built: Built) -> None:
     files = untar(built.bundle_a)
-    entries = [iv.decode_entry(i) for i in iv.split_sequence(files["entries.cbor"], "x")[0]]
+    entries = opened_entries(files)
     pack = next(e for e in entries if e.type == "context.built")
     quoted = next(x for t in pack.data["tiers"] for x in t["included"] if x["id"] == built.a)
 
@@ -589,7 +595,8 @@ def test_an_entry_dropped_from_a_resigned_bundle_is_refused(built: Built) -> Non
         fails("view.memories", lambda f=f: iv.verify_bundle(retar(f)))
         # The forger folds the views again too: only completeness is left to catch it.
         keys = [iv.decode_entry(i) for i in iv.split_sequence(files["keys.cbor"], "x")[0]]
-        f["memories.json"] = iv.render_json(iv.fold_views([*keys, *kept], [built.a]))
+        datakeys = iv.read_datakeys(files["datakeys.cbor"])
+        f["memories.json"] = iv.render_json(iv.fold_views(iv.opened([*keys, *kept], datakeys), [built.a]))
         resign_manifest(f, built.home, seqs=[e.seq for e in kept])
         want = "completeness.back_chain" if drop is link else "completeness.head"
         fails(want, lambda f=f: iv.verify_bundle(retar(f)))
@@ -603,7 +610,8 @@ def test_tables_that_disagree_with_the_entries_are_refused(built: Built) -> None
     resign_manifest(f, built.home)
     fails("view.touches", lambda: iv.verify_bundle(retar(f)))
     cols = iv.read_parquet(files["entries.parquet"])
-    content = next(c for c in cols["p_content"] if c)
+    # Content is sealed in the entries (format.md §17), so the sealed box's column is the target.
+    content = next(c for c in cols["p_sealed"] if c)
     f = {**files, "entries.parquet": files["entries.parquet"].replace(content, content.upper())}
     resign_manifest(f, built.home)
     fails("view.parquet", lambda: iv.verify_bundle(retar(f)))
@@ -738,3 +746,191 @@ def test_a_bad_or_missing_cosignature_is_refused(witnessed: tuple[Path, str], tm
     other = iv.VerifierKey("w.other", 4, bytes(SigningKey.generate().verify_key)).text
     fails("witness.quorum", lambda: iv.verify_home(src, witness_keys=[wvkey, other]))
     assert iv.verify_home(src, witness_keys=[wvkey, other], min_witnesses=1).witnesses
+
+
+# ---------------------------------------------------------------- sealed content and erasure (format.md §17)
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    home: Path
+    bundle_b: bytes
+    bundle_a: bytes
+    receipt: bytes
+
+
+@pytest.fixture(scope="module")
+def forgotten(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Forgotten:
+    """The home again with memory b forgotten (a receipt written), and bundles of b and of a."""
+    base = tmp_path_factory.mktemp("forgotten")
+    home = base / "home"
+    shutil.copytree(built.home, home)
+    run(home, "context", "build", "when does the ferry leave")
+    run(home, "forget", built.b, "--reason", "the user asked", "--receipt", str(base / "b.receipt"))
+    run(home, "export-forensic-bundle", "--memory-id", built.b, "-o", str(base / "b.tar"))
+    run(home, "export-forensic-bundle", "--memory-id", built.a, "-o", str(base / "a.tar"))
+    return Forgotten(
+        home, (base / "b.tar").read_bytes(), (base / "a.tar").read_bytes(), (base / "b.receipt").read_bytes()
+    )
+
+
+def test_a_bundle_of_a_forgotten_memory_verifies_with_its_content_absent(
+    built: Built, forgotten: Forgotten
+) -> None:
+    report = iv.verify_bundle(forgotten.bundle_b)
+    files = untar(forgotten.bundle_b)
+    view = json.loads(files["memories.json"])["memories"][built.b]
+    assert view["erased"]["reason"] == "the user asked"
+    assert view["content"] == "" and view["title"] is None and view["sealed"]
+    assert built.b in report.sealed
+    erased = [e for e in opened_entries(files) if e.type == "memory.erased"]
+    assert len(erased) == 1 and erased[0].data["ids"] == [built.b]
+    assert erased[0].seq == view["erased"]["seq"]
+    # No key the erasure destroyed travels in the bundle (the pack's own key may).
+    assert erased[0].data["keys"] and not set(erased[0].data["keys"]) & set(
+        iv.read_datakeys(files["datakeys.cbor"])
+    )
+    # The pack built before the forgetting quoted b: it re-renders with a gap, its hash unchecked.
+    assert report.packs >= 1 and [built.b] in report.pack_gaps.values()
+    # A bundle of a memory beside it (linked to it, quoted in the same packs) still verifies.
+    other = iv.verify_bundle(forgotten.bundle_a)
+    assert other.sealed == [] and built.a in other.memories
+
+
+def test_an_erasure_receipt_verifies_and_names_the_memory(built: Built, forgotten: Forgotten) -> None:
+    report = iv.verify_receipt(forgotten.receipt, trusted_key=built.genesis_vkey, memory_id=built.b)
+    assert report.memories == [built.b] and report.reason == "the user asked"
+    assert report.seq < report.tree_size
+    view = json.loads(untar(forgotten.bundle_b)["memories.json"])["memories"][built.b]
+    assert view["erased"]["seq"] == report.seq
+    fails("receipt.memory", lambda: iv.verify_receipt(forgotten.receipt, memory_id=built.a))
+    # A log export of another entry is no receipt, however well it verifies.
+    export = forgotten.home.parent / "one.export"
+    run(forgotten.home, "log", "export", "--from", "2", "--to", "2", "-o", str(export), "--no-keys")
+    assert iv.verify_export(export.read_bytes()).count == 1
+    fails("receipt.entry", lambda: iv.verify_receipt(export.read_bytes()))
+    items = iv.split_sequence(forgotten.receipt, "x")[0]
+    tampered = items[0] + items[1].replace(built.b.encode(), built.a.encode())
+    fails("entry.signature", lambda: iv.verify_receipt(tampered))
+    fails("export.decode", lambda: iv.verify_receipt(forgotten.receipt[:40]))
+
+
+def test_a_sealed_field_swapped_between_memories_is_refused(built: Built) -> None:
+    """The box is bound to its type, subject and field names (format.md §17): moved to another
+    memory, or another event type, it does not open even with every key at hand."""
+    entries, _ = iv.read_entries(built.home / "log")
+    keys = iv.read_datakeys((built.home / "datakeys" / "keys").read_bytes())
+    store = {e.data["id"]: e for e in entries if e.type == "memory.stored"}
+    a, b = store[built.a], store[built.b]
+    assert iv.open_payload(a, keys)[1] == [] and iv.open_payload(a, keys)[0]["content"].startswith("alpha")
+    moved = iv.Entry(a.raw, {**a.value, "data": {**a.data, "sealed": b.data["sealed"]}}, a.leaf)
+    data, left = iv.open_payload(moved, keys)
+    assert left == sorted(b.data["sealed"]["fields"]) and "content" not in data
+    update = next(e for e in entries if e.type == "memory.updated" and e.data["id"] == built.a)
+    retyped = iv.Entry(
+        update.raw, {**update.value, "data": {**update.data, "sealed": a.data["sealed"]}}, update.leaf
+    )
+    assert iv.open_payload(retyped, keys)[1] != []
+    # In a bundle, the view folded from such an entry is not the signed memories.json.
+    files = untar(built.bundle_a)
+    ents = [iv.decode_entry(i) for i in iv.split_sequence(files["entries.cbor"], "x")[0]]
+    swapped = [moved if e.seq == a.seq else e for e in ents]
+    bundle_keys = iv.read_datakeys(files["datakeys.cbor"])
+    assert iv.render_json(iv.fold_views(iv.opened(swapped, bundle_keys), [built.a])) != files["memories.json"]
+    assert iv.render_json(iv.fold_views(iv.opened(ents, bundle_keys), [built.a])) == files["memories.json"]
+    # A forger who edits the entry bytes loses the signature first.
+    forged = iv.encode({**a.value, "data": {**a.data, "sealed": b.data["sealed"]}})
+    f = {**files, "entries.cbor": files["entries.cbor"].replace(a.raw, forged)}
+    resign_manifest(f, built.home)
+    fails("entry.signature", lambda: iv.verify_bundle(retar(f)))
+
+
+def test_an_edited_or_hostile_key_file_is_refused(built: Built) -> None:
+    files = untar(built.bundle_a)
+    keys = iv.read_datakeys(files["datakeys.cbor"])
+    header = iv.encode({"format": "mnemolog/data-keys/v1"})
+    wrong = header + b"".join(iv.encode([k, bytes(32)]) for k in sorted(keys))
+    cases = {
+        "view.memories": wrong,  # every box fails: the views read sealed
+        "datakeys.decode": iv.encode({"format": "other"}),
+    }
+    for check, raw in [
+        *cases.items(),
+        ("datakeys.decode", b""),
+        ("datakeys.decode", header + iv.encode([1, 2])),
+    ]:
+        f = {**files, "datakeys.cbor": raw}
+        resign_manifest(f, built.home)
+        fails(check, lambda f=f: iv.verify_bundle(retar(f)))
+    # A record cut short at the end is ignored (format.md §17).
+    assert iv.read_datakeys(files["datakeys.cbor"] + iv.encode(["ab" * 16, bytes(32)])[:-3]) == keys
+
+
+def test_an_export_opens_with_its_keys_file_and_the_log_checks_its_erasure(
+    built: Built, forgotten: Forgotten
+) -> None:
+    home = forgotten.home
+    size = len(iv.read_entries(home / "log")[0])
+    out = home.parent / "whole.export"
+    run(home, "log", "export", "--from", "0", "--to", str(size - 1), "-o", str(out))
+    entries, closed = iv.open_export(out.read_bytes(), (home.parent / "whole.export.keys").read_bytes())
+    store = {e.data["id"]: e for e in entries if e.type == "memory.stored"}
+    assert store[built.a].data["content"].startswith("alpha")
+    assert "content" not in store[built.b].data and store[built.b].data["sealed"] and closed >= 1
+    erasure = next(e for e in entries if e.type == "memory.erased")
+    assert iv.verify_home(home).erasures == [erasure.seq]
+    # Another log's key file is refused (its log_id differs).
+    other = iv.encode({"format": "mnemolog/data-keys/v1", "log_id": bytes(16)})
+    fails("datakeys.decode", lambda: iv.open_export(out.read_bytes(), other))
+
+
+def test_a_v3_bundle_still_verifies_and_has_no_keys_to_open_with(built: Built) -> None:
+    """A v3 manifest over the same files without datakeys.cbor: the format is still accepted, its
+    views are folded without keys (sealed content reads as sealed), so the v4 views are refused."""
+    files = untar(built.bundle_a)
+    v3 = {k: v for k, v in files.items() if k != "datakeys.cbor"}
+    resign_manifest(v3, built.home, format="mnemolog/forensic-bundle/v3")
+    fails("view.memories", lambda: iv.verify_bundle(retar(v3)))
+    keys = [iv.decode_entry(i) for i in iv.split_sequence(files["keys.cbor"], "x")[0]]
+    entries = [iv.decode_entry(i) for i in iv.split_sequence(files["entries.cbor"], "x")[0]]
+    v3["memories.json"] = iv.render_json(iv.fold_views(iv.opened([*keys, *entries], {}), [built.a]))
+    resign_manifest(v3, built.home, format="mnemolog/forensic-bundle/v3")
+    report = iv.verify_bundle(retar(v3))
+    assert report.format == "mnemolog/forensic-bundle/v3" and report.sealed == [built.a]
+    # A v3 manifest that still carries datakeys.cbor lists a file its format does not have.
+    extra = dict(files)
+    resign_manifest(extra, built.home, format="mnemolog/forensic-bundle/v3")
+    fails("files.listed", lambda: iv.verify_bundle(retar(extra)))
+
+
+def test_a_malformed_erasure_is_refused(forgotten: Forgotten) -> None:
+    e = iv.decode_entry(iv.split_sequence(forgotten.receipt, "x")[0][1])
+    iv.check_erased(e)
+    bad: list[dict[str, Any]] = [
+        {"ids": []},
+        {"ids": [f"M{i}" for i in range(501)]},
+        {"ids": "M"},
+        {"subjects": []},
+        {"keys": ["not hex"]},
+        {"content": "the text itself"},
+        {"reason": 5},
+        {"selector": ["ids"]},
+    ]
+    for change in bad:
+        data = {**e.data, **change}
+        if "ids" in change and isinstance(change["ids"], list):
+            data["subjects"] = change["ids"]
+        forged = iv.Entry(e.raw, {**e.value, "data": data}, e.leaf)
+        fails("erased.shape", lambda f=forged: iv.check_erased(f))
+
+
+def test_the_command_line_verifies_a_receipt(
+    built: Built, forgotten: Forgotten, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = forgotten.home.parent / "cli.receipt"
+    path.write_bytes(forgotten.receipt)
+    assert iv.main(["receipt", str(path), "--memory-id", built.b]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["memories"] == [built.b]
+    assert iv.main(["receipt", str(path), "--memory-id", built.a]) == 8
+    assert json.loads(capsys.readouterr().out)["check"] == "receipt.memory"

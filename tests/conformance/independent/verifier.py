@@ -3,7 +3,9 @@
 Written from docs/format.md, docs/forensics.md, README.md and a bundle's VERIFY.md only, without
 reading mnemolog's code, and importing nothing of it (stdlib, cbor2 and pynacl): it is the
 second implementation that tells whether those documents are enough to verify what the writer
-produces. Every failure is a `Failure` naming the check slug the documents give, and the seq.
+produces. Sealed content (format.md §17) is opened with the data keys a v4 bundle or an export's
+FILE.keys carries (XChaCha20-Poly1305 from pynacl); erasure receipts are checked as forensics.md
+§8a says. Every failure is a `Failure` naming the check slug the documents give, and the seq.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import cbor2
-from nacl.exceptions import BadSignatureError
+from nacl.bindings import crypto_aead_xchacha20poly1305_ietf_decrypt
+from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import VerifyKey
 
 MAX_ENTRY = 4 * 1024 * 1024
@@ -634,6 +637,193 @@ def check_signed(entry: Entry, history: KeyHistory) -> None:
         raise Failure("entry.signature", "signature does not verify", entry.seq)
 
 
+# ---------------------------------------------------------------- sealed content (format.md §17)
+
+# type -> (sealed from tv, key field, sealed fields)
+SEALED: dict[str, tuple[int, str, tuple[str, ...]]] = {
+    "memory.stored": (4, "id", ("title", "content", "tags", "metadata", "source")),
+    "memory.updated": (4, "id", ("title", "content", "tags", "metadata", "source")),
+    "interaction.captured": (2, "id", ("prompt", "response")),
+    "candidate.extracted": (2, "interaction_id", ("candidates", "responses", "warnings")),
+    "extraction.failed": (2, "interaction_id", ("responses", "warnings")),
+    "candidate.triaged": (3, "id", ("responses", "warnings")),
+    "triage.failed": (2, "id", ("responses", "warnings")),
+    "atomisation.completed": (3, "source_id", ("responses", "dropped", "warnings")),
+    "document.ingested": (2, "document_id", ("chunks",)),
+    "context.built": (2, "pack_id", ("query",)),
+}
+SEAL_AD = b"mnemolog/sealed/v1"
+DATAKEYS_FORMAT = "mnemolog/data-keys/v1"
+KEY_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def read_datakeys(
+    raw: bytes, check: str = "datakeys.decode", log_id: bytes | None = None
+) -> dict[str, bytes]:
+    """A data-key file: a header map, then [key id, 32-byte key] records; the first of an id wins,
+    a last record cut short is ignored (format.md §17)."""
+    items: list[bytes] = []
+    off = 0
+    while off < len(raw):
+        try:
+            end = _scan(raw, off)
+        except _Incomplete:
+            break
+        except Failure as exc:
+            raise Failure(check, f"at offset {off}: {exc}") from None
+        items.append(raw[off:end])
+        off = end
+    if not items:
+        raise Failure(check, "no header")
+    header = cbor2.loads(items[0])
+    if (
+        not isinstance(header, dict)
+        or header.get("format") != DATAKEYS_FORMAT
+        or not set(header)
+        <= {
+            "format",
+            "log_id",
+        }
+    ):
+        raise Failure(check, "the header is not a mnemolog/data-keys/v1 map")
+    if log_id is not None and "log_id" in header and header["log_id"] != log_id:
+        raise Failure(check, "the key file is another log's")
+    keys: dict[str, bytes] = {}
+    for item in items[1:]:
+        rec = cbor2.loads(item)
+        if (
+            not isinstance(rec, list)
+            or len(rec) != 2
+            or not isinstance(rec[0], str)
+            or KEY_ID_RE.match(rec[0]) is None
+            or not _bytes(rec[1], 32)
+        ):
+            raise Failure(check, f"a key record is not [id, 32 bytes]: {rec!r:.60}")
+        keys.setdefault(rec[0], rec[1])
+    return keys
+
+
+def open_box(sealed: object, etype: str, subject: str, keys: dict[str, bytes]) -> dict[str, Any] | None:
+    """The fields a `sealed` map holds, or None when it does not open (§17 "Opening")."""
+    if not isinstance(sealed, dict) or set(sealed) != {"key", "fields", "box"}:
+        return None
+    kid, names, box = sealed["key"], sealed["fields"], sealed["box"]
+    if not isinstance(kid, str) or not isinstance(names, list) or not all(isinstance(f, str) for f in names):
+        return None
+    if not isinstance(box, bytes) or len(box) < 40 or kid not in keys or not subject:
+        return None
+    ad = SEAL_AD + b"\x00" + etype.encode() + b"\x00" + subject.encode() + b"\x00"
+    ad += ",".join(names).encode()  # the list as written (sorted by the writer), never re-sorted
+    try:
+        plain = crypto_aead_xchacha20poly1305_ietf_decrypt(box[24:], ad, box[:24], keys[kid])
+    except (CryptoError, ValueError, TypeError):
+        return None
+    try:
+        value = decode_canonical(plain, "sealed.decode")
+    except Failure:
+        return None
+    if not isinstance(value, dict) or sorted(value) != sorted(names):
+        return None
+    return value
+
+
+def _sealed_names(sealed: object) -> list[str]:
+    names = sealed.get("fields") if isinstance(sealed, dict) else None
+    return sorted(f for f in names if isinstance(f, str)) if isinstance(names, list) else []
+
+
+def _chunk_document(chunk_id: str) -> str:
+    return chunk_id.rsplit("/", 2)[0] if chunk_id.count("/") >= 2 else ""
+
+
+def open_payload(e: Entry, keys: dict[str, bytes]) -> tuple[dict[str, Any], list[str]]:
+    """The payload with its sealed fields put back where a key opens them, and the fields left
+    sealed (whose `sealed` then is their sorted list)."""
+    rule = SEALED.get(e.type)
+    d = e.data
+    if rule is None or e.value["tv"] < rule[0]:
+        return d, []
+    out = dict(d)
+    left: list[str] = []
+    subject = d.get(rule[1])
+    if "sealed" in d:
+        opened = open_box(d["sealed"], e.type, subject, keys) if isinstance(subject, str) else None
+        if opened is None:
+            left = _sealed_names(d["sealed"])
+            out["sealed"] = left
+        else:
+            del out["sealed"]
+            out.update(opened)
+    if e.type == "context.built" and isinstance(d.get("tiers"), list):
+        pack = subject if isinstance(subject, str) else ""
+        tiers = []
+        for t in d["tiers"]:
+            if not isinstance(t, dict) or not isinstance(t.get("included"), list):
+                tiers.append(t)
+                continue
+            inc = []
+            for quoted in t["included"]:
+                x = quoted
+                if isinstance(x, dict) and "sealed" in x:
+                    src, xid = x.get("source"), x.get("id")
+                    sub = (
+                        (xid if src == "memory" else _chunk_document(xid) if src == "chunk" else pack)
+                        if isinstance(xid, str)
+                        else ""
+                    )
+                    got = open_box(x["sealed"], e.type, sub, keys)
+                    x = dict(x)
+                    if got is None:
+                        x["sealed"] = _sealed_names(x["sealed"])
+                    else:
+                        del x["sealed"]
+                        x.update(got)
+                inc.append(x)
+            tiers.append({**t, "included": inc})
+        out["tiers"] = tiers
+    return out, left
+
+
+ERASED_KEYS = {"ids", "interactions", "documents", "subjects", "keys", "reason", "requested_by", "selector"}
+
+
+def check_erased(e: Entry) -> None:
+    """A `memory.erased` entry as format.md §17 defines it: ids (1 to 500), the other subjects,
+    `subjects` all of them, the destroyed key ids; never content."""
+    d = e.data
+
+    def texts(name: str) -> list[str]:
+        v = d.get(name, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            raise Failure("erased.shape", f"{name} is not a list of ids", e.seq)
+        return v
+
+    extra = set(d) - ERASED_KEYS - {"touch_prev"}
+    if extra:
+        raise Failure("erased.shape", f"fields {sorted(extra)} in a memory.erased", e.seq)
+    ids = texts("ids")
+    if not 1 <= len(ids) <= 500:
+        raise Failure("erased.shape", f"{len(ids)} ids (1 to 500 expected)", e.seq)
+    if set(texts("subjects")) != set(ids) | set(texts("interactions")) | set(texts("documents")):
+        raise Failure("erased.shape", "subjects is not ids, interactions and documents", e.seq)
+    if not all(KEY_ID_RE.match(k) for k in texts("keys")):
+        raise Failure("erased.shape", "a destroyed key id is not 32 hex digits", e.seq)
+    if "selector" in d and not isinstance(d["selector"], dict):
+        raise Failure("erased.shape", "selector is not a map", e.seq)
+    for name in ("reason", "requested_by"):
+        if d.get(name) is not None and not isinstance(d[name], str):
+            raise Failure("erased.shape", f"{name} is not text", e.seq)
+
+
+def opened(entries: Sequence[Entry], keys: dict[str, bytes]) -> list[Entry]:
+    """The entries with their payloads opened (the raw bytes and leaf stay the signed ones)."""
+    out = []
+    for e in entries:
+        data, _ = open_payload(e, keys)
+        out.append(e if data is e.data else Entry(e.raw, {**e.value, "data": data}, e.leaf))
+    return out
+
+
 # ---------------------------------------------------------------- touches, back-chains, heads (§13, §14)
 
 # format.md §14: type -> (first tv with touch_prev or None, single-id fields, list fields).
@@ -649,6 +839,7 @@ TOUCHES: dict[str, tuple[int | None, tuple[str, ...], tuple[str, ...]]] = {
     "link.created": (2, ("src", "dst"), ()),
     "link.removed": (1, ("src", "dst"), ()),
     "memory.archived": (2, ("id",), ()),
+    "memory.erased": (1, (), ("ids", "interactions")),
     "memory.promoted": (1, ("id",), ()),
     "memory.reinforced": (1, ("id",), ()),
     "memory.reinstated": (1, ("id",), ()),
@@ -778,6 +969,7 @@ class LogReport:
     heads_commitments_checked: int = 0
     high_water: list[int] = field(default_factory=list)
     witnesses: list[dict[str, Any]] = field(default_factory=list)
+    erasures: list[int] = field(default_factory=list)
 
 
 def read_entries(log_dir: Path) -> tuple[list[Entry], int]:
@@ -970,6 +1162,10 @@ def verify_log(
         high_water=[m.size for m in marks],
     )
     check_backchains(entries, report)
+    for e in entries:
+        if e.type == "memory.erased":
+            check_erased(e)
+            report.erasures.append(e.seq)
     if witness_keys:
         if count not in checkpoints:
             raise Failure("witness.unwitnessed", f"no checkpoint of size {count}")
@@ -1024,6 +1220,7 @@ FORMAT_FILES = {
     "mnemolog/forensic-bundle/v1": V1_FILES,
     "mnemolog/forensic-bundle/v2": V1_FILES | {"heads.cbor"},
     "mnemolog/forensic-bundle/v3": V1_FILES | {"heads.cbor", "touches.parquet"},
+    "mnemolog/forensic-bundle/v4": V1_FILES | {"heads.cbor", "touches.parquet", "datakeys.cbor"},
 }
 COMPRESSED = {
     b"\x1f\x8b": "gzip",
@@ -1114,6 +1311,8 @@ class BundleReport:
     proven_from: dict[str, int] = field(default_factory=dict)
     witnesses: list[dict[str, Any]] = field(default_factory=list)
     packs: int = 0
+    sealed: list[str] = field(default_factory=list)
+    pack_gaps: dict[int, list[str]] = field(default_factory=dict)
 
 
 def render_json(value: Any) -> bytes:
@@ -1348,6 +1547,8 @@ def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
     shown: set[str] = set()
     edges: list[dict[str, Any]] = []
     seqs: dict[str, list[int]] = {}
+    erased: dict[str, dict[str, Any]] = {}
+    sealed: dict[str, set[str]] = {}
     for e in sorted(entries, key=lambda x: x.seq):
         d, ts = e.data, e.value["ts"]
         for m in touched_ids(e):
@@ -1397,6 +1598,14 @@ def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
         elif e.type == "link.removed":
             gone = (_str(d.get("src")) or "", _str(d.get("dst")) or "", str(d.get("relation", "")))
             edges = [x for x in edges if (x["src"], x["dst"], x["relation"]) != gone]
+        elif e.type == "memory.erased":
+            # Emptied where the erasure stands in the fold, for every subject it touches.
+            for m in touched_ids(e):
+                if m in views:
+                    erased[m] = {"seq": e.seq, "reason": _str(d.get("reason"))}
+                    views[m].update(title=None, content="", tags=[], metadata={}, source=None)
+        if e.type in ("memory.stored", "memory.updated") and mid and isinstance(d.get("sealed"), list):
+            sealed.setdefault(mid, set()).update(f for f in d["sealed"] if isinstance(f, str))
     out = {}
     for m in ids:
         v = dict(views[m])
@@ -1407,6 +1616,10 @@ def fold_views(entries: Sequence[Entry], ids: Sequence[str]) -> dict[str, Any]:
         v["seqs"] = seqs.get(m, [])
         if m in shown:
             v["knowledge"] = blocks[m]
+        if m in sealed:
+            v["sealed"] = sorted(sealed[m])
+        if m in erased:
+            v["erased"] = erased[m]
         out[m] = v
     return {"format": "mnemolog/memory-views/v1", "memories": out}
 
@@ -1657,7 +1870,10 @@ def render_pack(d: dict[str, Any], seq: int) -> str:
         if not isinstance(included, list) or not all(
             isinstance(e, dict)
             and e.get("source") in ("state", "memory", "chunk")
-            and all(isinstance(e.get(k), str) for k in ("id", "label", "text"))
+            and isinstance(e.get("id"), str)
+            and (
+                isinstance(e.get("sealed"), list) or all(isinstance(e.get(k), str) for k in ("label", "text"))
+            )
             for e in included
         ):
             raise Failure("context.shape", f"tier {t['name']}: malformed entries", seq)
@@ -1667,7 +1883,13 @@ def render_pack(d: dict[str, Any], seq: int) -> str:
         if t["name"] in ("state", "project") and project:
             title += f" ({_one_line(project)})"
         out.append(f"## {title}\n")
-        for e in included:
+        for quote in included:
+            # A quote whose key is gone renders as a marked gap (forensics.md §8a).
+            e = (
+                {**quote, "label": "forgotten", "text": f"{quote['source']} {quote['id']} was erased"}
+                if "sealed" in quote
+                else quote
+            )
             body = e["text"].replace("\r\n", "\n").replace("\r", "\n").strip("\n").replace("\n", "\n  ")
             label = _one_line(e["label"])
             if not label:
@@ -1680,21 +1902,29 @@ def render_pack(d: dict[str, Any], seq: int) -> str:
     return "".join(out)
 
 
-def check_packs(everything: Sequence[Entry], memories: Sequence[str]) -> int:
+def check_packs(
+    everything: Sequence[Entry], memories: Sequence[str], gaps: dict[int, list[str]] | None = None
+) -> int:
     """forensics.md §5 item 10: each pack re-rendered to its signed hash; each bundle memory it
-    quotes read, folded from the entries before the pack, exactly as quoted. Returns the count."""
+    quotes read, folded from the entries before the pack, exactly as quoted. Returns the count.
+
+    A pack with a quote left sealed (its key destroyed) renders it as a gap; its hash, over what
+    was shown then, cannot be checked (§8a): the gapped ids go into `gaps` by the pack's seq."""
     count = 0
     for e in sorted(everything, key=lambda x: x.seq):
         if e.type != "context.built":
             continue
         text = render_pack(e.data, e.seq)
-        if hashlib.sha256(text.encode()).hexdigest() != e.data.get("sha256"):
+        gapped = [x["id"] for t in e.data["tiers"] for x in t["included"] if "sealed" in x]
+        if gapped and gaps is not None:
+            gaps[e.seq] = gapped
+        if not gapped and hashlib.sha256(text.encode()).hexdigest() != e.data.get("sha256"):
             raise Failure("context.sha256", "the re-rendered pack does not hash to the signed sha256", e.seq)
         quoted = {
             x["id"]: x["text"]
             for t in e.data["tiers"]
             for x in t["included"]
-            if x["source"] == "memory" and x["id"] in memories
+            if x["source"] == "memory" and x["id"] in memories and "sealed" not in x
         }
         before = [x for x in everything if x.seq < e.seq]
         stored = {x.data.get("id") for x in before if x.type == "memory.stored"}
@@ -1858,7 +2088,23 @@ def verify_bundle(
         raise Failure("view.memories", "memories.json is not UTF-8 JSON") from None
     if not isinstance(views, dict) or not isinstance(views.get("memories"), dict):
         raise Failure("view.memories", "memories.json is not a map of views")
-    if render_json(fold_views([*keys, *entries], memories)) != files["memories.json"]:
+    datakeys = (
+        read_datakeys(files["datakeys.cbor"], log_id=history.log_id)
+        if fmt == "mnemolog/forensic-bundle/v4"
+        else {}
+    )
+    destroyed: set[str] = set()
+    for e in entries:
+        if e.type == "memory.erased":
+            check_erased(e)
+            destroyed |= set(e.data.get("keys", []))
+    if destroyed & set(datakeys):
+        raise Failure(
+            "datakeys.erased",
+            f"datakeys.cbor holds keys an erasure destroyed: {sorted(destroyed & set(datakeys))}",
+        )
+    readable = opened([*keys, *entries], datakeys)
+    if render_json(fold_views(readable, memories)) != files["memories.json"]:
         raise Failure("view.memories", "memories.json is not the fold of the entries")
     if views.get("format") != "mnemolog/memory-views/v1" or sorted(views.get("memories", {})) != sorted(
         memories
@@ -1866,13 +2112,16 @@ def verify_bundle(
         raise Failure("view.memories", "memories.json does not hold a view of each memory")
 
     report = BundleReport(fmt, manifest["memory_id"], memories, cp.size, anchor, seqs)
-    report.packs = check_packs([*keys, *entries], memories)
+    report.packs = check_packs(readable, memories, report.pack_gaps)
+    report.sealed = sorted(
+        m for m, v in json.loads(files["memories.json"])["memories"].items() if "sealed" in v
+    )
 
     # 11. completeness
     if fmt != "mnemolog/forensic-bundle/v1":
         check_completeness(files["heads.cbor"], cp, history, entries, member_set, report)
     # 12. tables (format v3; the v1 and v2 tables are not read here)
-    if fmt == "mnemolog/forensic-bundle/v3":
+    if fmt in ("mnemolog/forensic-bundle/v3", "mnemolog/forensic-bundle/v4"):
         heads_entry = decode_entry(cbor2.loads(files["heads.cbor"])["entry"])
         check_tables(files, [*keys, *entries, heads_entry])
     if witness_keys:
@@ -1986,6 +2235,7 @@ class ExportReport:
     count: int
     tree_size: int
     anchor: str
+    entries: list[Entry] = field(default_factory=list, repr=False)
 
 
 def verify_export(raw: bytes, *, trusted_key: str | None = None) -> ExportReport:
@@ -2043,24 +2293,83 @@ def verify_export(raw: bytes, *, trusted_key: str | None = None) -> ExportReport
         prev = e.leaf
     if range_root(size, start, [e.leaf for e in entries], header["range_proof"]) != cp.root:
         raise Failure("export.range_proof", "the range proof does not lead to the checkpoint's root")
-    return ExportReport(start, count, size, anchor)
+    return ExportReport(start, count, size, anchor, entries)
+
+
+def open_export(raw: bytes, keys_raw: bytes, *, trusted_key: str | None = None) -> tuple[list[Entry], int]:
+    """A verified export's entries opened with its `FILE.keys` (forensics.md §7), which must be a
+    data-key file of the same log; and how many sealed fields stayed closed."""
+    export = verify_export(raw, trusted_key=trusted_key)
+    header = cbor2.loads(split_sequence(raw, "export.decode")[0][0])
+    keys = read_datakeys(keys_raw, log_id=header["log_id"])
+    out, closed = [], 0
+    for e in export.entries:
+        data, left = open_payload(e, keys)
+        closed += len(left)
+        out.append(e if data is e.data else Entry(e.raw, {**e.value, "data": data}, e.leaf))
+    return out, closed
+
+
+@dataclass
+class ReceiptReport:
+    seq: int
+    tree_size: int
+    anchor: str
+    memories: list[str]
+    interactions: list[str]
+    documents: list[str]
+    reason: str | None
+    requested_by: str | None
+
+
+def verify_receipt(
+    raw: bytes, *, trusted_key: str | None = None, memory_id: str | None = None
+) -> ReceiptReport:
+    """An erasure receipt (forensics.md §8a): a log export of exactly one entry, a `memory.erased`,
+    proven against a checkpoint signed after it; naming memory_id when one is given."""
+    export = verify_export(raw, trusted_key=trusted_key)
+    if export.count != 1 or export.entries[0].type != "memory.erased":
+        found = [e.type for e in export.entries]
+        raise Failure("receipt.entry", f"a receipt holds one memory.erased entry, found {found}")
+    e = export.entries[0]
+    check_erased(e)
+    d = e.data
+    if memory_id is not None and memory_id not in d["ids"]:
+        raise Failure("receipt.memory", f"the erasure names {d['ids']}, not {memory_id}", e.seq)
+    return ReceiptReport(
+        e.seq,
+        export.tree_size,
+        export.anchor,
+        list(d["ids"]),
+        list(d.get("interactions", [])),
+        list(d.get("documents", [])),
+        d.get("reason"),
+        d.get("requested_by"),
+    )
 
 
 def main(argv: Sequence[str]) -> int:
-    """`verifier.py log DIR | home DIR | bundle FILE [--trusted-key K] [--witness-key K]...`."""
+    """`verifier.py log DIR | home DIR | bundle FILE | receipt FILE [--memory-id ID] [--trusted-key K]
+    [--witness-key K]...`."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="verifier.py")
-    ap.add_argument("kind", choices=["log", "home", "bundle"])
+    ap.add_argument("kind", choices=["log", "home", "bundle", "receipt"])
+    ap.add_argument("--memory-id")
     ap.add_argument("path", type=Path)
     ap.add_argument("--trusted-key")
     ap.add_argument("--witness-key", action="append", default=[])
     ap.add_argument("--min-witnesses", type=int)
     args = ap.parse_args(argv)
     opts = {"witness_keys": args.witness_key, "min_witnesses": args.min_witnesses}
+    out: Any
     try:
-        if args.kind == "bundle":
-            out: Any = verify_bundle(args.path.read_bytes(), trusted_key=args.trusted_key, **opts)
+        if args.kind == "receipt":
+            out = verify_receipt(
+                args.path.read_bytes(), trusted_key=args.trusted_key, memory_id=args.memory_id
+            )
+        elif args.kind == "bundle":
+            out = verify_bundle(args.path.read_bytes(), trusted_key=args.trusted_key, **opts)
         elif args.kind == "home":
             out = verify_home(args.path, trusted_key=args.trusted_key, **opts)
         else:
