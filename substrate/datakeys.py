@@ -28,7 +28,14 @@ from typing import Any
 
 from mnemolog.eventlog.errors import DecodeError, StorageError
 from mnemolog.eventlog.format import sealing
-from mnemolog.eventlog.store.fsio import FileTooLarge, NotRegularFile, fsync_dir, read_regular
+from mnemolog.eventlog.store.fsio import (
+    FileTooLarge,
+    NotRegularFile,
+    atomic_write,
+    fsync_dir,
+    read_regular,
+    write_all,
+)
 from mnemolog.eventlog.store.lock import FileLock
 from mnemolog.eventlog.vocabulary.events import SEALED, SEALED_FIELD, upcast
 
@@ -148,9 +155,7 @@ class DataKeys:
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    write_all(fd, data)
                     os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -200,21 +205,9 @@ class DataKeys:
             with self._file_lock():
                 self._rewrite(keys, locked=True)
             return
-        tmp = self.dir / f".{FILE_NAME}.{os.getpid()}.tmp"
-        data = sealing.encode_keys(keys)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            fsync_dir(self.dir)
+            atomic_write(self.path, sealing.encode_keys(keys), 0o600)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise StorageError(
                 f"cannot write the data keys {self.path}: {exc.strerror}", file=str(self.path)
             ) from exc

@@ -175,6 +175,13 @@ def stale_temps(directory: Path) -> list[tuple[Path, str]]:
     return out
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data`; os.write may write less than asked."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write `data` to `path` so a crash leaves either the old file or the new one.
 
@@ -188,10 +195,7 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

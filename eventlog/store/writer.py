@@ -51,7 +51,7 @@ from mnemolog.eventlog.store.checkpoints import (
     store_note,
     write_high_water,
 )
-from mnemolog.eventlog.store.fsio import atomic_write, fsync_dir, read_regular
+from mnemolog.eventlog.store.fsio import atomic_write, fsync_dir, read_regular, write_all
 from mnemolog.eventlog.store.group_commit import (
     IDLE_SLICE,
     MAX_PAYLOAD_BYTES,
@@ -205,7 +205,7 @@ class LogWriter:
             )
             fd = os.open(seg0, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                _write_all(fd, genesis.raw)
+                write_all(fd, genesis.raw)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -398,7 +398,7 @@ class LogWriter:
             if p.new_key is not None:
                 next_signer = p.new_key
         try:
-            _write_all(self._seg_fd, bytes(buf))
+            write_all(self._seg_fd, bytes(buf))
             os.fdatasync(self._seg_fd)
         except OSError as exc:
             # Nothing of this batch was acknowledged: take back whatever reached the file.
@@ -664,11 +664,3 @@ class LogWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write all of `data`; os.write may write less than asked."""
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
