@@ -153,7 +153,7 @@ class Connection:
         self._undo_text: Callable[[duckdb.DuckDBPyConnection], None] | None = None
 
     def execute(self, query: str, parameters: object = None) -> duckdb.DuckDBPyConnection:
-        head = query.lstrip()[:8].upper()
+        head = query[:32].lstrip()[:8].upper()  # a prefix: statements can carry megabytes of literals
         if head.startswith("BEGIN"):
             self._in_txn = True
         elif head.startswith(("COMMIT", "END")):
