@@ -1,6 +1,6 @@
 """Slow segment writes for the crash and reader tests, installed in a child process by the test itself.
 
-`install(chunk, pause)` replaces the writer's `_write_all` so that each batch
+`install(chunk, pause)` replaces the writer's `write_all` (imported from fsio) so that each batch
 reaches the segment in pieces of `chunk` bytes with `pause` seconds between
 them: kills then land inside writes, and readers poll half-written entries.
 Production code reads no test switch; the child opts in by calling this.
@@ -26,7 +26,11 @@ def install(chunk: int, pause: float) -> None:
             if view:
                 time.sleep(pause)
 
-    writer._write_all = slow_write_all  # type: ignore[assignment]
+    # Fail loudly if the writer stops calling a module-level write_all: a silent no-op here
+    # is how the crash tests once stopped landing kills inside writes.
+    if not callable(getattr(writer, "write_all", None)):
+        raise RuntimeError("mnemolog.eventlog.store.writer has no write_all to slow down")
+    writer.write_all = slow_write_all
 
 
 def install_from_env() -> None:
