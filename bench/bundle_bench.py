@@ -39,9 +39,9 @@ from mnemolog.eventlog.store.segments import list_segments
 from mnemolog.eventlog.store.writer import Durability
 from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.eventlog.vocabulary import events as vocabulary
-from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import CURRENT_TV
+from mnemolog.substrate.forensics import service as forensics
 from mnemolog.substrate.home import Home, init_home
 
 MEMORY = "01HBENCHBENCHBENCHBENCHBEN"

@@ -39,9 +39,9 @@ from mnemolog.eventlog.store.writer import Durability
 from mnemolog.projections.context import sources
 from mnemolog.projections.context.assemble import assemble
 from mnemolog.projections.context.chunker import chunk_text
-from mnemolog.substrate import context as ctx
 from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.documents import discover, read_document
+from mnemolog.substrate.context.config import pack_config
+from mnemolog.substrate.context.documents import discover, read_document
 from mnemolog.substrate.home import Home, init_home
 
 TARGETS = {"pack_p50_ms_max": 50.0}
@@ -149,7 +149,7 @@ def packs_vs_recall(home: Home, queries: list[str]) -> dict[str, Any]:
     plain: list[float] = []
     sizes: list[int] = []
     with Substrate.open(home, long_lived=True, worker=False) as s:
-        cfg = ctx.pack_config(s.home.config.raw)
+        cfg = pack_config(s.home.config.raw)
         for q in queries[:5]:  # warm caches and the tokenizer
             s.build_context(q, project="p-bench", record=False)
         for q in queries:

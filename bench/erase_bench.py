@@ -34,7 +34,7 @@ os.environ["MNEMOLOG_EMBED"] = "off"
 
 from mnemolog.eventlog.format import sealing
 from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.datakeys import DataKeys
+from mnemolog.substrate.erasure.datakeys import DataKeys
 from mnemolog.substrate.home import Home, init_home
 
 TARGET_APPEND = 0.9  # sealed throughput / plain throughput, at least

@@ -65,7 +65,7 @@ from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import MemoryStored
 from mnemolog.substrate.events.knowledge import MemorySuperseded
 from mnemolog.substrate.home import Home, init_home
-from mnemolog.substrate.knowledge import DECAY_BATCH
+from mnemolog.substrate.knowledge.service import DECAY_BATCH
 from tests.support.extraction_labels import DATA, load, score
 
 

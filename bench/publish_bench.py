@@ -27,7 +27,7 @@ from typing import Any
 
 from mnemolog.eventlog.store.log import Log
 from mnemolog.substrate.home import Home, init_home
-from mnemolog.substrate.publish import publish
+from mnemolog.substrate.witness.publish import publish
 
 TARGET = 10.0  # publish may cost at most this many times the raw write
 

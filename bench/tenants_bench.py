@@ -45,10 +45,10 @@ from typing import Any
 
 import httpx
 
-from mnemolog.cli import operations
+from mnemolog.cli.agents import operations
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import init_home
-from mnemolog.substrate.tenants import TenantRoot
+from mnemolog.substrate.tenancy.tenants import TenantRoot
 
 WORDS = [
     "pool",

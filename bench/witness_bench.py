@@ -32,8 +32,8 @@ from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.eventlog.format.note import parse_note
 from mnemolog.eventlog.store.writer import Durability, LogWriter
 from mnemolog.eventlog.witness.cosignature import CosignerVerifier, cosignatures
-from mnemolog.substrate.witness_config import WitnessConfig, WitnessSettings
-from mnemolog.substrate.witnessing import BackgroundPublisher, CheckpointPublisher
+from mnemolog.substrate.witness.config import WitnessConfig, WitnessSettings
+from mnemolog.substrate.witness.service import BackgroundPublisher, CheckpointPublisher
 
 TYPE = "memory.stored"
 TARGET = 0.9

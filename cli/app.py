@@ -46,7 +46,7 @@ class Ctx:
         if self.tenant is not None:
             from pathlib import Path
 
-            from mnemolog.substrate.tenants import TenantRoot
+            from mnemolog.substrate.tenancy.tenants import TenantRoot
 
             if self.home_arg is not None:
                 raise UsageError("give --home or --tenant, not both")

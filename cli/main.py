@@ -19,150 +19,150 @@ from mnemolog.cli.app import Ctx, MnemologGroup
 #: name -> ("module:attribute", one-line help). Sub-groups that gather commands
 #: from several modules list the extra ones in _EXTRA_SUBCOMMANDS.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "candidates": ("knowledge_commands:candidates_group", "Candidate memories and their queues."),
-    "capture": ("knowledge_commands:capture", "Record one interaction and print its id."),
-    "decay": ("knowledge_commands:decay_group", "Confidence decay of memories nobody references."),
+    "candidates": ("commands.knowledge:candidates_group", "Candidate memories and their queues."),
+    "capture": ("commands.knowledge:capture", "Record one interaction and print its id."),
+    "decay": ("commands.knowledge:decay_group", "Confidence decay of memories nobody references."),
     "domains": (
-        "knowledge_commands:domains_group",
+        "commands.knowledge:domains_group",
         'Knowledge domains: the vocabulary and the old "[domain]" prefixes.',
     ),
     "extract": (
-        "knowledge_commands:extract",
+        "commands.knowledge:extract",
         "Turn interactions into candidate memories (never recalled until promoted).",
     ),
-    "interactions": ("knowledge_commands:interactions_group", "Captured interactions."),
-    "project": ("knowledge_commands:project_group", "Projects: names, aliases, and what each holds."),
-    "promote": ("knowledge_commands:promote", "Promote candidate MEMORY_ID to an active memory."),
+    "interactions": ("commands.knowledge:interactions_group", "Captured interactions."),
+    "project": ("commands.knowledge:project_group", "Projects: names, aliases, and what each holds."),
+    "promote": ("commands.knowledge:promote", "Promote candidate MEMORY_ID to an active memory."),
     "reject": (
-        "knowledge_commands:reject",
+        "commands.knowledge:reject",
         "Reject candidate MEMORY_ID (it becomes invalid and stays in the log).",
     ),
     "state": (
-        "knowledge_commands:state_group",
+        "commands.knowledge:state_group",
         "Trusted project state: curated (project, category, key) = value entries.",
     ),
     "supersede": (
-        "knowledge_commands:supersede",
+        "commands.knowledge:supersede",
         "Retire active memory MEMORY_ID (it stays in the log; --status superseded shows it).",
     ),
     "triage": (
-        "knowledge_commands:triage",
+        "commands.knowledge:triage",
         "Give candidates verdicts: promote, reject, needs_human or contradicts.",
     ),
     "context": (
-        "context_commands:context",
+        "commands.context:context",
         "Context packs: five trust-ordered tiers under a budget, recorded in the log.",
     ),
     "ingest": (
-        "context_commands:ingest",
+        "commands.context:ingest",
         "Read Markdown and text files into heading-aware chunks, as signed document events.",
     ),
     "monitor": (
-        "publish_commands:monitor_cmd",
+        "commands.publish:monitor_cmd",
         "Follow a log published as C2SP tlog-tiles; exit 8 on a fork or a rollback.",
     ),
     "persona": (
-        "context_commands:persona",
+        "commands.context:persona",
         "The agent's persona files (IDENTITY.md, SOUL.md, USER.md, tools.md, model.md).",
     ),
     "forget": (
-        "memory_commands:forget",
+        "commands.memory:forget",
         "Erase content for good: a signed memory.erased, its data keys destroyed, every derived copy gone.",
     ),
     "archive": (
-        "memory_commands:archive",
+        "commands.memory:archive",
         "Hide a memory from recall (it stays in the log and with --include-archived).",
     ),
     "atomise": (
-        "atomise_commands:atomise",
+        "commands.atomise:atomise",
         "Split a long memory into 2-10 atoms; the parent is archived, the atoms recall in its place.",
     ),
-    "embeddings": ("embedding_commands:embeddings_group", "The home's embedding model and its vectors."),
+    "embeddings": ("commands.embedding:embeddings_group", "The home's embedding model and its vectors."),
     "export": (
-        "export_commands:export_cmd",
+        "commands.export:export_cmd",
         "Write the active memories to OUT as JSON Lines (what import reads) or basic-memory notes.",
     ),
     "export-forensic-bundle": (
-        "bundle_commands:export_forensic_bundle",
+        "commands.bundle:export_forensic_bundle",
         "Write a sparse, signed, offline-verifiable bundle of everything about one memory.",
     ),
-    "get": ("memory_commands:get", "Show one memory with its links."),
+    "get": ("commands.memory:get", "Show one memory with its links."),
     "import": (
-        "memory_commands:import_cmd",
+        "commands.memory:import_cmd",
         "Store the memories of a JSON Lines FILE: every line checked first, then written in batches.",
     ),
-    "init": ("log_commands:init", "Create a home: key, genesis entry, first checkpoint."),
-    "key": ("log_commands:key_group", "The signing key and its history."),
-    "link": ("memory_commands:link", "Draw an edge SRC -> DST."),
-    "list": ("memory_commands:list_cmd", "List memories, newest first."),
-    "log": ("log_commands:log_group", "The signed event log: show, verify, prove, append notes."),
-    "mcp": ("mcp:mcp", "Serve the Model Context Protocol (stdio, or streamable HTTP on loopback)."),
+    "init": ("commands.log:init", "Create a home: key, genesis entry, first checkpoint."),
+    "key": ("commands.log:key_group", "The signing key and its history."),
+    "link": ("commands.memory:link", "Draw an edge SRC -> DST."),
+    "list": ("commands.memory:list_cmd", "List memories, newest first."),
+    "log": ("commands.log:log_group", "The signed event log: show, verify, prove, append notes."),
+    "mcp": ("commands.mcp:mcp", "Serve the Model Context Protocol (stdio, or streamable HTTP on loopback)."),
     "migrate": (
-        "migrate_commands:migrate",
+        "commands.migrate:migrate",
         "Run, inspect or roll back schema migrations of the store (default) or a vault (--vault DIR).",
     ),
     "policy": (
-        "atomise_commands:policy",
+        "commands.atomise:policy",
         "Governance policies per namespace (inherited leaf-first: a/b/c, a/b, a, root).",
     ),
     "rebuild": (
-        "memory_commands:rebuild",
+        "commands.memory:rebuild",
         "Drop every projection and replay the whole log (refused over a rolled-back log).",
     ),
     "recall": (
-        "memory_commands:recall",
+        "commands.memory:recall",
         "Rank memories for a question: BM25 over title, tags and content, vectors, or both fused.",
     ),
     "replay": (
-        "bundle_commands:replay",
+        "commands.bundle:replay",
         "Rebuild a home from a `log export` that starts at seq 0, verified on the way in.",
     ),
     "restore": (
-        "memory_commands:restore",
+        "commands.memory:restore",
         "Undo an archive (operator's or atomisation's) or a supersession (decay's).",
     ),
     "search": (
-        "memory_commands:search",
+        "commands.memory:search",
         "Memories holding every keyword as a word (of title, tags or content), ranked by BM25.",
     ),
-    "serve": ("http_commands:serve", "Serve the local HTTP API (loopback unless [http] token is set)."),
-    "stats": ("memory_commands:stats", "Counts of memories, links, events and the index."),
+    "serve": ("commands.serve:serve", "Serve the local HTTP API (loopback unless [http] token is set)."),
+    "stats": ("commands.memory:stats", "Counts of memories, links, events and the index."),
     "tenant": (
-        "tenant_commands:tenant_group",
+        "commands.tenant:tenant_group",
         "Tenants: one home each under a tenant root, served together by `serve --tenants`.",
     ),
     "token": (
-        "tenant_commands:token_group",
+        "commands.tenant:token_group",
         "Scoped tokens: made once, stored as a hash, issued and revoked as signed events.",
     ),
-    "store": ("memory_commands:store", "Store TEXT (or standard input with '-') as a memory."),
+    "store": ("commands.memory:store", "Store TEXT (or standard input with '-') as a memory."),
     "unlink": (
-        "memory_commands:unlink",
+        "commands.memory:unlink",
         "Take back the edge SRC -> DST (a signed link.removed; the edge stays in the log's history).",
     ),
-    "update": ("memory_commands:update", "Change fields of a memory (a memory.updated event)."),
-    "vault": ("vault_commands:vault", "Render the store as a vault, validate a vault, import one."),
+    "update": ("commands.memory:update", "Change fields of a memory (a memory.updated event)."),
+    "vault": ("commands.vault:vault", "Render the store as a vault, validate a vault, import one."),
     "verify": (
-        "log_commands:verify",
+        "commands.log:verify",
         "Verify the home: the log, and the projections against the log (default: both); exit 8 on failure.",
     ),
     "verify-bundle": (
-        "bundle_commands:verify_bundle",
+        "commands.bundle:verify_bundle",
         "Verify a forensic bundle offline; exit 8 naming the first failure.",
     ),
     "verify-receipt": (
-        "bundle_commands:verify_receipt",
+        "commands.bundle:verify_receipt",
         "Check an erasure receipt offline: the memory.erased entry, signed and included.",
     ),
     "witness": (
-        "witness_commands:witness_group",
+        "commands.witness:witness_group",
         "Witnesses: run one (serve), or send this home's checkpoints to some (add, list, remove, sync).",
     ),
-    "worker": ("atomise_commands:worker", "The deferred-atomisation worker."),
+    "worker": ("commands.atomise:worker", "The deferred-atomisation worker."),
 }
 
 _EXTRA_SUBCOMMANDS: dict[str, list[str]] = {
-    "log": ["bundle_commands:log_export", "publish_commands:log_publish"]
+    "log": ["commands.bundle:log_export", "commands.publish:log_publish"]
 }
 
 #: How `mnemolog --help` groups the commands; every command is in exactly one section.

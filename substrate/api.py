@@ -49,11 +49,11 @@ from mnemolog.projections.memory.model import MEMORY_FIELDS, Edge, Memory
 from mnemolog.projections.recall import hybrid
 from mnemolog.projections.recall import query as q
 from mnemolog.projections.recall.query import Filters
-from mnemolog.substrate import asof, governance, recall_hits, recall_policy, scope, witnessing
-from mnemolog.substrate import context as ctx
-from mnemolog.substrate.atomise import Atomiser, AtomiseResult
-from mnemolog.substrate.datakeys import DataKeys
-from mnemolog.substrate.embedding import Embedding, EmbeddingStatus, parse_fusion
+from mnemolog.substrate.atomise.service import Atomiser, AtomiseResult
+from mnemolog.substrate.context import service as ctx
+from mnemolog.substrate.context.config import pack_config
+from mnemolog.substrate.embedding.service import Embedding, EmbeddingStatus, parse_fusion
+from mnemolog.substrate.erasure.datakeys import DataKeys
 from mnemolog.substrate.events import (
     LinkCreated,
     LinkRemoved,
@@ -75,11 +75,13 @@ from mnemolog.substrate.events.limits import (
     check_tags,
 )
 from mnemolog.substrate.events.log import RollbackAccepted
-from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
 from mnemolog.substrate.ids import looks_like_id
-from mnemolog.substrate.importer import (
+from mnemolog.substrate.knowledge.service import Knowledge
+from mnemolog.substrate.memory import asof, governance
+from mnemolog.substrate.memory.governance import ResolvedPolicy
+from mnemolog.substrate.memory.importer import (
     BATCH,
     ImportFailed,
     ImportReport,
@@ -87,8 +89,11 @@ from mnemolog.substrate.importer import (
     import_jsonl,
     write_checked,
 )
-from mnemolog.substrate.knowledge import Knowledge
+from mnemolog.substrate.recall import hits as recall_hits
+from mnemolog.substrate.recall import policy as recall_policy
 from mnemolog.substrate.session import ProjectionBehind, Session
+from mnemolog.substrate.tenancy import scope
+from mnemolog.substrate.witness import service as witnessing
 
 __all__ = ["MAX_CONTENT_BYTES", "Edge", "Memory", "RecallReport", "Substrate"]
 
@@ -186,7 +191,7 @@ class Substrate:
         self._token_rows: tuple[int, dict[tuple[str, str], dict[str, Any]]] | None = None
         self._retention: Any = None
         if long_lived and worker:
-            from mnemolog.substrate.erasure import RetentionWorker
+            from mnemolog.substrate.erasure.service import RetentionWorker
 
             table = home.config.raw.get("retention")
             every = table.get("interval_s") if isinstance(table, dict) else None
@@ -1591,7 +1596,7 @@ class Substrate:
         `project` is a registered name or any of its aliases; memories are ranked as `recall` ranks.
         `personal` asks for the personal scope (`[context] personal_domains`), without any project.
         """
-        cfg = ctx.pack_config(self.home.config.raw)
+        cfg = pack_config(self.home.config.raw)
         return ctx.build_context(
             self,
             query,
@@ -1632,7 +1637,7 @@ class Substrate:
         self, root: str | Path, agent: str = "mnemolog", namespace: str | None = None
     ) -> dict[str, Any]:
         """Write (merge) persona files, journal days and run logs under root/agent; hand edits kept."""
-        from mnemolog.substrate import agentfolder  # the vault's planners: only a render needs them
+        from mnemolog.substrate.vault import agentfolder  # the vault's planners: only a render needs them
 
         return agentfolder.render_agent_folder(self, Path(root), agent, self.home.config, namespace).to_json()
 
@@ -1641,7 +1646,7 @@ class Substrate:
     ) -> Memory:
         """Record that a memory joins the agent's persona (today), optionally in one file's section."""
         today = datetime.datetime.fromtimestamp(self.clock() / 1e6, datetime.UTC).date()
-        from mnemolog.substrate import agentfolder
+        from mnemolog.substrate.vault import agentfolder
 
         return agentfolder.promote_to_persona(self, memory_id, today=today, file=file, section=section)
 
@@ -1673,7 +1678,7 @@ class Substrate:
         where the erasure receipt goes (eventlog.receipt); `expired` erases what
         the namespaces' `retention_days` policies let expire. See substrate.erasure.
         """
-        from mnemolog.substrate import erasure
+        from mnemolog.substrate.erasure import service as erasure
 
         return erasure.forget(
             self,

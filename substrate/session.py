@@ -33,12 +33,13 @@ from mnemolog.projections.memory import heads as heads_q
 from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import Edge, Links, Memory
 from mnemolog.projections.recall import query as q
-from mnemolog.substrate import governance, scope
-from mnemolog.substrate.datakeys import DataKeys
+from mnemolog.substrate.erasure.datakeys import DataKeys
 from mnemolog.substrate.events import CURRENT_TV, LinkCreated, MemoryStored, Payload
 from mnemolog.substrate.events.base import Chained
-from mnemolog.substrate.governance import ResolvedPolicy
 from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
+from mnemolog.substrate.memory import governance
+from mnemolog.substrate.memory.governance import ResolvedPolicy
+from mnemolog.substrate.tenancy import scope
 
 __all__ = ["Follow", "ProjectionBehind", "Session", "Sessions"]
 

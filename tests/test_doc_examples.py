@@ -12,7 +12,7 @@ README.md
   218     `No such command 'recal'. Did you mean 'recall'?`, exit 64         -> here
   225     `log show`: seq, time, type, key id, payload                       -> here
   269     `already_stored: true`, `embedding` values  -> tests/substrate/test_idempotent_store.py,
-                                                         tests/substrate/test_embedding.py
+                                                         tests/substrate/embedding/test_service.py
   344-348 `resumed: true`; the orphans' archive reason                       -> here
   361     `vault validate`: `file: field: message`, exit 65                  -> here
   409     `capture` prints its id                                            -> here
@@ -31,7 +31,7 @@ docs/format.md
 docs/forensics.md
   161, 311-315 verify-bundle's report, its JSON, the failure object          -> here
   433-441 the witness's answers; 509-513 the witness checks
-                                      -> tests/substrate/test_witness_server.py, tests/cli/test_witness_cli.py
+      -> tests/substrate/witness/test_server.py, tests/cli/commands/test_witness.py
 docs/context.md
   153-167 the pack's bytes            -> tests/projections/context/test_assemble.py::
                                          test_the_pack_docs_context_md_shows_is_what_assembly_renders
@@ -620,7 +620,7 @@ def test_the_index_lines_are_the_ones_vault_md_shows(home: Path, tmp_path: Path)
 def test_recall_and_search_answers_say_matched_false_when_nothing_matched(home: Path) -> None:
     from starlette.testclient import TestClient
 
-    from mnemolog.cli import http_api
+    from mnemolog.cli.agents import http_api
     from mnemolog.substrate.api import Substrate
 
     text = " ".join(doc("recall.md").split())

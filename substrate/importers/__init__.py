@@ -22,12 +22,12 @@ from typing import Any, Final
 
 from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.eventlog.store.fsio import FileTooLarge, NotRegularFile, read_regular
-from mnemolog.substrate.importer import MAX_IMPORT_BYTES
 from mnemolog.substrate.importers._common import MapError, derived_id
 from mnemolog.substrate.importers.basic_memory import map_basic_memory, relation_links
 from mnemolog.substrate.importers.chats import map_chatgpt, map_claude
 from mnemolog.substrate.importers.letta import map_letta
 from mnemolog.substrate.importers.mem0 import map_mem0
+from mnemolog.substrate.memory.importer import MAX_IMPORT_BYTES
 
 __all__ = ["FORMATS", "MapError", "derived_id", "read_source", "relation_links"]
 

@@ -14,7 +14,7 @@ from typing import Any, Final
 import yaml
 
 from mnemolog.eventlog.vocabulary.events import iso_time
-from mnemolog.substrate.importer import FIELDS
+from mnemolog.substrate.memory.importer import FIELDS
 
 EXPORT_FORMATS: Final = ("jsonl", "basic-memory")
 

@@ -58,13 +58,7 @@ from mnemolog.substrate.migrations.protocol import (
 from mnemolog.substrate.migrations.runner import audited_restore
 from mnemolog.substrate.migrations.scripts import apply_script
 from mnemolog.substrate.session import Sessions
-from mnemolog.substrate.vault import (
-    VAULT_KEY,
-    encode_value,
-    memory_to_record,
-    midnight,
-    supersession,
-)
+from mnemolog.substrate.vault.service import VAULT_KEY, encode_value, memory_to_record, midnight, supersession
 
 if TYPE_CHECKING:
     from mnemolog.substrate.api import Substrate

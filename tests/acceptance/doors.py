@@ -17,7 +17,7 @@ from typing import Any
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from mnemolog.cli import http_api, mcp_server
+from mnemolog.cli.agents import http_api, mcp_server
 from mnemolog.cli.main import cli
 from mnemolog.substrate.api import Substrate
 

@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from mnemolog.cli import http_api
+from mnemolog.cli.agents import http_api
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import init_home
-from tests.cli.test_mcp import stdio_params, tool, with_client
+from tests.cli.agents.test_mcp import stdio_params, tool, with_client
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent

@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mnemolog.cli import mcp_server
+from mnemolog.cli.agents import mcp_server
 from mnemolog.cli.main import cli
 from mnemolog.projections.vault import regions
-from mnemolog.substrate.vault import DEFAULT_AGENT
+from mnemolog.substrate.vault.service import DEFAULT_AGENT
 from tests.substrate.migrations.contract import BUMP
 
 from .doors import Doors

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from mnemolog.cli import operations
+from mnemolog.cli.agents import operations
 from mnemolog.eventlog.errors import MnemologError
-from mnemolog.substrate import scope
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import Home
-from mnemolog.substrate.tenants import TenantRoot
+from mnemolog.substrate.tenancy import scope
+from mnemolog.substrate.tenancy.tenants import TenantRoot
 
 MARKERS = ("BSECRET", "GLOBEXSECRET", "STATESECRET", "CANDSECRET")
 ALL_STATUSES = ["candidate", "active", "superseded", "invalid"]

@@ -199,7 +199,7 @@ def test_import_of_malformed_and_truncated_files(home: Path, tmp_path: Path) -> 
 
 
 def test_import_of_an_oversized_file_is_refused_before_reading(home: Path, tmp_path: Path) -> None:
-    from mnemolog.substrate.importer import MAX_IMPORT_BYTES
+    from mnemolog.substrate.memory.importer import MAX_IMPORT_BYTES
 
     big = tmp_path / "big.jsonl"
     with open(big, "wb") as f:
@@ -213,7 +213,7 @@ def test_an_import_that_grows_past_its_bound_is_refused(tmp_path: Path) -> None:
     import io
 
     from mnemolog.eventlog.errors import UsageError
-    from mnemolog.substrate.importer import _lines
+    from mnemolog.substrate.memory.importer import _lines
 
     data = b'{"content": "a line"}\n' * 100
     with pytest.raises(UsageError, match="split the file"):

@@ -16,7 +16,7 @@ import hashlib
 from pathlib import Path
 
 from mnemolog.substrate.home import Home
-from mnemolog.substrate.publish import publish
+from mnemolog.substrate.witness.publish import publish
 
 
 def _h(b: bytes) -> bytes:

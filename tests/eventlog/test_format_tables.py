@@ -105,7 +105,8 @@ def test_when_the_rotation_overlap_line_is_written(tmp_path: Path) -> None:
 
     from mnemolog.cli.main import cli
     from mnemolog.eventlog.store.log import Log
-    from mnemolog.substrate import witness_config, witnessing
+    from mnemolog.substrate.witness import config as witness_config
+    from mnemolog.substrate.witness import service as witnessing
 
     home = tmp_path / "home"
 

@@ -13,7 +13,7 @@ import pytest
 from mnemolog.eventlog import receipt
 from mnemolog.eventlog.errors import VerificationError
 from mnemolog.eventlog.verify.trust import PinnedKey, parse_key_arg
-from mnemolog.substrate import forensics
+from mnemolog.substrate.forensics import service as forensics
 from mnemolog.substrate.home import Home
 from tests.eventlog.bundle.test_standalone import only_eventlog, verifier_python  # noqa: F401
 from tests.projections.kit import new_home, open_sub

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import NotFound
-from mnemolog.substrate.governance import legacy_read, resolve
+from mnemolog.substrate.memory.governance import legacy_read, resolve
 from tests.projections.kit import log_digest, new_home, open_sub
 from tests.substrate.migrations.contract import BUMP
 

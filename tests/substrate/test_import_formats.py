@@ -21,13 +21,13 @@ from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
 from mnemolog.substrate import importers
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.ids import looks_like_id
-from mnemolog.substrate.importer import FIELDS, ImportFailed
 from mnemolog.substrate.importers import MapError, derived_id, read_source
 from mnemolog.substrate.importers.basic_memory import map_note
 from mnemolog.substrate.importers.chats import map_chatgpt, map_claude
 from mnemolog.substrate.importers.export import basic_memory_notes, jsonl_record
 from mnemolog.substrate.importers.letta import map_letta
 from mnemolog.substrate.importers.mem0 import map_mem0
+from mnemolog.substrate.memory.importer import FIELDS, ImportFailed
 from tests.projections.kit import log_digest, new_home, open_sub
 
 DATA = Path(__file__).parent / "data" / "imports"

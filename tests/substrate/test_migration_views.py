@@ -11,7 +11,7 @@ from mnemolog.eventlog.bundle import verifier as bundle
 from mnemolog.eventlog.verify.trust import TRUST_GENESIS
 from mnemolog.projections.recall import query as q
 from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.forensics import export_bundle
+from mnemolog.substrate.forensics.service import export_bundle
 from mnemolog.substrate.home import init_home
 from mnemolog.substrate.migrations.log_backend import LogMigrationBackend
 from mnemolog.substrate.migrations.runner import run_migration

@@ -19,7 +19,7 @@ class Client:
     SDK's) serves nothing before the initialize handshake, so the first
     request that is not `initialize` is preceded by one; an `initialize`
     sent with only a protocol version gets the fields the protocol requires.
-    For tool-level tests prefer the SDK's own client (tests/cli/test_mcp.py).
+    For tool-level tests prefer the SDK's own client (tests/cli/agents/test_mcp.py).
     """
 
     def __init__(self, home: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from mnemolog.eventlog.format.keys import VerifierKey
-from mnemolog.substrate import witness_server as ws
+from mnemolog.substrate.witness import server as ws
 
 
 class WitnessServer:

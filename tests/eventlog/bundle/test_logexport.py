@@ -17,7 +17,7 @@ from mnemolog.eventlog.format import codec, merkle
 from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.eventlog.store.writer import Durability
 from mnemolog.eventlog.verify.trust import TRUST_GENESIS, PinnedKey
-from mnemolog.substrate import forensics
+from mnemolog.substrate.forensics import service as forensics
 from mnemolog.substrate.home import Home
 from tests.support.forensic_data import make_home
 

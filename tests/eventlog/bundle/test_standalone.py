@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from mnemolog.eventlog.format.keys import SigningKey
-from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.forensics import service as forensics
 from tests.support.forensic_data import atomised_home
 
 REPO = Path(__file__).resolve().parents[3]

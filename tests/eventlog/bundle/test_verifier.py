@@ -40,8 +40,8 @@ from mnemolog.eventlog.errors import MnemologError, UsageError, VerificationErro
 from mnemolog.eventlog.format import codec
 from mnemolog.eventlog.format.keys import SigningKey, load_private_key
 from mnemolog.eventlog.verify.trust import TRUST_GENESIS, PinnedKey, parse_key_arg
-from mnemolog.substrate import forensics
 from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.forensics import service as forensics
 from mnemolog.substrate.home import Home
 from tests.support.forensic_data import Atomised, atomised_home, members_of, rotated_home
 

@@ -20,7 +20,7 @@ from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.projections.embedding import vectors as vx
 from mnemolog.projections.recall.query import Filters
 from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.embedding import Unchanged
+from mnemolog.substrate.embedding.service import Unchanged
 from mnemolog.substrate.home import Home
 from tests.projections.kit import log_digest, new_home, open_sub
 from tests.support.fake_embedder import DIM, FakeEmbedder, fake_vec

@@ -12,7 +12,7 @@ from mnemolog.substrate.events import MemoryUpdated
 from mnemolog.substrate.home import init_home
 from mnemolog.substrate.migrations.log_backend import LogMigrationBackend
 from mnemolog.substrate.migrations.protocol import MigrationEvent
-from mnemolog.substrate.vault import VAULT_KEY, encode_value, midnight
+from mnemolog.substrate.vault.service import VAULT_KEY, encode_value, midnight
 
 from .contract import UnitSpec, register_harness
 

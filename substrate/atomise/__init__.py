@@ -1,0 +1,3 @@
+"""The atomise engine: a long memory split into atoms, every step a signed event, resumable after a crash."""
+
+__all__: list[str] = []
