@@ -69,11 +69,17 @@ class Matrix:
             dot = np.cumsum(self.vecs[rows] * query, axis=1, dtype=np.float32)[:, -1]
         else:
             # (dim, rows), C-contiguous: add.reduce over axis 0 adds each element in turn (see above).
-            sub = np.ascontiguousarray(self.vecs[rows].T)
-            dot = np.add.reduce(sub * query[:, None], axis=0, dtype=np.float32)
+            sub = np.ascontiguousarray(self.vecs.take(rows, axis=0).T)
+            np.multiply(sub, query[:, None], out=sub)
+            dot = np.add.reduce(sub, axis=0, dtype=np.float32)
         nr = np.cumsum(query * query, dtype=np.float32)[-1]
-        sim = np.clip(dot / np.sqrt(self.sq[rows] * nr), np.float32(-1.0), np.float32(1.0))
-        out: npt.NDArray[np.float64] = (np.float32(1.0) - sim).astype(np.float64)
+        den = self.sq.take(rows)
+        np.multiply(den, nr, out=den)
+        np.sqrt(den, out=den)
+        np.divide(dot, den, out=dot)
+        np.clip(dot, np.float32(-1.0), np.float32(1.0), out=dot)
+        np.subtract(np.float32(1.0), dot, out=dot)
+        out: npt.NDArray[np.float64] = dot.astype(np.float64)
         return out
 
     def search(
@@ -83,16 +89,19 @@ class Matrix:
         allowed: Callable[[list[int]], set[int]] | None = None,
         *,
         exclude: I64 | None = None,
-    ) -> list[tuple[int, float]]:
-        """(doc, distance) of the `limit` nearest docs, nearest first, ties by newest.
+        also: I64 | None = None,
+    ) -> tuple[list[tuple[int, float]], dict[int, float]]:
+        """(doc, distance) of the `limit` nearest docs, nearest first, ties by newest; and the
+        distances of the `also` docs this copy holds (computed with the candidates' in one pass).
 
         The docs kept are those `allowed` keeps (asked of the candidates only), or, without
         it, all but the `exclude` docs: a known set is applied before the candidates are
         chosen, so they are the `limit` nearest kept docs and the few within the margin.
         """
         n = len(self.docs)
+        extra = self.rows_of(also) if also is not None and len(also) else np.zeros(0, np.int64)
         if n == 0 or limit <= 0:
-            return []
+            return [], self.distances(extra, query)
         approx = 1.0 - (self.vecs @ query) / (self.norms * np.float32(np.linalg.norm(query)))
         mask: npt.NDArray[np.bool_] | None = None  # the rows kept (None: all)
         if allowed is None and exclude is not None and len(exclude):
@@ -103,7 +112,7 @@ class Matrix:
                 approx[out] = np.inf  # never among the k nearest kept rows
         kept = n if mask is None else int(mask.sum())
         if kept == 0:
-            return []
+            return [], self.distances(extra, query)
         k = min(kept, limit) if allowed is None else min(n, max(limit * 4, 64))
         while True:
             if k < kept:
@@ -114,18 +123,22 @@ class Matrix:
             else:
                 kth = float("inf")
                 rows = np.arange(n) if mask is None else np.flatnonzero(mask)
-            exact = self.exact(rows, query)
-            docs = self.docs[rows]
+            both = self.exact(np.concatenate((rows, extra)), query)
+            exact, docs = both[: len(rows)], self.docs[rows]
             if allowed is not None:
-                keep = allowed([int(d) for d in docs])
-                ok = np.fromiter((int(d) in keep for d in docs), dtype=bool, count=len(docs))
+                keep = allowed(docs.tolist())
+                ok = np.fromiter((d in keep for d in docs.tolist()), dtype=bool, count=len(docs))
                 exact, docs = exact[ok], docs[ok]
             order = np.lexsort((-docs, exact))[:limit]
-            found = [(int(d), float(x)) for d, x in zip(docs[order], exact[order], strict=True)]
+            found = list(zip(docs[order].tolist(), exact[order].tolist(), strict=True))
             # A row left out has a BLAS distance above kth + 2·MARGIN, so an exact one above kth + MARGIN.
             if len(rows) == kept or (len(found) == limit and found[-1][1] < kth + MARGIN):
-                return found
+                return found, dict(zip(self.docs[extra].tolist(), both[len(rows) :].tolist(), strict=True))
             k = min(kept, k * 4)
+
+    def distances(self, rows: I64, query: F32) -> dict[int, float]:
+        """The exact distance of these rows, by doc."""
+        return dict(zip(self.docs[rows].tolist(), self.exact(rows, query).tolist(), strict=True))
 
 
 _lock = threading.Lock()

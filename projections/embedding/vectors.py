@@ -49,7 +49,7 @@ approximate (HNSW), below it exact.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -676,9 +676,7 @@ def distances(
         return {}
     m = vecmatrix.current(conn, _matrix_key(meta))
     if m is not None:
-        have = m.rows_of(np.asarray(docs, dtype=np.int64))
-        got = m.exact(have, np.asarray(query, dtype=np.float32))
-        return {int(m.docs[r]): float(x) for r, x in zip(have, got, strict=True)}
+        return m.distances(m.rows_of(np.asarray(docs, dtype=np.int64)), np.asarray(query, dtype=np.float32))
     rows = conn.execute(
         f"SELECT doc, array_cosine_distance(vec, ?::VARCHAR::FLOAT[{meta.dim}]) FROM vectors "
         "WHERE doc IN (SELECT unnest(?::BIGINT[]))",
@@ -700,20 +698,57 @@ def search(
 
     Ties break by the newest memory first (higher doc), as BM25's do.
     """
+    return search_with(conn, query, filters, limit, (), meta=meta, use_index=use_index)[0]
+
+
+def search_with(
+    conn: duckdb.DuckDBPyConnection,
+    query: np.ndarray,
+    filters: Filters,
+    limit: int,
+    also: Sequence[int],
+    *,
+    meta: Meta,
+    use_index: bool = False,
+) -> tuple[list[tuple[int, float]], dict[int, float]]:
+    """`search`, and the exact distances of the `also` memories that have a vector and are
+    not among the nearest (`distances`): hybrid recall's BM25 candidates, scored in the
+    same pass over the matrix when there is one."""
     if meta.rows == 0:
-        return []
+        return [], {}
     restrict, rargs = restriction(filters)
     if not use_index:
         m = vecmatrix.for_search(conn, _matrix_key(meta), meta.dim)
         if m is not None:
             q = np.asarray(query, dtype=np.float32)
+            extra = np.asarray(also, dtype=np.int64)
             copy = bm25.current_copy(conn) if filters.only_guard else None
             if copy is not None:
                 # The docs the default filters leave out, as BM25 keeps them for this position:
                 # the same anti-joins as the restriction, without a statement, and known before
                 # the candidates are chosen.
-                return m.search(q, limit, exclude=excluded(conn, copy, filters))
-            return m.search(q, limit, _allowed(conn, restrict, rargs))
+                near, dist = m.search(q, limit, exclude=excluded(conn, copy, filters), also=extra)
+            else:
+                near, dist = m.search(q, limit, _allowed(conn, restrict, rargs), also=extra)
+            found = dict(near)
+            return near, {d: x for d, x in dist.items() if d not in found}
+    near = _scan(conn, query, restrict, rargs, limit, meta=meta, use_index=use_index)
+    found = dict(near)
+    missing = [d for d in dict.fromkeys(also) if d not in found]
+    return near, distances(conn, query, missing, meta=meta) if missing else {}
+
+
+def _scan(
+    conn: duckdb.DuckDBPyConnection,
+    query: np.ndarray,
+    restrict: str,
+    rargs: list[Any],
+    limit: int,
+    *,
+    meta: Meta,
+    use_index: bool,
+) -> list[tuple[int, float]]:
+    """The nearest allowed memories by SQL: HNSW candidates (`use_index`), else an exact scan."""
     lit = vector_literal(query)
     qv = f"?::VARCHAR::FLOAT[{meta.dim}]"
     if use_index:

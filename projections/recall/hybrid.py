@@ -34,6 +34,7 @@ from typing import Any, Final, Literal
 
 import duckdb
 import numpy as np
+import numpy.typing as npt
 
 from mnemolog.projections.embedding import vectors
 from mnemolog.projections.memory.model import Memory
@@ -131,22 +132,46 @@ def convex(
     `lexical` is BM25's (doc, score) list, `near` the vector ranker's docs;
     `cosines` the cosine of every candidate that has a vector.
     """
-    cands = sorted({d for d, _ in lexical} | set(near))
-    if not cands:
-        return []
     bm = dict(lexical)
-    b = np.array([bm.get(d, 0.0) for d in cands], dtype=np.float64)
-    known = [cosines[d] for d in cands if d in cosines]
-    floor = min(known) if known else 0.0
-    c = np.array([cosines.get(d, floor) for d in cands], dtype=np.float64)
+    docs, scores = convex_arrays(
+        np.fromiter(bm.keys(), np.int64, len(bm)),
+        np.fromiter(bm.values(), np.float64, len(bm)),
+        np.asarray(near, dtype=np.int64),
+        np.fromiter(cosines.keys(), np.int64, len(cosines)),
+        np.fromiter(cosines.values(), np.float64, len(cosines)),
+        weights,
+    )
+    return list(zip(docs.tolist(), scores.tolist(), strict=True))
+
+
+def convex_arrays(
+    lex_docs: npt.NDArray[np.int64],
+    lex_scores: npt.NDArray[np.float64],
+    near: npt.NDArray[np.int64],
+    cos_docs: npt.NDArray[np.int64],
+    cos: npt.NDArray[np.float64],
+    weights: tuple[float, float],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """`convex` over arrays (docs unique in each input): the candidates' docs and fused
+    scores, best first. Hybrid recall fuses here without building a dict per candidate."""
+    cands = np.union1d(lex_docs, near)
+    if not len(cands):
+        return cands, np.zeros(0, np.float64)
+    b = np.zeros(len(cands), dtype=np.float64)
+    b[np.searchsorted(cands, lex_docs)] = lex_scores
+    order = np.argsort(cos_docs, kind="stable")
+    cos_docs, cos = cos_docs[order], cos[order]
+    at = np.minimum(np.searchsorted(cos_docs, cands), max(len(cos_docs) - 1, 0))
+    known = cos_docs[at] == cands if len(cos_docs) else np.zeros(len(cands), dtype=bool)
+    floor = cos[at[known]].min() if known.any() else 0.0  # a candidate without a vector yet
+    c = np.where(known, cos[at] if len(cos_docs) else 0.0, floor)
     top = b.max()
     bn = b / top if top > 0 else b
     span = c.max() - c.min()
     cn = (c - c.min()) / span if span > 0 else np.zeros_like(c)
     score = weights[0] * bn + weights[1] * cn
-    docs = np.array(cands, dtype=np.int64)
-    order = np.lexsort((-docs, -score))
-    return [(int(docs[i]), float(score[i])) for i in order]
+    ranked = np.lexsort((-cands, -score))
+    return cands[ranked], score[ranked]
 
 
 def rank(
@@ -261,8 +286,13 @@ def _rank(
         # Vector mode has no BM25 side, but the connection's copy of the index (built once it
         # has been asked for a few times) keeps the excluded sets and the rows it reads.
         copy = bm25.index_for(conn, position)
+    scored: dict[int, float] = {}  # exact distances of BM25 candidates the vector side did not rank
     if want_vec and query_vector is not None and meta is not None:
-        near = vectors.search(conn, query_vector, filters, depth, meta=meta, use_index=use_index)
+        # Convex fusion scores every BM25 candidate by its cosine: one pass gives both.
+        also = [x.doc for x in lexical] if mode == "hybrid" and fusion.method == "convex" else []
+        near, scored = vectors.search_with(
+            conn, query_vector, filters, depth, also, meta=meta, use_index=use_index
+        )
     if mode == "bm25":
         return [
             Ranked(
@@ -279,11 +309,10 @@ def _rank(
         return [
             Ranked(d, 1.0 - dist, vector_rank=i, distance=dist) for i, (d, dist) in enumerate(near, start=1)
         ], copy
-    lex = {x.doc: x.score / SCORE_SCALE for x in lexical}
-    nbr = {x.doc: x for x in lexical}
-    dist = dict(near)
+    lex = {x.doc: x for x in lexical}
     ranks_b = {x.doc: i for i, x in enumerate(lexical, start=1)}
     ranks_v = {d: i for i, (d, _) in enumerate(near, start=1)}
+    dist = dict(near)
     if fusion.method == "rrf":
         fused = [
             (d, score)
@@ -292,29 +321,30 @@ def _rank(
                 {"bm25": fusion.bm25_weight, "vector": fusion.vector_weight},
                 fusion.k,
             )
-        ]
+        ][:limit]
     else:
-        missing = [d for d in lex if d not in dist]
-        if missing and query_vector is not None and meta is not None:
-            dist.update(vectors.distances(conn, query_vector, missing, meta=meta))
-        fused = convex(
-            list(lex.items()),
-            {d: 1.0 - x for d, x in dist.items()},
-            [d for d, _ in near],
+        dist.update(scored)
+        docs, scores = convex_arrays(
+            np.fromiter(lex, np.int64, len(lex)),
+            np.fromiter((x.score for x in lexical), np.float64, len(lexical)) / SCORE_SCALE,
+            np.fromiter(ranks_v, np.int64, len(ranks_v)),
+            np.fromiter(dist, np.int64, len(dist)),
+            1.0 - np.fromiter(dist.values(), np.float64, len(dist)),
             (fusion.bm25_weight, fusion.vector_weight),
         )
+        fused = list(zip(docs[:limit].tolist(), scores[:limit].tolist(), strict=True))
     return [
         Ranked(
             d,
             score,
             bm25_rank=ranks_b.get(d),
             vector_rank=ranks_v.get(d),
-            bm25_score=lex.get(d),
+            bm25_score=lex[d].score / SCORE_SCALE if d in lex else None,
             distance=dist.get(d),
-            neighbour=nbr[d].neighbour / SCORE_SCALE if d in nbr else None,
-            neighbour_doc=nbr[d].neighbour_doc if d in nbr else None,
+            neighbour=lex[d].neighbour / SCORE_SCALE if d in lex else None,
+            neighbour_doc=lex[d].neighbour_doc if d in lex else None,
         )
-        for d, score in fused[:limit]
+        for d, score in fused
     ], copy
 
 

@@ -345,12 +345,17 @@ def excluded(conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, fil
         # the copy keeps it for the day (and for its position, like the rest of `left_out`).
         day = None if filters.expired_at is None else filters.expired_at // DAY_US
         key = f"lapsed:{day}:{filters.hide_superseded}"
+        both = f"{key}:{filters.include_archived}"
+        if copy is not None and both in copy.left_out:
+            return copy.left_out[both]  # the union too: every recall asks for it
         more = copy.left_out.get(key) if copy is not None else None
         if more is None:
             more = np.asarray(conn.execute(lapsed, largs).fetchnumpy()["doc"], dtype=np.int64)
             if copy is not None:
                 copy.left_out[key] = more
         exclude = np.union1d(exclude, more)
+        if copy is not None:
+            copy.left_out[both] = exclude
     return exclude
 
 
