@@ -60,7 +60,8 @@ class Matrix:
         if not len(self.docs):
             return np.zeros(0, np.int64)
         at = np.minimum(np.searchsorted(self.docs, docs), len(self.docs) - 1)
-        return at[self.docs[at] == docs]
+        found: I64 = at[self.docs[at] == docs]
+        return found
 
     def exact(self, rows: I64, query: F32) -> npt.NDArray[np.float64]:
         """DuckDB's `array_cosine_distance(vec, query)` of these rows, as the floats it returns."""

@@ -34,7 +34,6 @@ from typing import Any, Final, Literal
 
 import duckdb
 import numpy as np
-import numpy.typing as npt
 
 from mnemolog.projections.embedding import vectors
 from mnemolog.projections.memory.model import Memory
@@ -131,47 +130,28 @@ def convex(
 
     `lexical` is BM25's (doc, score) list, `near` the vector ranker's docs;
     `cosines` the cosine of every candidate that has a vector.
+
+    Plain Python: on the hundred-odd candidates of a recall, numpy's per-call cost was
+    most of the fusion. The arithmetic is the same IEEE double operations, one element at
+    a time, so the scores are the same floats.
     """
     bm = dict(lexical)
-    docs, scores = convex_arrays(
-        np.fromiter(bm.keys(), np.int64, len(bm)),
-        np.fromiter(bm.values(), np.float64, len(bm)),
-        np.asarray(near, dtype=np.int64),
-        np.fromiter(cosines.keys(), np.int64, len(cosines)),
-        np.fromiter(cosines.values(), np.float64, len(cosines)),
-        weights,
-    )
-    return list(zip(docs.tolist(), scores.tolist(), strict=True))
-
-
-def convex_arrays(
-    lex_docs: npt.NDArray[np.int64],
-    lex_scores: npt.NDArray[np.float64],
-    near: npt.NDArray[np.int64],
-    cos_docs: npt.NDArray[np.int64],
-    cos: npt.NDArray[np.float64],
-    weights: tuple[float, float],
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """`convex` over arrays (docs unique in each input): the candidates' docs and fused
-    scores, best first. Hybrid recall fuses here without building a dict per candidate."""
-    cands = np.union1d(lex_docs, near)
-    if not len(cands):
-        return cands, np.zeros(0, np.float64)
-    b = np.zeros(len(cands), dtype=np.float64)
-    b[np.searchsorted(cands, lex_docs)] = lex_scores
-    order = np.argsort(cos_docs, kind="stable")
-    cos_docs, cos = cos_docs[order], cos[order]
-    at = np.minimum(np.searchsorted(cos_docs, cands), max(len(cos_docs) - 1, 0))
-    known = cos_docs[at] == cands if len(cos_docs) else np.zeros(len(cands), dtype=bool)
-    floor = cos[at[known]].min() if known.any() else 0.0  # a candidate without a vector yet
-    c = np.where(known, cos[at] if len(cos_docs) else 0.0, floor)
-    top = b.max()
-    bn = b / top if top > 0 else b
-    span = c.max() - c.min()
-    cn = (c - c.min()) / span if span > 0 else np.zeros_like(c)
-    score = weights[0] * bn + weights[1] * cn
-    ranked = np.lexsort((-cands, -score))
-    return cands[ranked], score[ranked]
+    cands = sorted(bm.keys() | set(near))
+    if not cands:
+        return []
+    b = [bm.get(d, 0.0) for d in cands]
+    known = [cosines[d] for d in cands if d in cosines]
+    floor = min(known) if known else 0.0
+    c = [cosines.get(d, floor) for d in cands]
+    top = max(b)
+    bn = [x / top for x in b] if top > 0 else b
+    lo = min(c)
+    span = max(c) - lo
+    cn = [(x - lo) / span for x in c] if span > 0 else [0.0] * len(c)
+    w_b, w_v = weights
+    scored = [(d, w_b * x + w_v * y) for d, x, y in zip(cands, bn, cn, strict=True)]
+    scored.sort(key=lambda t: (-t[1], -t[0]))
+    return scored
 
 
 def rank(
@@ -315,24 +295,21 @@ def _rank(
     dist = dict(near)
     if fusion.method == "rrf":
         fused = [
-            (d, score)
-            for d, score, _ in rrf(
+            (d, sc)
+            for d, sc, _ in rrf(
                 {"bm25": [x.doc for x in lexical], "vector": [d for d, _ in near]},
                 {"bm25": fusion.bm25_weight, "vector": fusion.vector_weight},
                 fusion.k,
             )
-        ][:limit]
+        ]
     else:
         dist.update(scored)
-        docs, scores = convex_arrays(
-            np.fromiter(lex, np.int64, len(lex)),
-            np.fromiter((x.score for x in lexical), np.float64, len(lexical)) / SCORE_SCALE,
-            np.fromiter(ranks_v, np.int64, len(ranks_v)),
-            np.fromiter(dist, np.int64, len(dist)),
-            1.0 - np.fromiter(dist.values(), np.float64, len(dist)),
+        fused = convex(
+            [(x.doc, x.score / SCORE_SCALE) for x in lexical],
+            {d: 1.0 - x for d, x in dist.items()},
+            list(ranks_v),
             (fusion.bm25_weight, fusion.vector_weight),
         )
-        fused = list(zip(docs[:limit].tolist(), scores[:limit].tolist(), strict=True))
     return [
         Ranked(
             d,
@@ -344,7 +321,7 @@ def _rank(
             neighbour=lex[d].neighbour / SCORE_SCALE if d in lex else None,
             neighbour_doc=lex[d].neighbour_doc if d in lex else None,
         )
-        for d, score in fused
+        for d, score in fused[:limit]
     ], copy
 
 
