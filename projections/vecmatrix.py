@@ -103,7 +103,13 @@ class Matrix:
         extra = self.rows_of(also) if also is not None and len(also) else np.zeros(0, np.int64)
         if n == 0 or limit <= 0:
             return [], self.distances(extra, query)
-        approx = 1.0 - (self.vecs @ query) / (self.norms * np.float32(np.linalg.norm(query)))
+        # Candidates only (the margin covers the rounding): in place, one temporary.
+        approx = self.vecs @ query
+        approx /= self.norms
+        qn = float(np.linalg.norm(query))
+        # A zero or non-finite query has no nearest: NaN candidates make the loop score all rows.
+        approx *= np.float32(-1.0 / qn) if 0.0 < qn < float("inf") else np.float32("nan")
+        approx += np.float32(1.0)
         mask: npt.NDArray[np.bool_] | None = None  # the rows kept (None: all)
         if allowed is None and exclude is not None and len(exclude):
             out = self.rows_of(np.asarray(exclude, dtype=np.int64))

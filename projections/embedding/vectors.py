@@ -716,7 +716,6 @@ def search_with(
     same pass over the matrix when there is one."""
     if meta.rows == 0:
         return [], {}
-    restrict, rargs = restriction(filters)
     if not use_index:
         m = vecmatrix.for_search(conn, _matrix_key(meta), meta.dim)
         if m is not None:
@@ -729,9 +728,10 @@ def search_with(
                 # the candidates are chosen.
                 near, dist = m.search(q, limit, exclude=excluded(conn, copy, filters), also=extra)
             else:
-                near, dist = m.search(q, limit, _allowed(conn, restrict, rargs), also=extra)
+                near, dist = m.search(q, limit, _allowed(conn, *restriction(filters)), also=extra)
             found = dict(near)
             return near, {d: x for d, x in dist.items() if d not in found}
+    restrict, rargs = restriction(filters)
     near = _scan(conn, query, restrict, rargs, limit, meta=meta, use_index=use_index)
     found = dict(near)
     missing = [d for d in dict.fromkeys(also) if d not in found]

@@ -123,3 +123,13 @@ def test_exact_distances_are_duckdbs_floats_for_any_number_of_rows(dim: int) -> 
     for n in [1, 2, 3, 7, 8, 9, 64, 65, 300]:
         rows = rng.choice(300, n, replace=False).astype(np.int64)
         assert np.array_equal(m.exact(rows, query), want[rows]), n
+
+
+def test_a_zero_query_scores_every_row() -> None:
+    # No direction, no nearest: every row is scored exactly (as the scan would), none dropped.
+    vecs = np.eye(4, dtype=np.float32) + np.float32(0.5)
+    sq = np.cumsum(vecs * vecs, axis=1, dtype=np.float32)[:, -1]
+    m = vecmatrix.Matrix((), np.arange(4, dtype=np.int64), vecs, np.linalg.norm(vecs, axis=1), sq)
+    with np.errstate(all="ignore"):
+        found, _ = m.search(np.zeros(4, np.float32), 2)
+    assert len(found) == 2
