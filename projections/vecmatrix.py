@@ -12,8 +12,12 @@ Results must equal the SQL scan's, distances included. DuckDB's
 `array_cosine_distance` on FLOAT arrays accumulates the dot product and both
 squared norms in float32, element after element, then takes
 `1 - clamp(dot / sqrt(|l|² · |r|²), -1, 1)` in float32. `exact` repeats that
-sequence with numpy's float32 arithmetic (`cumsum` adds in order; every step
-is IEEE round-to-nearest), so each distance is the same float. A BLAS
+sequence with numpy's float32 arithmetic, so each distance is the same float:
+every step is IEEE round-to-nearest, and the sums add element after element
+because they reduce along the slow axis of a C-contiguous (dim, rows) array
+(numpy adds each element to the running result there; its pairwise summation
+is only for the fast axis). The rows' squared norms are summed once, when the
+copy is built (`cumsum`, which adds in order by definition). A BLAS
 product, which adds in another order, only chooses candidates: every memory
 whose BLAS distance is within `MARGIN` of the k-th best is scored exactly,
 and the answer stands only when its last exact distance is below the
@@ -49,41 +53,99 @@ class Matrix:
     docs: I64  # ascending
     vecs: F32  # one row per doc
     norms: F32  # float32 Euclidean norms, for the BLAS candidates only
+    sq: F32  # each row's squared norm as DuckDB sums it (in order, float32)
+
+    def rows_of(self, docs: I64) -> I64:
+        """The rows of those of `docs` this copy holds (the others are left out)."""
+        if not len(self.docs):
+            return np.zeros(0, np.int64)
+        at = np.minimum(np.searchsorted(self.docs, docs), len(self.docs) - 1)
+        found: I64 = at[self.docs[at] == docs]
+        return found
 
     def exact(self, rows: I64, query: F32) -> npt.NDArray[np.float64]:
         """DuckDB's `array_cosine_distance(vec, query)` of these rows, as the floats it returns."""
-        sub = self.vecs[rows]
-        dot = np.cumsum(sub * query, axis=1, dtype=np.float32)[:, -1]
-        nl = np.cumsum(sub * sub, axis=1, dtype=np.float32)[:, -1]
+        if len(rows) < 2:
+            # One row is a contiguous vector, which add.reduce would sum pairwise: cumsum adds in order.
+            dot = np.cumsum(self.vecs[rows] * query, axis=1, dtype=np.float32)[:, -1]
+        else:
+            # (dim, rows), C-contiguous: add.reduce over axis 0 adds each element in turn (see above).
+            sub = np.ascontiguousarray(self.vecs.take(rows, axis=0).T)
+            np.multiply(sub, query[:, None], out=sub)
+            dot = np.add.reduce(sub, axis=0, dtype=np.float32)
         nr = np.cumsum(query * query, dtype=np.float32)[-1]
-        sim = np.clip(dot / np.sqrt(nl * nr), np.float32(-1.0), np.float32(1.0))
-        out: npt.NDArray[np.float64] = (np.float32(1.0) - sim).astype(np.float64)
+        den = self.sq.take(rows)
+        np.multiply(den, nr, out=den)
+        np.sqrt(den, out=den)
+        np.divide(dot, den, out=dot)
+        np.clip(dot, np.float32(-1.0), np.float32(1.0), out=dot)
+        np.subtract(np.float32(1.0), dot, out=dot)
+        out: npt.NDArray[np.float64] = dot.astype(np.float64)
         return out
 
     def search(
-        self, query: F32, limit: int, allowed: Callable[[list[int]], set[int]]
-    ) -> list[tuple[int, float]]:
-        """(doc, distance) of the `limit` nearest docs `allowed` keeps, nearest first, ties by newest."""
+        self,
+        query: F32,
+        limit: int,
+        allowed: Callable[[list[int]], set[int]] | None = None,
+        *,
+        exclude: I64 | None = None,
+        also: I64 | None = None,
+    ) -> tuple[list[tuple[int, float]], dict[int, float]]:
+        """(doc, distance) of the `limit` nearest docs, nearest first, ties by newest; and the
+        distances of the `also` docs this copy holds (computed with the candidates' in one pass).
+
+        The docs kept are those `allowed` keeps (asked of the candidates only), or, without
+        it, all but the `exclude` docs: a known set is applied before the candidates are
+        chosen, so they are the `limit` nearest kept docs and the few within the margin.
+        """
         n = len(self.docs)
+        extra = self.rows_of(also) if also is not None and len(also) else np.zeros(0, np.int64)
         if n == 0 or limit <= 0:
-            return []
-        approx = 1.0 - (self.vecs @ query) / (self.norms * np.float32(np.linalg.norm(query)))
-        k = min(n, max(limit * 4, 64))
+            return [], self.distances(extra, query)
+        # Candidates only (the margin covers the rounding): in place, one temporary.
+        approx = self.vecs @ query
+        approx /= self.norms
+        qn = float(np.linalg.norm(query))
+        # A zero or non-finite query has no nearest: NaN candidates make the loop score all rows.
+        approx *= np.float32(-1.0 / qn) if 0.0 < qn < float("inf") else np.float32("nan")
+        approx += np.float32(1.0)
+        mask: npt.NDArray[np.bool_] | None = None  # the rows kept (None: all)
+        if allowed is None and exclude is not None and len(exclude):
+            out = self.rows_of(np.asarray(exclude, dtype=np.int64))
+            if len(out):
+                mask = np.ones(n, dtype=bool)
+                mask[out] = False
+                approx[out] = np.inf  # never among the k nearest kept rows
+        kept = n if mask is None else int(mask.sum())
+        if kept == 0:
+            return [], self.distances(extra, query)
+        k = min(kept, limit) if allowed is None else min(n, max(limit * 4, 64))
         while True:
-            if k < n:
+            if k < kept:
                 kth = float(np.partition(approx, k - 1)[k - 1])
                 rows = np.flatnonzero(approx <= kth + 2 * MARGIN)
+                if mask is not None:
+                    rows = rows[mask[rows]]
             else:
-                kth, rows = float("inf"), np.arange(n)
-            exact = self.exact(rows, query)
-            docs = self.docs[rows]
-            keep = allowed([int(d) for d in docs])
-            order = sorted((float(exact[i]), -int(docs[i])) for i in range(len(rows)) if int(docs[i]) in keep)
-            found = [(-d, x) for x, d in order[:limit]]
-            # A doc left out has a BLAS distance above kth + 2·MARGIN, so an exact one above kth + MARGIN.
-            if len(rows) == n or (len(found) == limit and found[-1][1] < kth + MARGIN):
-                return found
-            k = min(n, k * 4)
+                kth = float("inf")
+                rows = np.arange(n) if mask is None else np.flatnonzero(mask)
+            both = self.exact(np.concatenate((rows, extra)), query)
+            exact, docs = both[: len(rows)], self.docs[rows]
+            if allowed is not None:
+                keep = allowed(docs.tolist())
+                ok = np.fromiter((d in keep for d in docs.tolist()), dtype=bool, count=len(docs))
+                exact, docs = exact[ok], docs[ok]
+            order = np.lexsort((-docs, exact))[:limit]
+            found = list(zip(docs[order].tolist(), exact[order].tolist(), strict=True))
+            # A row left out has a BLAS distance above kth + 2·MARGIN, so an exact one above kth + MARGIN.
+            if len(rows) == kept or (len(found) == limit and found[-1][1] < kth + MARGIN):
+                return found, dict(zip(self.docs[extra].tolist(), both[len(rows) :].tolist(), strict=True))
+            k = min(kept, k * 4)
+
+    def distances(self, rows: I64, query: F32) -> dict[int, float]:
+        """The exact distance of these rows, by doc."""
+        return dict(zip(self.docs[rows].tolist(), self.exact(rows, query).tolist(), strict=True))
 
 
 _lock = threading.Lock()
@@ -120,7 +182,11 @@ def for_search(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], dim: in
     norms = np.linalg.norm(vecs, axis=1).astype(np.float32) if len(docs) else np.zeros(0, np.float32)
     if not (np.isfinite(vecs).all() and (norms > 0).all()):
         return None  # DuckDB's clamp of a NaN similarity is not numpy's: leave those to SQL
-    m = Matrix(key, docs, vecs, norms)
+    sq = np.zeros(len(docs), np.float32)
+    for lo in range(0, len(docs), 4096):  # cumsum along a row adds in order; in slices, bounded memory
+        part = vecs[lo : lo + 4096]
+        sq[lo : lo + len(part)] = np.cumsum(part * part, axis=1, dtype=np.float32)[:, -1]
+    m = Matrix(key, docs, vecs, norms, sq)
     with _lock:
         _copies[cid] = m
     return m

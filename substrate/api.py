@@ -1071,8 +1071,8 @@ class Substrate:
         n = check_limit(limit)
         at = self._as_of(as_of)
         f = self._at(f, at)
-        plan = recall_policy.plan(_At(self, at), self.embedding, query, mode)
-        with self._reading(at) as s:
+
+        def ranked(s: Session, plan: recall_policy.Plan) -> RecallReport:
             if at is not None:
                 plan = recall_policy.prefix_vectors(s.conn, plan)
             plan, found = recall_policy.rank(
@@ -1091,12 +1091,24 @@ class Substrate:
                     if plan.mode == "hybrid":
                         m["explain"]["fusion"] = self.fusion.method
                 results.append(m)
-        report: RecallReport = {
-            "mode": plan.mode,
-            "requested": plan.requested,
-            "fallback": plan.fallback,
-            "results": results,
-        }
+            return {
+                "mode": plan.mode,
+                "requested": plan.requested,
+                "fallback": plan.fallback,
+                "results": results,
+            }
+
+        # One session when the plan needs no model call (bm25, or a query whose vector is
+        # kept); otherwise the query is embedded between two, outside the projection lock.
+        with self._reading(at) as s:
+            ready = recall_policy.plan_in(s, self.embedding, query, mode)
+            if ready is not None:
+                report = ranked(s, ready)
+        if ready is None:
+            plan = recall_policy.plan(_At(self, at), self.embedding, query, mode)
+            with self._reading(at) as s:
+                report = ranked(s, plan)
+        results = report["results"]
         if at is not None:
             report["as_of"] = at.to_json()
         else:  # decay counts a hit as a reference; a look into the past references nothing now

@@ -47,9 +47,9 @@ class Location:
 IndexRecord = tuple[int, int, int, bytes, bool]
 
 
-def _size(path: Path) -> int:
+def _size(path: Path | str) -> int:
     try:
-        return path.stat().st_size
+        return os.stat(path).st_size
     except FileNotFoundError:
         return 0
 
@@ -60,9 +60,18 @@ class Index:
     def __init__(self, log_dir: Path) -> None:
         self.dir = log_dir / "index"
         self._fds: dict[str, int] = {}
+        # The sidecars' paths as text: `count` stats one per tree level on every catch-up
+        # check, and building a Path costs more than the stat.
+        self._names: dict[str, str] = {}
 
     def path(self, name: str) -> Path:
         return self.dir / name
+
+    def _name(self, name: str) -> str:
+        got = self._names.get(name)
+        if got is None:
+            got = self._names[name] = str(self.dir / name)
+        return got
 
     def _fd(self, name: str) -> int:
         fd = self._fds.get(name)
@@ -88,10 +97,10 @@ class Index:
 
     def count(self) -> int:
         """Entries covered by a consistent prefix of every sidecar file."""
-        c = min(_size(self.path("loc")) // LOC.size, _size(self.path("tree-00")) // HASH)
+        c = min(_size(self._name("loc")) // LOC.size, _size(self._name("tree-00")) // HASH)
         level = 1
         while (1 << level) <= c and level < MAX_LEVELS:
-            nodes = _size(self.path(self.level_name(level))) // HASH
+            nodes = _size(self._name(self.level_name(level))) // HASH
             c = min(c, ((nodes + 1) << level) - 1)
             level += 1
         return c

@@ -34,7 +34,7 @@ from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.format.heads import heads_root
 from mnemolog.eventlog.vocabulary import events as vocabulary
 
-__all__ = ["BackChainSummary", "BackChains", "check_back_chains"]
+__all__ = ["BackChainSummary", "BackChains", "Digest", "check_back_chains", "digest"]
 
 
 @dataclass
@@ -53,6 +53,24 @@ class BackChainSummary:
         }
 
 
+# What the fold needs of one entry, computed from it alone (so a worker process that decoded
+# the entry can hand it over): (seq, type, the memory ids it touches, its back-chain pointers
+# or None when its type and version carry none); for heads.committed, (seq, type, (size, root,
+# count) as found). None: the entry touches no memory.
+Digest = tuple[int, str, list[str] | tuple[Any, Any, Any], dict[str, int] | None]
+
+
+def digest(seq: int, type_: str, tv: int, data: dict[str, Any]) -> Digest | None:
+    """The part of an entry the back-chain fold reads (see `Digest`). Pure."""
+    if type_ == vocabulary.HEADS_COMMITTED:
+        return (seq, type_, (data.get("size"), data.get("root"), data.get("count")), None)
+    touched = vocabulary.touched_ids(type_, vocabulary.upcast(type_, tv, data))
+    if not touched:
+        return None
+    pointers = vocabulary.read_touch_prev(data) if vocabulary.chained(type_, tv) else None
+    return (seq, type_, touched, pointers)
+
+
 class BackChains:
     """Feed entries in seq order; raises on the first false pointer or false commitment."""
 
@@ -65,15 +83,24 @@ class BackChains:
         self.summary = BackChainSummary()
 
     def feed(self, e: Entry) -> None:
+        self.apply(digest(e.seq, e.type, e.tv, e.data))
+
+    def apply_run(self, n: int, digests: list[Digest]) -> None:
+        """Fold a run of `n` entries given the digests of those that have one, in seq order."""
+        self.summary.entries += n - len(digests)
+        for d in digests:
+            self.apply(d)
+
+    def apply(self, d: Digest | None) -> None:
+        """Fold one entry's digest (`digest`), in seq order."""
         self.summary.entries += 1
-        if e.type == vocabulary.HEADS_COMMITTED:
-            self._commitment(e)
+        if d is None:
             return
-        data = vocabulary.upcast(e.type, e.tv, e.data)
-        touched = vocabulary.touched_ids(e.type, data)
-        if not touched:
+        seq, type_, touched, pointers = d
+        if type(touched) is tuple:
+            self._commitment(seq, touched)
             return
-        pointers = vocabulary.read_touch_prev(e.data) if vocabulary.chained(e.type, e.tv) else None
+        assert type(touched) is list
         for m in touched:
             seqs = self._seqs.get(m)
             if pointers is not None:
@@ -83,13 +110,13 @@ class BackChains:
                     self.summary.unpointed += 1
                 elif got != head:
                     raise VerificationError(
-                        f"entry {e.seq} ({e.type}) says the previous entry touching memory {m} is "
+                        f"entry {seq} ({type_}) says the previous entry touching memory {m} is "
                         + ("none" if got == vocabulary.FIRST_TOUCH else f"entry {got}")
                         + ", but the log's is "
                         + ("none" if head == vocabulary.FIRST_TOUCH else f"entry {head}")
                         + ": a false back-chain pointer (a bundle of this memory could omit entries)",
                         check="backchain.pointer",
-                        seq=e.seq,
+                        seq=seq,
                         file=self.file,
                         field=f"data.touch_prev[{m!r}]",
                         expected=head,
@@ -98,9 +125,9 @@ class BackChains:
                 else:
                     self.summary.pointers += 1
             if seqs is None:
-                self._seqs[m] = array("q", [e.seq])
+                self._seqs[m] = array("q", [seq])
             else:
-                seqs.append(e.seq)
+                seqs.append(seq)
 
     def heads_at(self, size: int) -> dict[str, int]:
         """Each memory's newest touching seq among the first `size` entries fed."""
@@ -114,22 +141,21 @@ class BackChains:
                     out[m] = seqs[i - 1]
         return out
 
-    def _commitment(self, e: Entry) -> None:
-        d = e.data
-        size, root, count = d.get("size"), d.get("root"), d.get("count")
+    def _commitment(self, seq: int, claim: tuple[Any, Any, Any]) -> None:
+        size, root, count = claim
         if (
             isinstance(size, bool)
             or not isinstance(size, int)
-            or not 0 <= size <= e.seq
+            or not 0 <= size <= seq
             or not isinstance(root, bytes)
             or isinstance(count, bool)
             or not isinstance(count, int)
         ):
             raise VerificationError(
-                f"entry {e.seq} (heads.committed) is malformed: size must be an unsigned integer "
+                f"entry {seq} (heads.committed) is malformed: size must be an unsigned integer "
                 "no larger than its seq, root bytes and count an unsigned integer",
                 check="heads.committed",
-                seq=e.seq,
+                seq=seq,
                 file=self.file,
                 field="data",
             )
@@ -137,11 +163,11 @@ class BackChains:
         want = heads_root(heads)
         if root != want or count != len(heads):
             raise VerificationError(
-                f"entry {e.seq} (heads.committed) commits to the heads of the first {size} entries "
+                f"entry {seq} (heads.committed) commits to the heads of the first {size} entries "
                 f"as root {root.hex()} over {count} memories, but the log's heads give root "
                 f"{want.hex()} over {len(heads)}: a false commitment",
                 check="heads.committed",
-                seq=e.seq,
+                seq=seq,
                 file=self.file,
                 field="data.root" if root != want else "data.count",
                 expected={"root": want.hex(), "count": len(heads)},

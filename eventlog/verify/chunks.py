@@ -7,7 +7,8 @@ Two kinds of task, both pure functions of a file's bytes and a key schedule:
   `Failure` or None.
 - `check_hinted_chunk` (hinted pass): decode the entries the untrusted index
   places in one chunk and check everything a run of entries can show; returns
-  `ChunkOk` (leaf hashes, first prev, key events, genesis log id) or
+  `ChunkOk` (leaf hashes, first prev, key events, genesis log id, and what
+  the back-chain fold needs of each entry, so nobody decodes it again) or
   `ChunkDoubt`, never a verdict: any doubt sends the log to the sequential
   pass. The entry shape is `entry.entry_problem`, the same rule the decoder
   applies, so the fast pass accepts nothing the sequential pass would refuse
@@ -36,6 +37,7 @@ from mnemolog.eventlog.format.keys import verify_signature
 from mnemolog.eventlog.store.fsio import open_regular
 from mnemolog.eventlog.store.index import LOC
 from mnemolog.eventlog.store.segments import MAX_ENTRY_BYTES
+from mnemolog.eventlog.verify.backchain import Digest, digest
 from mnemolog.eventlog.verify.trust import GENESIS_TYPE, LOG_ID_LEN, ROTATION_TYPE, key_from_data
 
 # (first seq, public key, key id) per key epoch: KeySchedule.packed(), picklable for workers.
@@ -64,6 +66,7 @@ class ChunkOk(NamedTuple):
     first_prev: bytes  # `prev` of its first entry
     events: list[tuple[int, str, bytes]]  # key events seen: (seq, key name, public key)
     log_id: bytes | None  # the genesis log id, when the chunk starts the log
+    digests: list[Digest]  # backchain.digest of its entries that have one, in seq order
 
 
 class ChunkDoubt(NamedTuple):
@@ -158,6 +161,7 @@ def check_hinted_chunk(
     verify = verify_signature
     problem = entry_problem
     leaves = bytearray()
+    digests: list[Digest] = []
     events: list[tuple[int, str, bytes]] = []
     log_id: bytes | None = None
     si = 0
@@ -208,6 +212,9 @@ def check_hinted_chunk(
                 return ChunkDoubt(seq, "canonical")
             if not verify(pk, tbs_from_raw(raw, seq, m["ts"], m["tv"]), m["sig"]):
                 return ChunkDoubt(seq, "signature")
+            d = digest(seq, typ, m["tv"], data)
+            if d is not None:
+                digests.append(d)
         if seq == 0:
             if typ != GENESIS_TYPE:
                 return ChunkDoubt(seq, "genesis type")
@@ -229,7 +236,7 @@ def check_hinted_chunk(
         seq += 1
     if len(leaves) != n * HASH_LEN:  # pragma: no cover - one leaf per hinted entry by construction
         return ChunkDoubt(first_seq, "leaf count")
-    return ChunkOk(bytes(leaves), first_prev, events, log_id)
+    return ChunkOk(bytes(leaves), first_prev, events, log_id, digests)
 
 
 def check_hinted_chunk_safely(*args: Any) -> ChunkResult:

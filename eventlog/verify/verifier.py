@@ -57,8 +57,8 @@ from mnemolog.eventlog.store.checkpoints import (
     list_checkpoints,
 )
 from mnemolog.eventlog.store.fsio import open_regular, read_regular
-from mnemolog.eventlog.store.segments import MAX_ENTRY_BYTES, is_entry_prefix, list_segments, scan_file
-from mnemolog.eventlog.verify.backchain import BackChains, BackChainSummary
+from mnemolog.eventlog.store.segments import MAX_ENTRY_BYTES, is_entry_prefix, list_segments
+from mnemolog.eventlog.verify.backchain import BackChains, Digest, digest
 from mnemolog.eventlog.verify.chunks import Failure, verify_span
 from mnemolog.eventlog.verify.pool import make_pool
 from mnemolog.eventlog.verify.trust import (
@@ -148,6 +148,21 @@ class _Verifier:
         self.cp_pos = 0
         self.pending: list[tuple[int, Future[Any], tuple[Any, ...]]] = []  # (first seq, future, args)
         self.report.torn_tail = None
+        # The back-chain fold, fed with each entry as it is checked (from the same decoded
+        # entries: nothing is decoded twice); its first failure waits here until every byte,
+        # signature and checkpoint has been checked, which is when its verdict counts.
+        self.chains = BackChains()
+        self.chains_failed: VerificationError | None = None
+
+    def fold_chains(self, n: int, digests: list[Digest], fname: str) -> None:
+        """Feed the back-chain fold the digests of `n` checked entries (see `_reset`)."""
+        if self.hashes_only or self.chains_failed is not None:
+            return
+        self.chains.file = fname
+        try:
+            self.chains.apply_run(n, digests)
+        except VerificationError as exc:
+            self.chains_failed = exc
 
     def fail(self, message: str, check: str, **where: Any) -> VerificationError:
         return VerificationError(message, check=check, **where)
@@ -213,7 +228,9 @@ class _Verifier:
                 file=CHECKPOINT_DIR,
             )
         if not self.hashes_only:
-            self.report.back_chains = self._back_chains(segs).to_json()
+            if self.chains_failed is not None:
+                raise self.chains_failed
+            self.report.back_chains = self.chains.summary.to_json()
         r = self.report
         r.trust = self.policy.check(self.keys).to_json()
         r.entries = self.seq
@@ -245,23 +262,6 @@ class _Verifier:
             r.checks += ["back_chains", "heads_committed"]
         r.checks.append("trust_anchor")
         return r
-
-    def _back_chains(self, segs: list[tuple[int, Path]]) -> BackChainSummary:
-        """Fold the verified entries once more and check every touch_prev and heads.committed.
-
-        Read straight from the segments (never through the index) and only after every
-        byte above was checked, so the fold sees exactly the entries the report vouches for.
-        """
-        fold = BackChains()
-        seq = 0
-        for _, path in segs:
-            fold.file = path.name
-            for _, _, value, raw in scan_file(path):
-                if seq >= self.seq:
-                    break  # a torn tail: not part of the log
-                fold.feed(entry_from_map(value, raw, f"entry {seq}"))
-                seq += 1
-        return fold.summary
 
     def _read_stops(self) -> None:
         names = list_checkpoints(self.dir)
@@ -424,6 +424,9 @@ class _Verifier:
             self.kid = self.keys.current.kid
         self.cr.append(e.leaf)
         self.prev = e.leaf
+        if not self.hashes_only:
+            d = digest(seq, e.type, e.tv, e.data)
+            self.fold_chains(1, [] if d is None else [d], fname)
         self.seq += 1
         self._checkpoints_through(self.seq)
 

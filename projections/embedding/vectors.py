@@ -49,7 +49,7 @@ approximate (HNSW), below it exact.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -240,24 +240,45 @@ def distrust_index(conn: duckdb.DuckDBPyConnection) -> None:
     _unchecked.add(id(conn))
     _has_index.pop(id(conn), None)
     _recorded.pop(id(conn), None)
+    _changed(conn)
+
+
+# The last read of `read_meta` per connection, with the position it was read at. Every
+# vector recall asks for it, and a statement costs more than the matrix search. The table
+# changes only here: through this module's writes (each drops the entry, and so does the
+# end of their transactions, committed or not) or a fold that moves the position.
+_metas: dict[int, tuple[bm25.Position, Meta | None]] = {}
+
+
+def _changed(conn: duckdb.DuckDBPyConnection) -> None:
+    """The vector tables of this connection changed (or may have): forget what was read of them."""
+    _metas.pop(id(conn), None)
     vecmatrix.forget(conn)
 
 
 def read_meta(conn: duckdb.DuckDBPyConnection) -> Meta | None:
+    position = bm25.known_position(conn)
+    hit = _metas.get(id(conn)) if position is not None else None
+    if hit is not None and hit[0] == position:
+        return hit[1]
     try:
         row = conn.execute("SELECT version, model_id, dim, synced_seq, rows FROM vector_meta").fetchone()
     except duckdb.CatalogException:
-        return None
-    if row is None or row[0] != VECTOR_VERSION:
-        return None
-    return Meta(str(row[1]), int(row[2]), int(row[3]), int(row[4]))
+        row = None
+    meta = None
+    if row is not None and row[0] == VECTOR_VERSION:
+        meta = Meta(str(row[1]), int(row[2]), int(row[3]), int(row[4]))
+    if position is not None:
+        _metas[id(conn)] = (position, meta)
+    return meta
 
 
 def drop(conn: duckdb.DuckDBPyConnection) -> None:
+    _changed(conn)
     for t in TABLES:
         conn.execute(f"DROP TABLE IF EXISTS {t}")
     _has_index[id(conn)] = False  # the index went with its table
-    vecmatrix.forget(conn)
+    _changed(conn)
 
 
 def configure(conn: duckdb.DuckDBPyConnection, model_id: str, dim: int) -> Meta:
@@ -266,14 +287,16 @@ def configure(conn: duckdb.DuckDBPyConnection, model_id: str, dim: int) -> Meta:
     if meta is not None and meta.model_id == model_id and meta.dim == dim:
         return meta
     drop(conn)
-    conn.execute(META_DDL)
-    conn.execute(PENDING_DDL)
-    conn.execute(CHUNK_PENDING_DDL)
-    for table in ("vectors", "chunk_vectors"):
-        conn.execute(
-            f"CREATE TABLE {table}(doc BIGINT NOT NULL, sha BLOB NOT NULL, vec FLOAT[{int(dim)}] NOT NULL)"
-        )
-    conn.execute("INSERT INTO vector_meta VALUES (?, ?, ?, -1, 0)", [VECTOR_VERSION, model_id, dim])
+    try:
+        conn.execute(META_DDL)
+        conn.execute(PENDING_DDL)
+        conn.execute(CHUNK_PENDING_DDL)
+        for table in ("vectors", "chunk_vectors"):
+            cols = f"doc BIGINT NOT NULL, sha BLOB NOT NULL, vec FLOAT[{int(dim)}] NOT NULL"
+            conn.execute(f"CREATE TABLE {table}({cols})")
+        conn.execute("INSERT INTO vector_meta VALUES (?, ?, ?, -1, 0)", [VECTOR_VERSION, model_id, dim])
+    finally:
+        _changed(conn)
     return Meta(model_id, dim, -1, 0)
 
 
@@ -347,6 +370,7 @@ def sync(
         conn.execute("ROLLBACK")
         raise
     finally:
+        _changed(conn)  # committed or rolled back: what a read inside the transaction saw may be gone
         conn.execute("DROP TABLE IF EXISTS ml_vwant")
     return SyncResult(filled=filled, removed=(int(stale[0]) if stale else 0) + chunks.removed, pending=left)
 
@@ -404,6 +428,8 @@ def fill(
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    finally:
+        _changed(conn)  # committed or rolled back: what a read inside the transaction saw may be gone
     return SyncResult(filled=filled, pending=left)
 
 
@@ -479,7 +505,7 @@ def _insert(
             "vec": _arrow_vectors(vecs),
         }
     )
-    vecmatrix.forget(conn)
+    _changed(conn)
     conn.register("ml_vec_new", tbl)
     try:
         conn.execute(f"INSERT INTO {table} SELECT doc, sha, vec::FLOAT[{dim}] FROM ml_vec_new ORDER BY doc")
@@ -488,7 +514,7 @@ def _insert(
 
 
 def _save(conn: duckdb.DuckDBPyConnection, synced: int) -> None:
-    vecmatrix.forget(conn)
+    _changed(conn)
     conn.execute("UPDATE vector_meta SET synced_seq = ?, rows = (SELECT count(*) FROM vectors)", [synced])
 
 
@@ -650,11 +676,7 @@ def distances(
         return {}
     m = vecmatrix.current(conn, _matrix_key(meta))
     if m is not None:
-        want = np.asarray(docs, dtype=np.int64)
-        at = np.minimum(np.searchsorted(m.docs, want), len(m.docs) - 1)
-        have = at[m.docs[at] == want]
-        got = m.exact(have, np.asarray(query, dtype=np.float32))
-        return {int(m.docs[r]): float(x) for r, x in zip(have, got, strict=True)}
+        return m.distances(m.rows_of(np.asarray(docs, dtype=np.int64)), np.asarray(query, dtype=np.float32))
     rows = conn.execute(
         f"SELECT doc, array_cosine_distance(vec, ?::VARCHAR::FLOAT[{meta.dim}]) FROM vectors "
         "WHERE doc IN (SELECT unnest(?::BIGINT[]))",
@@ -676,24 +698,57 @@ def search(
 
     Ties break by the newest memory first (higher doc), as BM25's do.
     """
+    return search_with(conn, query, filters, limit, (), meta=meta, use_index=use_index)[0]
+
+
+def search_with(
+    conn: duckdb.DuckDBPyConnection,
+    query: np.ndarray,
+    filters: Filters,
+    limit: int,
+    also: Sequence[int],
+    *,
+    meta: Meta,
+    use_index: bool = False,
+) -> tuple[list[tuple[int, float]], dict[int, float]]:
+    """`search`, and the exact distances of the `also` memories that have a vector and are
+    not among the nearest (`distances`): hybrid recall's BM25 candidates, scored in the
+    same pass over the matrix when there is one."""
     if meta.rows == 0:
-        return []
-    restrict, rargs = restriction(filters)
+        return [], {}
     if not use_index:
         m = vecmatrix.for_search(conn, _matrix_key(meta), meta.dim)
         if m is not None:
-            allowed = _allowed(conn, restrict, rargs)
+            q = np.asarray(query, dtype=np.float32)
+            extra = np.asarray(also, dtype=np.int64)
             copy = bm25.current_copy(conn) if filters.only_guard else None
             if copy is not None:
                 # The docs the default filters leave out, as BM25 keeps them for this position:
-                # the same anti-joins as the restriction, without a statement.
-                out = excluded(conn, copy, filters)
+                # the same anti-joins as the restriction, without a statement, and known before
+                # the candidates are chosen.
+                near, dist = m.search(q, limit, exclude=excluded(conn, copy, filters), also=extra)
+            else:
+                near, dist = m.search(q, limit, _allowed(conn, *restriction(filters)), also=extra)
+            found = dict(near)
+            return near, {d: x for d, x in dist.items() if d not in found}
+    restrict, rargs = restriction(filters)
+    near = _scan(conn, query, restrict, rargs, limit, meta=meta, use_index=use_index)
+    found = dict(near)
+    missing = [d for d in dict.fromkeys(also) if d not in found]
+    return near, distances(conn, query, missing, meta=meta) if missing else {}
 
-                def allowed(docs: list[int]) -> set[int]:
-                    keep = ~np.isin(np.asarray(docs, dtype=np.int64), out)
-                    return {d for d, k in zip(docs, keep.tolist(), strict=True) if k}
 
-            return m.search(np.asarray(query, dtype=np.float32), limit, allowed)
+def _scan(
+    conn: duckdb.DuckDBPyConnection,
+    query: np.ndarray,
+    restrict: str,
+    rargs: list[Any],
+    limit: int,
+    *,
+    meta: Meta,
+    use_index: bool,
+) -> list[tuple[int, float]]:
+    """The nearest allowed memories by SQL: HNSW candidates (`use_index`), else an exact scan."""
     lit = vector_literal(query)
     qv = f"?::VARCHAR::FLOAT[{meta.dim}]"
     if use_index:

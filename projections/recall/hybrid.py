@@ -130,23 +130,28 @@ def convex(
 
     `lexical` is BM25's (doc, score) list, `near` the vector ranker's docs;
     `cosines` the cosine of every candidate that has a vector.
+
+    Plain Python: on the hundred-odd candidates of a recall, numpy's per-call cost was
+    most of the fusion. The arithmetic is the same IEEE double operations, one element at
+    a time, so the scores are the same floats.
     """
-    cands = sorted({d for d, _ in lexical} | set(near))
+    bm = dict(lexical)
+    cands = sorted(bm.keys() | set(near))
     if not cands:
         return []
-    bm = dict(lexical)
-    b = np.array([bm.get(d, 0.0) for d in cands], dtype=np.float64)
+    b = [bm.get(d, 0.0) for d in cands]
     known = [cosines[d] for d in cands if d in cosines]
     floor = min(known) if known else 0.0
-    c = np.array([cosines.get(d, floor) for d in cands], dtype=np.float64)
-    top = b.max()
-    bn = b / top if top > 0 else b
-    span = c.max() - c.min()
-    cn = (c - c.min()) / span if span > 0 else np.zeros_like(c)
-    score = weights[0] * bn + weights[1] * cn
-    docs = np.array(cands, dtype=np.int64)
-    order = np.lexsort((-docs, -score))
-    return [(int(docs[i]), float(score[i])) for i in order]
+    c = [cosines.get(d, floor) for d in cands]
+    top = max(b)
+    bn = [x / top for x in b] if top > 0 else b
+    lo = min(c)
+    span = max(c) - lo
+    cn = [(x - lo) / span for x in c] if span > 0 else [0.0] * len(c)
+    w_b, w_v = weights
+    scored = [(d, w_b * x + w_v * y) for d, x, y in zip(cands, bn, cn, strict=True)]
+    scored.sort(key=lambda t: (-t[1], -t[0]))
+    return scored
 
 
 def rank(
@@ -261,8 +266,13 @@ def _rank(
         # Vector mode has no BM25 side, but the connection's copy of the index (built once it
         # has been asked for a few times) keeps the excluded sets and the rows it reads.
         copy = bm25.index_for(conn, position)
+    scored: dict[int, float] = {}  # exact distances of BM25 candidates the vector side did not rank
     if want_vec and query_vector is not None and meta is not None:
-        near = vectors.search(conn, query_vector, filters, depth, meta=meta, use_index=use_index)
+        # Convex fusion scores every BM25 candidate by its cosine: one pass gives both.
+        also = [x.doc for x in lexical] if mode == "hybrid" and fusion.method == "convex" else []
+        near, scored = vectors.search_with(
+            conn, query_vector, filters, depth, also, meta=meta, use_index=use_index
+        )
     if mode == "bm25":
         return [
             Ranked(
@@ -279,28 +289,25 @@ def _rank(
         return [
             Ranked(d, 1.0 - dist, vector_rank=i, distance=dist) for i, (d, dist) in enumerate(near, start=1)
         ], copy
-    lex = {x.doc: x.score / SCORE_SCALE for x in lexical}
-    nbr = {x.doc: x for x in lexical}
-    dist = dict(near)
+    lex = {x.doc: x for x in lexical}
     ranks_b = {x.doc: i for i, x in enumerate(lexical, start=1)}
     ranks_v = {d: i for i, (d, _) in enumerate(near, start=1)}
+    dist = dict(near)
     if fusion.method == "rrf":
         fused = [
-            (d, score)
-            for d, score, _ in rrf(
+            (d, sc)
+            for d, sc, _ in rrf(
                 {"bm25": [x.doc for x in lexical], "vector": [d for d, _ in near]},
                 {"bm25": fusion.bm25_weight, "vector": fusion.vector_weight},
                 fusion.k,
             )
         ]
     else:
-        missing = [d for d in lex if d not in dist]
-        if missing and query_vector is not None and meta is not None:
-            dist.update(vectors.distances(conn, query_vector, missing, meta=meta))
+        dist.update(scored)
         fused = convex(
-            list(lex.items()),
+            [(x.doc, x.score / SCORE_SCALE) for x in lexical],
             {d: 1.0 - x for d, x in dist.items()},
-            [d for d, _ in near],
+            list(ranks_v),
             (fusion.bm25_weight, fusion.vector_weight),
         )
     return [
@@ -309,10 +316,10 @@ def _rank(
             score,
             bm25_rank=ranks_b.get(d),
             vector_rank=ranks_v.get(d),
-            bm25_score=lex.get(d),
+            bm25_score=lex[d].score / SCORE_SCALE if d in lex else None,
             distance=dist.get(d),
-            neighbour=nbr[d].neighbour / SCORE_SCALE if d in nbr else None,
-            neighbour_doc=nbr[d].neighbour_doc if d in nbr else None,
+            neighbour=lex[d].neighbour / SCORE_SCALE if d in lex else None,
+            neighbour_doc=lex[d].neighbour_doc if d in lex else None,
         )
         for d, score in fused[:limit]
     ], copy

@@ -223,15 +223,24 @@ class Embedding:
             found.update(fresh)
         return found
 
-    def query_vector(self, rec: vectors.Recorded, query: str) -> Vectors:
-        """The query's vector under the recorded model (a few recent queries are kept)."""
-        assert rec.model_id is not None and rec.dim is not None
+    def cached_query_vector(self, rec: vectors.Recorded, query: str) -> Vectors | None:
+        """The query's vector under the recorded model if it is among those kept, else None."""
+        if rec.model_id is None:
+            return None
         key = (rec.model_id, query)
         with self._lock:
             got = self._queries.get(key)
             if got is not None:
                 self._queries.move_to_end(key)
-                return got
+            return got
+
+    def query_vector(self, rec: vectors.Recorded, query: str) -> Vectors:
+        """The query's vector under the recorded model (a few recent queries are kept)."""
+        assert rec.model_id is not None and rec.dim is not None
+        got = self.cached_query_vector(rec, query)
+        if got is not None:
+            return got
+        key = (rec.model_id, query)
         vec: Vectors = self._embed(self.for_record(rec), [query], rec.dim)[0]
         with self._lock:
             self._queries[key] = vec

@@ -48,20 +48,46 @@ def check_mode(mode: str | None) -> hybrid.Mode | None:
     return mode  # type: ignore[return-value]
 
 
+def _decide(
+    conn: duckdb.DuckDBPyConnection, requested: hybrid.Mode | None
+) -> tuple[hybrid.Mode, vectors.Recorded | None]:
+    """The mode to use, and the recorded embedder when it is a vector mode (TierLocked without)."""
+    rec = vectors.recorded(conn)
+    meta = vectors.read_meta(conn)
+    used: hybrid.Mode = requested or (
+        "hybrid" if rec is not None and rec.embeds and meta is not None else "bm25"
+    )
+    if used == "bm25":
+        return used, None
+    return used, require_vectors(rec, used)
+
+
+def plan_in(s: Session, embedding: Embedding, query: str, mode: str | None = None) -> Plan | None:
+    """`plan`, decided in a session the caller holds and ranks in: None when the query's vector
+    is not at hand (a model would be called: that is `plan`'s, outside the projection lock).
+
+    A recall whose query vector is cached opens one session instead of two, and the plan is
+    the one `plan` would make: the same reads, the same vector.
+    """
+    requested = check_mode(mode)
+    if requested == "bm25":
+        return Plan("bm25", requested)
+    used, rec = _decide(s.conn, requested)
+    if rec is None:
+        return Plan("bm25", requested)
+    vec = embedding.cached_query_vector(rec, query)
+    return None if vec is None else Plan(used, requested, None, vec)
+
+
 def plan(sessions: Sessions, embedding: Embedding, query: str, mode: str | None = None) -> Plan:
     """The mode for `query` (see the module docstring), with its vector when it needs one."""
     requested = check_mode(mode)
     if requested == "bm25":
         return Plan("bm25", requested)  # nothing to decide: no session, no vector tables read
     with sessions.session() as s:
-        rec = vectors.recorded(s.conn)
-        meta = vectors.read_meta(s.conn)
-    used: hybrid.Mode = requested or (
-        "hybrid" if rec is not None and rec.embeds and meta is not None else "bm25"
-    )
-    if used == "bm25":
+        used, rec = _decide(s.conn, requested)
+    if rec is None:
         return Plan("bm25", requested)
-    rec = require_vectors(rec, used)
     try:
         return Plan(used, requested, None, embedding.query_vector(rec, query))
     except EmbedderFailed as exc:

@@ -93,3 +93,43 @@ def test_the_matrix_follows_a_store(tmp_path: Path) -> None:
         new = s.store("a brand new memory")
         got = s.recall("a brand new memory", mode="vector", limit=1)
         assert got[0]["id"] == new["id"] and first
+
+
+@pytest.mark.parametrize("dim", [16, 256, 1024])
+def test_exact_distances_are_duckdbs_floats_for_any_number_of_rows(dim: int) -> None:
+    # `exact` sums a dot product by reducing along the slow axis (one row alone takes cumsum):
+    # every count of rows, at real dimensions, must give DuckDB's floats bit for bit.
+    import duckdb
+
+    rng = np.random.default_rng(dim)
+    vecs = (rng.standard_normal((300, dim)) * rng.uniform(0.01, 50, (300, 1))).astype(np.float32)
+    query = rng.standard_normal(dim).astype(np.float32)
+    import pyarrow as pa
+
+    con = duckdb.connect()
+    con.register("t", pa.table({"i": np.arange(300), "vec": vx._arrow_vectors(vecs)}))
+    con.execute(f"CREATE TABLE v AS SELECT i, vec::FLOAT[{dim}] AS vec FROM t")
+    lit = vx.vector_literal(query)
+    want = np.array(
+        [
+            r[0]
+            for r in con.execute(
+                f"SELECT array_cosine_distance(vec, ?::VARCHAR::FLOAT[{dim}]) FROM v ORDER BY i", [lit]
+            ).fetchall()
+        ]
+    )
+    sq = np.cumsum(vecs * vecs, axis=1, dtype=np.float32)[:, -1]
+    m = vecmatrix.Matrix((), np.arange(300, dtype=np.int64), vecs, np.linalg.norm(vecs, axis=1), sq)
+    for n in [1, 2, 3, 7, 8, 9, 64, 65, 300]:
+        rows = rng.choice(300, n, replace=False).astype(np.int64)
+        assert np.array_equal(m.exact(rows, query), want[rows]), n
+
+
+def test_a_zero_query_scores_every_row() -> None:
+    # No direction, no nearest: every row is scored exactly (as the scan would), none dropped.
+    vecs = np.eye(4, dtype=np.float32) + np.float32(0.5)
+    sq = np.cumsum(vecs * vecs, axis=1, dtype=np.float32)[:, -1]
+    m = vecmatrix.Matrix((), np.arange(4, dtype=np.int64), vecs, np.linalg.norm(vecs, axis=1), sq)
+    with np.errstate(all="ignore"):
+        found, _ = m.search(np.zeros(4, np.float32), 2)
+    assert len(found) == 2

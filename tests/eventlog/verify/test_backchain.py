@@ -123,3 +123,85 @@ def test_a_commitment_below_its_own_seq_is_checked_as_of_its_size(tmp_path: Path
 def test_hashes_only_skips_the_fold(tmp_path: Path) -> None:
     d = write(tmp_path, [stored(A, -1), updated(A, -1)])
     assert verify_log(d, processes=1, hashes_only=True, policy=TRUST_GENESIS).back_chains is None
+
+
+# -- the fold fed by every strategy: workers hand over what it needs of each entry -------------
+
+STRATEGIES = [
+    {"processes": 1},
+    {"processes": 2},
+    {"processes": 2, "use_index_hint": False},
+    {"processes": 1, "use_index_hint": False},
+]
+IDS = [f"01{i:024d}" for i in range(40)]
+
+
+def long_chain(bad_at: int | None = None) -> list[tuple[str, dict[str, Any], int]]:
+    """2,400 entries touching 40 memories in turn, pointers true except at entry `bad_at`."""
+    heads: dict[str, int] = {}
+    items: list[tuple[str, dict[str, Any], int]] = []
+    for i in range(2400):
+        seq = i + 1  # after the genesis
+        mid = IDS[i % len(IDS)]
+        prev = heads.get(mid, v.FIRST_TOUCH)
+        if seq == bad_at:
+            prev = v.FIRST_TOUCH if prev != v.FIRST_TOUCH else 0
+        items.append(stored(mid, prev) if mid not in heads else updated(mid, prev))
+        heads[mid] = seq
+    return items
+
+
+@pytest.fixture
+def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemolog.eventlog.verify import hinted as VH
+    from mnemolog.eventlog.verify import verifier as V
+
+    monkeypatch.setattr(VH, "PARALLEL_MIN_ENTRIES", 500)
+    monkeypatch.setattr(VH, "CHUNK_ENTRIES", 300)
+    monkeypatch.setattr(V, "SEQ_CHUNK_ENTRIES", 300)
+    monkeypatch.setattr(V, "SERIAL_BELOW", 16)
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_every_strategy_folds_the_same_chains(tmp_path: Path) -> None:
+    d = write(tmp_path, long_chain())
+    reports = [verify_log(d, policy=TRUST_GENESIS, **kw) for kw in STRATEGIES]  # type: ignore[arg-type]
+    assert [r.processes for r in reports] == [1, 2, 2, 1]  # the workers did fold their chunks
+    got = [r.back_chains for r in reports]
+    assert got[0] == {
+        "entries": 2401,
+        "pointers_checked": 2400,
+        "pointers_missing": 0,
+        "heads_commitments_checked": 0,
+    }
+    assert all(g == got[0] for g in got)
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_a_false_pointer_deep_in_the_log_fails_the_same_every_way(tmp_path: Path) -> None:
+    d = write(tmp_path, long_chain(bad_at=1777))
+    for kw in STRATEGIES:
+        with pytest.raises(VerificationError) as ei:
+            verify_log(d, policy=TRUST_GENESIS, **kw)  # type: ignore[arg-type]
+        assert (ei.value.check, ei.value.seq) == ("backchain.pointer", 1777), kw
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_a_broken_signature_after_a_false_pointer_is_what_fails(tmp_path: Path) -> None:
+    # The fold's verdict counts only once every byte and signature checked out: a false pointer
+    # at 300 does not hide a signature that does not verify at 2000, as when the fold ran last.
+    import cbor2
+
+    d = write(tmp_path, long_chain(bad_at=300))
+    seg = d / "00000000000000000000.seg"
+    buf = bytearray(seg.read_bytes())
+    from mnemolog.eventlog.store.segments import split_items
+
+    s, e, _ = split_items(bytes(buf)).items[2000]
+    sig = cbor2.loads(bytes(buf[s:e]))["sig"]
+    buf[bytes(buf[s:e]).index(sig) + s + 10] ^= 1
+    seg.write_bytes(bytes(buf))
+    for kw in STRATEGIES:
+        with pytest.raises(VerificationError) as ei:
+            verify_log(d, policy=TRUST_GENESIS, **kw)  # type: ignore[arg-type]
+        assert (ei.value.check, ei.value.seq) == ("entry.signature", 2000), kw

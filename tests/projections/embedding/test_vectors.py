@@ -306,3 +306,43 @@ def test_the_index_is_checked_and_rebuilt_after_a_killed_writer(tmp_path: Path) 
     assert vx.index_is_sound(conn, meta)
     conn.close()
     print("index lost entries across the kill:", lost)
+
+
+def test_the_vector_metadata_read_is_kept_only_while_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """read_meta is kept per connection and position; a fill, committed or rolled back, drops it."""
+
+    def in_table(conn: duckdb.DuckDBPyConnection) -> vx.Meta:
+        row = conn.execute("SELECT model_id, dim, synced_seq, rows FROM vector_meta").fetchone()
+        assert row is not None
+        return vx.Meta(str(row[0]), int(row[1]), int(row[2]), int(row[3]))
+
+    home = new_home(tmp_path / "h")
+    fake = FakeEmbedder()
+    with sub_with(home, fake, long_lived=True) as s:
+        s.store("one")
+        fake.unreachable = True
+        s.store("two")  # pending
+        fake.unreachable = False
+        with s.projections.session() as conn:
+            before = vx.read_meta(conn)
+            assert before is not None and before == in_table(conn) and before.rows == 1
+            assert vx.read_meta(conn) is before  # kept: no statement
+            sha = bytes(conn.execute("SELECT sha FROM vector_pending").fetchone()[0])
+
+            def read_then_fail(c: duckdb.DuckDBPyConnection) -> int:
+                # Inside fill's transaction, after it wrote the metadata: what is read here
+                # must not outlive the rollback.
+                got = vx.read_meta(c)
+                assert got is not None and got.rows == 2
+                raise RuntimeError("boom")
+
+            monkeypatch.setattr(vx, "pending_count", read_then_fail)
+            with pytest.raises(RuntimeError, match="boom"):
+                vx.fill(conn, before, s.projections.cache, {sha: fake_vec("two")})
+            monkeypatch.undo()
+            assert vx.read_meta(conn) == in_table(conn) == before
+            vx.fill(conn, before, s.projections.cache, {sha: fake_vec("two")})
+            after = vx.read_meta(conn)
+            assert after is not None and after == in_table(conn) and after.rows == 2

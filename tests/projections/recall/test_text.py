@@ -202,3 +202,33 @@ def test_a_date_is_indexed_as_day_month_name_and_year() -> None:
     row = c.execute(f"SELECT {date_words_sql('t')} FROM (SELECT ?::BIGINT AS t)", [last]).fetchone()
     assert row is not None and row[0] == "8 May 2023"
     c.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.text(
+            alphabet=st.sampled_from(list("abcdefghijklmnopqrstuvwxyz0123456789'")), min_size=1, max_size=12
+        ),
+        min_size=1,
+        max_size=80,
+    )
+)
+def test_query_terms_stemmed_here_equal_the_macro(ws: list[str]) -> None:
+    # A recall stems a query's new words in one statement (a column per word, or one list
+    # beyond STEM_COLUMNS) and keeps them: its terms must be the macro's.
+    from mnemolog.projections.recall import bm25
+    from mnemolog.projections.recall import query as q
+
+    c = duckdb.connect()
+    load_fts(c)
+    install_macros(c)
+    bm25.note_position(c, (0, b"", 0, 0))  # the engine's note: parse takes its fast path
+    try:
+        q._stems.clear()
+        text = " ".join(ws)
+        assert q.parse(c, text).terms == q._distinct(terms(c, text))
+        assert q.parse(c, text).terms == q._distinct(terms(c, text))  # from the kept stems
+    finally:
+        bm25.note_position(c, None)
+        c.close()

@@ -93,6 +93,13 @@ def build(root: Path) -> dict[str, Any]:
                 t: [["<bytes>" if isinstance(v, bytes) else repr(v) for v in r] for r in rows]
                 for t, rows in table_rows(conn).items()
             }
+        # A recall as of a point of the log plans and ranks in the as-of session.
+        half = s.get(ids[80])["stored_seq"]
+        out["recall_as_of"] = {
+            f"{mode}|{q}": [[r["id"], r["explain"]] for r in s.recall(q, mode=mode, explain=True, as_of=half)]
+            for mode in ("bm25", "vector", "hybrid")
+            for q in QUERIES[:3]
+        }
     with open_sub(home, embedder=FakeEmbedder(), clock=FakeClock(1_800_000_000_000_000)) as s:
         s.rebuild()
         out["recall_after_rebuild"] = recalls(s)
