@@ -264,10 +264,11 @@ def _scrub(sub: Substrate, sel: eq.Selection) -> list[str]:
     asof_dir = sub.home.projections_path() / asof.ASOF_DIR
     if asof_dir.is_dir():
         shutil.rmtree(asof_dir, ignore_errors=True)
-    # Deleted rows can survive in DuckDB's free pages: a new file, refolded from the log
-    # (whose erased content no key opens any more), replaces the old one.
+    # Deleted rows can survive in DuckDB's free pages: a new file holding a copy of the live
+    # rows replaces the old one (a copy, not a refold of the log: the erasure's rows are
+    # already gone, and a refold of a large home cost many times the erasure itself).
     with sub._lock:
-        sub.projections.rebuild()
+        sub.projections.rewrite()
     tmp = sub.home.projections_path() / "duckdb.tmp"
     if tmp.is_dir():
         shutil.rmtree(tmp, ignore_errors=True)
