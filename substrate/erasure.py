@@ -15,7 +15,8 @@ them), then, unless it is a dry run:
 3. scrubs the home's derived files: the embedding cache loses the erased
    texts' vectors (secure delete, vacuum, WAL truncated), and the DuckDB
    projection is rebuilt into a new file, since deleted rows can survive in
-   a database file's free pages.
+   a database file's free pages; vaults named with `vaults` are re-rendered
+   and their migration snapshots rewritten without what was erased.
 
 The event is durable before any key is destroyed: a crash between the two
 leaves keys that `finish_erasures` (run by every forget) destroys.
@@ -215,6 +216,13 @@ def forget(
 
         vault.render(sub, root)
         report.setdefault("scrubbed", []).append(f"vault:{root}")
+        # The vault's migration snapshots are copies of it from before a migration: they lose
+        # the erased notes and every line naming what was erased.
+        from mnemolog.substrate.migrations.filesystem import FilesystemMigrationBackend
+
+        subjects = [*sel.memories, *sel.interactions, *sel.documents]
+        for name in FilesystemMigrationBackend(Path(root)).scrub_snapshots(subjects):
+            report["scrubbed"].append(f"snapshot:{Path(root) / '_migrations' / 'snapshots' / name}")
     return report
 
 

@@ -9,6 +9,7 @@ UTF-8, UTF-16 or base64.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +47,9 @@ def scan(root: Path, markers: list[str]) -> list[tuple[str, str]]:
         if not p.is_file() or p.is_symlink():
             continue
         data = p.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            # A compressed file (a vault's migration snapshot) is scanned as it decompresses too.
+            data += gzip.decompress(data)
         for m, vs in pats.items():
             if any(v in data for v in vs):
                 found.append((str(p.relative_to(root)), m))
@@ -192,7 +196,7 @@ def test_everything_still_verifies_and_replay_and_as_of_never_bring_it_back(
 
 
 def test_the_marker_scan_over_every_cascade(sub: Substrate, home: Home) -> None:
-    """Store, atomise, embed, ingest, pack, capture, extract, render a vault, migrate; forget; scan."""
+    """Store, atomise, embed, ingest, pack, capture, extract, render a vault, snapshot it; forget; scan."""
     markers = {
         "memory": "XQMEMMARKALPHA",
         "atom": "XQATOMMARKBETA",
@@ -217,13 +221,23 @@ def test_the_marker_scan_over_every_cascade(sub: Substrate, home: Home) -> None:
     from mnemolog.substrate import vault as vault_mod
 
     vault_mod.render(sub, vault)
+    # A vault migration's snapshot: a copy of the vault from before it (a .tar.gz).
+    from mnemolog.substrate.migrations.filesystem import FilesystemMigrationBackend
+
+    snap = FilesystemMigrationBackend(vault).snapshot(2)
+    snapshot = vault / "_migrations" / "snapshots" / snap.snapshot_id
     assert scan(home.root, [markers["memory"]])  # the marker is there before
-    sub.forget([parent["id"], m["id"]], vaults=[vault])
-    sub.forget(namespace="scan")
+    assert scan(snapshot.parent, [markers["memory"], markers["title"]])  # the snapshot holds it too
+    out = sub.forget([parent["id"], m["id"]], vaults=[vault])
+    assert f"snapshot:{snapshot}" in out["scrubbed"]
+    sub.forget(namespace="scan", vaults=[vault])
     for d in doc_ids:
-        assert sub.forget(document=d)["documents"] == [d]
+        assert sub.forget(document=d, vaults=[vault])["documents"] == [d]
     (docs / "notes.md").unlink()  # the source file is the user's, not a copy the home made
     vault_mod.render(sub, vault)
+    assert scan(home.root, list(markers.values())) == []
+    # The scrubbed snapshot still rolls the vault back, to a vault without the erased notes.
+    FilesystemMigrationBackend(vault).restore(snap)
     assert scan(home.root, list(markers.values())) == []
     sub.verify_projections()
 
