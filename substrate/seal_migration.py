@@ -167,8 +167,8 @@ def check_provenance(log: Log) -> dict[str, Any] | None:
         if not isinstance(lid, bytes) or not isinstance(sig, bytes):
             raise BadInput("log_id and handoff are bytes")
     except (MnemologError, KeyError, ValueError) as exc:
-        msg = exc.message if isinstance(exc, MnemologError) else str(exc)
-        raise VerificationError(f"{where}: {msg}", check="migration.provenance", seq=0) from exc
+        why = exc.message if isinstance(exc, MnemologError) else str(exc)
+        raise VerificationError(f"{where}: {why}", check="migration.provenance", seq=0) from exc
     if cp.origin != origin_for(lid):
         raise VerificationError(
             f"{where}: the checkpoint is not of log {lid.hex()}", check="migration.provenance", seq=0
