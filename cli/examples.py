@@ -95,6 +95,7 @@ EXAMPLES: dict[str, str] = {
     "migrate run": "mnemolog migrate run --to v2 --dry-run",
     "migrate snapshots": "mnemolog migrate snapshots",
     "migrate rollback": "mnemolog migrate rollback 3",
+    "migrate seal": "mnemolog migrate seal --to ~/.local/share/mnemolog-sealed",
     "mcp": "mnemolog mcp --http 127.0.0.1:8765",
     "serve": "mnemolog serve --listen 127.0.0.1:8100",
     "tenant add": "mnemolog tenant add acme --tenants /srv/mnemolog",

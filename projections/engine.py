@@ -403,6 +403,26 @@ class Projections:
             return None  # a stale or damaged projection (see `_check`): the rebuild replaces it
         return Rollback(st.last_seq + 1, st.last_root or None, size, self.log.root(size), "projection")
 
+    def rewrite(self) -> None:
+        """The projection as it is, copied into a new database file (no deleted row survives in it).
+
+        What `forget` does after an erasure: the rows are already gone, so a
+        copy of the live ones replaces a refold of the whole log. The HNSW
+        index is dropped before the copy and built again in the new file.
+        """
+        had: list[bool] = []
+
+        def before(conn: duckdb.DuckDBPyConnection) -> None:
+            if vectors.has_index(conn):
+                had.append(True)
+                vectors.drop_index(conn)
+
+        def after(conn: duckdb.DuckDBPyConnection) -> None:
+            if had:
+                vectors.build_index(conn)
+
+        self.store.rewrite(before, after)
+
     def rebuild(self, stop: int | None = None) -> int:
         """Replay the whole log (or its first `stop` entries) into a new database file."""
         with self.store.session(fresh=True) as conn:

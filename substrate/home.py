@@ -663,11 +663,21 @@ class InitReport:
     checkpoint: str
 
 
-def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clock) -> InitReport:
+def init_home(
+    root: Path,
+    key_name: str | None = None,
+    clock: Clock = system_clock,
+    *,
+    log_id: bytes | None = None,
+    key: SigningKey | None = None,
+    genesis_extra: dict[str, Any] | None = None,
+) -> InitReport:
     """Create a home: config, a fresh key (0600), the genesis entry, the first checkpoint.
 
     Directories are created 0700. A failed init removes everything it created
-    (and nothing else), so it can simply be run again.
+    (and nothing else), so it can simply be run again. `log_id`, `key` and
+    `genesis_extra` are for a home made by `migrate seal`, whose genesis
+    records the log it was migrated from (and is signed by a key made for it).
     """
     home = Home(root)
     if root.is_symlink() and not root.exists():
@@ -696,11 +706,11 @@ def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clo
         # A home holds a private key: only its owner may enter it, whatever the umask or
         # the mode of a directory that was there before.
         os.chmod(root, 0o700)
-        log_id = os.urandom(16)
+        log_id = log_id or os.urandom(16)
         # C2SP tlog-checkpoint: the log key's name should be the checkpoint origin, so
         # witnesses and note verifiers see one name for the log. Older homes keep theirs.
-        name = key_name or origin_for(log_id)
-        key = SigningKey.generate(name)
+        name = key.name if key is not None else key_name or origin_for(log_id)
+        key = key or SigningKey.generate(name)
         _make_dirs(home.keys_dir, created)
         if not home.config_path.exists():
             created.append(home.config_path)
@@ -716,7 +726,7 @@ def init_home(root: Path, key_name: str | None = None, clock: Clock = system_clo
         _make_dirs(home.state_dir, created)
         # The log directory may exist (empty): whatever is in it after a failure is ours.
         created.append(home.log_dir)
-        _, cp = LogWriter.create(home.log_dir, key, clock=clock, log_id=log_id)
+        _, cp = LogWriter.create(home.log_dir, key, clock=clock, log_id=log_id, extra=genesis_extra)
         created.append(home.high_water_path)
         write_high_water(home.high_water_path, cp, 1)
     except BaseException as exc:

@@ -1,4 +1,7 @@
-"""`mnemolog migrate run|status|rollback|snapshots`: schema migrations of the store or a vault.
+"""`mnemolog migrate run|status|rollback|snapshots|seal`: migrations of the store or a vault.
+
+`migrate seal --to DIR` moves a home written before sealed content to a new
+home whose log holds no content in clear (substrate.seal_migration).
 
 The store itself is the default (`--backend log`); `--vault DIR` migrates a
 vault instead, and when a home exists its runs are also signed into the
@@ -269,6 +272,39 @@ def migrate_rollback(cctx: click.Context, /, ref: str, **opts: Any) -> None:
 def migrate_snapshots(cctx: click.Context, /, **opts: Any) -> None:
     """The snapshots a rollback can restore, newest first."""
     do_snapshots(_ctx(cctx), _inherited(cctx, opts))
+
+
+@migrate.command("seal")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Where the new, sealed home goes (a path that does not exist, or an empty directory).",
+)
+@click.option("--force", is_flag=True, help="Move a home whose log holds no content in clear all the same.")
+@json_option
+@click.pass_context
+def migrate_seal(cctx: click.Context, /, target: Path, force: bool) -> None:
+    """Move this home to a new home at --to whose log holds no content in clear (the old one is kept)."""
+    from mnemolog.substrate.seal_migration import seal_home
+
+    ctx = _ctx(cctx)
+    out = seal_home(ctx.home.require(), target, force=force)
+    ctx.emit(
+        out,
+        lambda: "\n".join(
+            [
+                f"sealed home at {out['home']}: log {out['log_id']}, {out['size']} entries "
+                f"({out['sealed_from_clear']} sealed from clear, {out['resealed']} resealed, "
+                f"{out['not_carried']} not carried), {out['memories']} memories",
+                f"migrated from log {out['from']['log_id']} at size {out['from']['size']}; "
+                f"once the new home is in use, remove {out['from']['home']} as a whole",
+                *[f"note: {n}" for n in out["notes"]],
+                *[f"not copied: {x}" for x in out["not_copied"]],
+            ]
+        ),
+    )
 
 
 COMMANDS = [migrate]

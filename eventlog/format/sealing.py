@@ -60,6 +60,7 @@ __all__ = [
     "new_key_id",
     "open_payload",
     "record_subject",
+    "reseal_payload",
     "seal_payload",
     "sealed_fields",
     "subject_of",
@@ -189,6 +190,41 @@ def _map_records(tiers: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
         inc = t.get("included") if isinstance(t, dict) else None
         out.append({**t, "included": [fn(r) for r in inc]} if isinstance(inc, list) else t)
     return out
+
+
+def reseal_payload(type_: str, data: dict[str, Any], keys: KeyLookup, key_for: KeyFor) -> dict[str, Any]:
+    """A stored payload with every box that opens under `keys` sealed again under `key_for`.
+
+    What moving a log to new data keys needs (substrate.seal_migration): a
+    box that does not open (its key was destroyed: forgotten content) is kept
+    exactly as it is, so it stays unreadable in the new log too; every other
+    box gets a fresh nonce under the subject's new key. A pack's quoted
+    entries are resealed one by one the same way. Pure.
+    """
+    spec = SEALED.get(type_)
+    subject = subject_of(type_, data)
+    if spec is None or not subject:
+        return data
+    out = dict(data)
+    box = _box_of(data)
+    if box is not None:
+        values, closed = _open(type_, subject, box, keys)
+        if not closed:
+            out[SEALED_FIELD] = _seal(type_, subject, values, key_for)
+    if type_ == CONTEXT_BUILT and isinstance(out.get("tiers"), list):
+        out["tiers"] = _map_records(out["tiers"], lambda r: _reseal_record(r, subject, keys, key_for))
+    return out
+
+
+def _reseal_record(r: Any, pack_id: str, keys: KeyLookup, key_for: KeyFor) -> Any:
+    box = _box_of(r) if isinstance(r, dict) else None
+    subject = record_subject(r, pack_id) if box is not None else ""
+    if box is None or not subject:
+        return r
+    values, closed = _open(CONTEXT_BUILT, subject, box, keys)
+    if closed:
+        return r
+    return {**r, SEALED_FIELD: _seal(CONTEXT_BUILT, subject, values, key_for)}
 
 
 def _box_of(data: Mapping[str, Any]) -> dict[str, Any] | None:

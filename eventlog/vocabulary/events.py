@@ -49,6 +49,7 @@ __all__ = [
     "KINDS",
     "LINK_CREATED",
     "LINK_REMOVED",
+    "LOG_NOT_CARRIED",
     "MEMORY_ARCHIVED",
     "MEMORY_PROMOTED",
     "MEMORY_REINFORCED",
@@ -427,6 +428,12 @@ TOUCH_PREV: Final = "touch_prev"
 FIRST_TOUCH: Final = -1
 HEADS_COMMITTED: Final = "heads.committed"
 NO_TOUCHES.add(HEADS_COMMITTED)
+
+#: Stands in a migrated log (substrate.seal_migration) for an entry of the old log that is
+#: not carried over (its key history: the new log has its own), so that every carried entry
+#: keeps its seq.
+LOG_NOT_CARRIED: Final = "log.not_carried"
+NO_TOUCHES.add(LOG_NOT_CARRIED)
 
 # Team use: scoped tokens. Only a token's hash is ever written; the token itself never is.
 TOKEN_ISSUED: Final = "token.issued"

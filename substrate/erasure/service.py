@@ -15,7 +15,8 @@ them), then, unless it is a dry run:
 3. scrubs the home's derived files: the embedding cache loses the erased
    texts' vectors (secure delete, vacuum, WAL truncated), and the DuckDB
    projection is rebuilt into a new file, since deleted rows can survive in
-   a database file's free pages.
+   a database file's free pages; vaults named with `vaults` are re-rendered
+   and their migration snapshots rewritten without what was erased.
 
 The event is durable before any key is destroyed: a crash between the two
 leaves keys that `finish_erasures` (run by every forget) destroys.
@@ -215,6 +216,13 @@ def forget(
 
         vault.render(sub, root)
         report.setdefault("scrubbed", []).append(f"vault:{root}")
+        # The vault's migration snapshots are copies of it from before a migration: they lose
+        # the erased notes and every line naming what was erased.
+        from mnemolog.substrate.migrations.filesystem import FilesystemMigrationBackend
+
+        subjects = [*sel.memories, *sel.interactions, *sel.documents]
+        for name in FilesystemMigrationBackend(Path(root)).scrub_snapshots(subjects):
+            report["scrubbed"].append(f"snapshot:{Path(root) / '_migrations' / 'snapshots' / name}")
     return report
 
 
@@ -264,10 +272,11 @@ def _scrub(sub: Substrate, sel: eq.Selection) -> list[str]:
     asof_dir = sub.home.projections_path() / asof.ASOF_DIR
     if asof_dir.is_dir():
         shutil.rmtree(asof_dir, ignore_errors=True)
-    # Deleted rows can survive in DuckDB's free pages: a new file, refolded from the log
-    # (whose erased content no key opens any more), replaces the old one.
+    # Deleted rows can survive in DuckDB's free pages: a new file holding a copy of the live
+    # rows replaces the old one (a copy, not a refold of the log: the erasure's rows are
+    # already gone, and a refold of a large home cost many times the erasure itself).
     with sub._lock:
-        sub.projections.rebuild()
+        sub.projections.rewrite()
     tmp = sub.home.projections_path() / "duckdb.tmp"
     if tmp.is_dir():
         shutil.rmtree(tmp, ignore_errors=True)

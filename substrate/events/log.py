@@ -1,4 +1,5 @@
-"""Events about the log itself: `log.rollback_accepted`, an operator's signed acceptance of lost entries."""
+"""Events about the log itself: `log.rollback_accepted` (an operator's signed acceptance of lost entries)
+and `log.not_carried` (a migrated log's stand-in for an old entry it does not carry)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pydantic import Field
 from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.substrate.events.base import Payload
 
-__all__ = ["RollbackAccepted"]
+__all__ = ["NotCarried", "RollbackAccepted"]
 
 Root = Annotated[bytes, Field(min_length=32, max_length=32)]
 
@@ -30,3 +31,19 @@ class RollbackAccepted(Payload):
     new_size: int = Field(ge=1)
     new_root: Root
     source: str = Field(min_length=1, max_length=4096)
+
+
+class NotCarried(Payload):
+    """`log.not_carried` tv 1: in a log made by `migrate seal`, the old log's entry at this seq.
+
+    Every entry of the old log keeps its seq in the new one (so back-chain
+    pointers, request seqs and snapshot sizes stay true); the few that are
+    not carried over (the old log's `key.rotated` entries: the new log has a
+    key history of its own) leave this in their place, naming what stood there.
+    """
+
+    TYPE = v.LOG_NOT_CARRIED
+    TV = 1
+    type: str = Field(min_length=1, max_length=64)
+    tv: int = Field(ge=0)
+    reason: str = Field(min_length=1, max_length=4096)

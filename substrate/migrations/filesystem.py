@@ -35,6 +35,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import errno
 import fcntl
@@ -46,7 +47,7 @@ import shutil
 import stat
 import tarfile
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC
 from io import BytesIO
 from pathlib import Path, PurePosixPath
@@ -485,6 +486,34 @@ class FilesystemMigrationBackend:
             raise MigrationError(f"cannot create the snapshot {final}: {exc}") from exc
         return MigrationSnapshotRef(backend_id=BACKEND_ID, snapshot_id=name)
 
+    def scrub_snapshots(self, subjects: Iterable[str]) -> list[str]:
+        """Rewrite every snapshot without what it held of erased subjects; the snapshots changed.
+
+        A snapshot is a copy of the vault from before a migration: a `forget`
+        that re-renders the vault must reach it too (issue 22). In each
+        snapshot, a note whose `mnemolog_id` is an erased memory is dropped,
+        and every other text file loses each line that names an erased
+        subject (memory, interaction, candidate or document id) or a dropped
+        note's file name: INDEX lines, journal lines and run-log lines. A
+        changed snapshot is written under a temporary name, synced and
+        renamed over the old one (its name, the rollback reference, stays),
+        under the vault's migration lock. What a person wrote about erased
+        content in their own words, without its id, cannot be recognised.
+        """
+        gone = sorted({s for s in subjects if s})
+        if not gone or not self.snapshots_dir.is_dir():
+            return []
+        changed = []
+        self.lock()
+        try:
+            for ref in self.list_snapshots():
+                path = self.snapshots_dir / ref.snapshot_id
+                if _scrub_snapshot(path, gone):
+                    changed.append(ref.snapshot_id)
+        finally:
+            self.unlock()
+        return changed
+
     def _snapshot_path(self, ref: MigrationSnapshotRef) -> Path:
         if ref.backend_id != BACKEND_ID:
             raise MigrationError(
@@ -645,3 +674,70 @@ def _fsync_tree(top: Path) -> None:
     for dirpath, _, _ in os.walk(top):
         with contextlib.suppress(OSError):
             fsync_dir(Path(dirpath))
+
+
+# -- scrubbing snapshots (forget) --------------------------------------------------
+
+
+def _note_id(text: str) -> str | None:
+    for line in text.splitlines()[:200]:
+        if line.startswith("mnemolog_id:"):
+            return line.split(":", 1)[1].strip().strip("'\"")
+    return None
+
+
+def _scrub_snapshot(path: Path, gone: Sequence[str]) -> bool:
+    """Rewrite one snapshot without the erased subjects (see `scrub_snapshots`); whether it changed."""
+    ids = set(gone)
+    members: list[tuple[tarfile.TarInfo, bytes | None]] = []
+    with tarfile.open(path, mode="r:gz") as tar:
+        for info in tar:
+            data = None
+            if info.isreg():
+                f = tar.extractfile(info)
+                data = f.read() if f is not None else b""
+            members.append((info, data))
+    texts: dict[str, str] = {}
+    dropped: set[str] = set()
+    for info, data in members:
+        if data is None:
+            continue
+        try:
+            texts[info.name] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if info.name.endswith(".md") and _note_id(texts[info.name]) in ids:
+            dropped.add(info.name)
+    names = {PurePosixPath(n).name for n in dropped}
+    needles = [*gone, *sorted(names)]
+    out: list[tuple[tarfile.TarInfo, bytes | None]] = []
+    changed = bool(dropped)
+    for info, data in members:
+        if info.name in dropped:
+            continue
+        text = texts.get(info.name)
+        if text is None or not any(n in text for n in needles):
+            out.append((info, data))
+            continue
+        lines = text.splitlines(keepends=True)
+        scrubbed = "".join(line for line in lines if not any(n in line for n in needles)).encode("utf-8")
+        fresh = copy.copy(info)
+        fresh.size = len(scrubbed)
+        out.append((fresh, scrubbed))
+        changed = True
+    if not changed:
+        return False
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "xb") as raw:
+            with tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+                for info, data in out:
+                    tar.addfile(info, BytesIO(data) if data is not None else None)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.rename(tmp, path)
+        fsync_dir(path.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return True

@@ -205,3 +205,27 @@ def test_an_interrupted_catch_up_keeps_a_consistent_prefix(
 def check_invariants_of(s: Any) -> None:
     with s.projections.session() as conn:
         check_invariants(conn)
+
+
+def test_rewrite_copies_the_live_rows_into_a_new_file_and_leaves_no_deleted_row(tmp_path: Path) -> None:
+    """What forget does after an erasure: the same rows, in a file that never held the deleted ones."""
+    home = new_home(tmp_path / "h")
+    with open_sub(home) as sub:
+        keep = sub.store("kept words", namespace="a")
+        gone = sub.store("XQREWRITEMARK " * 50, namespace="b")
+        with sub.session() as s:
+            s.conn.execute("DELETE FROM memories WHERE id = ?", [gone["id"]])
+            s.conn.execute("CHECKPOINT")
+            before = table_rows(s.conn)
+        path = sub.projections.store.path
+        ino = path.stat().st_ino
+        sub.projections.rewrite()
+        assert path.stat().st_ino != ino and not Path(f"{path}.rewrite").exists()
+        assert b"XQREWRITEMARK" not in path.read_bytes()
+        with sub.session() as s:
+            assert table_rows(s.conn) == before
+        assert sub.get(keep["id"])["content"] == "kept words"
+        sub.store("written after", namespace="a")
+        with pytest.raises(StorageError):
+            with sub.projections.store.session():
+                sub.projections.store.rewrite()
