@@ -287,7 +287,7 @@ def migrate_snapshots(cctx: click.Context, /, **opts: Any) -> None:
 @click.pass_context
 def migrate_seal(cctx: click.Context, /, target: Path, force: bool) -> None:
     """Move this home to a new home at --to whose log holds no content in clear (the old one is kept)."""
-    from mnemolog.substrate.seal_migration import seal_home
+    from mnemolog.substrate.erasure.seal_migration import seal_home
 
     ctx = _ctx(cctx)
     out = seal_home(ctx.home.require(), target, force=force)

@@ -20,11 +20,11 @@ from mnemolog.eventlog.errors import Informational, VerificationError
 from mnemolog.eventlog.format import sealing
 from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.eventlog.vocabulary import events as v
-from mnemolog.substrate import seal_migration as sm
+from mnemolog.substrate.erasure import seal_migration as sm
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.session import Session
 from tests.projections.kit import log_digest, new_home, open_sub
-from tests.substrate.test_forget import LONG, scan
+from tests.substrate.erasure.test_forget import LONG, scan
 
 MARKS = {
     "memory": "XQSEALMIGMEMORY",

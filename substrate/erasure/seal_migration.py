@@ -69,7 +69,7 @@ from mnemolog.eventlog.store.writer import Durability, system_clock
 from mnemolog.eventlog.verify.trust import ROTATION_TYPE, origin_for
 from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.eventlog.vocabulary import events as v
-from mnemolog.substrate.datakeys import DataKeys
+from mnemolog.substrate.erasure.datakeys import DataKeys
 from mnemolog.substrate.home import Home, default_config_text, init_home, parse_config
 
 __all__ = [
@@ -360,7 +360,7 @@ def seal_home(
     holds no content in clear.
     """
     from mnemolog.substrate.api import Substrate
-    from mnemolog.substrate.tenants import Lease
+    from mnemolog.substrate.tenancy.tenants import Lease
 
     home.require()
     target = Path(os.path.abspath(target))
