@@ -243,6 +243,12 @@ def log_verify(
                 lines.append(f"high-water mark {hw['source']}: size {hw['size']}, covered with the same root")
         else:
             lines.append("high-water mark: none recorded (a rollback of log/ could go unnoticed)")
+        if report.migrated_from is not None:
+            mf = report.migrated_from
+            lines.append(
+                f"migrated from log {mf['log_id']}: its checkpoint of size {mf['size']} and the hand-off "
+                f"are signed by {mf['vkey']} (whether to trust that key is the old log's anchor)"
+            )
         if report.back_chains is not None:
             bc = report.back_chains
             lines.append(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import cbor2
 
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.eventlog.format.entry import HASH_LEN, entry_from_map
+from mnemolog.eventlog.format.entry import HASH_LEN, Entry, entry_from_map
 from mnemolog.eventlog.store.fsio import open_regular, read_regular
 from mnemolog.eventlog.store.index import KEYREC, LOC
 from mnemolog.eventlog.verify.chunks import ChunkDoubt, ChunkOk, ChunkResult, check_hinted_chunk_safely
@@ -110,10 +110,11 @@ def _plan(segs: list[tuple[int, Path]], locs: bytes, n_hint: int) -> tuple[list[
     return tasks, resume
 
 
-def _hinted_schedule(segs: list[tuple[int, Path]], hint: Hint) -> KeySchedule:
+def _hinted_schedule(segs: list[tuple[int, Path]], hint: Hint) -> tuple[KeySchedule, Entry]:
     """The key schedule the hint implies, read from the hinted key entries."""
     paths = dict(segs)
     ks: KeySchedule | None = None
+    genesis: Entry | None = None
     for s in hint.key_seqs:
         segf, off, length = LOC.unpack_from(hint.locs, s * LOC.size)
         p = paths.get(segf)
@@ -127,15 +128,16 @@ def _hinted_schedule(segs: list[tuple[int, Path]], hint: Hint) -> KeySchedule:
                 raise Mismatch(f"hinted key event {s} is a {e.type}")
             if ks is None:
                 ks = KeySchedule.from_genesis(e)
+                genesis = e
             else:
                 ks.add(e)
         except Mismatch:
             raise
         except Exception as exc:  # any doubt about a hint means: do not use it
             raise Mismatch(f"hinted key event {s}: {exc}") from exc
-    if ks is None:
+    if ks is None or genesis is None:
         raise Mismatch("the hint lists no genesis")
-    return ks
+    return ks, genesis
 
 
 def hinted_pass(v: _Verifier, segs: list[tuple[int, Path]]) -> tuple[tuple[int, int] | None, bool]:
@@ -148,7 +150,7 @@ def hinted_pass(v: _Verifier, segs: list[tuple[int, Path]]) -> tuple[tuple[int, 
     if segs[0][0] != 0 or not hint.key_seqs or hint.key_seqs[0] != 0:
         raise Mismatch("the first segment or the genesis key event is not where the hint says")
     tasks, resume = _plan(segs, hint.locs, n_hint)
-    keys = _hinted_schedule(segs, hint)
+    keys, genesis = _hinted_schedule(segs, hint)
     try:
         v.policy.check_genesis(keys)
     except VerificationError as exc:  # decided by the sequential pass, from the bytes themselves
@@ -171,6 +173,7 @@ def hinted_pass(v: _Verifier, segs: list[tuple[int, Path]]) -> tuple[tuple[int, 
     v.report.index_hint = "used"
     v.report.hinted = n_hint
     v.keys = keys
+    v.genesis = genesis
     event_i = 0
     cp_sizes, cr = v.cp_sizes, v.cr
     if cp_sizes and cp_sizes[0] == 0:

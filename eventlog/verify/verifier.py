@@ -46,7 +46,7 @@ import cbor2
 
 from mnemolog.eventlog.errors import DecodeError, VerificationError
 from mnemolog.eventlog.format import merkle
-from mnemolog.eventlog.format.entry import ZERO_HASH, entry_from_map
+from mnemolog.eventlog.format.entry import ZERO_HASH, Entry, entry_from_map
 from mnemolog.eventlog.format.keys import VerifierKey
 from mnemolog.eventlog.format.note import MAX_NOTE_BYTES, open_checkpoint
 from mnemolog.eventlog.progress import Progress
@@ -61,6 +61,7 @@ from mnemolog.eventlog.store.segments import MAX_ENTRY_BYTES, is_entry_prefix, l
 from mnemolog.eventlog.verify.backchain import BackChains, Digest, digest
 from mnemolog.eventlog.verify.chunks import Failure, verify_span
 from mnemolog.eventlog.verify.pool import make_pool
+from mnemolog.eventlog.verify.provenance import check_provenance
 from mnemolog.eventlog.verify.trust import (
     GENESIS_TYPE,
     ROTATION_TYPE,
@@ -92,6 +93,8 @@ class VerifyReport:
     trust: dict[str, Any] = field(default_factory=dict)
     high_water: list[dict[str, Any]] = field(default_factory=list)
     back_chains: dict[str, Any] | None = None
+    # A migrated log's hand-off from the log it replaced, checked (verify.provenance).
+    migrated_from: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +113,7 @@ class VerifyReport:
             "trust": self.trust,
             "high_water": self.high_water,
             "back_chains": self.back_chains,
+            "migrated_from": self.migrated_from,
         }
 
 
@@ -144,6 +148,7 @@ class _Verifier:
         self.prev = ZERO_HASH
         self.seq = 0
         self.keys: KeySchedule | None = None
+        self.genesis: Entry | None = None
         self.kid = b""
         self.cp_pos = 0
         self.pending: list[tuple[int, Future[Any], tuple[Any, ...]]] = []  # (first seq, future, args)
@@ -233,6 +238,8 @@ class _Verifier:
             self.report.back_chains = self.chains.summary.to_json()
         r = self.report
         r.trust = self.policy.check(self.keys).to_json()
+        if self.genesis is not None:
+            r.migrated_from = check_provenance(self.genesis)
         r.entries = self.seq
         r.segments = len(segs)
         r.checkpoints = len(self.cp_files)
@@ -256,6 +263,8 @@ class _Verifier:
                 "checkpoint_consistency",
             ]
         )
+        if r.migrated_from is not None:
+            r.checks.append("migration_provenance")
         if self.high_water:
             r.checks.append("high_water")
         if not self.hashes_only:
@@ -396,6 +405,7 @@ class _Verifier:
                 )
             try:
                 self.keys = KeySchedule.from_genesis(e)
+                self.genesis = e
             except DecodeError as exc:
                 raise self.fail(
                     f"genesis entry is malformed: {exc.message}", "genesis.data", seq=0, file=fname

@@ -44,7 +44,6 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +51,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from mnemolog.eventlog.errors import (
-    BadInput,
     Informational,
     MnemologError,
     StorageError,
@@ -60,12 +58,13 @@ from mnemolog.eventlog.errors import (
     VerificationError,
 )
 from mnemolog.eventlog.format import sealing
-from mnemolog.eventlog.format.keys import SigningKey, VerifierKey, verify_signature
-from mnemolog.eventlog.format.note import open_checkpoint
+from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.eventlog.store.fsio import atomic_write, fsync_dir
 from mnemolog.eventlog.store.lock import FileLock
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import Durability, system_clock
+from mnemolog.eventlog.verify import provenance
+from mnemolog.eventlog.verify.provenance import HANDOFF_CONTEXT, MIGRATED_FROM, handoff_message
 from mnemolog.eventlog.verify.trust import ROTATION_TYPE, origin_for
 from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.eventlog.vocabulary import events as v
@@ -85,10 +84,6 @@ __all__ = [
     "staging_path",
 ]
 
-#: The genesis payload key of a migrated log (format.md §17).
-MIGRATED_FROM: Final = "migrated_from"
-#: What the old key signs to hand its log over to the new one.
-HANDOFF_CONTEXT: Final = b"mnemolog/log-migrated/v1"
 BATCH: Final = 256
 NOT_CARRIED_REASON: Final = "the old log's key history: the new log has its own"
 #: Projection tables whose rows a migration must leave exactly as they were (seqs and ts included).
@@ -138,54 +133,9 @@ def staging_path(target: Path) -> Path:
     return target.parent / f".{target.name}.sealing"
 
 
-def handoff_message(old_log_id: bytes, size: int, root: bytes, new_log_id: bytes, new_key: bytes) -> bytes:
-    """The bytes the old log's key signs to name its successor (format.md §17)."""
-    return b"".join(
-        (HANDOFF_CONTEXT, b"\x00", old_log_id, struct.pack(">Q", size), root, new_log_id, new_key)
-    )
-
-
 def check_provenance(log: Log) -> dict[str, Any] | None:
-    """A migrated log's `migrated_from`, checked (the old checkpoint and the hand-off signature
-    under the old key it names); None for a log that was not migrated. VerificationError when
-    it does not hold. It proves what the old key signed, not that the old key is to be trusted:
-    that is the auditor's to know."""
-    g = log.genesis
-    mf = g.data.get(MIGRATED_FROM)
-    if mf is None:
-        return None
-    where = "genesis migrated_from"
-    try:
-        if not isinstance(mf, dict):
-            raise BadInput("not a map")
-        key = VerifierKey.from_vkey(str(mf["vkey"]))
-        raw = mf["checkpoint"]
-        if not isinstance(raw, bytes):
-            raise BadInput("checkpoint is not bytes")
-        cp = open_checkpoint(raw, key, where)
-        lid, sig = mf["log_id"], mf["handoff"]
-        if not isinstance(lid, bytes) or not isinstance(sig, bytes):
-            raise BadInput("log_id and handoff are bytes")
-    except (MnemologError, KeyError, ValueError) as exc:
-        why = exc.message if isinstance(exc, MnemologError) else str(exc)
-        raise VerificationError(f"{where}: {why}", check="migration.provenance", seq=0) from exc
-    if cp.origin != origin_for(lid):
-        raise VerificationError(
-            f"{where}: the checkpoint is not of log {lid.hex()}", check="migration.provenance", seq=0
-        )
-    pub = g.data.get("public_key")
-    msg = handoff_message(lid, cp.size, cp.root, log.log_id, pub if isinstance(pub, bytes) else b"")
-    if not verify_signature(key.public_key, msg, sig):
-        raise VerificationError(
-            f"{where}: the hand-off is not signed by {key.vkey()}", check="migration.provenance", seq=0
-        )
-    return {
-        "log_id": lid.hex(),
-        "size": cp.size,
-        "root": cp.root.hex(),
-        "vkey": key.vkey(),
-        "migrated_at": mf.get("migrated_at"),
-    }
+    """A migrated log's `migrated_from`, checked (eventlog.verify.provenance); None if not migrated."""
+    return provenance.check_provenance(log.genesis)
 
 
 # -- the run ------------------------------------------------------------------------------
