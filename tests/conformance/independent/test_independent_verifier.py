@@ -934,3 +934,46 @@ def test_the_command_line_verifies_a_receipt(
     assert out["ok"] and out["memories"] == [built.b]
     assert iv.main(["receipt", str(path), "--memory-id", built.a]) == 8
     assert json.loads(capsys.readouterr().out)["check"] == "receipt.memory"
+
+
+def test_a_migrated_home_verifies_with_its_hand_off(built: Built, tmp_path: Path) -> None:
+    """format.md §17, a migrated log: the new home verifies and names the old log it came from."""
+    old = copy_home(built, tmp_path)
+    r = CliRunner().invoke(
+        cli, ["--home", str(old), "--json", "migrate", "seal", "--to", str(tmp_path / "new"), "--force"]
+    )
+    assert r.exit_code == 0, r.stdout
+    old_report = iv.verify_home(old)
+    assert old_report.migrated_from is None
+    report = iv.verify_home(tmp_path / "new")
+    assert report.migrated_from is not None
+    assert report.migrated_from["log_id"] == old_report.origin.removeprefix("mnemolog/")
+    assert report.migrated_from["vkey"] == built.current_vkey
+    assert report.origin != old_report.origin
+    ours = run(tmp_path / "new", "log", "verify")
+    assert ours["migrated_from"]["log_id"] == report.migrated_from["log_id"]
+    assert ours["migrated_from"]["size"] == report.migrated_from["size"]
+
+
+@pytest.mark.parametrize("forge", ["signer", "new_key", "origin"])
+def test_a_forged_hand_off_is_refused(tmp_path: Path, forge: str) -> None:
+    from mnemolog.eventlog.format.keys import SigningKey as Key
+    from mnemolog.eventlog.format.note import peek_checkpoint
+    from mnemolog.eventlog.store.writer import LogWriter
+    from mnemolog.eventlog.verify.provenance import MIGRATED_FROM, handoff_message
+
+    old_id, new_id = bytes(range(16)), bytes(range(16, 32))
+    old_key, new_key, other = Key(bytes([1]) * 32, "old"), Key(bytes([2]) * 32, "new"), Key(bytes([3]) * 32, "x")
+    _, note = LogWriter.create(tmp_path / "old", old_key, log_id=bytes(16) if forge == "origin" else old_id)
+    cp = peek_checkpoint(note)
+    signer = other if forge == "signer" else old_key
+    named = other if forge == "new_key" else new_key
+    prov = {
+        "log_id": old_id,
+        "checkpoint": note,
+        "vkey": old_key.verifier.vkey(),
+        "handoff": signer.sign(handoff_message(old_id, cp.size, cp.root, new_id, named.public_key)),
+        "migrated_at": 1,
+    }
+    LogWriter.create(tmp_path / "new", new_key, log_id=new_id, extra={MIGRATED_FROM: prov})
+    fails("migration.provenance", lambda: iv.verify_log(tmp_path / "new"))

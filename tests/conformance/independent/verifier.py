@@ -970,6 +970,39 @@ class LogReport:
     high_water: list[int] = field(default_factory=list)
     witnesses: list[dict[str, Any]] = field(default_factory=list)
     erasures: list[int] = field(default_factory=list)
+    migrated_from: dict[str, Any] | None = None
+
+
+def check_migrated_from(genesis: Entry) -> dict[str, Any] | None:
+    """format.md §17, a migrated log: the old checkpoint under `vkey`, of the old log's origin,
+    and the old key's hand-off signature over the new log id and genesis key."""
+    mf = genesis.data.get("migrated_from")
+    if mf is None:
+        return None
+    check = "migration.provenance"
+    if not isinstance(mf, dict) or not _bytes(mf.get("log_id"), 16) or not _bytes(mf.get("handoff"), 64):
+        raise Failure(check, "migrated_from is not a map with log_id (16 bytes) and handoff (64 bytes)", 0)
+    if not isinstance(mf.get("vkey"), str) or not _bytes(mf.get("checkpoint")):
+        raise Failure(check, "migrated_from lacks vkey (text) or checkpoint (bytes)", 0)
+    try:
+        key = parse_vkey(mf["vkey"])
+        cp = parse_checkpoint(mf["checkpoint"], check)
+        check_note_signature(cp.note, key.name, key.public_key, check)
+    except Failure as exc:
+        raise Failure(check, f"migrated_from: {exc}", 0) from None
+    if cp.origin != "mnemolog/" + mf["log_id"].hex():
+        raise Failure(check, f"the old checkpoint's origin {cp.origin} is not the old log's", 0)
+    message = (
+        b"mnemolog/log-migrated/v1\x00"
+        + mf["log_id"]
+        + struct.pack(">Q", cp.size)
+        + cp.root
+        + genesis.data["log_id"]
+        + genesis.data["public_key"]
+    )
+    if not ed25519_ok(key.public_key, message, mf["handoff"]):
+        raise Failure(check, "the hand-off is not signed by the old key", 0)
+    return {"log_id": mf["log_id"].hex(), "size": cp.size, "root": cp.root.hex(), "vkey": mf["vkey"]}
 
 
 def read_entries(log_dir: Path) -> tuple[list[Entry], int]:
@@ -1162,6 +1195,7 @@ def verify_log(
         high_water=[m.size for m in marks],
     )
     check_backchains(entries, report)
+    report.migrated_from = check_migrated_from(entries[0])
     for e in entries:
         if e.type == "memory.erased":
             check_erased(e)
