@@ -963,7 +963,8 @@ def test_a_forged_hand_off_is_refused(tmp_path: Path, forge: str) -> None:
     from mnemolog.eventlog.verify.provenance import MIGRATED_FROM, handoff_message
 
     old_id, new_id = bytes(range(16)), bytes(range(16, 32))
-    old_key, new_key, other = Key(bytes([1]) * 32, "old"), Key(bytes([2]) * 32, "new"), Key(bytes([3]) * 32, "x")
+    old_key, new_key = Key(bytes([1]) * 32, "old"), Key(bytes([2]) * 32, "new")
+    other = Key(bytes([3]) * 32, "x")
     _, note = LogWriter.create(tmp_path / "old", old_key, log_id=bytes(16) if forge == "origin" else old_id)
     cp = peek_checkpoint(note)
     signer = other if forge == "signer" else old_key
