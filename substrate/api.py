@@ -1232,12 +1232,18 @@ class Substrate:
             skip_existing=skip_existing,
             batch=batch,
             progress=progress,
+            normalise=self._imported_knowledge,
         )
         if report["atomisation_requested"]:
             self.atomiser.wake()
         if warnings:
             report["warnings"] = warnings
         return report
+
+    def _imported_knowledge(self, s: Session, p: MemoryStored) -> MemoryStored:
+        """An imported line's project and domains, as `store` makes them (see importer.Normalise)."""
+        project = self.knowledge.canonical_project(s, p.project) if p.project else ""
+        return p.model_copy(update={"project": project, "domains": self.knowledge.domains(p.domains)})
 
     def import_from(
         self,
@@ -1263,7 +1269,9 @@ class Substrate:
 
         records = read_source(fmt, path)
         status = "active" if trust else "candidate"
-        checked = check_records(records, self, self.hooks, skip_existing=True, status=status)
+        checked = check_records(
+            records, self, self.hooks, skip_existing=True, status=status, normalise=self._imported_knowledge
+        )
         if checked.bad_count:
             for b in checked.bad:
                 src = records[b["line"] - 1].get("source")

@@ -22,7 +22,7 @@ EXPORT_FORMATS: Final = ("jsonl", "basic-memory")
 def jsonl_record(m: Mapping[str, Any]) -> dict[str, Any]:
     """A memory as one import line: exactly the importer's FIELDS, empty ones left out."""
     out = {k: m.get(k) for k in FIELDS}
-    return {k: v for k, v in out.items() if v not in (None, [], {})}
+    return {k: v for k, v in out.items() if v not in (None, [], {}, "")}
 
 
 def jsonl_bytes(memories: Iterable[Mapping[str, Any]]) -> bytes:

@@ -4,7 +4,13 @@ One JSON object per line, with the fields of a store:
 
     {"content": "...", "namespace": "team/x", "kind": "decision", "title": "...",
      "tags": ["a"], "confidence": 0.9, "source": "...", "metadata": {...},
-     "created_at": 1700000000000000, "last_seen": ..., "id": "<ULID>"}
+     "created_at": 1700000000000000, "last_seen": ..., "id": "<ULID>",
+     "project": "alpha", "domains": ["infra"]}
+
+The fields are the `memory.stored` payload's, less what only the writer or an
+atomisation sets (FIELDS), so `export` writes what `import` reads. A project
+(a name or alias) is made the registered name and domains are checked against
+the home's vocabulary, as a store does.
 
 `content` is required; `id` (a ULID) makes a re-run resumable: with
 `skip_existing`, lines whose id the home already holds are skipped.
@@ -48,7 +54,7 @@ from mnemolog.substrate.events.limits import MAX_CONTENT_BYTES, MAX_METADATA_BYT
 from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
 from mnemolog.substrate.ids import looks_like_id, new_id
 from mnemolog.substrate.memory.governance import ResolvedPolicy
-from mnemolog.substrate.session import Sessions
+from mnemolog.substrate.session import Session, Sessions
 
 __all__ = [
     "FIELDS",
@@ -60,19 +66,15 @@ __all__ = [
     "write_checked",
 ]
 
-FIELDS: Final = (
-    "id",
-    "content",
-    "namespace",
-    "kind",
-    "title",
-    "tags",
-    "confidence",
-    "source",
-    "metadata",
-    "created_at",
-    "last_seen",
-)
+#: What a store's payload carries that a line may not: the back-chain (the writer's), the
+#: atom fields (an atomisation's) and the status (the import's: active, or candidate).
+NOT_FROM_A_LINE: Final = frozenset({"touch_prev", "atom_of", "source_span", "status"})
+#: The fields of a line: the `memory.stored` payload's, so a new capture field reaches
+#: import and export by construction.
+FIELDS: Final = tuple(f for f in MemoryStored.model_fields if f not in NOT_FROM_A_LINE)
+#: A line's project and domains, made the home's (an alias canonicalised, the domains checked
+#: against its vocabulary) inside the checking session; identity unless the caller passes one.
+Normalise = Callable[[Session, MemoryStored], MemoryStored]
 #: A line holds one memory: its content and metadata at their limits, JSON-escaped, and the rest.
 MAX_LINE_BYTES: Final = 6 * (MAX_CONTENT_BYTES + MAX_METADATA_BYTES) + 64 * 1024
 MAX_IMPORT_BYTES: Final = 512 * 1024 * 1024
@@ -174,6 +176,8 @@ def parse_record(obj: Any, status: str = "active") -> MemoryStored:
             "metadata": obj.get("metadata"),
             "created_at": obj.get("created_at"),
             "last_seen": obj.get("last_seen"),
+            "project": obj.get("project", ""),
+            "domains": obj.get("domains") or [],
             "status": status,
         }
     )
@@ -234,7 +238,14 @@ def _too_large(path: Path, size: int, limit: int = MAX_IMPORT_BYTES) -> UsageErr
     )
 
 
-def check_file(path: Path, sessions: Sessions, hooks: HookChain, *, skip_existing: bool) -> _Checked:
+def check_file(
+    path: Path,
+    sessions: Sessions,
+    hooks: HookChain,
+    *,
+    skip_existing: bool,
+    normalise: Normalise | None = None,
+) -> _Checked:
     """Read and check every line; nothing is written."""
     try:
         # The read guard: a FIFO would block the open and /dev/zero would never end.
@@ -252,7 +263,7 @@ def check_file(path: Path, sessions: Sessions, hooks: HookChain, *, skip_existin
             raise _too_large(path, size)
         lines = ((n, functools.partial(parse_line, raw)) for n, raw in _lines(f, MAX_IMPORT_BYTES, path))
         _gather(out, lines, "line")
-    return _check_stored(out, sessions, hooks, skip_existing=skip_existing)
+    return _check_stored(out, sessions, hooks, skip_existing=skip_existing, normalise=normalise)
 
 
 def check_records(
@@ -262,13 +273,14 @@ def check_records(
     *,
     skip_existing: bool,
     status: str = "active",
+    normalise: Normalise | None = None,
 ) -> _Checked:
     """Check records a format mapper made (numbered from 1) as the lines of a file are; nothing is written."""
     out = _Checked(lines=len(records))
     _gather(
         out, ((n, functools.partial(parse_record, obj, status)) for n, obj in enumerate(records, 1)), "record"
     )
-    return _check_stored(out, sessions, hooks, skip_existing=skip_existing)
+    return _check_stored(out, sessions, hooks, skip_existing=skip_existing, normalise=normalise)
 
 
 def _gather(out: _Checked, numbered: Iterable[tuple[int, Callable[[], MemoryStored]]], unit: str) -> None:
@@ -288,15 +300,29 @@ def _gather(out: _Checked, numbered: Iterable[tuple[int, Callable[[], MemoryStor
         out.payloads.append((n, p))
 
 
-def _check_stored(out: _Checked, sessions: Sessions, hooks: HookChain, *, skip_existing: bool) -> _Checked:
-    """The checks against the home: ids stored already, write policies, pre_store hooks."""
+def _check_stored(
+    out: _Checked,
+    sessions: Sessions,
+    hooks: HookChain,
+    *,
+    skip_existing: bool,
+    normalise: Normalise | None = None,
+) -> _Checked:
+    """The checks against the home: project and domains, ids stored already, write policies, hooks."""
     if out.bad_count:
         return out
     with sessions.session() as s:
         existing = queries.existing_ids(s.conn, [p.id for _, p in out.payloads])
         policies: dict[str, ResolvedPolicy] = {}
         kept: list[tuple[int, MemoryStored]] = []
-        for n, p in out.payloads:
+        for n, given in out.payloads:
+            p = given
+            if normalise is not None and (given.project or given.domains):
+                try:
+                    p = normalise(s, given)
+                except MnemologError as exc:
+                    out.fail(n, exc)
+                    continue
             if p.id in existing:
                 if skip_existing:
                     out.skipped += 1
@@ -327,6 +353,7 @@ def import_jsonl(
     skip_existing: bool = False,
     batch: int = BATCH,
     progress: bool | None = None,
+    normalise: Normalise | None = None,
 ) -> tuple[ImportReport, list[str]]:
     """Import a JSON Lines file (see the module docstring); returns the report and post-hook warnings.
 
@@ -334,7 +361,7 @@ def import_jsonl(
     plan for a store: deferred requests go into the batch; a synchronous
     policy is run as deferred here (a bulk path does not call a curator per line).
     """
-    checked = check_file(path, sessions, hooks, skip_existing=skip_existing)
+    checked = check_file(path, sessions, hooks, skip_existing=skip_existing, normalise=normalise)
     if checked.bad_count:
         raise ImportFailed(path, checked.bad, checked.bad_count)
     return write_checked(path, checked, sessions, embedding, hooks, plan, batch=batch, progress=progress)

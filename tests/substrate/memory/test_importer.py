@@ -209,3 +209,74 @@ def test_a_deferred_policy_requests_atomisation_in_the_batch(tmp_path: Path) -> 
         assert s.stats()["atomisation"]["pending"] == 1
         done = s.drain_atomisations()
         assert len(done) == 1
+
+
+def test_project_and_domains_are_read_as_a_store_reads_them_and_survive_export(tmp_path: Path) -> None:
+    """The line's fields are the payload's: project (an alias made the registered name) and domains
+    (checked against the vocabulary) come in, and `export` then `import` keeps them."""
+    assert {"project", "domains"} <= set(importer.FIELDS)
+    assert not {"touch_prev", "atom_of", "source_span", "status"} & set(importer.FIELDS)
+    home = new_home(tmp_path / "h")
+    with (home.root / "config.toml").open("a") as f:
+        f.write('\n[knowledge]\ndomains = ["infra", "materials"]\n')
+    src = write(
+        tmp_path / "in.jsonl",
+        [
+            {"content": "the broker needs three replicas", "project": "KAFKA", "domains": ["infra"]},
+            {"content": "no project, one domain", "domains": ["materials"]},
+            {"content": "plain"},
+        ],
+    )
+    with open_sub(home) as sub:
+        sub.register_project("kafka-platform", aliases=["kafka"])
+        assert sub.import_jsonl(src)["imported"] == 3
+        got = {m["content"]: (m["project"], m["domains"]) for m in sub.list(project=None)}
+        assert got == {
+            "the broker needs three replicas": ("kafka-platform", ["infra"]),
+            "no project, one domain": ("", ["materials"]),
+            "plain": ("", []),
+        }
+        assert [m["content"] for m in sub.list(project="kafka")] == ["the broker needs three replicas"]
+        sub.export_memories("jsonl", tmp_path / "out.jsonl")
+    exported = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert {(r.get("project"), tuple(r.get("domains", ()))) for r in exported} == {
+        ("kafka-platform", ("infra",)),
+        (None, ("materials",)),
+        (None, ()),
+    }
+    other = new_home(tmp_path / "other")
+    with (other.root / "config.toml").open("a") as f:
+        f.write('\n[knowledge]\ndomains = ["infra", "materials"]\n')
+    with open_sub(other) as sub:
+        assert sub.import_jsonl(tmp_path / "out.jsonl")["imported"] == 3
+        again = {m["content"]: (m["project"], m["domains"]) for m in sub.list(project=None)}
+    assert again == got
+
+
+def test_an_unknown_domain_or_a_bad_project_is_a_numbered_bad_line_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    home = new_home(tmp_path / "h")
+    with (home.root / "config.toml").open("a") as f:
+        f.write('\n[knowledge]\ndomains = ["infra"]\n')
+    src = write(
+        tmp_path / "in.jsonl",
+        [
+            {"content": "fine", "domains": ["infra"]},
+            {"content": "unknown domain", "domains": ["astrology"]},
+            {"content": "not a project name", "project": "a\nb"},
+            {"content": "wrong type", "project": 7},
+        ],
+    )
+    before = log_digest(home)
+    # Lines that do not parse are reported first; the checks against the home (domains, the
+    # project registry, policies, hooks) run once every line parses.
+    with open_sub(home) as sub, pytest.raises(ImportFailed) as info:
+        sub.import_jsonl(src)
+    assert [b["line"] for b in info.value.details["bad_lines"]] == [3, 4]
+    write(src, [{"content": "fine", "domains": ["infra"]}, {"content": "unknown", "domains": ["astrology"]}])
+    with open_sub(home) as sub, pytest.raises(ImportFailed) as info:
+        sub.import_jsonl(src)
+    [bad] = info.value.details["bad_lines"]
+    assert bad["line"] == 2 and "astrology" in bad["message"]
+    assert log_digest(home) == before
