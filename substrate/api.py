@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any, Final, NotRequired, TypedDict, cast
 
 import duckdb
 from pydantic import ValidationError
@@ -466,19 +466,13 @@ class Substrate:
             out["warnings"] = mem["warnings"]
         return out
 
-    #: What makes two stores of one id the same memory (the fields a client chooses).
-    SAME_STORE = (
-        "content",
-        "namespace",
-        "kind",
-        "title",
-        "tags",
-        "confidence",
-        "source",
-        "metadata",
-        "atom_of",
-        "project",
-        "domains",
+    #: What makes two stores of one id the same memory: the fields a client chooses, which are
+    #: the payload's but for the id itself, the writer's back-chain, the status the command sets,
+    #: times the store may fill in, and an atom's span (its parent decides it).
+    SAME_STORE: Final = tuple(
+        f
+        for f in MemoryStored.model_fields
+        if f not in {"id", "touch_prev", "status", "created_at", "last_seen", "source_span"}
     )
 
     def _already_stored(self, existing: Memory, payload: MemoryStored) -> Memory:

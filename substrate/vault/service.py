@@ -27,6 +27,7 @@ from typing import Any
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.store.fsio import read_regular
+from mnemolog.eventlog.vocabulary.events import MUTABLE_FIELDS
 from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import Memory
 from mnemolog.projections.vault.read import ParsedNote, read_vault
@@ -395,17 +396,11 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
 
 def _diff(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for k in (
-        "title",
-        "content",
-        "kind",
-        "namespace",
-        "tags",
-        "confidence",
-        "last_seen",
-        "project",
-        "domains",
-    ):
+    # What an update may change, but for the source (a note does not carry it) and the metadata
+    # (a note owns only its vault part, compared below).
+    for k in MUTABLE_FIELDS:
+        if k in ("source", "metadata"):
+            continue
         if have[k] != want[k]:
             out[k] = want[k]
     if have["metadata_vault"] != want["metadata_vault"]:
