@@ -1234,10 +1234,16 @@ class Substrate:
             report["warnings"] = warnings
         return report
 
-    def _imported_knowledge(self, s: Session, p: MemoryStored) -> MemoryStored:
-        """An imported line's project and domains, as `store` makes them (see importer.Normalise)."""
-        project = self.knowledge.canonical_project(s, p.project) if p.project else ""
-        return p.model_copy(update={"project": project, "domains": self.knowledge.domains(p.domains)})
+    def _imported_knowledge(self, s: Session) -> Callable[[MemoryStored], MemoryStored]:
+        """Imported lines' project and domains, as `store` makes them (see importer.Normalise);
+        the project registry is read once for the whole check."""
+        registry = self.knowledge.registry(s)
+
+        def made(p: MemoryStored) -> MemoryStored:
+            project = self.knowledge.canonical_project(s, p.project, registry) if p.project else ""
+            return p.model_copy(update={"project": project, "domains": self.knowledge.domains(p.domains)})
+
+        return made
 
     def import_from(
         self,

@@ -232,11 +232,15 @@ class Knowledge:
     def registry(s: Session) -> ProjectRegistry:
         return kq.project_registry(s.conn)
 
-    def canonical_project(self, s: Session, project: str | None) -> str:
-        """The one canonicalisation of a project name given at a boundary ("" for none)."""
+    def canonical_project(
+        self, s: Session, project: str | None, registry: ProjectRegistry | None = None
+    ) -> str:
+        """The one canonicalisation of a project name given at a boundary ("" for none).
+
+        `registry`: one read in this session already, for callers that canonicalise many names."""
         if project is None:
             return ""
-        return self.registry(s).canonical(check_project_name(project))
+        return (registry or self.registry(s)).canonical(check_project_name(project))
 
     def register_project(
         self, name: str, *, aliases: Sequence[str] = (), description: str = ""

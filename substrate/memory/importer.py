@@ -72,9 +72,9 @@ NOT_FROM_A_LINE: Final = frozenset({"touch_prev", "atom_of", "source_span", "sta
 #: The fields of a line: the `memory.stored` payload's, so a new capture field reaches
 #: import and export by construction.
 FIELDS: Final = tuple(f for f in MemoryStored.model_fields if f not in NOT_FROM_A_LINE)
-#: A line's project and domains, made the home's (an alias canonicalised, the domains checked
-#: against its vocabulary) inside the checking session; identity unless the caller passes one.
-Normalise = Callable[[Session, MemoryStored], MemoryStored]
+#: Given the checking session, what makes a line's project and domains the home's (an alias
+#: canonicalised, the domains checked against its vocabulary); identity unless a caller passes one.
+Normalise = Callable[[Session], Callable[[MemoryStored], MemoryStored]]
 #: A line holds one memory: its content and metadata at their limits, JSON-escaped, and the rest.
 MAX_LINE_BYTES: Final = 6 * (MAX_CONTENT_BYTES + MAX_METADATA_BYTES) + 64 * 1024
 MAX_IMPORT_BYTES: Final = 512 * 1024 * 1024
@@ -315,11 +315,12 @@ def _check_stored(
         existing = queries.existing_ids(s.conn, [p.id for _, p in out.payloads])
         policies: dict[str, ResolvedPolicy] = {}
         kept: list[tuple[int, MemoryStored]] = []
+        made = normalise(s) if normalise is not None else None
         for n, given in out.payloads:
             p = given
-            if normalise is not None and (given.project or given.domains):
+            if made is not None and (given.project or given.domains):
                 try:
-                    p = normalise(s, given)
+                    p = made(given)
                 except MnemologError as exc:
                     out.fail(n, exc)
                     continue
