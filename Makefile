@@ -13,6 +13,13 @@ PKGS := eventlog projections curators substrate cli
 JOBS ?= 2
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider --file-progress
 
+# Bytecode is written during test runs even where the environment turns it off
+# (PYTHONDONTWRITEBYTECODE=1): otherwise each worker compiles the package and
+# rewrites the asserts of some 300 test modules from source on every run (about
+# 6 CPU-seconds per worker before the first test), and so does every `mnemolog`
+# process a test starts. An empty value is off to Python.
+pytest test-fast: export PYTHONDONTWRITEBYTECODE :=
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

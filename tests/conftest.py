@@ -8,7 +8,11 @@ Factories rather than ready-made objects, so a test says what it needs:
 - `open_substrate(home, **kw)`: a Substrate (short-lived unless asked),
   closed when the test ends;
 - `mcp_server(home)`: the real `mnemolog mcp` in a subprocess, a
-  tests.support.mcp_client.Client talking to it, closed when the test ends.
+  tests.support.mcp_client.Client talking to it, closed when the test ends;
+- `cli`: the `mnemolog` command (tests.support.cli.Cli): `cli(home, *argv)`
+  in process, `cli.json` / `cli.ok` for `--json` documents, `cli.process`
+  for a real process where a process is the point. No test file keeps a
+  wrapper of its own.
 
 `--file-progress` prints one line per test file as its last test finishes
 (with pytest-xdist too), so a long run shows where it is. The tests listed
@@ -38,6 +42,7 @@ from hypothesis import settings
 
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import Home, init_home
+from tests.support.cli import Cli
 from tests.support.mcp_client import Client
 
 settings.register_profile("mnemolog", deadline=None)
@@ -101,6 +106,12 @@ def open_substrate() -> Iterator[Callable[..., Substrate]]:
     yield open_
     for s in opened:
         s.close()
+
+
+@pytest.fixture
+def cli() -> Cli:
+    """Run `mnemolog`: in process unless `.process` (see tests/support/cli.py)."""
+    return Cli()
 
 
 @pytest.fixture
