@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from mnemolog.eventlog.errors import SignerError, UsageError, VerificationError
 from mnemolog.eventlog.format import merkle
@@ -36,6 +35,7 @@ from mnemolog.eventlog.store.writer import LogWriter
 from mnemolog.eventlog.verify.trust import TRUST_GENESIS, origin_for, parse_key_arg
 from mnemolog.eventlog.verify.verifier import verify_log
 from tests.eventlog.logkit import T0, StepClock, seeded_key
+from tests.support.cli import Cli
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
 KEY = seeded_key()
@@ -195,30 +195,22 @@ def test_the_first_line_by_the_logs_key_decides_a_checkpoint(tmp_path: Path) -> 
 # -- the JSON of log prove and log consistency -----------------------------------------------
 
 
-def test_prove_and_consistency_json_are_as_documented(tmp_path: Path) -> None:
-    from mnemolog.cli.main import cli
-
+def test_prove_and_consistency_json_are_as_documented(cli: Cli, tmp_path: Path) -> None:
     assert "## 10. The JSON of `log prove` and `log consistency`" in doc()
     home = tmp_path / "home"
 
-    def run(*args: str) -> dict[str, Any]:
-        r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
-        assert r.exit_code == 0, r.output
-        out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
-        return out
-
-    run("init")
+    cli.ok(home, "init")
     for i in range(5):
-        run("log", "append", "note.added", "--data", json.dumps({"i": i}))
-    p = run("log", "prove", "3")
+        cli.ok(home, "log", "append", "note.added", "--data", json.dumps({"i": i}))
+    p = cli.ok(home, "log", "prove", "3")
     assert set(p) == {"ok", "seq", "tree_size", "leaf_hash", "root", "proof", "checkpoint"}
     b = base64.b64decode
     merkle.verify_inclusion(3, p["tree_size"], b(p["leaf_hash"]), [b(x) for x in p["proof"]], b(p["root"]))
     assert p["checkpoint"].splitlines()[2] == p["root"]
-    c = run("log", "consistency", "2", "6")
+    c = cli.ok(home, "log", "consistency", "2", "6")
     assert set(c) == {"ok", "old_size", "new_size", "old_root", "new_root", "proof"}
     merkle.verify_consistency(2, 6, b(c["old_root"]), b(c["new_root"]), [b(x) for x in c["proof"]])
-    assert run("log", "consistency", "6", "6")["proof"] == []
+    assert cli.ok(home, "log", "consistency", "6", "6")["proof"] == []
 
 
 # -- rules a second independent implementer asked about (tests/conformance/independent) ---------

@@ -21,6 +21,7 @@ from mnemolog.eventlog.format.entry import ZERO_HASH, make_entry
 from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.eventlog.vocabulary import events as vocabulary
 from mnemolog.substrate.events.base import CURRENT_TV
+from tests.support.cli import Cli
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
 KEY = SigningKey(bytes(range(32)), "example")
@@ -99,26 +100,19 @@ def test_manifest_digests_are_sha256_of_raw_bytes() -> None:
     assert "SHA-256 of the file's raw bytes" in text
 
 
-def test_when_the_rotation_overlap_line_is_written(tmp_path: Path) -> None:
+def test_when_the_rotation_overlap_line_is_written(cli: Cli, tmp_path: Path) -> None:
     """format.md §12: the window runs from the newest key.rotated `ts` below n; needs the retired key."""
-    from click.testing import CliRunner
-
-    from mnemolog.cli.main import cli
     from mnemolog.eventlog.store.log import Log
     from mnemolog.substrate.witness import config as witness_config
     from mnemolog.substrate.witness import service as witnessing
 
     home = tmp_path / "home"
 
-    def run(*args: str) -> None:
-        r = CliRunner().invoke(cli, ["--home", str(home), *args])
-        assert r.exit_code == 0, r.output
-
-    run("init")
+    assert cli(home, "init").code == 0
     with Log(home / "log") as log:
         assert witnessing.overlap_signer(log, home / "keys", log.size, 168, 0) is None  # no rotation
-    run("key", "rotate")
-    run("log", "append", "note.added", "--data", "{}")
+    assert cli(home, "key", "rotate").code == 0
+    assert cli(home, "log", "append", "note.added", "--data", "{}").code == 0
     hours = witness_config.DEFAULT_OVERLAP_HOURS
     assert hours == 168 and "default\n  168" in _text()
     with Log(home / "log") as log:

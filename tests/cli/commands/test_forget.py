@@ -2,40 +2,33 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
-from click.testing import CliRunner
 
 from mnemolog.cli.agents import mcp_server
-from mnemolog.cli.main import cli
 from mnemolog.substrate.home import init_home
 from tests.cli.agents.test_http_api import Server
 from tests.projections.kit import open_sub
+from tests.support.cli import Cli
 
 
-def run(home: Path, *args: str) -> tuple[int, dict]:
-    r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
-    return r.exit_code, json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
-
-
-def test_cli_dry_run_then_forget_then_the_id_is_gone(tmp_path: Path) -> None:
+def test_cli_dry_run_then_forget_then_the_id_is_gone(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
     init_home(home)
-    code, out = run(home, "store", "forget me XQCLIMARK", "--namespace", "a")
+    code, out = cli.json(home, "store", "forget me XQCLIMARK", "--namespace", "a")
     mid = out["memory"]["id"] if "memory" in out else out["id"]
-    code, dry = run(home, "forget", mid, "--dry-run")
+    code, dry = cli.json(home, "forget", mid, "--dry-run")
     assert code == 0 and dry["dry_run"] is True and dry["memories"] == [mid] and dry["erased"] == 0
-    code, done = run(home, "forget", mid, "--reason", "asked")
+    code, done = cli.json(home, "forget", mid, "--reason", "asked")
     assert code == 0 and done["erased"] == 1 and done["seqs"]
-    code, err = run(home, "get", mid)
+    code, err = cli.json(home, "get", mid)
     assert code == 2 and "erased at seq" in err["message"]
-    code, err = run(home, "forget")
+    code, err = cli.json(home, "forget")
     assert code == 64
-    code, err = run(home, "forget", "--namespace", "a", "--before", "yesterday")
+    code, err = cli.json(home, "forget", "--namespace", "a", "--before", "yesterday")
     assert code == 64
-    r = CliRunner().invoke(cli, ["--home", str(home), "log", "show", "--type", "memory.erased"])
+    r = cli(home, "log", "show", "--type", "memory.erased")
     assert "asked" in r.output and "XQCLIMARK" not in r.output
 
 

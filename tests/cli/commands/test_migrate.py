@@ -6,9 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner
-
-from mnemolog.cli.main import cli
+from tests.support.cli import Cli
 
 BUMP = """
 FROM_VERSION = 1
@@ -26,131 +24,128 @@ def migrate(unit):
 """
 
 
-def run(home: Path, *args: str) -> tuple[int, Any]:
-    r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
-    lines = r.stdout.strip().splitlines()
-    return r.exit_code, json.loads(lines[-1]) if lines else None
+def metadata(cli: Cli, home: Path) -> list[Any]:
+    return [m["metadata"] for m in cli.json(home, "list", "--include-archived")[1]["memories"]]
 
 
-def metadata(home: Path) -> list[Any]:
-    return [m["metadata"] for m in run(home, "list", "--include-archived")[1]["memories"]]
-
-
-def test_log_backend_run_status_rollback_and_rebuild(tmp_path: Path) -> None:
+def test_log_backend_run_status_rollback_and_rebuild(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert run(home, "init")[0] == 0
-    assert run(home, "store", "Prefer pg_repack for big tables", "--kind", "decision")[0] == 0
-    assert run(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
+    assert cli.json(home, "init")[0] == 0
+    assert cli.json(home, "store", "Prefer pg_repack for big tables", "--kind", "decision")[0] == 0
+    assert cli.json(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
     (home / "migrations").mkdir()
     (home / "migrations" / "v1_to_v2.py").write_text(BUMP)
-    before = metadata(home)
+    before = metadata(cli, home)
 
-    code, out = run(home, "migrate", "--to", "v2", "--dry-run")
+    code, out = cli.json(home, "migrate", "--to", "v2", "--dry-run")
     assert code == 0 and out["event"]["dry_run"] and out["event"]["units_touched"] == 2
-    assert metadata(home) == before
+    assert metadata(cli, home) == before
     # This code's validators accept v1 only: the real run validates, rolls back, exits 65.
-    code, out = run(home, "migrate", "--to", "v2")
+    code, out = cli.json(home, "migrate", "--to", "v2")
     assert code == 65 and out["error"] == "migration_failed" and out["details"]["rolled_back"]
-    assert metadata(home) == before
-    code, out = run(home, "migrate", "--to", "v2", "--current-schema-version", "2")
+    assert metadata(cli, home) == before
+    code, out = cli.json(home, "migrate", "--to", "v2", "--current-schema-version", "2")
     assert code == 0 and out["event"]["outcome"] == "completed"
     ref = out["event"]["snapshot_ref"]["snapshot_id"]
-    assert all(m["vault"]["schema_version"] == 2 for m in metadata(home))
-    code, out = run(home, "migrate", "--status", "--current-schema-version", "2")
+    assert all(m["vault"]["schema_version"] == 2 for m in metadata(cli, home))
+    code, out = cli.json(home, "migrate", "--status", "--current-schema-version", "2")
     assert out["status"]["schema_version"] == 2 and ref in out["status"]["snapshots"]
-    assert ref in run(home, "migrate", "--list-snapshots")[1]["snapshots"]
-    code, out = run(home, "migrate", "--rollback", ref)
+    assert ref in cli.json(home, "migrate", "--list-snapshots")[1]["snapshots"]
+    code, out = cli.json(home, "migrate", "--rollback", ref)
     assert code == 0 and out["event"]["rolled_back"] and out["event"]["to_version"] == 1
-    assert metadata(home) == before
-    assert run(home, "rebuild")[0] == 0
-    assert metadata(home) == before  # the rollback is honoured on replay too
+    assert metadata(cli, home) == before
+    assert cli.json(home, "rebuild")[0] == 0
+    assert metadata(cli, home) == before  # the rollback is honoured on replay too
     # every run, refusal and rollback is in the log
-    code, log = run(home, "log", "show", "--type", "migration.completed", "--type", "migration.refused")
+    code, log = cli.json(home, "log", "show", "--type", "migration.completed", "--type", "migration.refused")
     assert [e["data"]["action"] for e in log["entries"]] == ["migrate", "migrate", "migrate", "rollback"]
-    code, out = run(home, "migrate", "--rollback", "999")
+    code, out = cli.json(home, "migrate", "--rollback", "999")
     assert code == 2
-    assert run(home, "log", "verify")[0] == 0
+    assert cli.json(home, "log", "verify")[0] == 0
 
 
-def test_vault_backend_and_usage_errors(tmp_path: Path) -> None:
+def test_vault_backend_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert run(home, "init")[0] == 0
-    assert run(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
-    assert run(home, "vault", "render", str(tmp_path / "v"), "--agent", "a")[0] == 0
+    assert cli.json(home, "init")[0] == 0
+    assert cli.json(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
+    assert cli.json(home, "vault", "render", str(tmp_path / "v"), "--agent", "a")[0] == 0
     (tmp_path / "v" / "_migrations").mkdir()
     (tmp_path / "v" / "_migrations" / "v1_to_v2.py").write_text(BUMP)
-    code, out = run(
+    code, out = cli.json(
         home, "migrate", "--vault", str(tmp_path / "v"), "--to", "v2", "--current-schema-version", "2"
     )
     assert code == 0 and out["event"]["backend_id"] == "filesystem"
-    code, out = run(
+    code, out = cli.json(
         home, "migrate", "--vault", str(tmp_path / "v"), "--status", "--current-schema-version", "2"
     )
     assert out["status"]["schema_version"] == 2
-    assert run(home, "migrate")[0] == 64
-    assert run(home, "migrate", "--to", "two")[0] == 64
-    assert run(home, "migrate", "--to", "v2", "--status")[0] == 64
-    code, out = run(home, "migrate", "--to", "v1")
+    assert cli.json(home, "migrate")[0] == 64
+    assert cli.json(home, "migrate", "--to", "two")[0] == 64
+    assert cli.json(home, "migrate", "--to", "v2", "--status")[0] == 64
+    code, out = cli.json(home, "migrate", "--to", "v1")
     assert code == 1 and out["error"] == "nothing_to_migrate"
 
 
-def test_subcommands_do_what_the_old_flags_did(tmp_path: Path) -> None:
+def test_subcommands_do_what_the_old_flags_did(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert run(home, "init")[0] == 0
-    assert run(home, "store", "Prefer pg_repack for big tables", "--kind", "decision")[0] == 0
+    assert cli.json(home, "init")[0] == 0
+    assert cli.json(home, "store", "Prefer pg_repack for big tables", "--kind", "decision")[0] == 0
     (home / "migrations").mkdir()
     (home / "migrations" / "v1_to_v2.py").write_text(BUMP)
-    code, out = run(home, "migrate", "run", "--to", "v2", "--dry-run")
+    code, out = cli.json(home, "migrate", "run", "--to", "v2", "--dry-run")
     assert code == 0 and out["event"]["dry_run"]
-    code, out = run(home, "migrate", "run", "--to", "v2")  # validators accept v1 only: rolled back
+    code, out = cli.json(home, "migrate", "run", "--to", "v2")  # validators accept v1 only: rolled back
     assert code == 65 and out["error"] == "migration_failed"
     assert out["details"]["cause"] == "migration_validation_failed"  # the class, not a parsed string
-    code, out = run(home, "migrate", "--current-schema-version", "2", "run", "--to", "v2")
+    code, out = cli.json(home, "migrate", "--current-schema-version", "2", "run", "--to", "v2")
     assert code == 0 and out["event"]["outcome"] == "completed"
     ref = out["event"]["snapshot_ref"]["snapshot_id"]
-    assert run(home, "migrate", "snapshots")[1]["snapshots"][0] == ref  # newest first
-    assert run(home, "migrate", "status", "--current-schema-version", "2")[1]["status"]["schema_version"] == 2
-    code, out = run(home, "migrate", "rollback", ref)
+    assert cli.json(home, "migrate", "snapshots")[1]["snapshots"][0] == ref  # newest first
+    assert (
+        cli.json(home, "migrate", "status", "--current-schema-version", "2")[1]["status"]["schema_version"]
+        == 2
+    )
+    code, out = cli.json(home, "migrate", "rollback", ref)
     assert code == 0 and out["event"]["rolled_back"]
-    assert run(home, "migrate", "rollback", "999")[0] == 2
-    assert run(home, "migrate", "--status", "status")[0] == 64  # an old flag and a subcommand
-    assert run(home, "migrate", "run")[0] == 64  # --to is required
+    assert cli.json(home, "migrate", "rollback", "999")[0] == 2
+    assert cli.json(home, "migrate", "--status", "status")[0] == 64  # an old flag and a subcommand
+    assert cli.json(home, "migrate", "run")[0] == 64  # --to is required
 
 
-def test_a_broken_script_exits_65_by_its_class(tmp_path: Path) -> None:
+def test_a_broken_script_exits_65_by_its_class(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert run(home, "init")[0] == 0
-    assert run(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
+    assert cli.json(home, "init")[0] == 0
+    assert cli.json(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
     (home / "migrations").mkdir()
     (home / "migrations" / "v1_to_v2.py").write_text(BUMP.replace('meta["schema_version"] = 2', "1 / 0"))
-    code, out = run(home, "migrate", "run", "--to", "v2", "--current-schema-version", "2")
+    code, out = cli.json(home, "migrate", "run", "--to", "v2", "--current-schema-version", "2")
     assert code == 65 and out["details"]["cause"] == "migration_script_invalid"
     assert "ZeroDivisionError" in out["message"]
 
 
-def test_a_vault_run_from_a_home_is_signed_into_its_log(tmp_path: Path) -> None:
+def test_a_vault_run_from_a_home_is_signed_into_its_log(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert run(home, "init")[0] == 0
-    assert run(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
+    assert cli.json(home, "init")[0] == 0
+    assert cli.json(home, "store", "Alice likes terse updates", "--kind", "user")[0] == 0
     vault = tmp_path / "v"
-    assert run(home, "vault", "render", str(vault), "--agent", "a")[0] == 0
+    assert cli.json(home, "vault", "render", str(vault), "--agent", "a")[0] == 0
     (vault / "_migrations").mkdir()
     (vault / "_migrations" / "v1_to_v2.py").write_text(BUMP)
-    code, out = run(
+    code, out = cli.json(
         home, "migrate", "--vault", str(vault), "run", "--to", "v2", "--current-schema-version", "2"
     )
     assert code == 0
     run_id = out["event"]["run_id"]
-    code, log = run(home, "log", "show", "--type", "migration.completed", "--type", "migration.refused")
+    code, log = cli.json(home, "log", "show", "--type", "migration.completed", "--type", "migration.refused")
     signed = [e["data"] for e in log["entries"]]
     assert [(d["run_id"], d["backend_id"], d["outcome"]) for d in signed] == [
         (run_id, "filesystem", "completed")
     ]
     audit = (vault / "_migrations" / "migration.jsonl").read_text().splitlines()
     assert [json.loads(line)["run_id"] for line in audit] == [run_id]
-    assert run(home, "log", "verify")[0] == 0
+    assert cli.json(home, "log", "verify")[0] == 0
     # Without a home the vault run still works, recorded in the vault only.
-    code, out = run(
+    code, out = cli.json(
         tmp_path / "no-home", "migrate", "--vault", str(vault), "status", "--current-schema-version", "2"
     )
     assert code == 0 and out["status"]["schema_version"] == 2

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from mnemolog.curators.tokens import count_tokens
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import init_home
 from mnemolog.substrate.memory.governance import PolicyConflict
+from tests.support.cli import Cli
 from tests.support.long_texts import LONG_POST_MORTEM
 
 
@@ -31,22 +28,16 @@ def sub(home: Path) -> Iterator[Substrate]:
     s.close()
 
 
-def run(home: Path, *args: str, stdin: str | None = None) -> tuple[int, Any]:
-    r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args], input=stdin)
-    out = r.stdout.strip().splitlines()
-    return r.exit_code, json.loads(out[-1]) if out else None
-
-
-def test_the_long_post_mortem_atomises_from_the_cli_at_the_default_budget(home: Path) -> None:
+def test_the_long_post_mortem_atomises_from_the_cli_at_the_default_budget(cli: Cli, home: Path) -> None:
     assert count_tokens(LONG_POST_MORTEM) > 2600
-    code, out = run(home, "store", "-", "--title", "Ledger outage", stdin=LONG_POST_MORTEM)
+    code, out = cli.json(home, "store", "-", "--title", "Ledger outage", stdin=LONG_POST_MORTEM)
     assert code == 0
     pid = out["memory"]["id"]
-    code, env = run(home, "atomise", pid, "--curator", "rules")
+    code, env = cli.json(home, "atomise", pid, "--curator", "rules")
     assert code == 0, env
     assert 2 <= env["atom_count"] <= 10 and env["archived_at"]
     assert any(w.startswith("selected ") for w in env["warnings"])
-    code, hit = run(home, "recall", "why did the certificate rotation break replication", "--limit", "3")
+    code, hit = cli.json(home, "recall", "why did the certificate rotation break replication", "--limit", "3")
     assert code == 0
     top = hit["results"][0]
     assert top["atom_of"] == pid
@@ -108,6 +99,8 @@ def test_no_deferred_store_fails_as_too_small_under_an_accepted_policy(sub: Subs
     assert sub.stats()["atomisation"]["failed"] == 0
 
 
-def test_the_cli_refuses_a_conflicting_policy_with_exit_65(home: Path) -> None:
-    code, out = run(home, "policy", "set", "team", "--auto-atomise-mode", "deferred", "--threshold", "100")
+def test_the_cli_refuses_a_conflicting_policy_with_exit_65(cli: Cli, home: Path) -> None:
+    code, out = cli.json(
+        home, "policy", "set", "team", "--auto-atomise-mode", "deferred", "--threshold", "100"
+    )
     assert code == 65 and out["error"] == "policy_conflict"

@@ -25,6 +25,7 @@ from mnemolog.substrate.home import Home
 from mnemolog.substrate.session import Session
 from tests.projections.kit import log_digest, new_home, open_sub
 from tests.substrate.erasure.test_forget import LONG, scan
+from tests.support.cli import Cli
 
 MARKS = {
     "memory": "XQSEALMIGMEMORY",
@@ -246,26 +247,18 @@ def test_provenance_names_the_old_log_and_only_a_migrated_log_has_it(tmp_path: P
         assert sub.log.log_id != old_id and prov["vkey"].startswith("test+")
 
 
-def test_the_cli_migrates_verifies_and_refuses_with_exit_codes(tmp_path: Path) -> None:
+def test_the_cli_migrates_verifies_and_refuses_with_exit_codes(cli: Cli, tmp_path: Path) -> None:
     import json
 
-    from click.testing import CliRunner
-
-    from mnemolog.cli.main import cli
-
-    def run(home: Path, *args: str) -> tuple[int, dict[str, Any]]:
-        r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
-        return r.exit_code, json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
-
     home, ids = old_home(tmp_path / "old")
-    code, out = run(home.root, "migrate", "seal", "--to", str(tmp_path / "new"))
+    code, out = cli.json(home.root, "migrate", "seal", "--to", str(tmp_path / "new"))
     assert code == 0 and out["home"] == str(tmp_path / "new") and out["sealed_from_clear"] > 0
-    code, ver = run(tmp_path / "new", "log", "verify")
+    code, ver = cli.json(tmp_path / "new", "log", "verify")
     assert code == 0 and ver["ok"] is True
-    code, got = run(tmp_path / "new", "get", ids["memory"])
+    code, got = cli.json(tmp_path / "new", "get", ids["memory"])
     assert code == 0 and MARKS["memory"] in json.dumps(got)
-    code, err = run(home.root, "migrate", "seal", "--to", str(tmp_path / "new"))
+    code, err = cli.json(home.root, "migrate", "seal", "--to", str(tmp_path / "new"))
     assert code == 64 and err["error"] == "target_exists"
     sm.staging_path(tmp_path / "again").mkdir()
-    code, err = run(home.root, "migrate", "seal", "--to", str(tmp_path / "again"))
+    code, err = cli.json(home.root, "migrate", "seal", "--to", str(tmp_path / "again"))
     assert code == 6 and err["error"] == "migration_incomplete"

@@ -10,22 +10,20 @@ log's size; as of the log's last entry recall is the plain recall.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from mnemolog.cli.agents import http_api, mcp_server
-from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import UsageError
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import Home, init_home
+from tests.support.cli import Cli
 from tests.support.fake_embedder import FakeEmbedder
 
 
@@ -159,23 +157,18 @@ def test_as_of_reads_need_no_writer(story: Story, sub: Substrate) -> None:
 # -- the other doors ------------------------------------------------------------------------------
 
 
-def test_cli(story: Story) -> None:
-    def run(*args: str) -> tuple[int, Any]:
-        r = CliRunner().invoke(cli, ["--home", str(story.root), "--json", *args])
-        out = r.stdout.strip().splitlines()
-        return r.exit_code, json.loads(out[-1]) if out else None
-
+def test_cli(cli: Cli, story: Story) -> None:
     for seq in (story.stored_b, story.updated_a, story.archived_b, story.stored_c - 1, story.stored_c):
-        code, out = run("recall", "pool", "--as-of", str(seq))
+        code, out = cli.json(story.root, "recall", "pool", "--as-of", str(seq))
         assert code == 0 and out["as_of"]["seq"] == seq
         assert shown(out["results"]) == story.expected(seq)
-    code, out = run("recall", "pool", "--as-of", iso(story.ts[story.stored_b]))
+    code, out = cli.json(story.root, "recall", "pool", "--as-of", iso(story.ts[story.stored_b]))
     assert code == 0 and out["as_of"]["seq"] >= story.stored_b
-    code, out = run("search", "pool", "--as-of", str(story.stored_b))
+    code, out = cli.json(story.root, "search", "pool", "--as-of", str(story.stored_b))
     assert code == 0 and {m["id"] for m in out["results"]} == {story.a, story.b}
-    code, out = run("list", "--as-of", str(story.updated_a - 1))
+    code, out = cli.json(story.root, "list", "--as-of", str(story.updated_a - 1))
     assert code == 0 and shown(out["memories"])[story.a] == "The pool size is eight workers"
-    code, out = run("recall", "pool", "--as-of", str(story.size))
+    code, out = cli.json(story.root, "recall", "pool", "--as-of", str(story.size))
     assert code == 64 and f"the log has {story.size} entries" in out["message"]
 
 

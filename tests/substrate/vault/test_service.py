@@ -10,17 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.projections.memory import queries
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import init_home
 from mnemolog.substrate.vault import service as v
 from tests.substrate.atomise.test_service import POST_MORTEM
+from tests.support.cli import Cli
 
 WORDS = ["deploy", "pool", "database", "alert", "budget", "ledger", "runbook", "latency", "cache", "quota"]
 KINDS = ["observation", "user", "feedback", "project", "decision", "reference", "knowledge"]
@@ -206,21 +205,16 @@ def test_import_refuses_an_invalid_vault_and_writes_nothing(sub: Substrate, tmp_
     assert sub.log.refresh() == size
 
 
-def run(home: Path, *args: str) -> tuple[int, Any]:
-    r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
-    return r.exit_code, json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def test_vault_cli(tmp_path: Path) -> None:
+def test_vault_cli(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert run(home, "init")[0] == 0
-    assert run(home, "store", "Prefer pg_repack over ALTER TABLE.", "--kind", "decision")[0] == 0
-    code, out = run(home, "vault", "render", str(tmp_path / "v"), "--agent", "ops")
+    assert cli.json(home, "init")[0] == 0
+    assert cli.json(home, "store", "Prefer pg_repack over ALTER TABLE.", "--kind", "decision")[0] == 0
+    code, out = cli.json(home, "vault", "render", str(tmp_path / "v"), "--agent", "ops")
     # The note, INDEX.md and the five persona files.
     assert code == 0 and len(out["written"]) == 7 and "ops/IDENTITY.md" in out["written"]
-    code, out = run(home, "vault", "render", str(tmp_path / "v"), "--agent", "ops")
+    code, out = cli.json(home, "vault", "render", str(tmp_path / "v"), "--agent", "ops")
     assert code == 0 and out["written"] == [] and out["unchanged"] == 7
-    code, out = run(home, "vault", "validate", str(tmp_path / "v"))
+    code, out = cli.json(home, "vault", "validate", str(tmp_path / "v"))
     assert code == 0
     bad = hand_vault(tmp_path / "bad")
     (bad / "agent" / "memory" / "feedback_debt_priority_order.md").write_text(
@@ -228,14 +222,14 @@ def test_vault_cli(tmp_path: Path) -> None:
             "confidence: high", "confidence: sure"
         )
     )
-    code, out = run(home, "vault", "validate", str(bad))
+    code, out = cli.json(home, "vault", "validate", str(bad))
     assert code == 65 and out["error"] == "vault_invalid"
     problems = out["details"]["problems"]
     assert any(": type: " in p for p in problems) and any(": confidence: " in p for p in problems)
-    code, out = run(tmp_path / "home2", "init")
-    code, out = run(tmp_path / "home2", "vault", "import", str(tmp_path / "v"))
+    code, out = cli.json(tmp_path / "home2", "init")
+    code, out = cli.json(tmp_path / "home2", "vault", "import", str(tmp_path / "v"))
     assert code == 0 and len(out["stored"]) == 1
-    code, out = run(tmp_path / "home2", "vault", "import", str(tmp_path / "v"))
+    code, out = cli.json(tmp_path / "home2", "vault", "import", str(tmp_path / "v"))
     assert code == 0 and out["stored"] == [] and out["unchanged"] == 1
 
 
