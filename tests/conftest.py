@@ -108,7 +108,7 @@ def open_substrate() -> Iterator[Callable[..., Substrate]]:
         s.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cli() -> Cli:
     """Run `mnemolog`: in process unless `.process` (see tests/support/cli.py)."""
     return Cli()

@@ -10,25 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import StorageError
 from mnemolog.substrate import home as home_module
 from mnemolog.substrate.home import init_home
 from tests.projections.kit import new_home
-
-
-def run(home: Path, *args: str) -> tuple[int, str]:
-    r = CliRunner().invoke(cli, ["--home", str(home), *args])
-    return r.exit_code, r.stdout + r.stderr
+from tests.support.cli import Cli
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def base(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("layout") / "home"
     new_home(home)
-    assert run(home, "store", "a memory about harbours")[0] == 0
+    assert cli(home, "store", "a memory about harbours").code == 0
     return home
 
 
@@ -66,10 +60,11 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
 
 @pytest.mark.parametrize("case", sorted(DAMAGE))
 @pytest.mark.parametrize("command", [["store", "one more"], ["recall", "harbours"], ["stats"], ["rebuild"]])
-def test_a_damaged_layout_names_the_path(home: Path, case: str, command: list[str]) -> None:
+def test_a_damaged_layout_names_the_path(cli: Cli, home: Path, case: str, command: list[str]) -> None:
     damage, named = DAMAGE[case]
     damage(home)
-    code, out = run(home, *command)
+    ran = cli(home, *command)
+    code, out = ran.code, ran.output
     if case in ("projections a file", "database a directory", "index a file") and command == [
         "log",
         "verify",
@@ -79,16 +74,17 @@ def test_a_damaged_layout_names_the_path(home: Path, case: str, command: list[st
     assert named in out and "Traceback" not in out and "internal error" not in out
 
 
-def test_log_verify_needs_neither_projections_nor_index(home: Path) -> None:
+def test_log_verify_needs_neither_projections_nor_index(cli: Cli, home: Path) -> None:
     replace_with_file(home / "projections")
     replace_with_file(home / "log" / "index")
-    assert run(home, "log", "verify")[0] == 0
+    assert cli(home, "log", "verify").code == 0
 
 
-def test_init_on_a_dangling_symlink(tmp_path: Path) -> None:
+def test_init_on_a_dangling_symlink(cli: Cli, tmp_path: Path) -> None:
     link = tmp_path / "home"
     link.symlink_to(tmp_path / "nowhere")
-    code, out = run(link, "init")
+    ran = cli(link, "init")
+    code, out = ran.code, ran.output
     assert code == 6 and str(link) in out and "does not exist" in out
     assert not (tmp_path / "nowhere").exists()
 

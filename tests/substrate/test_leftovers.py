@@ -16,19 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from mnemolog.projections.vault.render import MANIFEST_NAME
 from mnemolog.substrate.home import Home
 from tests.projections.kit import new_home
+from tests.support.cli import Cli
 
 EXE = Path(sys.executable).with_name("mnemolog")
-
-
-def run(*args: str) -> tuple[int, str]:
-    r = CliRunner().invoke(cli, list(args))
-    return r.exit_code, r.stdout + r.stderr
 
 
 def dead_pid() -> int:
@@ -38,13 +32,13 @@ def dead_pid() -> int:
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Home, Path]:
+def source(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> tuple[Home, Path]:
     root = tmp_path_factory.mktemp("leftovers")
     home = new_home(root / "home")
     for i in range(40):
-        assert run("--home", str(home.root), "store", f"memory {i} about harbours and ships")[0] == 0
+        assert cli(home, "store", f"memory {i} about harbours and ships").code == 0
     export = root / "log.cbor"
-    assert run("--home", str(home.root), "log", "export", "-o", str(export))[0] == 0
+    assert cli(home, "log", "export", "-o", str(export)).code == 0
     return home, export
 
 
@@ -53,7 +47,7 @@ def key_copies(directory: Path, secret: bytes) -> list[Path]:
 
 
 def test_abandoned_replay_directories_are_removed_by_the_next_replay(
-    source: tuple[Home, Path], tmp_path: Path
+    cli: Cli, source: tuple[Home, Path], tmp_path: Path
 ) -> None:
     home, export = source
     stale = tmp_path / f".new.replay-{dead_pid()}-abcd1234"
@@ -65,9 +59,16 @@ def test_abandoned_replay_directories_are_removed_by_the_next_replay(
     live.mkdir()
     other = tmp_path / ".other.replay-1-zz"
     other.mkdir()
-    code, out = run(
-        "replay", str(export), "--home", str(tmp_path / "new"), "--signing-key", str(home.signing_key_path)
+    ran = cli(
+        None,
+        "replay",
+        str(export),
+        "--home",
+        str(tmp_path / "new"),
+        "--signing-key",
+        str(home.signing_key_path),
     )
+    code, out = ran.code, ran.output
     assert code == 0, out
     assert not stale.exists() and not old_style.exists()
     assert live.exists() and other.exists()  # a replay still running, and another home's
@@ -76,7 +77,7 @@ def test_abandoned_replay_directories_are_removed_by_the_next_replay(
 
 @pytest.mark.slow
 def test_a_killed_replay_never_leaves_a_copy_of_the_private_key(
-    source: tuple[Home, Path], tmp_path: Path
+    cli: Cli, source: tuple[Home, Path], tmp_path: Path
 ) -> None:
     home, export = source
     secret = home.signing_key_path.read_bytes().strip().split(b"+")[-1]
@@ -115,20 +116,22 @@ def test_a_killed_replay_never_leaves_a_copy_of_the_private_key(
         target = tmp_path / f"new{attempt}"
         if target.exists():
             continue
-        code, out = run(
-            "replay", str(export), "--home", str(target), "--signing-key", str(home.signing_key_path)
+        ran = cli(
+            None, "replay", str(export), "--home", str(target), "--signing-key", str(home.signing_key_path)
         )
+        code, out = ran.code, ran.output
         assert code == 0, out
         assert not [d for d in tmp_path.iterdir() if d.name.startswith(f".{target.name}.replay-")]
     assert kills >= 0
 
 
 def test_a_killed_render_leaves_temp_files_that_the_next_render_removes(
-    source: tuple[Home, Path], tmp_path: Path
+    cli: Cli, source: tuple[Home, Path], tmp_path: Path
 ) -> None:
     home, _ = source
     vault = tmp_path / "vault"
-    code, out = run("--home", str(home.root), "vault", "render", str(vault), "--agent", "bot")
+    ran = cli(home, "vault", "render", str(vault), "--agent", "bot")
+    code, out = ran.code, ran.output
     assert code == 0, out
     agent = vault / "bot"
     note = next((agent / "memory").glob("*.md"))
@@ -147,7 +150,8 @@ def test_a_killed_render_leaves_temp_files_that_the_next_render_removes(
     ]
     for p in kept:
         p.write_bytes(b"keep me")
-    code, out = run("--home", str(home.root), "vault", "render", str(vault), "--agent", "bot")
+    ran = cli(home, "vault", "render", str(vault), "--agent", "bot")
+    code, out = ran.code, ran.output
     assert code == 0, out
     assert [p for p in leftovers if p.exists()] == []
     assert all(p.exists() for p in kept)
