@@ -9,7 +9,8 @@ Every run checks what no command may do: crash with an exception other than
 the SystemExit carrying its exit code, or print a traceback. A `--json` run
 (`Cli.json`, `Cli.ok`) reads the last line of stdout as the document, and a
 document that says `ok` says it exactly when the exit code is 0 (exit code 1,
-informational, may be either).
+informational, may be either); a failure's document names its exit code,
+error slug and message.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ class Cli:
         # Exit 1 is informational: done already, or nothing to do; `ok` says which.
         if isinstance(doc, dict) and "ok" in doc and ran.code != 1:
             assert doc["ok"] is (ran.code == 0), ran.output
+            if ran.code >= 2:
+                assert doc["exit_code"] == ran.code and doc["message"] and doc["error"], doc
         return ran.code, doc
 
     def ok(

@@ -17,36 +17,15 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import cbor2
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from mnemolog.eventlog.format.keys import SigningKey, write_private_key
 from mnemolog.eventlog.store.segments import split_items
+from tests.support.cli import Cli
 
 OK, NOT_FOUND, STORAGE, VERIFY, USAGE, BAD_INPUT = 0, 2, 6, 8, 64, 65
-
-
-def run(home: Path, *args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, ["--home", str(home), *args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    assert "Traceback" not in r.stdout + r.stderr
-    return r.exit_code, r.stdout, r.stderr
-
-
-def run_json(home: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    code, out, _ = run(home, "--json", *args)
-    lines = out.strip().splitlines()
-    assert lines, "no JSON printed"
-    doc = json.loads(lines[-1])
-    assert isinstance(doc, dict)
-    assert doc["ok"] is (code == 0)
-    if code:
-        assert doc["exit_code"] == code and doc["message"] and doc["error"]
-    return code, doc
 
 
 def committed(home: Path) -> dict[str, bytes]:
@@ -71,14 +50,14 @@ def unchanged(before: dict[str, bytes], after: dict[str, bytes]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("tpl") / "home"
-    code, _, err = run(home, "init", "--key-name", "cli-test")
+    ran = cli(home, "init", "--key-name", "cli-test")
+    code, _, err = ran.code, ran.stdout, ran.stderr
     assert code == OK, err
     for i in range(4):
-        code, _, err = run(
-            home, "log", "append", "note.added", "--data", json.dumps({"i": i, "text": "x" * i})
-        )
+        ran = cli(home, "log", "append", "note.added", "--data", json.dumps({"i": i, "text": "x" * i}))
+        code, _, err = ran.code, ran.stdout, ran.stderr
         assert code == OK, err
     return home
 
@@ -93,47 +72,48 @@ def home(template: Path, tmp_path: Path) -> Path:
 # -- the good path ---------------------------------------------------------------
 
 
-def test_init_and_everyday_commands(home: Path) -> None:
-    code, doc = run_json(home, "log", "show")
+def test_init_and_everyday_commands(cli: Cli, home: Path) -> None:
+    code, doc = cli.json(home, "log", "show")
     assert code == OK and doc["size"] == 5 and [e["seq"] for e in doc["entries"]] == [0, 1, 2, 3, 4]
     assert doc["entries"][1]["data"] == {"i": 0, "text": ""}
-    code, doc = run_json(home, "log", "show", "--from", "2", "--to", "3", "--type", "note.added")
+    code, doc = cli.json(home, "log", "show", "--from", "2", "--to", "3", "--type", "note.added")
     assert [e["seq"] for e in doc["entries"]] == [2, 3]
-    code, doc = run_json(home, "log", "tail", "-n", "2")
+    code, doc = cli.json(home, "log", "tail", "-n", "2")
     assert [e["seq"] for e in doc["entries"]] == [3, 4]
-    code, doc = run_json(home, "log", "verify")
+    code, doc = cli.json(home, "log", "verify")
     assert code == OK and doc["entries"] == 5 and doc["latest_checkpoint"] == 5
-    code, doc = run_json(home, "log", "verify", "--hashes-only")
+    code, doc = cli.json(home, "log", "verify", "--hashes-only")
     assert code == OK and doc["hashes_only"] is True
-    code, doc = run_json(home, "log", "prove", "2")
+    code, doc = cli.json(home, "log", "prove", "2")
     assert code == OK and doc["tree_size"] == 5 and doc["proof"]
-    code, doc = run_json(home, "log", "consistency", "2", "5")
+    code, doc = cli.json(home, "log", "consistency", "2", "5")
     assert code == OK and doc["old_size"] == 2
-    code, doc = run_json(home, "key", "show")
+    code, doc = cli.json(home, "key", "show")
     assert code == OK and doc["name"] == "cli-test" and len(doc["history"]) == 1
-    code, doc = run_json(home, "key", "rotate")
+    code, doc = cli.json(home, "key", "rotate")
     assert code == OK and doc["seq"] == 5
-    code, doc = run_json(home, "log", "append", "note.added", "--data", '{"after": "rotation"}')
+    code, doc = cli.json(home, "log", "append", "note.added", "--data", '{"after": "rotation"}')
     assert code == OK and doc["seq"] == 6
-    code, doc = run_json(home, "log", "checkpoint")
+    code, doc = cli.json(home, "log", "checkpoint")
     assert code == OK and doc["size"] == 7
-    code, doc = run_json(home, "log", "verify")
+    code, doc = cli.json(home, "log", "verify")
     assert code == OK and doc["keys"] == 2
-    code, out, _ = run(home, "log", "verify")
+    ran = cli(home, "log", "verify")
+    code, out, _ = ran.code, ran.stdout, ran.stderr
     assert code == OK and out.startswith("ok: 7 entries")
 
 
-def test_usage_and_input_errors(home: Path) -> None:
+def test_usage_and_input_errors(cli: Cli, home: Path) -> None:
     before = committed(home)
-    assert run_json(home, "log", "append", "memory.stored", "--data", "{}")[0] == USAGE
-    assert run_json(home, "log", "append", "note.added", "--data", "[1, 2]")[0] == BAD_INPUT
-    assert run_json(home, "log", "append", "note.added", "--data", "{not json")[0] == BAD_INPUT
-    assert run_json(home, "log", "append", "note.Bad", "--data", "{}")[0] == BAD_INPUT
-    assert run_json(home, "log", "prove", "99")[0] == NOT_FOUND
-    assert run_json(home, "log", "consistency", "4", "2")[0] == USAGE
-    assert run_json(home, "log", "consistency", "2", "99")[0] == NOT_FOUND
-    assert run(home, "log", "show", "--from", "-1")[0] == USAGE
-    assert run(home, "log", "nonsense")[0] == USAGE
+    assert cli.json(home, "log", "append", "memory.stored", "--data", "{}")[0] == USAGE
+    assert cli.json(home, "log", "append", "note.added", "--data", "[1, 2]")[0] == BAD_INPUT
+    assert cli.json(home, "log", "append", "note.added", "--data", "{not json")[0] == BAD_INPUT
+    assert cli.json(home, "log", "append", "note.Bad", "--data", "{}")[0] == BAD_INPUT
+    assert cli.json(home, "log", "prove", "99")[0] == NOT_FOUND
+    assert cli.json(home, "log", "consistency", "4", "2")[0] == USAGE
+    assert cli.json(home, "log", "consistency", "2", "99")[0] == NOT_FOUND
+    assert cli(home, "log", "show", "--from", "-1").code == USAGE
+    assert cli(home, "log", "nonsense").code == USAGE
     assert committed(home) == before
 
 
@@ -215,12 +195,12 @@ COMMANDS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_LOGS))
-def test_bad_logs(home: Path, case: str) -> None:
+def test_bad_logs(cli: Cli, home: Path, case: str) -> None:
     damage, expect = BAD_LOGS[case]
     damage(home)
     before = committed(home)
     for name, want in expect.items():
-        code, doc = run_json(home, *COMMANDS[name])
+        code, doc = cli.json(home, *COMMANDS[name])
         if want is not None:
             assert code == want, (case, name, doc)
         else:
@@ -228,7 +208,8 @@ def test_bad_logs(home: Path, case: str) -> None:
         if code == VERIFY:
             assert doc["details"].get("check"), doc
         # The text form says the same on stderr, in one or two lines.
-        tcode, _out, err = run(home, *COMMANDS[name])
+        ran = cli(home, *COMMANDS[name])
+        tcode, _out, err = ran.code, ran.stdout, ran.stderr
         assert tcode == code
         if code:
             assert err.startswith("mnemolog: ") and len(err.splitlines()) <= 2
@@ -237,88 +218,88 @@ def test_bad_logs(home: Path, case: str) -> None:
         before = after
 
 
-def test_missing_key(home: Path) -> None:
+def test_missing_key(cli: Cli, home: Path) -> None:
     (home / "keys" / "signing.key").unlink()
     before = committed(home)
-    code, doc = run_json(home, "log", "append", "note.added", "--data", "{}")
+    code, doc = cli.json(home, "log", "append", "note.added", "--data", "{}")
     assert code == STORAGE and "no private key" in doc["message"]
-    assert run_json(home, "key", "rotate")[0] == STORAGE
-    assert run_json(home, "log", "verify")[0] == OK  # verification needs no private key
-    assert run_json(home, "key", "show")[0] == OK
+    assert cli.json(home, "key", "rotate")[0] == STORAGE
+    assert cli.json(home, "log", "verify")[0] == OK  # verification needs no private key
+    assert cli.json(home, "key", "show")[0] == OK
     assert committed(home) == before
 
 
-def test_key_readable_by_others_is_refused(home: Path) -> None:
+def test_key_readable_by_others_is_refused(cli: Cli, home: Path) -> None:
     key = home / "keys" / "signing.key"
     os.chmod(key, 0o644)
     before = committed(home)
-    code, doc = run_json(home, "log", "append", "note.added", "--data", "{}")
+    code, doc = cli.json(home, "log", "append", "note.added", "--data", "{}")
     assert code == STORAGE and "0600" in doc["message"]
-    assert run_json(home, "log", "checkpoint")[0] == STORAGE
+    assert cli.json(home, "log", "checkpoint")[0] == STORAGE
     assert committed(home) == before
 
 
 @pytest.mark.parametrize("content", [b"garbage\n", b"", b"PRIVATE+KEY+x+00000000+AQ==\n", b"\xff\xfe"])
-def test_malformed_key(home: Path, content: bytes) -> None:
+def test_malformed_key(cli: Cli, home: Path, content: bytes) -> None:
     key = home / "keys" / "signing.key"
     key.write_bytes(content)
     os.chmod(key, 0o600)
     before = committed(home)
-    code, doc = run_json(home, "log", "append", "note.added", "--data", "{}")
+    code, doc = cli.json(home, "log", "append", "note.added", "--data", "{}")
     assert code == STORAGE and "signing.key" in doc["message"]
     assert committed(home) == before
 
 
-def test_key_of_another_log(home: Path) -> None:
+def test_key_of_another_log(cli: Cli, home: Path) -> None:
     write_private_key(home / "keys" / "signing.key", SigningKey.generate("intruder"))
     before = committed(home)
-    code, doc = run_json(home, "log", "append", "note.added", "--data", "{}")
+    code, doc = cli.json(home, "log", "append", "note.added", "--data", "{}")
     assert code == STORAGE and "current key" in doc["message"]
-    assert run_json(home, "key", "rotate")[0] == STORAGE
-    assert run_json(home, "log", "verify")[0] == OK
+    assert cli.json(home, "key", "rotate")[0] == STORAGE
+    assert cli.json(home, "log", "verify")[0] == OK
     assert committed(home) == before
 
 
 @pytest.mark.parametrize(
     "command", [COMMANDS["verify"], COMMANDS["show"], COMMANDS["append"], ("key", "show")]
 )
-def test_empty_or_missing_home(tmp_path: Path, command: tuple[str, ...]) -> None:
+def test_empty_or_missing_home(cli: Cli, tmp_path: Path, command: tuple[str, ...]) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     for h in (empty, tmp_path / "missing"):
-        code, doc = run_json(h, *command)
+        code, doc = cli.json(h, *command)
         assert code == STORAGE and "mnemolog init" in doc["message"], doc
     assert list(empty.iterdir()) == []
     assert not (tmp_path / "missing").exists()
 
 
-def test_init_refuses_to_overwrite(home: Path) -> None:
+def test_init_refuses_to_overwrite(cli: Cli, home: Path) -> None:
     before = committed(home)
-    code, doc = run_json(home, "init")
+    code, doc = cli.json(home, "init")
     assert code == STORAGE and "already" in doc["message"]
     assert committed(home) == before
 
 
-def test_harmless_stray_files(home: Path) -> None:
+def test_harmless_stray_files(cli: Cli, home: Path) -> None:
     (home / "log" / "README.txt").write_text("notes")
     (home / "log" / "00000000000000000000.seg.bak").write_bytes(b"\x00")
     (home / "log" / "index" / "junk").write_bytes(b"junk")
-    assert run_json(home, "log", "verify")[0] == OK
-    assert run_json(home, "log", "append", "note.added", "--data", "{}")[0] == OK
-    assert run_json(home, "log", "verify")[0] == OK
+    assert cli.json(home, "log", "verify")[0] == OK
+    assert cli.json(home, "log", "append", "note.added", "--data", "{}")[0] == OK
+    assert cli.json(home, "log", "verify")[0] == OK
 
 
-def test_index_deleted_or_scrambled(home: Path) -> None:
+def test_index_deleted_or_scrambled(cli: Cli, home: Path) -> None:
     shutil.rmtree(home / "log" / "index")
-    code, doc = run_json(home, "log", "show")
+    code, doc = cli.json(home, "log", "show")
     assert code == OK and doc["size"] == 5
-    assert run_json(home, "log", "prove", "3")[0] == OK
-    assert run_json(home, "log", "verify")[0] == OK
+    assert cli.json(home, "log", "prove", "3")[0] == OK
+    assert cli.json(home, "log", "verify")[0] == OK
     for p in (home / "log" / "index").glob("*"):
         p.write_bytes(os.urandom(p.stat().st_size))
-    assert run_json(home, "log", "show")[0] == OK
-    assert run_json(home, "log", "append", "note.added", "--data", "{}")[0] == OK
-    code, doc = run_json(home, "log", "verify")
+    assert cli.json(home, "log", "show")[0] == OK
+    assert cli.json(home, "log", "append", "note.added", "--data", "{}")[0] == OK
+    code, doc = cli.json(home, "log", "verify")
     assert code == OK and doc["entries"] == 6
 
 

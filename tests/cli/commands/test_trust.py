@@ -22,33 +22,17 @@ from typing import Any
 
 import cbor2
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from mnemolog.eventlog.format.keys import SigningKey, VerifierKey
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.segments import list_segments
+from tests.support.cli import Cli
 
 OK, USAGE, VERIFY = 0, 64, 8
 
 
-def run(home: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    assert "Traceback" not in r.stdout + r.stderr
-    doc = json.loads(r.stdout.strip().splitlines()[-1])
-    assert doc["ok"] is (r.exit_code == 0)
-    return r.exit_code, doc
-
-
-def ok(home: Path, *args: str) -> dict[str, Any]:
-    code, doc = run(home, *args)
-    assert code == OK, doc
-    return doc
-
-
-def fails(home: Path, check: str, *args: str) -> dict[str, Any]:
-    code, doc = run(home, *args)
+def fails(cli: Cli, home: Path, check: str, *args: str) -> dict[str, Any]:
+    code, doc = cli.json(home, *args)
     assert code == VERIFY, doc
     assert doc["details"]["check"] == check, doc
     return doc
@@ -63,13 +47,13 @@ def committed(home: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("trust") / "home"
-    ok(home, "init", "--key-name", "trust-test")
+    cli.ok(home, "init", "--key-name", "trust-test")
     cfg = home / "config.toml"
     cfg.write_text(cfg.read_text().replace("segment_bytes = 67108864", "segment_bytes = 4096"))
     for i in range(12):
-        ok(home, "log", "append", "note.added", "--data", json.dumps({"i": i, "text": "t" * 600}))
+        cli.ok(home, "log", "append", "note.added", "--data", json.dumps({"i": i, "text": "t" * 600}))
     assert len(list_segments(home / "log")) >= 2
     return home
 
@@ -95,17 +79,17 @@ def flip_text_byte(home: Path, seq: int) -> None:
 # -- appending after damage ---------------------------------------------------------------
 
 
-def test_no_command_appends_or_signs_after_a_flipped_byte(home: Path) -> None:
-    ok(home, "log", "verify")
+def test_no_command_appends_or_signs_after_a_flipped_byte(cli: Cli, home: Path) -> None:
+    cli.ok(home, "log", "verify")
     flip_text_byte(home, 12)
-    fails(home, "checkpoint.root", "log", "verify")
+    fails(cli, home, "checkpoint.root", "log", "verify")
     before = committed(home)
     for args in (
         ("log", "append", "note.added", "--data", "{}"),
         ("log", "checkpoint"),
         ("store", "a memory written after the damage"),
     ):
-        code, doc = run(home, *args)
+        code, doc = cli.json(home, *args)
         assert code == VERIFY, (args, doc)
         assert doc["details"]["check"] == "log_diverged", (args, doc)
         assert committed(home) == before, args
@@ -114,14 +98,14 @@ def test_no_command_appends_or_signs_after_a_flipped_byte(home: Path) -> None:
 # -- rollback -------------------------------------------------------------------------------
 
 
-def test_a_log_without_any_checkpoint_fails(home: Path) -> None:
+def test_a_log_without_any_checkpoint_fails(cli: Cli, home: Path) -> None:
     for p in (home / "log" / "checkpoints").iterdir():
         p.unlink()
-    fails(home, "checkpoint.missing", "log", "verify")
-    fails(home, "checkpoint.missing", "log", "verify", "--hashes-only")
+    fails(cli, home, "checkpoint.missing", "log", "verify")
+    fails(cli, home, "checkpoint.missing", "log", "verify", "--hashes-only")
 
 
-def test_deleting_the_last_segment_with_its_checkpoints_is_caught(home: Path) -> None:
+def test_deleting_the_last_segment_with_its_checkpoints_is_caught(cli: Cli, home: Path) -> None:
     segs = list_segments(home / "log")
     first, last = segs[-1]
     last.unlink()
@@ -129,46 +113,48 @@ def test_deleting_the_last_segment_with_its_checkpoints_is_caught(home: Path) ->
         if int(p.name) > first:
             p.unlink()
     shutil.rmtree(home / "log" / "index")
-    doc = fails(home, "high_water.size", "log", "verify")
+    doc = fails(cli, home, "high_water.size", "log", "verify")
     assert doc["details"]["found"] == first and doc["details"]["expected"] == 13
     # Without the home's record the shortened log is self-consistent: the mark is what remembers.
-    assert run(home, "log", "verify", "--trust-genesis")[0] == OK
-    code, doc = run(home, "log", "append", "note.added", "--data", "{}")
+    assert cli.json(home, "log", "verify", "--trust-genesis")[0] == OK
+    code, doc = cli.json(home, "log", "append", "note.added", "--data", "{}")
     assert code == VERIFY and doc["details"]["check"] == "log_diverged"
     # A rebuild would erase the last trace of the lost entries: refused unless accepted, and then
     # the acceptance is itself a signed entry naming what was lost.
-    fails(home, "projection.rollback", "rebuild")
+    fails(cli, home, "projection.rollback", "rebuild")
     before = committed(home)
-    doc = ok(home, "rebuild", "--accept-rollback")
+    doc = cli.ok(home, "rebuild", "--accept-rollback")
     acc = doc["rollback_accepted"]
     assert (acc["old_size"], acc["new_size"]) == (13, first) and acc["source"].endswith("state/checkpoint")
     assert all(committed(home).get(k) == v for k, v in before.items() if k.endswith(".seg"))
     assert acc["set_aside"] == [] or all("rolled-back" in p for p in acc["set_aside"])
-    shown = ok(home, "log", "show", "--type", "log.rollback_accepted")["entries"]
+    shown = cli.ok(home, "log", "show", "--type", "log.rollback_accepted")["entries"]
     assert [e["seq"] for e in shown] == [first] and shown[0]["data"]["old_size"] == 13
-    verified = ok(home, "log", "verify")
+    verified = cli.ok(home, "log", "verify")
     assert verified["entries"] == first + 1 and verified["high_water"][0]["size"] == first + 1
-    ok(home, "log", "append", "note.added", "--data", "{}")
+    cli.ok(home, "log", "append", "note.added", "--data", "{}")
 
 
-def test_a_missing_high_water_mark_is_a_failure(home: Path) -> None:
+def test_a_missing_high_water_mark_is_a_failure(cli: Cli, home: Path) -> None:
     (home / "state" / "checkpoint").unlink()
-    fails(home, "high_water.missing", "log", "verify")
+    fails(cli, home, "high_water.missing", "log", "verify")
 
 
-def test_an_older_copy_of_the_whole_home_is_caught_by_the_copy_outside(home: Path, tmp_path: Path) -> None:
+def test_an_older_copy_of_the_whole_home_is_caught_by_the_copy_outside(
+    cli: Cli, home: Path, tmp_path: Path
+) -> None:
     outside = tmp_path / "outside" / "mark"
     cfg = home / "config.toml"
     cfg.write_text(cfg.read_text().replace("[trust]\n", f'[trust]\nhigh_water_copy = "{outside}"\n'))
-    ok(home, "log", "checkpoint")
+    cli.ok(home, "log", "checkpoint")
     assert outside.exists()
     old = tmp_path / "old"
     shutil.copytree(home, old)
     for i in range(3):
-        ok(home, "log", "append", "note.later", "--data", json.dumps({"i": i}))
+        cli.ok(home, "log", "append", "note.later", "--data", json.dumps({"i": i}))
     shutil.rmtree(home)
     shutil.copytree(old, home)  # state/ included: only the copy outside the home remembers
-    doc = fails(home, "high_water.size", "log", "verify")
+    doc = fails(cli, home, "high_water.size", "log", "verify")
     assert doc["details"]["file"] == str(outside)
 
 
@@ -176,63 +162,65 @@ def test_an_older_copy_of_the_whole_home_is_caught_by_the_copy_outside(home: Pat
 
 
 @pytest.fixture
-def other(tmp_path: Path) -> Path:
+def other(cli: Cli, tmp_path: Path) -> Path:
     h = tmp_path / "other"
-    ok(h, "init", "--key-name", "other-home")
-    ok(h, "log", "append", "note.added", "--data", "{}")
+    cli.ok(h, "init", "--key-name", "other-home")
+    cli.ok(h, "log", "append", "note.added", "--data", "{}")
     return h
 
 
-def test_a_foreign_log_copied_into_a_home_fails(home: Path, other: Path) -> None:
-    doc = ok(home, "log", "verify")
+def test_a_foreign_log_copied_into_a_home_fails(cli: Cli, home: Path, other: Path) -> None:
+    doc = cli.ok(home, "log", "verify")
     assert doc["trust"]["anchor"] == "home" and doc["trust"]["log_id"]
     shutil.rmtree(home / "log")
     shutil.copytree(other / "log", home / "log")
-    fails(home, "trust.log_id", "log", "verify")
+    fails(cli, home, "trust.log_id", "log", "verify")
     # With the other home's keys as well, the log id still gives it away.
     for p in (other / "keys").glob("*.pub"):
         shutil.copy(p, home / "keys" / p.name)
-    fails(home, "trust.log_id", "log", "verify")
+    fails(cli, home, "trust.log_id", "log", "verify")
     # Anchored explicitly elsewhere, it is the other home's perfectly good log: the report says how.
-    doc = ok(home, "log", "verify", "--trust-genesis")
+    doc = cli.ok(home, "log", "verify", "--trust-genesis")
     assert doc["trust"]["anchor"] == "genesis" and "trust on first use" in doc["trust"]["note"]
     # Pinned on the other home's key, the log verifies, but this home's high-water mark says
     # it is not the log this home signed.
-    vkey = ok(other, "key", "show")["vkey"]
-    fails(home, "high_water.origin", "log", "verify", "--trusted-key", vkey)
+    vkey = cli.ok(other, "key", "show")["vkey"]
+    fails(cli, home, "high_water.origin", "log", "verify", "--trusted-key", vkey)
 
 
-def test_a_foreign_log_in_a_home_without_a_log_id_is_caught_by_its_keys(home: Path, other: Path) -> None:
+def test_a_foreign_log_in_a_home_without_a_log_id_is_caught_by_its_keys(
+    cli: Cli, home: Path, other: Path
+) -> None:
     cfg = home / "config.toml"
     cfg.write_text("\n".join(x for x in cfg.read_text().splitlines() if not x.startswith("id = ")) + "\n")
     (home / "state" / "checkpoint").unlink()
-    assert ok(home, "log", "verify")["trust"]["anchor"] == "home"
+    assert cli.ok(home, "log", "verify")["trust"]["anchor"] == "home"
     shutil.rmtree(home / "log")
     shutil.copytree(other / "log", home / "log")
-    fails(home, "trust.genesis_key", "log", "verify")
+    fails(cli, home, "trust.genesis_key", "log", "verify")
 
 
 # -- one rule for pinned keys -------------------------------------------------------------------
 
 
-def test_pinned_keys_follow_one_rule_everywhere(home: Path, tmp_path: Path) -> None:
-    mem = ok(home, "store", "a memory to put in a bundle")["memory"]["id"]
+def test_pinned_keys_follow_one_rule_everywhere(cli: Cli, home: Path, tmp_path: Path) -> None:
+    mem = cli.ok(home, "store", "a memory to put in a bundle")["memory"]["id"]
     bundle = tmp_path / "b.tar"
-    ok(home, "export-forensic-bundle", "--memory-id", mem, "-o", str(bundle))
-    vkey = ok(home, "key", "show")["vkey"]
-    assert ok(home, "log", "verify", "--trusted-key", vkey)["trust"]["pinned"] is True
-    assert ok(home, "verify-bundle", str(bundle), "--trusted-key", vkey)["trust"]["pinned"] is True
+    cli.ok(home, "export-forensic-bundle", "--memory-id", mem, "-o", str(bundle))
+    vkey = cli.ok(home, "key", "show")["vkey"]
+    assert cli.ok(home, "log", "verify", "--trusted-key", vkey)["trust"]["pinned"] is True
+    assert cli.ok(home, "verify-bundle", str(bundle), "--trusted-key", vkey)["trust"]["pinned"] is True
     # The same public key under another name is another key, in both.
     name, hash_, b64 = vkey.split("+", 2)
     renamed = VerifierKey("renamed", VerifierKey.from_vkey(vkey).public_key).vkey()
     stranger = SigningKey.generate("stranger").verifier.vkey()
     for bad in (renamed, stranger):
-        fails(home, "trust.key", "log", "verify", "--trusted-key", bad)
-        fails(home, "trust.key", "verify-bundle", str(bundle), "--trusted-key", bad)
+        fails(cli, home, "trust.key", "log", "verify", "--trusted-key", bad)
+        fails(cli, home, "trust.key", "verify-bundle", str(bundle), "--trusted-key", bad)
     # A malformed key is a usage error in both.
     keyfile = tmp_path / "garbage.pub"
     keyfile.write_text("not a key\n")
     for bad in ("not+a+key", f"{name}+{hash_}+{b64[:-3]}", str(keyfile), str(tmp_path / "missing.pub")):
         for args in (("log", "verify"), ("verify-bundle", str(bundle))):
-            code, doc = run(home, *args, "--trusted-key", bad)
+            code, doc = cli.json(home, *args, "--trusted-key", bad)
             assert code == USAGE, (args, bad, doc)
