@@ -8,99 +8,82 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from mnemolog.cli.agents import mcp_server
-from mnemolog.cli.main import cli
 from mnemolog.substrate.api import MAX_CONTENT_BYTES, Substrate
 from tests.projections.kit import log_digest, new_home, open_sub
-
-EXE = Path(sys.executable).with_name("mnemolog")
-
-
-def run(home: Path, *args: str, stdin: str | bytes | None = None) -> tuple[int, dict[str, Any] | str]:
-    result = CliRunner().invoke(cli, ["--home", str(home), "--json", *args], input=stdin)
-    text = result.stdout.strip()
-    try:
-        return result.exit_code, json.loads(text.splitlines()[-1]) if text else {}
-    except json.JSONDecodeError:
-        return result.exit_code, text
-
-
-def ok(home: Path, *args: str, stdin: str | bytes | None = None) -> dict[str, Any]:
-    code, out = run(home, *args, stdin=stdin)
-    assert code == 0, out
-    assert isinstance(out, dict) and out["ok"] is True
-    return out
+from tests.support.cli import Cli
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("MNEMOLOG_OLLAMA_MODEL", raising=False)
     path = tmp_path / "home"
     new_home(path)
-    ok(path, "stats")  # the first open writes the log's derived index; refusals are compared after it
+    cli.ok(path, "stats")  # the first open writes the log's derived index; refusals are compared after it
     return path
 
 
-def test_the_loop_through_the_cli(home: Path) -> None:
-    ok(home, "project", "add", "p04-gigabit", "--alias", "p04", "--description", "1.2 m telescope")
-    ok(home, "project", "alias", "p04", "gigabit")
-    projects = ok(home, "project", "list")["projects"]
+def test_the_loop_through_the_cli(cli: Cli, home: Path) -> None:
+    cli.ok(home, "project", "add", "p04-gigabit", "--alias", "p04", "--description", "1.2 m telescope")
+    cli.ok(home, "project", "alias", "p04", "gigabit")
+    projects = cli.ok(home, "project", "list")["projects"]
     assert [(p["name"], p["aliases"]) for p in projects] == [("p04-gigabit", ["p04", "gigabit"])]
-    entry = ok(home, "state", "set", "p04", "decision", "vendor_path", "Twyman-Green", "--source", "review")[
-        "entry"
-    ]
+    entry = cli.ok(
+        home, "state", "set", "p04", "decision", "vendor_path", "Twyman-Green", "--source", "review"
+    )["entry"]
     assert entry["project"] == "p04-gigabit"
-    assert [e["key"] for e in ok(home, "state", "get", "gigabit")["entries"]] == ["vendor_path"]
+    assert [e["key"] for e in cli.ok(home, "state", "get", "gigabit")["entries"]] == ["vendor_path"]
     response = (
         "## Decisions\n- We keep the 18-point whiffletree for the M1 mirror.\n\n"
         "Lesson learned: Zerodur CTE gradient dominates WFE at fast focal ratios (3 nm at F/1.2)."
     )
-    iid = ok(home, "capture", "--prompt", "What did we decide?", "--response", response, "--project", "p04")[
-        "interaction"
-    ]["id"]
-    assert [i["id"] for i in ok(home, "interactions", "list", "--project", "p04")["interactions"]] == [iid]
-    assert ok(home, "interactions", "show", iid)["interaction"]["extraction"] == "pending"
-    extracted = ok(home, "extract", "--pending", "--extractor", "rules")
+    iid = cli.ok(
+        home, "capture", "--prompt", "What did we decide?", "--response", response, "--project", "p04"
+    )["interaction"]["id"]
+    assert [i["id"] for i in cli.ok(home, "interactions", "list", "--project", "p04")["interactions"]] == [
+        iid
+    ]
+    assert cli.ok(home, "interactions", "show", iid)["interaction"]["extraction"] == "pending"
+    extracted = cli.ok(home, "extract", "--pending", "--extractor", "rules")
     assert extracted["candidates"] == 2
-    queue = ok(home, "candidates", "list")["candidates"]
+    queue = cli.ok(home, "candidates", "list")["candidates"]
     assert [c["candidate"]["queue"] for c in queue] == ["pending", "pending"]
-    dry = ok(home, "triage", "--pending", "--triager", "rules", "--dry-run")
+    dry = cli.ok(home, "triage", "--pending", "--triager", "rules", "--dry-run")
     assert dry["dry_run"] and dry["promoted"] == 1
-    tri = ok(home, "triage", "--pending", "--triager", "rules")
+    tri = cli.ok(home, "triage", "--pending", "--triager", "rules")
     assert (tri["promoted"], tri["waiting"]) == (1, 1)
-    (waiting,) = ok(home, "candidates", "list", "--status", "needs_human")["candidates"]
+    (waiting,) = cli.ok(home, "candidates", "list", "--status", "needs_human")["candidates"]
     assert waiting["domains"] == ["materials"]
-    promoted = ok(home, "promote", waiting["id"], "--reason", "earned on p04")["memory"]
+    promoted = cli.ok(home, "promote", waiting["id"], "--reason", "earned on p04")["memory"]
     assert promoted["status"] == "active"
-    hits = ok(home, "recall", "CTE gradient Zerodur", "--project", "", "--domain", "materials")["results"]
+    hits = cli.ok(home, "recall", "CTE gradient Zerodur", "--project", "", "--domain", "materials")["results"]
     assert [m["id"] for m in hits] == [waiting["id"]]
-    assert ok(home, "list", "--project", "gigabit")["memories"][0]["kind"] == "decision"
-    assert ok(home, "list", "--status", "candidate")["memories"] == []
-    stats = ok(home, "stats")["stats"]["knowledge"]
+    assert cli.ok(home, "list", "--project", "gigabit")["memories"][0]["kind"] == "decision"
+    assert cli.ok(home, "list", "--status", "candidate")["memories"] == []
+    stats = cli.ok(home, "stats")["stats"]["knowledge"]
     assert stats["statuses"] == {"active": 2}
     assert stats["candidates"]["promoted"] == 2
     # The promoted insight was just recalled: a recall hit is a reference, so decay
     # keeps it and retires only the decision nobody has asked about.
-    decay = ok(home, "decay", "run", "--now", "2099-01-01", "--dry-run")
+    decay = cli.ok(home, "decay", "run", "--now", "2099-01-01", "--dry-run")
     assert decay["superseded_count"] == 1
     assert decay["exempt"]["recalled"] == 1
-    assert [d["name"] for d in ok(home, "domains", "list")["domains"]][:2] == ["physics", "materials"]
+    assert [d["name"] for d in cli.ok(home, "domains", "list")["domains"]][:2] == ["physics", "materials"]
 
 
-def test_store_and_update_take_project_and_domains(home: Path) -> None:
-    m = ok(
+def test_store_and_update_take_project_and_domains(cli: Cli, home: Path) -> None:
+    m = cli.ok(
         home, "store", "Coma is not correctable by force modulation", "--project", "p04", "--domain", "optics"
     )["memory"]
     assert (m["project"], m["domains"]) == ("p04", ["optics"])
-    u = ok(home, "update", m["id"], "--domain", "optics", "--domain", "mechanics", "--project", "")["memory"]
+    u = cli.ok(home, "update", m["id"], "--domain", "optics", "--domain", "mechanics", "--project", "")[
+        "memory"
+    ]
     assert (u["project"], u["domains"]) == ("", ["optics", "mechanics"])
 
 
@@ -124,22 +107,22 @@ def test_store_and_update_take_project_and_domains(home: Path) -> None:
         (("project", "alias", "p09", "nine"), 2, "not_found"),
     ],
 )
-def test_refusals(home: Path, args: tuple[str, ...], exit_code: int, slug: str) -> None:
+def test_refusals(cli: Cli, home: Path, args: tuple[str, ...], exit_code: int, slug: str) -> None:
     before = log_digest(home)
-    code, out = run(home, *args)
+    code, out = cli.json(home, *args)
     assert code == exit_code, out
     assert isinstance(out, dict) and out["ok"] is False and out["error"] == slug
     assert log_digest(home) == before
 
 
-def test_reject_needs_a_reason(home: Path) -> None:
-    code, out = run(home, "reject", "01ABC")
+def test_reject_needs_a_reason(cli: Cli, home: Path) -> None:
+    code, out = cli.json(home, "reject", "01ABC")
     assert code == 64 and isinstance(out, dict) and out["error"] == "usage"
 
 
-def test_ollama_without_a_model_is_tier_locked(home: Path) -> None:
-    ok(home, "capture", "--prompt", "q", "--response", "r")
-    code, out = run(home, "extract", "--pending", "--extractor", "ollama")
+def test_ollama_without_a_model_is_tier_locked(cli: Cli, home: Path) -> None:
+    cli.ok(home, "capture", "--prompt", "q", "--response", "r")
+    code, out = cli.json(home, "extract", "--pending", "--extractor", "ollama")
     assert code == 3 and isinstance(out, dict) and out["error"] == "TIER_LOCKED"
 
 
@@ -156,40 +139,32 @@ def test_ollama_without_a_model_is_tier_locked(home: Path) -> None:
         (json.dumps({"prompt": "x" * (MAX_CONTENT_BYTES + 1)}), "256 KiB"),
     ],
 )
-def test_malformed_captures_on_stdin(home: Path, stdin: str, found: str) -> None:
+def test_malformed_captures_on_stdin(cli: Cli, home: Path, stdin: str, found: str) -> None:
     before = log_digest(home)
-    code, out = run(home, "capture", stdin=stdin)
+    code, out = cli.json(home, "capture", stdin=stdin)
     assert code == 65, out
     assert isinstance(out, dict) and found in out["message"]
     assert log_digest(home) == before
 
 
-def test_an_oversized_or_invalid_stdin_is_refused_before_parsing(home: Path) -> None:
-    code, out = run(home, "capture", stdin=b"{" + b" " * (2 * MAX_CONTENT_BYTES + 70 * 1024))
+def test_an_oversized_or_invalid_stdin_is_refused_before_parsing(cli: Cli, home: Path) -> None:
+    code, out = cli.json(home, "capture", stdin=b"{" + b" " * (2 * MAX_CONTENT_BYTES + 70 * 1024))
     assert code == 65 and isinstance(out, dict) and "larger than" in out["message"]
-    code, out = run(home, "capture", stdin=b'{"prompt": "\xff"}')
+    code, out = cli.json(home, "capture", stdin=b'{"prompt": "\xff"}')
     assert code == 65 and isinstance(out, dict) and "UTF-8" in out["message"]
 
 
-def test_capture_from_stdin_in_a_real_process(home: Path) -> None:
+def test_capture_from_stdin_in_a_real_process(cli: Cli, home: Path) -> None:
     capture = {"prompt": "How is the layout decided?", "response": "By the CTE map.", "project": "p04",
                "client": "claude-code", "session": "s-1"}  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
-    p = subprocess.run(
-        [str(EXE), "--home", str(home), "--json", "capture", "--reinforce"],
-        input=json.dumps(capture).encode(),
-        capture_output=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("MNEMOLOG_")}
+    p = cli.process(home, "capture", "--reinforce", json=True, stdin=json.dumps(capture).encode(), env=env)
     assert p.returncode == 0, p.stderr.decode()
     out = json.loads(p.stdout)["interaction"]
     assert out["project"] == "p04" and out["reinforced"] == []
-    shown = ok(home, "interactions", "show", out["id"])["interaction"]
+    shown = cli.ok(home, "interactions", "show", out["id"])["interaction"]
     assert (shown["client"], shown["session"], shown["reinforce"]) == ("claude-code", "s-1", True)
-    argv = [str(EXE), "--home", str(home), "capture", "--prompt", "q"]
-    p = subprocess.run(argv, capture_output=True, env=env, timeout=120, check=False)
+    p = cli.process(home, "capture", "--prompt", "q", env=env)
     assert p.returncode == 0 and p.stdout.decode().strip().startswith("01")  # text mode prints the id
 
 
@@ -254,63 +229,73 @@ def test_mcp_tools(home: Path) -> None:
         assert not err and {c["status"] for c in out["candidates"]} == {"active", "invalid"}
 
 
-def test_a_fresh_home_triages_offline_by_default(home: Path) -> None:
-    ok(home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1.")
-    ok(home, "extract", "--pending")
-    out = ok(home, "triage", "--pending")  # no --triager, no [knowledge] table: rules, not ollama (exit 3)
+def test_a_fresh_home_triages_offline_by_default(cli: Cli, home: Path) -> None:
+    cli.ok(
+        home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1."
+    )
+    cli.ok(home, "extract", "--pending")
+    out = cli.ok(
+        home, "triage", "--pending"
+    )  # no --triager, no [knowledge] table: rules, not ollama (exit 3)
     assert out["promoted"] == 1
 
 
-def test_decay_lists_what_it_retires_first_and_restore_brings_it_back(home: Path) -> None:
-    ok(home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1.")
-    ok(home, "extract", "--pending")
-    ok(home, "triage", "--pending")
-    pinned = ok(home, "store", "I want answers in metric units", "--kind", "user")["memory"]
-    (loop,) = ok(home, "list", "--kind", "decision")["memories"]
-    args = ["--home", str(home), "decay", "run", "--now", "2099-01-01"]
-    dry = CliRunner().invoke(cli, [*args, "--dry-run"])
-    assert dry.exit_code == 0, dry.output
+def test_decay_lists_what_it_retires_first_and_restore_brings_it_back(cli: Cli, home: Path) -> None:
+    cli.ok(
+        home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1."
+    )
+    cli.ok(home, "extract", "--pending")
+    cli.ok(home, "triage", "--pending")
+    pinned = cli.ok(home, "store", "I want answers in metric units", "--kind", "user")["memory"]
+    (loop,) = cli.ok(home, "list", "--kind", "decision")["memories"]
+    args = ["decay", "run", "--now", "2099-01-01"]
+    dry = cli(home, *args, "--dry-run")
+    assert dry.code == 0, dry.output
     assert f"would retire 1 memory\n  {loop['id']}  decision" in dry.stderr
     assert "would supersede 1" in dry.stdout
-    assert ok(home, "get", loop["id"])["memory"]["status"] == "active"
-    wet = CliRunner().invoke(cli, args)
-    assert wet.exit_code == 0 and f"retiring 1 memory\n  {loop['id']}" in wet.stderr
-    assert ok(home, "get", loop["id"])["memory"]["status"] == "superseded"
-    assert ok(home, "get", pinned["id"])["memory"]["status"] == "active"  # a person's, and user kind
-    assert ok(home, "recall", "whiffletree")["results"] == []
-    assert ok(home, "restore", loop["id"], "--reason", "still true")["memory"]["status"] == "active"
-    assert [m["id"] for m in ok(home, "recall", "whiffletree")["results"]] == [loop["id"]]
-    assert ok(home, "decay", "run", "--now", "2199-01-01")["superseded_count"] == 0
+    assert cli.ok(home, "get", loop["id"])["memory"]["status"] == "active"
+    wet = cli(home, *args)
+    assert wet.code == 0 and f"retiring 1 memory\n  {loop['id']}" in wet.stderr
+    assert cli.ok(home, "get", loop["id"])["memory"]["status"] == "superseded"
+    assert cli.ok(home, "get", pinned["id"])["memory"]["status"] == "active"  # a person's, and user kind
+    assert cli.ok(home, "recall", "whiffletree")["results"] == []
+    assert cli.ok(home, "restore", loop["id"], "--reason", "still true")["memory"]["status"] == "active"
+    assert [m["id"] for m in cli.ok(home, "recall", "whiffletree")["results"]] == [loop["id"]]
+    assert cli.ok(home, "decay", "run", "--now", "2199-01-01")["superseded_count"] == 0
 
 
-def test_mcp_memory_restore_brings_a_decayed_memory_back(home: Path, mcp_server: Any) -> None:
-    ok(home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1.")
-    ok(home, "extract", "--pending")
-    ok(home, "triage", "--pending")
-    (loop,) = ok(home, "list", "--kind", "decision")["memories"]
-    ok(home, "decay", "run", "--now", "2099-01-01")
+def test_mcp_memory_restore_brings_a_decayed_memory_back(cli: Cli, home: Path, mcp_server: Any) -> None:
+    cli.ok(
+        home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1."
+    )
+    cli.ok(home, "extract", "--pending")
+    cli.ok(home, "triage", "--pending")
+    (loop,) = cli.ok(home, "list", "--kind", "decision")["memories"]
+    cli.ok(home, "decay", "run", "--now", "2099-01-01")
     client = mcp_server(home)
     is_error, out = client.tool("memory_restore", id=loop["id"], reason="still true")
     assert not is_error and out["memory"]["id"] == loop["id"], out
     client.close()
-    assert ok(home, "get", loop["id"])["memory"]["status"] == "active"
-    assert [m["id"] for m in ok(home, "recall", "whiffletree")["results"]] == [loop["id"]]
+    assert cli.ok(home, "get", loop["id"])["memory"]["status"] == "active"
+    assert [m["id"] for m in cli.ok(home, "recall", "whiffletree")["results"]] == [loop["id"]]
 
 
-def test_http_restore_brings_a_decayed_memory_back(home: Path) -> None:
+def test_http_restore_brings_a_decayed_memory_back(cli: Cli, home: Path) -> None:
     import httpx
 
     from tests.cli.agents.test_http_api import Server
 
-    ok(home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1.")
-    ok(home, "extract", "--pending")
-    ok(home, "triage", "--pending")
-    (loop,) = ok(home, "list", "--kind", "decision")["memories"]
-    ok(home, "decay", "run", "--now", "2099-01-01")
+    cli.ok(
+        home, "capture", "--prompt", "q", "--response", "Decision: we keep the 18-point whiffletree for M1."
+    )
+    cli.ok(home, "extract", "--pending")
+    cli.ok(home, "triage", "--pending")
+    (loop,) = cli.ok(home, "list", "--kind", "decision")["memories"]
+    cli.ok(home, "decay", "run", "--now", "2099-01-01")
     server = Server(home)
     try:
         r = httpx.post(f"{server.url}/memory/{loop['id']}/restore", json={"reason": "still true"}, timeout=30)
         assert r.status_code == 200, r.text
     finally:
         server.stop()
-    assert ok(home, "get", loop["id"])["memory"]["status"] == "active"
+    assert cli.ok(home, "get", loop["id"])["memory"]["status"] == "active"
