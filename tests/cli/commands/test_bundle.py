@@ -12,13 +12,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from mnemolog.cli.main import cli
 from mnemolog.eventlog.bundle.tarball import write_tar
 from mnemolog.eventlog.bundle.verifier import LISTED_V2, MANIFEST
 from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.substrate.home import Home
+from tests.support.cli import Cli
 from tests.support.forensic_data import Atomised, atomised_home, members_of
 
 
@@ -34,17 +33,12 @@ def world(built: Atomised, tmp_path: Path) -> Atomised:
     return Atomised(Home(root), built.parent, built.atoms, built.other)
 
 
-def mnemolog(home: Home | None, *args: str) -> Result:
-    pre = ["--home", str(home.root)] if home is not None else []
-    return CliRunner().invoke(cli, [*pre, *args], catch_exceptions=False)
-
-
-def export(world: Atomised, tmp_path: Path, *extra: str) -> Path:
+def export(cli: Cli, world: Atomised, tmp_path: Path, *extra: str) -> Path:
     out = tmp_path / "bundle.tar"
-    res = mnemolog(
+    res = cli(
         world.home, "--json", "export-forensic-bundle", "--memory-id", world.parent, "-o", str(out), *extra
     )
-    assert res.exit_code == 0, res.output
+    assert res.code == 0, res.output
     return out
 
 
@@ -53,12 +47,12 @@ def vkey(home: Home) -> str:
         return log.key_history()[0].key.vkey()
 
 
-def test_export_and_verify(world: Atomised, tmp_path: Path) -> None:
-    out = export(world, tmp_path)
-    res = mnemolog(None, "verify-bundle", str(out), "--trusted-key", vkey(world.home))
-    assert res.exit_code == 0, res.output
+def test_export_and_verify(cli: Cli, world: Atomised, tmp_path: Path) -> None:
+    out = export(cli, world, tmp_path)
+    res = cli(None, "verify-bundle", str(out), "--trusted-key", vkey(world.home))
+    assert res.code == 0, res.output
     assert "ok: forensic bundle" in res.output and "pinned key" in res.output
-    res = mnemolog(None, "--json", "verify-bundle", str(out))
+    res = cli(None, "--json", "verify-bundle", str(out))
     data = json.loads(res.output)
     assert data["ok"] is True and data["memory_id"] == world.parent
     assert data["trust"]["anchor"] == "genesis"
@@ -66,54 +60,54 @@ def test_export_and_verify(world: Atomised, tmp_path: Path) -> None:
 
 
 def test_export_json_summary_and_default_path(
-    world: Atomised, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, world: Atomised, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    res = mnemolog(world.home, "--json", "export-forensic-bundle", "--memory-id", world.atoms[0])
-    assert res.exit_code == 0, res.output
+    res = cli(world.home, "--json", "export-forensic-bundle", "--memory-id", world.atoms[0])
+    assert res.code == 0, res.output
     data = json.loads(res.output)
     assert data["path"] == f"bundle-{world.atoms[0]}.tar"
     assert (tmp_path / data["path"]).exists()
     assert data["entries"] == len(data["seqs"]) and data["key_seqs"] == [0]
 
 
-def test_include_atomisation_chain_false(world: Atomised, tmp_path: Path) -> None:
-    out = export(world, tmp_path, "--include-atomisation-chain=false")
-    res = mnemolog(None, "--json", "verify-bundle", str(out))
+def test_include_atomisation_chain_false(cli: Cli, world: Atomised, tmp_path: Path) -> None:
+    out = export(cli, world, tmp_path, "--include-atomisation-chain=false")
+    res = cli(None, "--json", "verify-bundle", str(out))
     data = json.loads(res.output)
     assert data["include_chain"] is False and data["memories"] == [world.parent]
-    bad = mnemolog(
+    bad = cli(
         world.home, "export-forensic-bundle", "--memory-id", world.parent, "--include-atomisation-chain=maybe"
     )
-    assert bad.exit_code == 64
+    assert bad.code == 64
 
 
-def test_export_unknown_memory_is_not_found(world: Atomised, tmp_path: Path) -> None:
-    res = mnemolog(world.home, "export-forensic-bundle", "--memory-id", "nope", "-o", str(tmp_path / "x.tar"))
-    assert res.exit_code == 2
+def test_export_unknown_memory_is_not_found(cli: Cli, world: Atomised, tmp_path: Path) -> None:
+    res = cli(world.home, "export-forensic-bundle", "--memory-id", "nope", "-o", str(tmp_path / "x.tar"))
+    assert res.code == 2
     assert not (tmp_path / "x.tar").exists()
 
 
 @pytest.mark.parametrize("name", [MANIFEST, *LISTED_V2])
-def test_every_changed_file_exits_8_naming_it(world: Atomised, tmp_path: Path, name: str) -> None:
-    out = export(world, tmp_path)
+def test_every_changed_file_exits_8_naming_it(cli: Cli, world: Atomised, tmp_path: Path, name: str) -> None:
+    out = export(cli, world, tmp_path)
     members = members_of(out.read_bytes())
     data = members[name]
     members[name] = data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0x04]) + data[len(data) // 2 + 1 :]
     bad = tmp_path / "bad.tar"
     bad.write_bytes(write_tar(members.items()))
-    res = mnemolog(None, "--json", "verify-bundle", str(bad))
-    assert res.exit_code == 8
+    res = cli(None, "--json", "verify-bundle", str(bad))
+    assert res.code == 8
     err = json.loads(res.output)
     assert err["ok"] is False and err["error"] == "verification_failed"
     assert err["details"]["file"] == name
-    text = mnemolog(None, "verify-bundle", str(bad))
-    assert text.exit_code == 8
+    text = cli(None, "verify-bundle", str(bad))
+    assert text.code == 8
     assert f"file={name}" in text.output
 
 
-def test_removed_renamed_and_extra_files(world: Atomised, tmp_path: Path) -> None:
-    members = members_of(export(world, tmp_path).read_bytes())
+def test_removed_renamed_and_extra_files(cli: Cli, world: Atomised, tmp_path: Path) -> None:
+    members = members_of(export(cli, world, tmp_path).read_bytes())
     cases = {
         "removed": ({k: v for k, v in members.items() if k != "proofs.cbor"}, "proofs.cbor"),
         "renamed": (
@@ -128,20 +122,20 @@ def test_removed_renamed_and_extra_files(world: Atomised, tmp_path: Path) -> Non
     for what, (files, named) in cases.items():
         path = tmp_path / f"{what}.tar"
         path.write_bytes(write_tar(files.items()))
-        res = mnemolog(None, "--json", "verify-bundle", str(path))
-        assert res.exit_code == 8, what
+        res = cli(None, "--json", "verify-bundle", str(path))
+        assert res.code == 8, what
         assert json.loads(res.output)["details"]["file"] == named, what
 
 
-def test_wrong_or_malformed_trusted_key(world: Atomised, tmp_path: Path) -> None:
-    out = export(world, tmp_path)
+def test_wrong_or_malformed_trusted_key(cli: Cli, world: Atomised, tmp_path: Path) -> None:
+    out = export(cli, world, tmp_path)
     stranger = SigningKey.generate("someone").verifier.vkey()
-    res = mnemolog(None, "verify-bundle", str(out), "--trusted-key", stranger)
-    assert res.exit_code == 8 and "check=trust.key" in res.output
+    res = cli(None, "verify-bundle", str(out), "--trusted-key", stranger)
+    assert res.code == 8 and "check=trust.key" in res.output
     keyfile = tmp_path / "k.pub"
     keyfile.write_text(vkey(world.home) + "\n")
-    assert mnemolog(None, "verify-bundle", str(out), "--trusted-key", str(keyfile)).exit_code == 0
-    assert mnemolog(None, "verify-bundle", str(out), "--trusted-key", "not+a+key").exit_code == 64
+    assert cli(None, "verify-bundle", str(out), "--trusted-key", str(keyfile)).code == 0
+    assert cli(None, "verify-bundle", str(out), "--trusted-key", "not+a+key").code == 64
 
 
 def hostile(tmp_path: Path) -> dict[str, bytes]:
@@ -173,25 +167,25 @@ def hostile(tmp_path: Path) -> dict[str, bytes]:
     }
 
 
-def test_hostile_archives_exit_8_cleanly(tmp_path: Path) -> None:
+def test_hostile_archives_exit_8_cleanly(cli: Cli, tmp_path: Path) -> None:
     for name, data in hostile(tmp_path).items():
         path = tmp_path / f"{name}.tar"
         path.write_bytes(data)
-        res = mnemolog(None, "--json", "verify-bundle", str(path))
-        assert res.exit_code == 8, (name, res.output)
+        res = cli(None, "--json", "verify-bundle", str(path))
+        assert res.code == 8, (name, res.output)
         err = json.loads(res.output)
         assert err["details"]["check"].startswith("archive."), name
-        text = mnemolog(None, "verify-bundle", str(path))
-        assert text.exit_code == 8 and text.output.startswith("mnemolog: "), name
+        text = cli(None, "verify-bundle", str(path))
+        assert text.code == 8 and text.output.startswith("mnemolog: "), name
     assert not (tmp_path.parent / "evil").exists() and not Path("/tmp/evil").exists()
 
 
-def test_missing_bundle_is_not_found(tmp_path: Path) -> None:
-    assert mnemolog(None, "verify-bundle", str(tmp_path / "none.tar")).exit_code == 2
+def test_missing_bundle_is_not_found(cli: Cli, tmp_path: Path) -> None:
+    assert cli(None, "verify-bundle", str(tmp_path / "none.tar")).code == 2
 
 
-def test_module_entry_point(world: Atomised, tmp_path: Path) -> None:
-    out = export(world, tmp_path)
+def test_module_entry_point(cli: Cli, world: Atomised, tmp_path: Path) -> None:
+    out = export(cli, world, tmp_path)
     env = {**os.environ, "PYTHONPATH": ""}
     ok = subprocess.run(
         [sys.executable, "-m", "mnemolog.eventlog.bundle", str(out), "--json"],
@@ -213,28 +207,28 @@ def test_module_entry_point(world: Atomised, tmp_path: Path) -> None:
     assert bad.returncode == 8 and "Traceback" not in bad.stderr and "check=archive." in bad.stderr
 
 
-def test_grown_log_keeps_old_bundles_valid(world: Atomised, tmp_path: Path) -> None:
-    out = export(world, tmp_path)
-    old = json.loads(mnemolog(None, "--json", "verify-bundle", str(out)).output)
-    assert mnemolog(world.home, "store", "later memory").exit_code == 0
-    assert mnemolog(world.home, "log", "checkpoint").exit_code == 0
+def test_grown_log_keeps_old_bundles_valid(cli: Cli, world: Atomised, tmp_path: Path) -> None:
+    out = export(cli, world, tmp_path)
+    old = json.loads(cli(None, "--json", "verify-bundle", str(out)).output)
+    assert cli(world.home, "store", "later memory").code == 0
+    assert cli(world.home, "log", "checkpoint").code == 0
     with world.home.open_log() as log:
         new_size = log.size
     assert new_size > old["tree_size"]
-    assert mnemolog(None, "verify-bundle", str(out)).exit_code == 0
-    res = mnemolog(world.home, "--json", "log", "consistency", str(old["tree_size"]), str(new_size))
-    assert res.exit_code == 0
+    assert cli(None, "verify-bundle", str(out)).code == 0
+    res = cli(world.home, "--json", "log", "consistency", str(old["tree_size"]), str(new_size))
+    assert res.code == 0
     assert json.loads(res.output)["old_root"] == old["root"]
 
 
-def test_log_export_and_replay(world: Atomised, tmp_path: Path) -> None:
+def test_log_export_and_replay(cli: Cli, world: Atomised, tmp_path: Path) -> None:
     exp = tmp_path / "log.cbor"
-    res = mnemolog(world.home, "--json", "log", "export", "-o", str(exp))
-    assert res.exit_code == 0, res.output
+    res = cli(world.home, "--json", "log", "export", "-o", str(exp))
+    assert res.code == 0, res.output
     info = json.loads(res.output)
     assert info["start"] == 0 and info["last"] == info["tree_size"] - 1
     new = tmp_path / "new"
-    res = mnemolog(
+    res = cli(
         None,
         "--json",
         "replay",
@@ -246,33 +240,31 @@ def test_log_export_and_replay(world: Atomised, tmp_path: Path) -> None:
         "--signing-key",
         str(world.home.signing_key_path),
     )
-    assert res.exit_code == 0, res.output
+    assert res.code == 0, res.output
     out = json.loads(res.output)
     assert out["entries"] == info["tree_size"] and out["export"]["trust"]["pinned"] is True
-    a = json.loads(mnemolog(world.home, "--json", "get", world.parent).output)
-    b = json.loads(mnemolog(Home(new), "--json", "get", world.parent).output)
+    a = json.loads(cli(world.home, "--json", "get", world.parent).output)
+    b = json.loads(cli(Home(new), "--json", "get", world.parent).output)
     assert a == b
-    assert mnemolog(Home(new), "log", "verify").exit_code == 0
+    assert cli(Home(new), "log", "verify").code == 0
 
 
-def test_replay_refusals(world: Atomised, tmp_path: Path) -> None:
+def test_replay_refusals(cli: Cli, world: Atomised, tmp_path: Path) -> None:
     mid = tmp_path / "mid.cbor"
-    assert mnemolog(world.home, "log", "export", "--from", "3", "--to", "8", "-o", str(mid)).exit_code == 0
-    res = mnemolog(None, "replay", str(mid), "--home", str(tmp_path / "a"))
-    assert res.exit_code == 64 and "starts at seq 3" in res.output
+    assert cli(world.home, "log", "export", "--from", "3", "--to", "8", "-o", str(mid)).code == 0
+    res = cli(None, "replay", str(mid), "--home", str(tmp_path / "a"))
+    assert res.code == 64 and "starts at seq 3" in res.output
     assert not (tmp_path / "a").exists()
     full = tmp_path / "full.cbor"
-    assert mnemolog(world.home, "log", "export", "-o", str(full)).exit_code == 0
+    assert cli(world.home, "log", "export", "-o", str(full)).code == 0
     data = bytearray(full.read_bytes())
     data[-10] ^= 0xFF
     full.write_bytes(bytes(data))
-    res = mnemolog(None, "--json", "replay", str(full), "--home", str(tmp_path / "b"))
-    assert res.exit_code == 8
+    res = cli(None, "--json", "replay", str(full), "--home", str(tmp_path / "b"))
+    assert res.code == 8
     assert json.loads(res.output)["error"] == "verification_failed"
     assert not (tmp_path / "b").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
-    assert mnemolog(world.home, "log", "export", "--from", "5", "--to", "2", "-o", str(mid)).exit_code == 64
-    assert mnemolog(world.home, "log", "export", "--to", "99999", "-o", str(mid)).exit_code == 2
-    assert (
-        mnemolog(None, "replay", str(tmp_path / "missing.cbor"), "--home", str(tmp_path / "c")).exit_code == 2
-    )
+    assert cli(world.home, "log", "export", "--from", "5", "--to", "2", "-o", str(mid)).code == 64
+    assert cli(world.home, "log", "export", "--to", "99999", "-o", str(mid)).code == 2
+    assert cli(None, "replay", str(tmp_path / "missing.cbor"), "--home", str(tmp_path / "c")).code == 2
