@@ -23,9 +23,9 @@ from mnemolog.substrate.events.limits import (
     MAX_CONTENT_BYTES,
     MAX_SOURCE_CHARS,
     check_content,
-    check_domain_names,
     check_text,
 )
+from mnemolog.substrate.events.memory import DomainsField, OptionalReasonField, ProjectField
 
 __all__ = [
     "MAX_KEY_CHARS",
@@ -63,10 +63,6 @@ def _label(value: Any, what: str) -> Any:
     return check_text(value, what, MAX_LABEL_CHARS)
 
 
-def _project(value: Any, *, allow_empty: bool = True) -> str:
-    return check_project_name(value, allow_empty=allow_empty)
-
-
 def _reason(value: Any) -> Any:
     return check_text(value, "reason")
 
@@ -75,11 +71,7 @@ def _message(value: Any) -> Any:
     return check_text(value, "message", MAX_MESSAGE_CHARS)
 
 
-#: A project name; "" is a memory of no project.
-ProjectField = Annotated[str, BeforeValidator(_project)]
-DomainsField = Annotated[list[str], BeforeValidator(check_domain_names)]
 ReasonField = Annotated[str, BeforeValidator(_reason)]
-OptionalReasonField = Annotated[str | None, BeforeValidator(_reason)]
 MessageField = Annotated[str, BeforeValidator(_message)]
 
 
@@ -137,7 +129,7 @@ class ProjectRegistered(Payload):
     @field_validator("name", mode="before")
     @classmethod
     def _name(cls, name: Any) -> Any:
-        return _project(name, allow_empty=False)
+        return check_project_name(name, allow_empty=False)
 
     @field_validator("aliases", mode="before")
     @classmethod
@@ -164,7 +156,7 @@ class ProjectAliased(Payload):
     @field_validator("name", mode="before")
     @classmethod
     def _name(cls, name: Any) -> Any:
-        return _project(name, allow_empty=False)
+        return check_project_name(name, allow_empty=False)
 
     @field_validator("alias", mode="before")
     @classmethod
@@ -183,7 +175,7 @@ class _StateKey(Payload):
     @field_validator("project", mode="before", check_fields=False)
     @classmethod
     def _p(cls, project: Any) -> Any:
-        return _project(project, allow_empty=False)
+        return check_project_name(project, allow_empty=False)
 
     @field_validator("category", mode="before", check_fields=False)
     @classmethod

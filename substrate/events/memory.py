@@ -1,15 +1,16 @@
 """Memory events: stored, updated, archived, restored, and links between memories.
 
-Every limit a memory has is checked here, in the models' validators, so a
-store, an update, an atom or an imported note are held to the same rules.
+Every limit a memory has is checked here, by the field types its payloads
+are declared with (the checks themselves are events.limits'), so a store,
+an update, an atom or an imported note are held to the same rules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.eventlog.vocabulary import events as v
@@ -44,63 +45,40 @@ Kind = Literal["observation", "user", "feedback", "project", "decision", "refere
 Relation = Literal["related_to", "supersedes", "contradicts", "derived_from", "derives_from", "reflects_on"]
 
 
-class _MemoryFields(Chained):
-    """The checks shared by a store and an update (in an update, None means "not given")."""
+def _given(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`check` for an update's field, where None means "not given" and stays None."""
 
-    PARTIAL: ClassVar[bool] = False
+    def given(value: Any) -> Any:
+        return None if value is None else check(value)
 
-    @field_validator("namespace", mode="before", check_fields=False)
-    @classmethod
-    def _namespace(cls, ns: Any) -> Any:
-        return None if ns is None and cls.PARTIAL else check_namespace(ns)
-
-    @field_validator("kind", mode="before", check_fields=False)
-    @classmethod
-    def _kind(cls, kind: Any) -> Any:
-        return None if kind is None and cls.PARTIAL else check_kind(kind)
-
-    @field_validator("title", mode="before", check_fields=False)
-    @classmethod
-    def _title(cls, title: Any) -> Any:
-        return check_title(title)
-
-    @field_validator("content", mode="before", check_fields=False)
-    @classmethod
-    def _content(cls, content: Any) -> Any:
-        return None if content is None and cls.PARTIAL else check_content(content)
-
-    @field_validator("tags", mode="before", check_fields=False)
-    @classmethod
-    def _tags(cls, tags: Any) -> Any:
-        return None if tags is None and cls.PARTIAL else check_tags(tags)
-
-    @field_validator("confidence", mode="before", check_fields=False)
-    @classmethod
-    def _confidence(cls, c: Any) -> Any:
-        return check_confidence(c)
-
-    @field_validator("source", mode="before", check_fields=False)
-    @classmethod
-    def _source(cls, source: Any) -> Any:
-        return check_source(source)
-
-    @field_validator("metadata", mode="before", check_fields=False)
-    @classmethod
-    def _metadata(cls, meta: Any) -> Any:
-        return None if meta is None and cls.PARTIAL else check_metadata(meta)
-
-    @field_validator("project", mode="before", check_fields=False)
-    @classmethod
-    def _project(cls, project: Any) -> Any:
-        return None if project is None and cls.PARTIAL else check_project_name(project)
-
-    @field_validator("domains", mode="before", check_fields=False)
-    @classmethod
-    def _domains(cls, domains: Any) -> Any:
-        return None if domains is None and cls.PARTIAL else check_domain_names(domains)
+    return given
 
 
-class MemoryStored(_MemoryFields):
+# The memory fields, each with its check (every limit lives in events.limits); an update's
+# variant passes None through.
+NamespaceField = Annotated[str, BeforeValidator(check_namespace)]
+KindField = Annotated[Kind, BeforeValidator(check_kind)]
+TitleField = Annotated[str | None, BeforeValidator(check_title)]
+ContentField = Annotated[str, BeforeValidator(check_content)]
+TagsField = Annotated[list[str], BeforeValidator(check_tags)]
+ConfidenceField = Annotated[float | None, BeforeValidator(check_confidence)]
+SourceField = Annotated[str | None, BeforeValidator(check_source)]
+MetadataField = Annotated[dict[str, Any], BeforeValidator(check_metadata)]
+#: A project name; "" is a memory of no project.
+ProjectField = Annotated[str, BeforeValidator(check_project_name)]
+DomainsField = Annotated[list[str], BeforeValidator(check_domain_names)]
+OptionalReasonField = Annotated[str | None, BeforeValidator(lambda r: check_text(r, "reason"))]
+
+GivenNamespace = Annotated[str | None, BeforeValidator(_given(check_namespace))]
+GivenKind = Annotated[Kind | None, BeforeValidator(_given(check_kind))]
+GivenContent = Annotated[str | None, BeforeValidator(_given(check_content))]
+GivenTags = Annotated[list[str] | None, BeforeValidator(_given(check_tags))]
+GivenMetadata = Annotated[dict[str, Any] | None, BeforeValidator(_given(check_metadata))]
+GivenProject = Annotated[str | None, BeforeValidator(_given(check_project_name))]
+GivenDomains = Annotated[list[str] | None, BeforeValidator(_given(check_domain_names))]
+
+
+class MemoryStored(Chained):
     """`memory.stored` tv 4: a new memory (also every atom, which carries atom_of).
 
     tv 4 carries the content fields sealed (eventlog.sealing; the model holds
@@ -116,20 +94,20 @@ class MemoryStored(_MemoryFields):
     TV = 4
 
     id: str
-    namespace: str
-    kind: Kind = "observation"
-    title: str | None = None
-    content: str
-    tags: list[str] = Field(default_factory=list)
-    confidence: float | None = None
-    source: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    namespace: NamespaceField
+    kind: KindField = "observation"
+    title: TitleField = None
+    content: ContentField
+    tags: TagsField = Field(default_factory=list)
+    confidence: ConfidenceField = None
+    source: SourceField = None
+    metadata: MetadataField = Field(default_factory=dict)
     created_at: int | None = None  # µs; only when the memory predates its store (imports)
     last_seen: int | None = None
     atom_of: str | None = None
     source_span: list[int] | None = None  # [start, end) of the atom's text in the parent
-    project: str = ""
-    domains: list[str] = Field(default_factory=list)
+    project: ProjectField = ""
+    domains: DomainsField = Field(default_factory=list)
     status: Literal["candidate", "active"] = "active"
 
     @classmethod
@@ -176,7 +154,7 @@ class MemoryStored(_MemoryFields):
         )
 
 
-class MemoryUpdated(_MemoryFields):
+class MemoryUpdated(Chained):
     """`memory.updated` tv 4: fields given replace; metadata keys merge (null removes).
 
     tv 4 carries the content fields it changes sealed (eventlog.sealing).
@@ -189,20 +167,19 @@ class MemoryUpdated(_MemoryFields):
 
     TYPE = v.MEMORY_UPDATED
     TV = 4
-    PARTIAL = True
 
     id: str
-    title: str | None = None
-    content: str | None = None
-    kind: Kind | None = None
-    namespace: str | None = None
-    tags: list[str] | None = None
-    confidence: float | None = None
-    source: str | None = None
-    metadata: dict[str, Any] | None = None
+    title: TitleField = None
+    content: GivenContent = None
+    kind: GivenKind = None
+    namespace: GivenNamespace = None
+    tags: GivenTags = None
+    confidence: ConfidenceField = None
+    source: SourceField = None
+    metadata: GivenMetadata = None
     last_seen: int | None = None
-    project: str | None = None
-    domains: list[str] | None = None
+    project: GivenProject = None
+    domains: GivenDomains = None
     migration_run: str | None = None  # set by a log-backed migration; rollbacks undo these
 
 
@@ -210,12 +187,7 @@ class _WithReason(Chained):
     """An event about one memory with an optional reason (short text)."""
 
     id: str
-    reason: str | None = None
-
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _reason(cls, reason: Any) -> Any:
-        return check_text(reason, "reason")
+    reason: OptionalReasonField = None
 
 
 class MemoryArchived(_WithReason):
@@ -243,18 +215,8 @@ class LinkCreated(Chained):
 
     src: str
     dst: str
-    relation: Relation
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("relation", mode="before")
-    @classmethod
-    def _relation(cls, relation: Any) -> Any:
-        return check_relation(relation)
-
-    @field_validator("metadata", mode="before")
-    @classmethod
-    def _metadata(cls, meta: Any) -> Any:
-        return check_metadata(meta)
+    relation: Annotated[Relation, BeforeValidator(check_relation)]
+    metadata: MetadataField = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _not_to_itself(self) -> LinkCreated:
