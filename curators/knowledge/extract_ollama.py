@@ -1,7 +1,7 @@
 """The LLM extractor: candidates from an interaction, by a model served by Ollama.
 
 One schema-constrained chat per attempt with the pinned extraction prompt
-(``extract_prompt``), tolerant reading of the reply (``extract_parse``), and
+(``extract_prompt``), tolerant reading of the reply (``answer``), and
 the curator's retry and backoff rules (``ollama_ask``). Whatever happens, the
 result is a value: an ``Extraction`` with every raw reply, or an
 ``ModelFailure`` with the reason and every raw reply seen before it.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Final
 
+from mnemolog.curators.knowledge.answer import ParsedCandidates, parse_candidates
 from mnemolog.curators.knowledge.extract import Extraction, ExtractionOutcome, InteractionText
-from mnemolog.curators.knowledge.extract_parse import ParsedCandidates, parse_candidates
 from mnemolog.curators.knowledge.extract_prompt import extraction_schema, prompt_sha256, render_messages
 from mnemolog.curators.ollama_ask import DomainAsker, Failed
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mnemolog.curators.knowledge.answer import parse_candidates
 from mnemolog.curators.knowledge.extract import MAX_CANDIDATES
-from mnemolog.curators.knowledge.extract_parse import parse_candidates
 from mnemolog.curators.parse import MalformedOutput
 from mnemolog.eventlog.vocabulary.knowledge import DOMAINS
 

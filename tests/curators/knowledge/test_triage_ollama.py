@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from mnemolog.curators.base import BACKOFF
+from mnemolog.curators.knowledge.answer import parse_verdict
 from mnemolog.curators.knowledge.triage import Neighbour, TriageItem, TriageVerdict
-from mnemolog.curators.knowledge.triage_ollama import OllamaTriager, parse_verdict
+from mnemolog.curators.knowledge.triage_ollama import OllamaTriager
 from mnemolog.curators.knowledge.triage_prompt import prompt_sha256, render_messages, triage_schema
 from mnemolog.curators.outcome import ModelFailure
 from mnemolog.curators.parse import MalformedOutput
