@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, runtime_checkable
 
-from mnemolog.curators.outcome import ModelFailure
+from mnemolog.curators.outcome import ModelCall, ModelFailure
 from mnemolog.eventlog.vocabulary.knowledge import DOMAINS
 
 Layer = Literal["project", "domain", "preference"]
@@ -70,18 +70,12 @@ class Candidate:
     source: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Extraction:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Extraction(ModelCall):
+    """The candidates an extractor found, with the record of its model call."""
+
     candidates: tuple[Candidate, ...]
     extractor: str
-    version: str
-    model: str | None
-    prompt_sha256: str
-    warnings: tuple[str, ...] = ()
-    attempts: int = 1
-    responses: tuple[str, ...] = ()
-    input_tokens: int = 0
-    output_tokens: int = 0
 
 
 ExtractionOutcome = Extraction | ModelFailure

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
-from mnemolog.curators.outcome import ModelFailure
+from mnemolog.curators.outcome import ModelCall, ModelFailure
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.eventlog.vocabulary.knowledge import Action, Verdict
 
@@ -59,25 +59,19 @@ class TriageItem:
     neighbours: tuple[Neighbour, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class TriageVerdict:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TriageVerdict(ModelCall):
+    """A triager's verdict on one candidate, with the record of its model call."""
+
     verdict: Verdict
     confidence: float
     reason: str
     project: str
     domains: tuple[str, ...]
     triager: str
-    version: str
-    model: str | None
-    prompt_sha256: str
     conflicts_with: str | None = None
     #: An active memory the triager found saying the same thing (the rules triager's agreement).
     duplicate_of: str | None = None
-    warnings: tuple[str, ...] = ()
-    attempts: int = 1
-    responses: tuple[str, ...] = ()
-    input_tokens: int = 0
-    output_tokens: int = 0
 
 
 TriageOutcome = TriageVerdict | ModelFailure
