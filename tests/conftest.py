@@ -20,8 +20,9 @@ in tests/slow_tests.txt (measured, not guessed) are marked `slow`, which
 `make test-fast` leaves out. Hypothesis runs without deadlines: a test
 asserts what its code does, never how long it took on a shared machine.
 
-The suite runs with embeddings off (MNEMOLOG_EMBED=off, inherited by the
-CLI subprocesses too): most tests assert exactly what BM25 recall returns,
+No MNEMOLOG_* variable of the shell that runs the suite reaches a test. The
+suite runs with embeddings off (MNEMOLOG_EMBED=off, inherited by the CLI
+subprocesses too): most tests assert exactly what BM25 recall returns,
 and a home that embeds recalls in hybrid mode, which also ranks the nearest
 vectors. The tests of embeddings and hybrid recall pass an embedder to the
 Substrate (`embedder=`, which wins over the variable) or clear the variable.
@@ -50,6 +51,10 @@ settings.load_profile("mnemolog")
 
 SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
 
+# The operator's own settings (a home, a model, a tenant) never reach a test: each test sets
+# what it needs (monkeypatch, or `env=` of the cli fixture).
+for _name in [k for k in os.environ if k.startswith("MNEMOLOG_")]:
+    del os.environ[_name]
 os.environ["MNEMOLOG_EMBED"] = "off"
 
 # -- fixtures ---------------------------------------------------------------------------

@@ -65,15 +65,6 @@ def _argv(home: Where, json: bool, argv: tuple[str, ...]) -> list[str]:
     return [*pre, *(["--json"] if json else []), *argv]
 
 
-def _env(env: Env | None, clean: bool) -> dict[str, str | None]:
-    # `clean`: the MNEMOLOG_* variables of the outer environment do not reach the
-    # command, except MNEMOLOG_EMBED (the suite runs with embeddings off).
-    unset: dict[str, str | None] = (
-        {k: None for k in os.environ if k.startswith("MNEMOLOG_") and k != "MNEMOLOG_EMBED"} if clean else {}
-    )
-    return {**unset, **(env or {})}
-
-
 class Cli:
     """Runs `mnemolog [--home HOME] [--json] ARGV...` and checks it did not crash."""
 
@@ -84,11 +75,10 @@ class Cli:
         json: bool = False,
         stdin: str | bytes | None = None,
         env: Env | None = None,
-        clean: bool = False,
         width: int | None = None,
     ) -> Ran:
         r = CliRunner().invoke(
-            command, _argv(home, json, argv), input=stdin, env=_env(env, clean), terminal_width=width
+            command, _argv(home, json, argv), input=stdin, env=dict(env or {}), terminal_width=width
         )
         if r.exception is not None and not isinstance(r.exception, SystemExit):
             raise r.exception
@@ -102,10 +92,9 @@ class Cli:
         *argv: str,
         stdin: str | bytes | None = None,
         env: Env | None = None,
-        clean: bool = False,
     ) -> tuple[int, Any]:
         """The exit code and the document a `--json` run printed (None when it printed nothing)."""
-        ran = self(home, *argv, json=True, stdin=stdin, env=env, clean=clean)
+        ran = self(home, *argv, json=True, stdin=stdin, env=env)
         doc = ran.doc
         # Exit 1 is informational: done already, or nothing to do; `ok` says which.
         if isinstance(doc, dict) and "ok" in doc and ran.code != 1:
@@ -120,10 +109,9 @@ class Cli:
         *argv: str,
         stdin: str | bytes | None = None,
         env: Env | None = None,
-        clean: bool = False,
     ) -> dict[str, Any]:
         """The document of a `--json` run that must succeed."""
-        code, doc = self.json(home, *argv, stdin=stdin, env=env, clean=clean)
+        code, doc = self.json(home, *argv, stdin=stdin, env=env)
         assert code == 0, doc
         assert isinstance(doc, dict) and doc["ok"] is True, doc
         return doc
@@ -135,17 +123,16 @@ class Cli:
         json: bool = False,
         stdin: bytes | None = None,
         env: Env | None = None,
-        clean: bool = False,
         timeout: float = 120,
-    ) -> subprocess.CompletedProcess[bytes]:
+    ) -> Ran:
         """A real `python -m mnemolog.cli.main` process, run to its end."""
         merged = {**os.environ}
-        for k, v in _env(env, clean).items():
+        for k, v in (env or {}).items():
             if v is None:
                 merged.pop(k, None)
             else:
                 merged[k] = v
-        return subprocess.run(
+        p = subprocess.run(
             [sys.executable, "-m", "mnemolog.cli.main", *_argv(home, json, argv)],
             input=stdin,
             capture_output=True,
@@ -153,3 +140,6 @@ class Cli:
             timeout=timeout,
             check=False,
         )
+        ran = Ran(p.returncode, p.stdout, p.stderr)
+        assert "Traceback" not in ran.output, ran.output
+        return ran

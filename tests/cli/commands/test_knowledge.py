@@ -159,13 +159,13 @@ def test_capture_from_stdin_in_a_real_process(cli: Cli, home: Path) -> None:
                "client": "claude-code", "session": "s-1"}  # fmt: skip
     env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("MNEMOLOG_")}
     p = cli.process(home, "capture", "--reinforce", json=True, stdin=json.dumps(capture).encode(), env=env)
-    assert p.returncode == 0, p.stderr.decode()
+    assert p.code == 0, p.stderr
     out = json.loads(p.stdout)["interaction"]
     assert out["project"] == "p04" and out["reinforced"] == []
     shown = cli.ok(home, "interactions", "show", out["id"])["interaction"]
     assert (shown["client"], shown["session"], shown["reinforce"]) == ("claude-code", "s-1", True)
     p = cli.process(home, "capture", "--prompt", "q", env=env)
-    assert p.returncode == 0 and p.stdout.decode().strip().startswith("01")  # text mode prints the id
+    assert p.code == 0 and p.stdout.strip().startswith("01")  # text mode prints the id
 
 
 # -- MCP tools ----------------------------------------------------------------------------------------
