@@ -3,35 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from tests.projections.kit import log_digest, new_home
+from tests.support.cli import Cli
 
 DATA = Path(__file__).parents[2] / "substrate" / "data" / "imports"
-
-
-def run(home: Path, *args: str, as_json: bool = True) -> subprocess.CompletedProcess[bytes]:
-    argv = ["--home", str(home), *(["--json"] if as_json else []), *args]
-    unset: dict[str, str | None] = {
-        k: None for k in os.environ if k.startswith("MNEMOLOG_") and k != "MNEMOLOG_EMBED"
-    }
-    r = CliRunner().invoke(cli, argv, env=unset)
-    return subprocess.CompletedProcess(argv, r.exit_code, r.stdout_bytes, r.stderr_bytes)
-
-
-def ok(home: Path, *args: str) -> dict[str, Any]:
-    p = run(home, *args)
-    assert p.returncode == 0, p.stderr.decode() + p.stdout.decode()
-    out: dict[str, Any] = json.loads(p.stdout)
-    assert out["ok"] is True
-    return out
 
 
 @pytest.fixture
@@ -40,50 +20,42 @@ def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
 
 
-def test_import_from_mem0_then_again_then_promote(home: Path) -> None:
-    r = ok(home, "import", "--from", "mem0", str(DATA / "mem0.json"))["import"]
+def test_import_from_mem0_then_again_then_promote(cli: Cli, home: Path) -> None:
+    r = cli.ok(home, "import", "--from", "mem0", str(DATA / "mem0.json"))["import"]
     assert (r["format"], r["status"], r["imported"]) == ("mem0", "candidate", 3)
-    again = ok(home, "import", "--from", "mem0", str(DATA / "mem0.json"))["import"]
+    again = cli.ok(home, "import", "--from", "mem0", str(DATA / "mem0.json"))["import"]
     assert (again["imported"], again["skipped_existing"]) == (0, 3)
-    found = ok(home, "list", "--status", "candidate", "--namespace", "users")["memories"]
+    found = cli.ok(home, "list", "--status", "candidate", "--namespace", "users")["memories"]
     assert sorted(m["namespace"] for m in found) == ["users/arjun", "users/dev"]
-    assert ok(home, "recall", "TechCorp")["results"] == []  # a candidate is not recalled
+    assert cli.ok(home, "recall", "TechCorp")["results"] == []  # a candidate is not recalled
     # They wait in the triage queue like extraction's candidates, and triage decides them.
-    queued = ok(home, "candidates", "list", "--status", "pending")
+    queued = cli.ok(home, "candidates", "list", "--status", "pending")
     listed = queued.get("candidates", queued.get("memories", []))
     assert {m["id"] for m in listed} >= {m["id"] for m in found}
-    triaged = ok(home, "triage", "--pending", "--triager", "rules", "--dry-run")
+    triaged = cli.ok(home, "triage", "--pending", "--triager", "rules", "--dry-run")
     assert {r["id"] for r in triaged["results"]} >= {m["id"] for m in found}
-    ok(home, "promote", found[0]["id"])
-    assert [m["id"] for m in ok(home, "recall", found[0]["content"].split()[0])["results"]][:1] == [
+    cli.ok(home, "promote", found[0]["id"])
+    assert [m["id"] for m in cli.ok(home, "recall", found[0]["content"].split()[0])["results"]][:1] == [
         found[0]["id"]
     ]
 
 
-def test_trust_and_the_text_output(home: Path) -> None:
-    p = run(home, "import", "--from", "basic-memory", str(DATA / "basic-memory"), "--trust", as_json=False)
-    assert p.returncode == 0, p.stderr.decode()
-    assert p.stdout.decode().strip() == "imported 4 memories from 4 items in 1 batches as active memories"
-    assert len(ok(home, "list", "--namespace", "notes")["memories"]) == 4
+def test_trust_and_the_text_output(cli: Cli, home: Path) -> None:
+    p = cli(home, "import", "--from", "basic-memory", str(DATA / "basic-memory"), "--trust")
+    assert p.code == 0, p.stderr
+    assert p.stdout.strip() == "imported 4 memories from 4 items in 1 batches as active memories"
+    assert len(cli.ok(home, "list", "--namespace", "notes")["memories"]) == 4
 
 
-def test_dry_run_prints_the_mapping_and_writes_nothing(home: Path) -> None:
+def test_dry_run_prints_the_mapping_and_writes_nothing(cli: Cli, home: Path) -> None:
     before = log_digest(home)
-    p = run(
-        home,
-        "import",
-        "--from",
-        "claude",
-        str(DATA / "claude_conversations.json"),
-        "--dry-run",
-        as_json=False,
-    )
-    assert p.returncode == 0, p.stderr.decode()
-    lines = p.stdout.decode().splitlines()
+    p = cli(home, "import", "--from", "claude", str(DATA / "claude_conversations.json"), "--dry-run")
+    assert p.code == 0, p.stderr
+    lines = p.stdout.splitlines()
     assert len(lines) == 3 and all(line.startswith("+ ") for line in lines[:2])
     assert "chats/claude" in lines[0] and "claude:c1a2b3c4-0000-4000-8000-000000000001" in lines[0]
     assert "nothing written (dry run)" in lines[2]
-    r = ok(home, "import", "--from", "chatgpt", str(DATA / "chatgpt_conversations.json"), "--dry-run")[
+    r = cli.ok(home, "import", "--from", "chatgpt", str(DATA / "chatgpt_conversations.json"), "--dry-run")[
         "import"
     ]
     assert r["dry_run"] is True and len(r["mapping"]) == 2
@@ -101,15 +73,15 @@ def test_dry_run_prints_the_mapping_and_writes_nothing(home: Path) -> None:
     ],
 )
 def test_refusals_exit_with_their_code_and_write_nothing(
-    home: Path, tmp_path: Path, args: list[str], code: int
+    cli: Cli, home: Path, tmp_path: Path, args: list[str], code: int
 ) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('[{"id": "c", "mapping": {"n": {"message": {"author": {"role": 1}, "content": {}}}}}]')
     args = [str(tmp_path / a) if a == "missing.json" else a for a in args]
     args = [str(tmp_path) if a == "DIR" else str(bad) if a == "BAD" else a for a in args]
     before = log_digest(home)
-    p = run(home, "import", *args)
-    assert p.returncode == code, p.stdout.decode() + p.stderr.decode()
+    p = cli(home, "import", *args, json=True)
+    assert p.code == code, p.stdout + p.stderr
     if code != 2:
         err = json.loads(p.stdout)
         assert err["ok"] is False and err["exit_code"] == code
@@ -118,44 +90,44 @@ def test_refusals_exit_with_their_code_and_write_nothing(
     assert log_digest(home) == before
 
 
-def test_a_bad_item_is_named_on_stderr_without_json(home: Path, tmp_path: Path) -> None:
+def test_a_bad_item_is_named_on_stderr_without_json(cli: Cli, home: Path, tmp_path: Path) -> None:
     doc = json.loads((DATA / "mem0.json").read_text())
     doc["results"][1]["memory"] = "   "
     f = tmp_path / "m.json"
     f.write_text(json.dumps(doc))
-    p = run(home, "import", "--from", "mem0", str(f), as_json=False)
-    assert p.returncode == 65
-    assert "item 2 (mem0:6a3d9e2f-8b5c-4d4e-af90-1b2c3d4e5f60): content is empty" in p.stderr.decode()
-    assert p.stdout == b""
+    p = cli(home, "import", "--from", "mem0", str(f))
+    assert p.code == 65
+    assert "item 2 (mem0:6a3d9e2f-8b5c-4d4e-af90-1b2c3d4e5f60): content is empty" in p.stderr
+    assert p.stdout_bytes == b""
 
 
-def test_export_jsonl_round_trips_through_import(home: Path, tmp_path: Path) -> None:
-    ok(home, "import", "--from", "letta", str(DATA / "letta.af"), "--trust")
-    ok(home, "store", "elsewhere", "-n", "team/x", "--title", "T", "--tag", "a")
+def test_export_jsonl_round_trips_through_import(cli: Cli, home: Path, tmp_path: Path) -> None:
+    cli.ok(home, "import", "--from", "letta", str(DATA / "letta.af"), "--trust")
+    cli.ok(home, "store", "elsewhere", "-n", "team/x", "--title", "T", "--tag", "a")
     out = tmp_path / "all.jsonl"
-    r = ok(home, "export", "--to", "jsonl", str(out))["export"]
+    r = cli.ok(home, "export", "--to", "jsonl", str(out))["export"]
     assert (r["memories"], r["files"]) == (4, 1)
     fresh = tmp_path / "fresh"
     new_home(fresh)
-    assert ok(fresh, "import", str(out))["import"]["imported"] == 4
+    assert cli.ok(fresh, "import", str(out))["import"]["imported"] == 4
 
     def contents(h: Path) -> list[tuple[Any, ...]]:
-        ms = ok(h, "list", "--limit", "100")["memories"]
+        ms = cli.ok(h, "list", "--limit", "100")["memories"]
         keys = ("id", "content", "namespace", "kind", "title", "tags", "source", "metadata", "created_at")
         return sorted(tuple(json.dumps(m[k], sort_keys=True) for k in keys) for m in ms)
 
     assert contents(fresh) == contents(home)
 
 
-def test_export_basic_memory_of_a_namespace_and_refusals(home: Path, tmp_path: Path) -> None:
-    ok(home, "store", "kept", "-n", "team/x", "--title", "Kept note")
-    ok(home, "store", "not this one", "-n", "other")
+def test_export_basic_memory_of_a_namespace_and_refusals(cli: Cli, home: Path, tmp_path: Path) -> None:
+    cli.ok(home, "store", "kept", "-n", "team/x", "--title", "Kept note")
+    cli.ok(home, "store", "not this one", "-n", "other")
     out = tmp_path / "notes"
-    p = run(home, "export", "--to", "basic-memory", "--namespace", "team", str(out), as_json=False)
-    assert p.returncode == 0, p.stderr.decode()
-    assert p.stdout.decode().strip() == f"exported 1 memories to {out} (basic-memory, 1 file(s))"
+    p = cli(home, "export", "--to", "basic-memory", "--namespace", "team", str(out))
+    assert p.code == 0, p.stderr
+    assert p.stdout.strip() == f"exported 1 memories to {out} (basic-memory, 1 file(s))"
     note = (out / "team" / "x" / "kept-note.md").read_text()
     assert "title: Kept note" in note and note.endswith("# Kept note\n\nkept\n")
-    again = run(home, "export", "--to", "basic-memory", str(out))
-    assert again.returncode == 64 and "not empty" in json.loads(again.stdout)["message"]
-    assert run(home, "export", str(tmp_path / "x")).returncode == 64  # --to is required
+    again = cli(home, "export", "--to", "basic-memory", str(out), json=True)
+    assert again.code == 64 and "not empty" in json.loads(again.stdout)["message"]
+    assert cli(home, "export", str(tmp_path / "x"), json=True).code == 64  # --to is required
