@@ -4,53 +4,43 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
-from click.testing import CliRunner
 from mcp import Client, StdioServerParameters
 
-from mnemolog.cli.main import cli
+from tests.support.cli import Cli
 
 
-def run(*args: str, env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess[bytes]:
-    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("MNEMOLOG_")}
-    r = CliRunner().invoke(cli, ["--json", *args], env={**unset, **(env or {})})
-    return subprocess.CompletedProcess(args, r.exit_code, r.stdout_bytes, r.stderr_bytes)
-
-
-def ok(*args: str, env: dict[str, str | None] | None = None) -> dict[str, Any]:
-    p = run(*args, env=env)
-    assert p.returncode == 0, p.stderr.decode() + p.stdout.decode()
-    out: dict[str, Any] = json.loads(p.stdout)
-    return out
-
-
-def test_tenants_and_their_tokens(tmp_path: Path) -> None:
+def test_tenants_and_their_tokens(cli: Cli, tmp_path: Path) -> None:
     root = str(tmp_path / "root")
-    added = ok("tenant", "add", "acme", "--tenants", root)
+    added = cli.ok(None, "tenant", "add", "acme", "--tenants", root)
     assert added["tenant"] == "acme" and added["vkey"]
-    ok("tenant", "add", "globex", env={"MNEMOLOG_TENANTS": root})
-    assert [t["tenant"] for t in ok("tenant", "list", "--tenants", root)["tenants"]] == ["acme", "globex"]
-    made = ok(
+    cli.ok(None, "tenant", "add", "globex", env={"MNEMOLOG_TENANTS": root})
+    assert [t["tenant"] for t in cli.ok(None, "tenant", "list", "--tenants", root)["tenants"]] == [
+        "acme",
+        "globex",
+    ]
+    made = cli.ok(None,
         "token", "create", "--tenants", root, "--tenant", "acme", "--scope", "write",
         "--namespace", "agents/a", "--project", "p1", "--expires", "30d", "--rate", "60", "--label", "bot",
     )  # fmt: skip
     assert made["token"].startswith("mlt.acme.") and made["namespaces"] == ["agents/a"]
-    listed = ok("token", "list", "--tenants", root, "--tenant", "acme")["tokens"]
+    listed = cli.ok(None, "token", "list", "--tenants", root, "--tenant", "acme")["tokens"]
     assert [t["token_id"] for t in listed] == [made["token_id"]]
     assert made["token"] not in json.dumps(listed) and listed[0]["state"] == "active"
     # Only the hash is on disk, in the tenant's log.
     logs = b"".join(p.read_bytes() for p in (tmp_path / "root" / "tenants" / "acme" / "log").rglob("*.seg"))
     assert made["token"].rsplit(".", 1)[1].encode() not in logs
-    assert ok("token", "revoke", made["token_id"], "--tenants", root, "--tenant", "acme")["revoked"] is True
-    again = run("token", "revoke", made["token_id"], "--tenants", root, "--tenant", "acme")
-    assert again.returncode == 1
-    assert ok("tenant", "remove", "globex", "--tenants", root)["tenant"] == "globex"
-    assert [t["tenant"] for t in ok("tenant", "list", "--tenants", root)["tenants"]] == ["acme"]
+    assert (
+        cli.ok(None, "token", "revoke", made["token_id"], "--tenants", root, "--tenant", "acme")["revoked"]
+        is True
+    )
+    again = cli(None, "token", "revoke", made["token_id"], "--tenants", root, "--tenant", "acme", json=True)
+    assert again.code == 1
+    assert cli.ok(None, "tenant", "remove", "globex", "--tenants", root)["tenant"] == "globex"
+    assert [t["tenant"] for t in cli.ok(None, "tenant", "list", "--tenants", root)["tenants"]] == ["acme"]
 
 
 @pytest.mark.parametrize(
@@ -66,27 +56,31 @@ def test_tenants_and_their_tokens(tmp_path: Path) -> None:
         (("tenant", "remove", "nosuch"), 2),
     ],
 )
-def test_refusals_exit_with_their_code(tmp_path: Path, args: tuple[str, ...], code: int) -> None:
+def test_refusals_exit_with_their_code(cli: Cli, tmp_path: Path, args: tuple[str, ...], code: int) -> None:
     root = str(tmp_path / "root")
     if args[0] == "token" or args[:2] == ("tenant", "remove"):
-        ok("tenant", "add", "acme", "--tenants", root)
-    p = run(*args, "--tenants", root)
-    assert p.returncode == code, p.stdout.decode() + p.stderr.decode()
+        cli.ok(None, "tenant", "add", "acme", "--tenants", root)
+    p = cli(None, *args, "--tenants", root, json=True)
+    assert p.code == code, p.stdout + p.stderr
 
 
-def test_token_commands_on_a_home_served_alone(tmp_path: Path) -> None:
+def test_token_commands_on_a_home_served_alone(cli: Cli, tmp_path: Path) -> None:
     home = str(tmp_path / "home")
-    ok("--home", home, "init")
-    made = ok("--home", home, "token", "create", "--scope", "read")
+    cli.ok(None, "--home", home, "init")
+    made = cli.ok(None, "--home", home, "token", "create", "--scope", "read")
     assert made["token"].startswith("mlt._.")
-    assert run("token", "create", "--tenant", "acme", "--scope", "read").returncode == 64  # no root given
+    assert (
+        cli(None, "token", "create", "--tenant", "acme", "--scope", "read", json=True).code == 64
+    )  # no root given
 
 
-def test_mcp_with_a_token_serves_its_scope(tmp_path: Path) -> None:
+def test_mcp_with_a_token_serves_its_scope(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    ok("--home", str(home), "init")
-    ok("--home", str(home), "store", "BSECRET of agent b", "--namespace", "agents/b")
-    token = ok("--home", str(home), "token", "create", "--scope", "write", "--namespace", "agents/a")["token"]
+    cli.ok(None, "--home", str(home), "init")
+    cli.ok(None, "--home", str(home), "store", "BSECRET of agent b", "--namespace", "agents/b")
+    token = cli.ok(
+        None, "--home", str(home), "token", "create", "--scope", "write", "--namespace", "agents/a"
+    )["token"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
     env["MNEMOLOG_TOKEN"] = token
     import sys
@@ -107,18 +101,25 @@ def test_mcp_with_a_token_serves_its_scope(tmp_path: Path) -> None:
     anyio.run(main)
 
 
-def test_any_command_works_on_a_tenant_with_the_global_tenant_option(tmp_path: Path) -> None:
+def test_any_command_works_on_a_tenant_with_the_global_tenant_option(cli: Cli, tmp_path: Path) -> None:
     root = str(tmp_path / "root")
-    ok("tenant", "add", "acme", "--tenants", root)
+    cli.ok(None, "tenant", "add", "acme", "--tenants", root)
     mem0 = tmp_path / "mem0.json"
     mem0.write_text(json.dumps({"results": [{"id": "m-1", "memory": "Alice likes tea", "user_id": "alice"}]}))
-    ok("--tenants", root, "--tenant", "acme", "embeddings", "set", "off")
-    assert ok("--tenants", root, "--tenant", "acme", "import", "--from", "mem0", str(mem0), "--trust")
+    cli.ok(None, "--tenants", root, "--tenant", "acme", "embeddings", "set", "off")
+    assert cli.ok(
+        None, "--tenants", root, "--tenant", "acme", "import", "--from", "mem0", str(mem0), "--trust"
+    )
     out = tmp_path / "acme.jsonl"
-    ok("--tenant", "acme", "export", "--to", "jsonl", str(out), env={"MNEMOLOG_TENANTS": root})
+    cli.ok(None, "--tenant", "acme", "export", "--to", "jsonl", str(out), env={"MNEMOLOG_TENANTS": root})
     assert "Alice likes tea" in out.read_text()
-    made = ok("--tenants", root, "--tenant", "acme", "token", "create", "--scope", "read")
+    made = cli.ok(None, "--tenants", root, "--tenant", "acme", "token", "create", "--scope", "read")
     assert made["token"].startswith("mlt.acme.")
-    assert run("--home", str(tmp_path / "h"), "--tenant", "acme", "--tenants", root, "stats").returncode == 64
-    assert run("--tenant", "acme", "stats").returncode == 64  # no root
-    assert run("--tenants", root, "--tenant", "nosuch", "stats").returncode == 6  # no such home
+    assert (
+        cli(
+            None, "--home", str(tmp_path / "h"), "--tenant", "acme", "--tenants", root, "stats", json=True
+        ).code
+        == 64
+    )
+    assert cli(None, "--tenant", "acme", "stats", json=True).code == 64  # no root
+    assert cli(None, "--tenants", root, "--tenant", "nosuch", "stats", json=True).code == 6  # no such home
