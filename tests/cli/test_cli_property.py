@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mnemolog.cli.main import cli
 from tests.projections.kit import log_digest, new_home
+from tests.support.cli import Cli
 
 DOCUMENTED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 64, 65}
 
@@ -87,12 +86,12 @@ def command(draw: st.DrawFn, ids: list[str], tmp: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], Path]:
+def world(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], Path]:
     root = tmp_path_factory.mktemp("property")
     home = new_home(root / "home").root
     ids = []
     for text in ("a memory about harbours", "a memory about ships", "a third memory"):
-        r = CliRunner().invoke(cli, ["--home", str(home), "--json", "store", text])
+        r = cli(home, "store", text, json=True)
         ids.append(json.loads(r.stdout)["memory"]["id"])
     (root / "bundle.tar").write_bytes(b"\x00" * 1024 + b"not a tar")
     return home, ids, root
@@ -102,24 +101,26 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], Pa
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 @given(data=st.data())
-def test_random_command_lines_end_cleanly(world: tuple[Path, list[str], Path], data: st.DataObject) -> None:
+def test_random_command_lines_end_cleanly(
+    cli: Cli, world: tuple[Path, list[str], Path], data: st.DataObject
+) -> None:
     home, ids, tmp = world
     argv = data.draw(command(ids, tmp))
     as_json = data.draw(st.booleans())
     before = log_digest(home)
-    r = CliRunner().invoke(cli, ["--home", str(home), *(["--json"] if as_json else []), *argv])
+    r = cli(home, *argv, json=as_json)
     out = r.stdout + r.stderr
-    assert r.exit_code in DOCUMENTED, (argv, r.exit_code, out[-2000:])
+    assert r.code in DOCUMENTED, (argv, r.code, out[-2000:])
     assert "Traceback" not in out and "internal error" not in out, (argv, out[-2000:])
-    if r.exit_code != 0:
-        assert log_digest(home) == before, (argv, r.exit_code, out[-500:])
+    if r.code != 0:
+        assert log_digest(home) == before, (argv, r.code, out[-500:])
     if as_json and r.stdout.strip():
         doc = json.loads(r.stdout.strip().splitlines()[-1])
-        assert doc["ok"] is (r.exit_code == 0) or r.exit_code == 1
+        assert doc["ok"] is (r.code == 0) or r.code == 1
 
 
-def test_the_home_survives_the_property(world: tuple[Path, list[str], Path]) -> None:
+def test_the_home_survives_the_property(cli: Cli, world: tuple[Path, list[str], Path]) -> None:
     home, _, _ = world
     copy = home.parent / "copy"
     shutil.copytree(home, copy, ignore=shutil.ignore_patterns(".lock", ".want-*"))
-    assert CliRunner().invoke(cli, ["--home", str(copy), "log", "verify"]).exit_code == 0
+    assert cli(copy, "log", "verify").code == 0

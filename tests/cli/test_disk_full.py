@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from tests.projections.kit import new_home
+from tests.support.cli import Cli
 
 EXE = Path(sys.executable).with_name("mnemolog")
 
@@ -31,9 +30,9 @@ def temps(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.name.endswith(".tmp") or ".replay-" in p.name]
 
 
-def memories(home: Path) -> set[str]:
-    r = CliRunner().invoke(cli, ["--home", str(home), "--json", "list", "--limit", "1000"])
-    assert r.exit_code == 0, r.output
+def memories(cli: Cli, home: Path) -> set[str]:
+    r = cli(home, "list", "--limit", "1000", json=True)
+    assert r.code == 0, r.output
     return {m["id"] for m in json.loads(r.stdout)["memories"]}
 
 
@@ -60,11 +59,11 @@ def full_under(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Path]]:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Path:
+def home(cli: Cli, tmp_path: Path) -> Path:
     h = new_home(tmp_path / "home").root
     for i in range(5):
-        r = CliRunner().invoke(cli, ["--home", str(h), "store", f"memory {i} about the harbour"])
-        assert r.exit_code == 0
+        r = cli(h, "store", f"memory {i} about the harbour")
+        assert r.code == 0
     return h
 
 
@@ -78,29 +77,31 @@ def home(tmp_path: Path) -> Path:
         ["rebuild"],
     ],
 )
-def test_injected_enospc(home: Path, tmp_path: Path, full_under: list[Path], command: list[str]) -> None:
+def test_injected_enospc(
+    cli: Cli, home: Path, tmp_path: Path, full_under: list[Path], command: list[str]
+) -> None:
     vault = tmp_path / "vault"
     args = [a.replace("{vault}", str(vault)) for a in command]
     if command[0] == "log":
-        CliRunner().invoke(cli, ["--home", str(home), "store", "so that a new checkpoint is due"])
-    acknowledged = memories(home)
+        cli(home, "store", "so that a new checkpoint is due")
+    acknowledged = memories(cli, home)
     keys_before = sorted(p.name for p in (home / "keys").iterdir())
     full_under.extend([home, vault])
-    r = CliRunner().invoke(cli, ["--home", str(home), *args])
+    r = cli(home, *args)
     full_under.clear()
     out = r.stdout + r.stderr
     assert "Traceback" not in out and "internal error" not in out
-    if r.exit_code != 0:  # rebuild writes only through DuckDB, which Python's os.write does not see
-        assert r.exit_code == 6, out
+    if r.code != 0:  # rebuild writes only through DuckDB, which Python's os.write does not see
+        assert r.code == 6, out
         assert "No space left on device" in out and (str(home) in out or str(vault) in out), out
     assert temps(home) == [] and (not vault.exists() or temps(vault) == [])
     # Nothing acknowledged is lost, and the home works once there is room again.
-    assert memories(home) >= acknowledged
-    assert CliRunner().invoke(cli, ["--home", str(home), "log", "verify"]).exit_code == 0
+    assert memories(cli, home) >= acknowledged
+    assert cli(home, "log", "verify").code == 0
     if command == ["key", "rotate"]:
         assert sorted(p.name for p in (home / "keys").iterdir()) == keys_before
-    r = CliRunner().invoke(cli, ["--home", str(home), *args])
-    assert r.exit_code == 0, r.stdout + r.stderr
+    r = cli(home, *args)
+    assert r.code == 0, r.stdout + r.stderr
 
 
 # -- a real full disk -----------------------------------------------------------------------

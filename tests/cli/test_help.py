@@ -8,10 +8,11 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from mnemolog.cli import examples
-from mnemolog.cli.main import COMMANDS, SECTIONS, cli
+from mnemolog.cli.main import COMMANDS, SECTIONS
+from mnemolog.cli.main import cli as command
+from tests.support.cli import Cli
 
 
 def leaves() -> list[tuple[str, click.Command]]:
@@ -27,9 +28,9 @@ def leaves() -> list[tuple[str, click.Command]]:
         else:
             out.append((path, cmd))
 
-    root = click.Context(cli)
+    root = click.Context(command)
     for name in sorted(COMMANDS):
-        cmd = cli.get_command(root, name)
+        cmd = command.get_command(root, name)
         assert cmd is not None
         walk(cmd, name)
     return out
@@ -45,8 +46,8 @@ def test_every_command_is_in_exactly_one_section() -> None:
     assert set(SECTIONS) == {"Memories", "Recall", "Knowledge", "Context", "Audit", "Admin"}
 
 
-def test_the_top_help_is_grouped_and_cuts_no_line() -> None:
-    out = CliRunner().invoke(cli, ["--help"], terminal_width=80).output
+def test_the_top_help_is_grouped_and_cuts_no_line(cli: Cli) -> None:
+    out = cli(None, "--help", width=80).output
     for title in SECTIONS:
         assert f"\n{title}:\n" in out
     listing = out.split("\nMemories:\n", 1)[1]
@@ -65,8 +66,8 @@ def test_every_command_has_an_example_and_it_parses(tmp_path: Path, monkeypatch:
         argv = shlex.split(examples.EXAMPLES[path])
         assert argv[0] == "mnemolog" and " ".join(argv[1 : 1 + len(path.split())]) == path, path
         # Parsed, not run: every option exists and every value has its type.
-        parent = cli.make_context("mnemolog", argv[1:], resilient_parsing=False)
-        group: click.Command = cli
+        parent = command.make_context("mnemolog", argv[1:], resilient_parsing=False)
+        group: click.Command = command
         rest = argv[1:]
         ctx = parent
         while isinstance(group, click.Group):
@@ -77,8 +78,8 @@ def test_every_command_has_an_example_and_it_parses(tmp_path: Path, monkeypatch:
 
 
 @pytest.mark.parametrize("path", [p for p, _ in LEAVES])
-def test_help_ends_with_the_example(path: str) -> None:
-    out = CliRunner().invoke(cli, [*path.split(), "--help"], terminal_width=200).output
+def test_help_ends_with_the_example(cli: Cli, path: str) -> None:
+    out = cli(None, *path.split(), "--help", width=200).output
     assert out.rstrip().endswith(examples.EXAMPLES[path]), out[-300:]
 
 
@@ -96,12 +97,12 @@ def test_every_option_is_described() -> None:
     ("argv", "suggested"),
     [(["recal", "x"], "'recall'"), (["stor", "x"], "'store'"), (["log", "verfy"], "'verify'")],
 )
-def test_a_mistyped_command_suggests_the_nearest(argv: list[str], suggested: str) -> None:
-    r = CliRunner().invoke(cli, ["--json", *argv])
-    assert r.exit_code == 64
+def test_a_mistyped_command_suggests_the_nearest(cli: Cli, argv: list[str], suggested: str) -> None:
+    r = cli(None, *argv, json=True)
+    assert r.code == 64
     assert f"Did you mean {suggested}" in r.output and r.output.count("Did you mean") == 1
 
 
-def test_nothing_near_suggests_nothing() -> None:
-    r = CliRunner().invoke(cli, ["--json", "zzzzqq"])
-    assert r.exit_code == 64 and "Did you mean" not in r.output
+def test_nothing_near_suggests_nothing(cli: Cli) -> None:
+    r = cli(None, "zzzzqq", json=True)
+    assert r.code == 64 and "Did you mean" not in r.output

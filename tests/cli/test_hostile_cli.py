@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from tests.projections.kit import log_digest, new_home
+from tests.support.cli import Cli
 
 EXE = Path(sys.executable).with_name("mnemolog")
 DEEP_OBJECT = '{"a":' * 20_000 + "1" + "}" * 20_000
@@ -28,16 +27,12 @@ DEEP_ARRAY = '{"a":' + "[" * 20_000 + "]" * 20_000 + "}"
 BAD = "a\udcff"  # what Python makes of the argv bytes b"a\xff"
 
 
-def run(home: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, ["--home", str(home), *args], env=env)
-    return r.exit_code, r.stdout, r.stderr
-
-
 @pytest.fixture(scope="module")
-def base_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def base_home(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     home = tmp_path_factory.mktemp("hostile") / "home"
     new_home(home)
-    code, out, _ = run(home, "--json", "store", "The deploy raised the worker count")
+    ran = cli(home, "--json", "store", "The deploy raised the worker count")
+    code, out, _ = ran.code, ran.stdout, ran.stderr
     assert code == 0
     return home, json.loads(out)["memory"]["id"]
 
@@ -74,12 +69,13 @@ def seventeen(mid: str) -> list[tuple[list[str], int]]:
 @pytest.mark.parametrize("case", range(17))
 @pytest.mark.parametrize("as_json", [False, True])
 def test_seventeen_hostile_inputs_give_a_clean_exit_and_write_nothing(
-    home: tuple[Path, str], case: int, as_json: bool
+    cli: Cli, home: tuple[Path, str], case: int, as_json: bool
 ) -> None:
     root, mid = home
     args, expected = seventeen(mid)[case]
     before = log_digest(root)
-    code, out, err = run(root, *(["--json"] if as_json else []), *args)
+    ran = cli(root, *(["--json"] if as_json else []), *args)
+    code, out, err = ran.code, ran.stdout, ran.stderr
     assert code == expected, (args[:3], out, err)
     assert "Traceback" not in out + err
     if as_json:
@@ -107,12 +103,13 @@ def test_undecodable_argv_bytes_from_a_real_process(home: tuple[Path, str]) -> N
     assert log_digest(root) == before
 
 
-def test_init_on_proc_self_is_a_storage_error_naming_the_path(tmp_path: Path) -> None:
-    code, _, err = run(Path("/proc/self"), "init")
+def test_init_on_proc_self_is_a_storage_error_naming_the_path(cli: Cli, tmp_path: Path) -> None:
+    ran = cli(Path("/proc/self"), "init")
+    code, _, err = ran.code, ran.stdout, ran.stderr
     assert code == 6 and "/proc/self" in err and "Traceback" not in err
 
 
-def test_the_last_resort_handler(home: tuple[Path, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_last_resort_handler(cli: Cli, home: tuple[Path, str], monkeypatch: pytest.MonkeyPatch) -> None:
     from mnemolog.substrate import api
 
     def broken(*_: Any, **__: Any) -> Any:
@@ -121,17 +118,20 @@ def test_the_last_resort_handler(home: tuple[Path, str], monkeypatch: pytest.Mon
     monkeypatch.setattr(api.Substrate, "stats", broken)
     monkeypatch.delenv("MNEMOLOG_DEBUG", raising=False)
     root, _ = home
-    code, out, err = run(root, "stats")
+    ran = cli(root, "stats")
+    code, out, err = ran.code, ran.stdout, ran.stderr
     assert code == 70
     assert err.startswith("mnemolog: internal error (please report)") and "Traceback" not in err
-    code, out, err = run(root, "--json", "stats")
+    ran = cli(root, "--json", "stats")
+    code, out, err = ran.code, ran.stdout, ran.stderr
     assert code == 70 and json.loads(out)["error"] == "internal_error"
-    code, out, err = run(root, "stats", env={"MNEMOLOG_DEBUG": "1"})
+    ran = cli(root, "stats", env={"MNEMOLOG_DEBUG": "1"}, traceback=True)
+    code, out, err = ran.code, ran.stdout, ran.stderr
     assert code == 70 and "Traceback" in err and "ZeroDivisionError: a bug" in err
 
 
 def test_an_os_error_nobody_caught_is_a_storage_error_naming_the_path(
-    home: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+    cli: Cli, home: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mnemolog.substrate import api
 
@@ -139,7 +139,8 @@ def test_an_os_error_nobody_caught_is_a_storage_error_naming_the_path(
         raise OSError(28, "No space left on device", "/somewhere/file")
 
     monkeypatch.setattr(api.Substrate, "stats", full)
-    code, _, err = run(home[0], "stats")
+    ran = cli(home[0], "stats")
+    code, _, err = ran.code, ran.stdout, ran.stderr
     assert code == 6 and "No space left on device: /somewhere/file" in err
 
 
@@ -147,8 +148,9 @@ def test_every_integer_option_is_bounded() -> None:
     import click
 
     from mnemolog.cli.app import INT64_MAX, bound_integers
+    from mnemolog.cli.main import cli as command
 
-    bound_integers(cli)
+    bound_integers(command)
     seen = 0
 
     def walk(cmd: click.Command) -> None:
@@ -163,7 +165,7 @@ def test_every_integer_option_is_bounded() -> None:
             for sub in cmd.commands.values():
                 walk(sub)
 
-    walk(cli)
+    walk(command)
     assert seen >= 10
 
 

@@ -7,13 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import NotFound
 from mnemolog.substrate.memory.governance import legacy_read, resolve
 from tests.projections.kit import log_digest, new_home, open_sub
 from tests.substrate.migrations.contract import BUMP
+from tests.support.cli import Cli
 
 
 @pytest.mark.parametrize(
@@ -45,17 +44,14 @@ def test_store_refuses_an_atom_of_that_does_not_exist(tmp_path: Path) -> None:
         assert sub.store("an atom", atom_of=parent["id"])["atom_of"] == parent["id"]
 
 
-def test_migrate_json_puts_the_snapshot_ref_on_stdout_first(tmp_path: Path) -> None:
+def test_migrate_json_puts_the_snapshot_ref_on_stdout_first(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    runner = CliRunner()
-    assert runner.invoke(cli, ["--home", str(home), "init"]).exit_code == 0
-    assert runner.invoke(cli, ["--home", str(home), "store", "a memory"]).exit_code == 0
+    assert cli(home, "init").code == 0
+    assert cli(home, "store", "a memory").code == 0
     (home / "migrations").mkdir()
     (home / "migrations" / "v1_to_v2.py").write_text(BUMP)
-    r = runner.invoke(
-        cli, ["--home", str(home), "--json", "migrate", "--to", "v2", "--current-schema-version", "2"]
-    )
-    assert r.exit_code == 0, r.output
+    r = cli(home, "migrate", "--to", "v2", "--current-schema-version", "2", json=True)
+    assert r.code == 0, r.output
     first, last = (json.loads(line) for line in r.stdout.strip().splitlines())
     assert last["event"]["outcome"] == "completed"
     assert first["snapshot"]["snapshot_id"] == last["event"]["snapshot_ref"]["snapshot_id"]

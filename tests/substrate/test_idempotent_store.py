@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from mnemolog.eventlog.errors import BadInput, StorageError
 from mnemolog.eventlog.store.log import Log
 from mnemolog.projections.engine import Projections
@@ -29,6 +27,7 @@ from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.ids import new_id
 from tests.projections.kit import log_digest, new_home
+from tests.support.cli import Cli
 from tests.support.mcp_client import Client
 
 EXE = Path(sys.executable).with_name("mnemolog")
@@ -97,17 +96,16 @@ def test_an_id_must_be_a_ulid(sub: Substrate, bad: str) -> None:
         sub.store("x", memory_id=bad)
 
 
-def test_the_cli_store_id(home: Path) -> None:
+def test_the_cli_store_id(cli: Cli, home: Path) -> None:
     mid = new_id()
-    runner = CliRunner()
-    r = runner.invoke(cli, ["--home", str(home), "--json", "store", "a note", "--id", mid])
-    assert r.exit_code == 0 and json.loads(r.stdout)["memory"]["id"] == mid
-    r = runner.invoke(cli, ["--home", str(home), "--json", "store", "a note", "--id", mid])
-    assert r.exit_code == 0 and json.loads(r.stdout)["memory"]["already_stored"] is True
-    r = runner.invoke(cli, ["--home", str(home), "store", "a note", "--id", mid])
-    assert r.exit_code == 0 and r.stdout.strip() == f"already stored {mid}"
-    r = runner.invoke(cli, ["--home", str(home), "--json", "store", "another note", "--id", mid])
-    assert r.exit_code == 65 and json.loads(r.stdout)["error"] == "bad_input"
+    r = cli(home, "store", "a note", "--id", mid, json=True)
+    assert r.code == 0 and json.loads(r.stdout)["memory"]["id"] == mid
+    r = cli(home, "store", "a note", "--id", mid, json=True)
+    assert r.code == 0 and json.loads(r.stdout)["memory"]["already_stored"] is True
+    r = cli(home, "store", "a note", "--id", mid)
+    assert r.code == 0 and r.stdout.strip() == f"already stored {mid}"
+    r = cli(home, "store", "another note", "--id", mid, json=True)
+    assert r.code == 65 and json.loads(r.stdout)["error"] == "bad_input"
     assert stores_of(home, mid) == 1
 
 
@@ -164,7 +162,7 @@ def test_a_projection_that_cannot_fold_a_durable_store_is_a_warning(
 
 
 def test_a_closing_checkpoint_that_fails_does_not_fail_the_store(
-    home: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mnemolog.eventlog.store import writer
 
@@ -172,8 +170,8 @@ def test_a_closing_checkpoint_that_fails_does_not_fail_the_store(
         raise OSError(errno.ENOSPC, "No space left on device", str(home / "log" / "checkpoints" / "x"))
 
     monkeypatch.setattr(writer.LogWriter, "checkpoint", full)
-    r = CliRunner().invoke(cli, ["--home", str(home), "--json", "store", "kept"])
-    assert r.exit_code == 0, r.stdout + r.stderr
+    r = cli(home, "store", "kept", json=True)
+    assert r.code == 0, r.stdout + r.stderr
     mid = json.loads(r.stdout)["memory"]["id"]
     assert "warning" in r.stderr and "nothing written is lost" in r.stderr
     monkeypatch.undo()

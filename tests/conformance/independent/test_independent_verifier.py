@@ -25,21 +25,13 @@ from typing import Any
 
 import cbor2
 import pytest
-from click.testing import CliRunner
 from nacl.signing import SigningKey
 
-from mnemolog.cli.main import cli
 from tests.conformance.independent import verifier as iv
+from tests.support.cli import Cli
 
 ROOT = Path(__file__).resolve().parents[3]
 POST_MORTEM = (ROOT / "examples" / "post-mortem.txt").read_text()
-
-
-def run(home: Path, *args: str) -> dict[str, Any]:
-    r = CliRunner().invoke(cli, ["--home", str(home), "--json", *args])
-    assert r.exit_code == 0, (args, r.stdout, r.stderr)
-    out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
-    return out
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,7 @@ class Built:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+def built(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> Built:
     """A home of stores, an update, a link and a key rotation, and a bundle of its first memory.
 
     Segments are kept at the smallest size the writer takes, and an import in batches fills
@@ -63,7 +55,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """
     base = tmp_path_factory.mktemp("indep")
     home = base / "home"
-    run(home, "init")
+    cli.ok(home, "init")
     config = home / "config.toml"
     config.write_text(re.sub(r"(?m)^segment_bytes = .*$", "segment_bytes = 4096", config.read_text()))
     bulk = base / "bulk.jsonl"
@@ -72,20 +64,20 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
         for i in range(9)
     ]
     bulk.write_text("\n".join(lines) + "\n")
-    run(home, "import", str(bulk), "--batch", "3")
-    a = run(home, "store", "alpha: the harbour opens at six")["memory"]["id"]
-    b = run(home, "store", "beta: the ferry leaves at seven", "--title", "ferry")["memory"]["id"]
-    run(home, "update", a, "--content", "alpha: the harbour opens at half past six")
-    run(home, "link", a, b)
-    genesis_vkey = run(home, "key", "show")["vkey"]
-    run(home, "key", "rotate", "--name", "second")
-    current_vkey = run(home, "key", "show")["vkey"]
-    run(home, "update", b, "--content", "beta: the ferry leaves at eight")
-    run(home, "context", "build", "when does the harbour open")
-    run(home, "export-forensic-bundle", "--memory-id", a, "-o", str(base / "a.tar"))
+    cli.ok(home, "import", str(bulk), "--batch", "3")
+    a = cli.ok(home, "store", "alpha: the harbour opens at six")["memory"]["id"]
+    b = cli.ok(home, "store", "beta: the ferry leaves at seven", "--title", "ferry")["memory"]["id"]
+    cli.ok(home, "update", a, "--content", "alpha: the harbour opens at half past six")
+    cli.ok(home, "link", a, b)
+    genesis_vkey = cli.ok(home, "key", "show")["vkey"]
+    cli.ok(home, "key", "rotate", "--name", "second")
+    current_vkey = cli.ok(home, "key", "show")["vkey"]
+    cli.ok(home, "update", b, "--content", "beta: the ferry leaves at eight")
+    cli.ok(home, "context", "build", "when does the harbour open")
+    cli.ok(home, "export-forensic-bundle", "--memory-id", a, "-o", str(base / "a.tar"))
     size = len(iv.read_entries(home / "log")[0])
-    prove = run(home, "log", "prove", "2")
-    consistency = run(home, "log", "consistency", "3", str(size))
+    prove = cli.ok(home, "log", "prove", "2")
+    consistency = cli.ok(home, "log", "consistency", "3", str(size))
     return Built(home, a, b, genesis_vkey, current_vkey, (base / "a.tar").read_bytes(), prove, consistency)
 
 
@@ -100,16 +92,16 @@ class Chain:
 
 
 @pytest.fixture(scope="module")
-def chain(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Chain:
+def chain(cli: Cli, built: Built, tmp_path_factory: pytest.TempPathFactory) -> Chain:
     """The home again, with a memory atomised by the rules curator, an interaction captured with
     its candidates extracted and one promoted (the knowledge loop's ids are in the heads map
     too), a link taken back, and the bundle of one atom."""
     base = tmp_path_factory.mktemp("chain")
     home = base / "home"
     shutil.copytree(built.home, home)
-    parent = run(home, "store", POST_MORTEM, "--title", "Checkout outage post-mortem")["memory"]["id"]
-    atom = _atom_ids(run(home, "atomise", parent, "--curator", "rules"), parent)[0]
-    run(
+    parent = cli.ok(home, "store", POST_MORTEM, "--title", "Checkout outage post-mortem")["memory"]["id"]
+    atom = _atom_ids(cli.ok(home, "atomise", parent, "--curator", "rules"), parent)[0]
+    cli.ok(
         home,
         "capture",
         "--prompt",
@@ -117,13 +109,13 @@ def chain(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Chain:
         "--response",
         "We decided the harbour opens at half past six. Always check the tide tables first.",
     )
-    run(home, "extract", "--pending", "--extractor", "rules")
-    candidates = re.findall(r'"id": "([0-9A-Z]{26})"', json.dumps(run(home, "candidates", "list")))
+    cli.ok(home, "extract", "--pending", "--extractor", "rules")
+    candidates = re.findall(r'"id": "([0-9A-Z]{26})"', json.dumps(cli.ok(home, "candidates", "list")))
     promoted = candidates[0]
-    run(home, "promote", promoted, "--project", "harbour", "--domain", "software")
-    run(home, "unlink", built.a, built.b)
-    run(home, "export-forensic-bundle", "--memory-id", atom, "-o", str(base / "atom.tar"))
-    run(home, "export-forensic-bundle", "--memory-id", promoted, "-o", str(base / "promoted.tar"))
+    cli.ok(home, "promote", promoted, "--project", "harbour", "--domain", "software")
+    cli.ok(home, "unlink", built.a, built.b)
+    cli.ok(home, "export-forensic-bundle", "--memory-id", atom, "-o", str(base / "atom.tar"))
+    cli.ok(home, "export-forensic-bundle", "--memory-id", promoted, "-o", str(base / "promoted.tar"))
     return Chain(
         home, parent, atom, (base / "atom.tar").read_bytes(), promoted, (base / "promoted.tar").read_bytes()
     )
@@ -670,12 +662,12 @@ def test_hostile_archives_are_refused(built: Built) -> None:
 # ---------------------------------------------------------------- log exports
 
 
-def test_the_writers_log_exports_verify_and_damage_is_refused(built: Built, tmp_path: Path) -> None:
+def test_the_writers_log_exports_verify_and_damage_is_refused(cli: Cli, built: Built, tmp_path: Path) -> None:
     home = copy_home(built, tmp_path)  # an export signs a checkpoint: not in the shared home
     size = len(iv.read_entries(home / "log")[0])
     for lo, hi in ((0, size - 1), (0, 4), (3, 3), (5, size - 2), (size - 1, size - 1)):
         out = tmp_path / f"{lo}-{hi}.cbor"
-        run(home, "log", "export", "--from", str(lo), "--to", str(hi), "-o", str(out))
+        cli.ok(home, "log", "export", "--from", str(lo), "--to", str(hi), "-o", str(out))
         report = iv.verify_export(out.read_bytes(), trusted_key=built.genesis_vkey)
         assert (report.start, report.count) == (lo, hi - lo + 1)
     raw = (tmp_path / f"5-{size - 2}.cbor").read_bytes()
@@ -698,7 +690,7 @@ def test_the_writers_log_exports_verify_and_damage_is_refused(built: Built, tmp_
 
 
 @pytest.fixture(scope="module")
-def witnessed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+def witnessed(cli: Cli, built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     base = tmp_path_factory.mktemp("witnessed")
     home = base / "home"
     shutil.copytree(built.home, home)
@@ -713,9 +705,9 @@ def witnessed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         url = re.search(r"(http://127\.0\.0\.1:\d+)", first)
         assert url, first
         wvkey = (base / "w" / "witness.vkey").read_text().strip()
-        run(home, "witness", "add", "w", url.group(1), wvkey)
-        run(home, "store", "gamma: witnessed")
-        run(home, "log", "checkpoint")
+        cli.ok(home, "witness", "add", "w", url.group(1), wvkey)
+        cli.ok(home, "store", "gamma: witnessed")
+        cli.ok(home, "log", "checkpoint")
         yield home, wvkey
     finally:
         proc.terminate()
@@ -760,15 +752,15 @@ class Forgotten:
 
 
 @pytest.fixture(scope="module")
-def forgotten(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Forgotten:
+def forgotten(cli: Cli, built: Built, tmp_path_factory: pytest.TempPathFactory) -> Forgotten:
     """The home again with memory b forgotten (a receipt written), and bundles of b and of a."""
     base = tmp_path_factory.mktemp("forgotten")
     home = base / "home"
     shutil.copytree(built.home, home)
-    run(home, "context", "build", "when does the ferry leave")
-    run(home, "forget", built.b, "--reason", "the user asked", "--receipt", str(base / "b.receipt"))
-    run(home, "export-forensic-bundle", "--memory-id", built.b, "-o", str(base / "b.tar"))
-    run(home, "export-forensic-bundle", "--memory-id", built.a, "-o", str(base / "a.tar"))
+    cli.ok(home, "context", "build", "when does the ferry leave")
+    cli.ok(home, "forget", built.b, "--reason", "the user asked", "--receipt", str(base / "b.receipt"))
+    cli.ok(home, "export-forensic-bundle", "--memory-id", built.b, "-o", str(base / "b.tar"))
+    cli.ok(home, "export-forensic-bundle", "--memory-id", built.a, "-o", str(base / "a.tar"))
     return Forgotten(
         home, (base / "b.tar").read_bytes(), (base / "a.tar").read_bytes(), (base / "b.receipt").read_bytes()
     )
@@ -797,7 +789,9 @@ def test_a_bundle_of_a_forgotten_memory_verifies_with_its_content_absent(
     assert other.sealed == [] and built.a in other.memories
 
 
-def test_an_erasure_receipt_verifies_and_names_the_memory(built: Built, forgotten: Forgotten) -> None:
+def test_an_erasure_receipt_verifies_and_names_the_memory(
+    cli: Cli, built: Built, forgotten: Forgotten
+) -> None:
     report = iv.verify_receipt(forgotten.receipt, trusted_key=built.genesis_vkey, memory_id=built.b)
     assert report.memories == [built.b] and report.reason == "the user asked"
     assert report.seq < report.tree_size
@@ -806,7 +800,7 @@ def test_an_erasure_receipt_verifies_and_names_the_memory(built: Built, forgotte
     fails("receipt.memory", lambda: iv.verify_receipt(forgotten.receipt, memory_id=built.a))
     # A log export of another entry is no receipt, however well it verifies.
     export = forgotten.home.parent / "one.export"
-    run(forgotten.home, "log", "export", "--from", "2", "--to", "2", "-o", str(export), "--no-keys")
+    cli.ok(forgotten.home, "log", "export", "--from", "2", "--to", "2", "-o", str(export), "--no-keys")
     assert iv.verify_export(export.read_bytes()).count == 1
     fails("receipt.entry", lambda: iv.verify_receipt(export.read_bytes()))
     items = iv.split_sequence(forgotten.receipt, "x")[0]
@@ -867,12 +861,12 @@ def test_an_edited_or_hostile_key_file_is_refused(built: Built) -> None:
 
 
 def test_an_export_opens_with_its_keys_file_and_the_log_checks_its_erasure(
-    built: Built, forgotten: Forgotten
+    cli: Cli, built: Built, forgotten: Forgotten
 ) -> None:
     home = forgotten.home
     size = len(iv.read_entries(home / "log")[0])
     out = home.parent / "whole.export"
-    run(home, "log", "export", "--from", "0", "--to", str(size - 1), "-o", str(out))
+    cli.ok(home, "log", "export", "--from", "0", "--to", str(size - 1), "-o", str(out))
     entries, closed = iv.open_export(out.read_bytes(), (home.parent / "whole.export.keys").read_bytes())
     store = {e.data["id"]: e for e in entries if e.type == "memory.stored"}
     assert store[built.a].data["content"].startswith("alpha")
@@ -936,13 +930,11 @@ def test_the_command_line_verifies_a_receipt(
     assert json.loads(capsys.readouterr().out)["check"] == "receipt.memory"
 
 
-def test_a_migrated_home_verifies_with_its_hand_off(built: Built, tmp_path: Path) -> None:
+def test_a_migrated_home_verifies_with_its_hand_off(cli: Cli, built: Built, tmp_path: Path) -> None:
     """format.md §17, a migrated log: the new home verifies and names the old log it came from."""
     old = copy_home(built, tmp_path)
-    r = CliRunner().invoke(
-        cli, ["--home", str(old), "--json", "migrate", "seal", "--to", str(tmp_path / "new"), "--force"]
-    )
-    assert r.exit_code == 0, r.stdout
+    r = cli(old, "migrate", "seal", "--to", str(tmp_path / "new"), "--force", json=True)
+    assert r.code == 0, r.stdout
     old_report = iv.verify_home(old)
     assert old_report.migrated_from is None
     report = iv.verify_home(tmp_path / "new")
@@ -950,7 +942,7 @@ def test_a_migrated_home_verifies_with_its_hand_off(built: Built, tmp_path: Path
     assert report.migrated_from["log_id"] == old_report.origin.removeprefix("mnemolog/")
     assert report.migrated_from["vkey"] == built.current_vkey
     assert report.origin != old_report.origin
-    ours = run(tmp_path / "new", "log", "verify")
+    ours = cli.ok(tmp_path / "new", "log", "verify")
     assert ours["migrated_from"]["log_id"] == report.migrated_from["log_id"]
     assert ours["migrated_from"]["size"] == report.migrated_from["size"]
 

@@ -40,6 +40,7 @@ from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import upcast
 from mnemolog.substrate.forensics import service as forensics
 from mnemolog.substrate.home import Home
+from tests.support.cli import Cli
 from tests.support.forensic_data import (
     Atomised,
     FakeClock,
@@ -218,10 +219,7 @@ def test_exporting_twice_gives_the_same_bytes(world: Atomised) -> None:
     assert export(world.home, world.parent, include_chain=False).data != a.data
 
 
-def test_bundle_from_a_log_that_later_grew(world: Atomised, tmp_path: Path) -> None:
-    from click.testing import CliRunner
-
-    from mnemolog.cli.main import cli
+def test_bundle_from_a_log_that_later_grew(cli: Cli, world: Atomised, tmp_path: Path) -> None:
 
     ex = export(world.home, world.parent)
     with Substrate.open(world.home, long_lived=False) as sub:
@@ -233,19 +231,8 @@ def test_bundle_from_a_log_that_later_grew(world: Atomised, tmp_path: Path) -> N
     path.write_bytes(ex.data)
     r = bundle.verify_bundle(path, policy=TRUST_GENESIS)
     assert r.tree_size == ex.tree_size
-    res = CliRunner().invoke(
-        cli,
-        [
-            "--home",
-            str(world.home.root),
-            "--json",
-            "log",
-            "consistency",
-            str(ex.tree_size),
-            str(later.tree_size),
-        ],
-    )
-    assert res.exit_code == 0, res.output
+    res = cli(world.home.root, "log", "consistency", str(ex.tree_size), str(later.tree_size), json=True)
+    assert res.code == 0, res.output
     import base64
     import json
 
