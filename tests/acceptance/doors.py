@@ -2,7 +2,7 @@
 
 Each door is used as its users use it: the Python API by calling `Substrate`
 methods; the CLI through its real command tree with `--json` (in process,
-with click's runner, so a story stays fast); MCP through the server's own
+through tests.support.cli, the suite's one way to run the command); MCP through the server's own
 tool handler (the same function the SDK server calls for `tools/call`); and
 HTTP through the Starlette app with its guards, on a loopback Host. Every
 door answers a JSON object; the stories compare what the doors say.
@@ -10,16 +10,14 @@ door answers a JSON object; the stories compare what the doors say.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from mnemolog.cli.agents import http_api, mcp_server
-from mnemolog.cli.main import cli
 from mnemolog.substrate.api import Substrate
+from tests.support.cli import Cli
 
 
 class Doors:
@@ -27,12 +25,12 @@ class Doors:
         self.home = home
         self.sub = sub
         self.http = TestClient(http_api.app(sub, http_api.HttpSettings()), base_url="http://127.0.0.1")
-        self.runner = CliRunner()
+        self.command = Cli()
 
     def cli(self, *argv: str, code: int = 0, stdin: str | None = None) -> dict[str, Any]:
-        r = self.runner.invoke(cli, ["--home", str(self.home), "--json", *argv], input=stdin)
-        assert r.exit_code == code, (argv, r.exit_code, r.output)
-        out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+        got, out = self.command.json(self.home, *argv, stdin=stdin)
+        assert got == code, (argv, got, out)
+        assert isinstance(out, dict)
         return out
 
     def mcp(self, tool: str, *, error: bool = False, **args: Any) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from mnemolog.cli.agents import mcp_server
-from mnemolog.cli.main import cli
 from mnemolog.projections.vault import regions
 from mnemolog.substrate.vault.service import DEFAULT_AGENT
 from tests.substrate.migrations.contract import BUMP
@@ -38,8 +37,8 @@ def tree(root: Path) -> dict[str, bytes]:
 
 def cli_lines(d: Doors, *argv: str) -> list[dict[str, Any]]:
     """Every JSON line a CLI command prints on stdout (a migration prints its snapshot ref first)."""
-    r = d.runner.invoke(cli, ["--home", str(d.home), "--json", *argv])
-    assert r.exit_code == 0, (argv, r.output)
+    r = d.command(d.home, *argv, json=True)
+    assert r.code == 0, (argv, r.output)
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
 
