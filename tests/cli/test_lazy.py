@@ -10,6 +10,7 @@ import click
 import pytest
 
 from mnemolog.cli import main as cli_main
+from tests.support.cli import Cli
 
 HEAVY = ("ollama", "pyarrow", "tiktoken", "mcp", "starlette", "uvicorn", "rich", "httpx")
 
@@ -29,16 +30,6 @@ def imported_after(argv: list[str], env: dict[str, str] | None = None) -> set[st
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=False
     )
     return set(json.loads(p.stderr.strip().splitlines()[-1]))
-
-
-def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mnemolog.cli.main", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_help_imports_none_of_the_heavy_libraries() -> None:
@@ -89,15 +80,15 @@ def test_table_help_matches_the_command(name: str) -> None:
     assert cmd.get_short_help_str(limit=10**6) == cli_main.COMMANDS[name][1]
 
 
-def test_help_lists_every_command_and_log_keeps_export() -> None:
-    runner_out = _run("--help").stdout
+def test_help_lists_every_command_and_log_keeps_export(cli: Cli) -> None:
+    runner_out = cli(None, "--help").stdout
     for name in cli_main.COMMANDS:
         assert f"  {name} " in runner_out
-    log_help = _run("log", "--help").stdout
+    log_help = cli(None, "log", "--help").stdout
     assert "export" in log_help and "verify" in log_help
 
 
-def test_unknown_command_is_a_usage_error() -> None:
-    p = _run("--json", "no-such-command")
-    assert p.returncode == 64
+def test_unknown_command_is_a_usage_error(cli: Cli) -> None:
+    p = cli(None, "no-such-command", json=True)
+    assert p.code == 64
     assert json.loads(p.stdout)["error"] == "usage"

@@ -19,6 +19,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from mnemolog.substrate.home import init_home
+from tests.support.cli import Cli
 
 NEWEST = "2026-07-28"
 NEWEST_HANDSHAKE = "2025-11-25"
@@ -32,14 +33,6 @@ def stdio_params(home: Path) -> StdioServerParameters:
     return StdioServerParameters(
         command=server_argv(home)[0], args=server_argv(home)[1:], env=dict(os.environ)
     )
-
-
-def cli(home: Path, *args: str) -> tuple[int, Any]:
-    r = subprocess.run(
-        [sys.executable, "-m", "mnemolog.cli.main", "--home", str(home), "--json", *args],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
-    return r.returncode, json.loads(r.stdout)
 
 
 def with_client(target: Any, fn: Callable[[Client], Awaitable[None]], mode: str = "auto") -> None:
@@ -308,7 +301,7 @@ def test_resources_and_prompt(home: Path) -> None:
     with_client(stdio_params(home), fn)
 
 
-def test_streamable_http_both_eras_beside_the_cli(home: Path, http_server: str) -> None:
+def test_streamable_http_both_eras_beside_the_cli(cli: Cli, home: Path, http_server: str) -> None:
     async def newest(c: Client) -> None:
         assert c.protocol_version == NEWEST
         err, _out = await tool(c, "memory_store", content="Stored over streamable HTTP about kafka lag.")
@@ -320,7 +313,8 @@ def test_streamable_http_both_eras_beside_the_cli(home: Path, http_server: str) 
         assert not err and len(hits["results"]) == 2
 
     with_client(http_server, newest)
-    code, _out = cli(home, "store", "The CLI stored this note about kafka consumers.")
+    ran = cli.process(home, "store", "The CLI stored this note about kafka consumers.", json=True)
+    code, _out = ran.code, ran.doc
     assert code == 0
     with_client(http_server, handshake, mode="legacy")
 
@@ -342,16 +336,18 @@ def test_http_refuses_a_non_loopback_address(home: Path) -> None:
     assert r.returncode == 64 and "loopback" in r.stderr
 
 
-def test_server_and_cli_share_a_home(home: Path) -> None:
+def test_server_and_cli_share_a_home(cli: Cli, home: Path) -> None:
     async def fn(c: Client) -> None:
         err, stored = await tool(
             c, "memory_store", content="The MCP server stored this note about kafka lag."
         )
         assert not err
         # A CLI command in another process, while the server holds the store open.
-        code, out = cli(home, "store", "The CLI stored this note about kafka consumers.")
+        ran = cli.process(home, "store", "The CLI stored this note about kafka consumers.", json=True)
+        code, out = ran.code, ran.doc
         assert code == 0
-        code, found = cli(home, "recall", "kafka")
+        ran = cli.process(home, "recall", "kafka", json=True)
+        code, found = ran.code, ran.doc
         assert code == 0 and {r["id"] for r in found["results"]} == {
             stored["memory"]["id"],
             out["memory"]["id"],
