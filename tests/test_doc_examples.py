@@ -70,11 +70,10 @@ from typing import Any
 
 import cbor2
 import pytest
-from click.testing import CliRunner
 
-from mnemolog.cli.main import cli
 from mnemolog.eventlog.bundle.verifier import read_members
 from mnemolog.substrate.home import init_home
+from tests.support.cli import Cli
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -85,19 +84,6 @@ OFFLINE = {"MNEMOLOG_EMBED": "off"}  # no embedder: the examples here are about 
 
 def doc(name: str) -> str:
     return (DOCS / name).read_text(encoding="utf-8")
-
-
-def run(home: Path, *args: str) -> tuple[int, str]:
-    r = CliRunner().invoke(cli, ["--home", str(home), *args], env=OFFLINE)
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    return r.exit_code, r.stdout
-
-
-def run_json(home: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    code, out = run(home, "--json", *args)
-    (line,) = out.splitlines()  # one object, one line
-    obj: dict[str, Any] = json.loads(line)
-    return code, obj
 
 
 def commands(block: str) -> list[tuple[list[str], str]]:
@@ -125,20 +111,23 @@ def home(tmp_path: Path) -> Path:
 # README.md:189 and 811: `stored <ID>`, and one `{"ok": ...}` object with --json.
 
 
-def test_store_prints_stored_and_the_id_and_json_prints_one_object(home: Path) -> None:
+def test_store_prints_stored_and_the_id_and_json_prints_one_object(cli: Cli, home: Path) -> None:
     assert "`mnemolog store` prints `stored <ID>`" in README
-    code, out = run(home, "store", "Prefer pg_repack over ALTER TABLE for large tables")
+    ran = cli(home, "store", "Prefer pg_repack over ALTER TABLE for large tables", env=OFFLINE)
+    code, out = ran.code, ran.stdout
     assert code == 0 and re.fullmatch(rf"stored ({ULID})\n", out), out
-    code, obj = run_json(home, "store", "Raise the pool with the workers")
+    ran = cli(home, "store", "Raise the pool with the workers", json=True, env=OFFLINE)
+    code, obj = ran.code, ran.single
     assert code == 0 and obj["ok"] is True
 
 
-def test_the_json_error_object_is_the_one_the_readme_shows(home: Path) -> None:
+def test_the_json_error_object_is_the_one_the_readme_shows(cli: Cli, home: Path) -> None:
     shown = re.search(r'`(\{"ok": false, "error": SLUG, [^`]*\})`', README)
     assert shown is not None
     keys = re.findall(r'"(\w+)":', shown.group(1))
     assert keys == ["ok", "error", "message", "exit_code", "details"]
-    code, obj = run_json(home, "get", "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    ran = cli(home, "get", "01ARZ3NDEKTSV4RRFFQ69G5FAV", json=True, env=OFFLINE)
+    code, obj = ran.code, ran.single
     assert list(obj) == keys
     assert obj["ok"] is False and obj["exit_code"] == code == 2
     assert obj["error"] == "not_found" and isinstance(obj["message"], str)
@@ -156,7 +145,7 @@ def readme_knowledge_example() -> list[tuple[list[str], str]]:
 
 
 def test_the_readme_knowledge_example_does_what_its_comments_say(
-    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the bundle is written to the working directory
     outputs: dict[str, str] = {}
@@ -164,7 +153,8 @@ def test_the_readme_knowledge_example_does_what_its_comments_say(
     for argv, comment in readme_knowledge_example():
         assert argv[0] == "mnemolog"
         args = [a.replace("<ID>", chosen) for a in argv[1:]]
-        code, out = run(home, *args)
+        ran = cli(home, *args, env=OFFLINE)
+        code, out = ran.code, ran.stdout
         assert code == 0, (args, out)
         outputs[args[0]] = out
         if args[0] == "candidates":
@@ -222,16 +212,18 @@ def same_shape(shown: dict[str, Any], got: dict[str, Any]) -> None:
             assert isinstance(got[k], str) and got[k]
 
 
-def test_log_prove_and_consistency_print_the_json_format_md_shows(home: Path) -> None:
+def test_log_prove_and_consistency_print_the_json_format_md_shows(cli: Cli, home: Path) -> None:
     text = doc("format.md")
     for i in range(5):
-        assert run(home, "store", f"memory number {i} for the proofs")[0] == 0
-    code, prove = run_json(home, "log", "prove", "3")
+        assert cli(home, "store", f"memory number {i} for the proofs", env=OFFLINE).code == 0
+    ran = cli(home, "log", "prove", "3", json=True, env=OFFLINE)
+    code, prove = ran.code, ran.single
     assert code == 0
     same_shape(shown_json(text, "`mnemolog --json log prove SEQ` prints"), prove)
     assert prove["seq"] == 3 and prove["checkpoint"].endswith("\n")
     assert prove["checkpoint"].splitlines()[1] == str(prove["tree_size"])
-    code, cons = run_json(home, "log", "consistency", "2", "6")
+    ran = cli(home, "log", "consistency", "2", "6", json=True, env=OFFLINE)
+    code, cons = ran.code, ran.single
     assert code == 0
     same_shape(shown_json(text, "`mnemolog --json log consistency OLD NEW` prints"), cons)
     assert (cons["old_size"], cons["new_size"]) == (2, 6) and cons["proof"]
@@ -267,24 +259,33 @@ def code_block_after(text: str, after: str) -> str:
     return block.group(1)
 
 
-def test_vault_render_writes_the_folders_and_index_the_docs_show(home: Path, tmp_path: Path) -> None:
+def test_vault_render_writes_the_folders_and_index_the_docs_show(
+    cli: Cli, home: Path, tmp_path: Path
+) -> None:
     for content, kind in (
         ("Pool size must match workers", "feedback"),
         ("Prefer pg_repack over ALTER TABLE", "decision"),
         ("Antoine prefers short answers", "user"),
         ("Zerodur CTE gradient dominates WFE", "knowledge"),
     ):
-        assert run(home, "store", content, "--kind", kind)[0] == 0
+        assert cli(home, "store", content, "--kind", kind, env=OFFLINE).code == 0
     role = "Mechanical/optical engineer at Atomaste"
-    code, out = run(home, "store", role, "--kind", "user", "--title", "role")
+    ran = cli(home, "store", role, "--kind", "user", "--title", "role", env=OFFLINE)
+    code, out = ran.code, ran.stdout
     assert code == 0
     memory_id = out.split()[1]
-    assert run(home, "capture", "--prompt", "What did the thermal study show?", "--response", "CTE.")[0] == 0
-    assert run(home, "extract", "--pending")[0] == 0  # a run: the run log of the day
+    assert (
+        cli(
+            home, "capture", "--prompt", "What did the thermal study show?", "--response", "CTE.", env=OFFLINE
+        ).code
+        == 0
+    )
+    assert cli(home, "extract", "--pending", env=OFFLINE).code == 0  # a run: the run log of the day
     promote = ("persona", "promote", memory_id, "--file", "USER.md", "--section", "Role and context")
-    assert run(home, *promote)[0] == 0
+    assert cli(home, *promote, env=OFFLINE).code == 0
     root = tmp_path / "vault"
-    code, out = run(home, "vault", "render", str(root), "--agent", "ada")
+    ran = cli(home, "vault", "render", str(root), "--agent", "ada", env=OFFLINE)
+    code, out = ran.code, ran.stdout
     assert code == 0, out
     agent = root / "ada"
 
@@ -358,7 +359,7 @@ def killed_atomise(home: Path, mid: str, monkeypatch: pytest.MonkeyPatch, when: 
 
 
 def test_an_interrupted_atomisation_resumes_as_the_readme_says(
-    home: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mnemolog.eventlog.store.log import Log
     from tests.support.long_texts import LONG_POST_MORTEM
@@ -370,17 +371,20 @@ def test_an_interrupted_atomisation_resumes_as_the_readme_says(
     monkeypatch.setenv("MNEMOLOG_EMBED", "off")
 
     # A completion without the parent's archive: the next run writes it, `resumed: true`.
-    code, out = run(home, "store", LONG_POST_MORTEM)
+    ran = cli(home, "store", LONG_POST_MORTEM, env=OFFLINE)
+    code, out = ran.code, ran.stdout
     mid = out.split()[1]
     killed_atomise(home, mid, monkeypatch, "completed", 200)
-    code, env = run_json(home, "atomise", mid, "--curator", "rules")
+    ran = cli(home, "atomise", mid, "--curator", "rules", json=True, env=OFFLINE)
+    code, env = ran.code, ran.single
     assert code == 0 and env["resumed"] is True, env
 
     # Atoms no completion lists, and a curator giving others: those are archived, with the reason shown.
     other = home
-    mid = run(other, "store", LONG_POST_MORTEM + "\nA second copy.")[1].split()[1]
+    mid = cli(other, "store", LONG_POST_MORTEM + "\nA second copy.", env=OFFLINE).stdout.split()[1]
     killed_atomise(other, mid, monkeypatch, "atoms:3", 200)
-    code, env = run_json(other, "atomise", mid, "--curator", "rules", "--max-atom-tokens", "120")
+    ran = cli(other, "atomise", mid, "--curator", "rules", "--max-atom-tokens", "120", json=True, env=OFFLINE)
+    code, env = ran.code, ran.single
     assert code == 0 and len(env["archived_orphan_ids"]) == 3, env
     with Log(other / "log") as log:
         archived = [e.data for e in log.iter_entries(0) if e.type == "memory.archived"]
@@ -399,17 +403,19 @@ def test_an_interrupted_atomisation_resumes_as_the_readme_says(
 # README.md:448 and docs/forensics.md:161, 311-315: what verify-bundle reports.
 
 
-def test_verify_bundle_reports_what_forensics_md_says(home: Path, tmp_path: Path) -> None:
+def test_verify_bundle_reports_what_forensics_md_says(cli: Cli, home: Path, tmp_path: Path) -> None:
     forensics = " ".join(doc("forensics.md").split())
     assert "The report then says **complete as of tree size L**." in forensics
     assert 'so the report can say "complete as of tree size N"' in README
-    mid = run(home, "store", "The pool was exhausted")[1].split()[1]
-    assert run(home, "update", mid, "--tag", "incident")[0] == 0
+    mid = cli(home, "store", "The pool was exhausted", env=OFFLINE).stdout.split()[1]
+    assert cli(home, "update", mid, "--tag", "incident", env=OFFLINE).code == 0
     bundle = tmp_path / "b.tar"
-    assert run(home, "export-forensic-bundle", "--memory-id", mid, "-o", str(bundle))[0] == 0
-    code, out = run(home, "verify-bundle", str(bundle))
+    assert cli(home, "export-forensic-bundle", "--memory-id", mid, "-o", str(bundle), env=OFFLINE).code == 0
+    ran = cli(home, "verify-bundle", str(bundle), env=OFFLINE)
+    code, out = ran.code, ran.stdout
     assert code == 0 and re.search(r"^complete\s+as of tree size \d+\b", out, re.M), out
-    code, report = run_json(home, "verify-bundle", str(bundle))
+    ran = cli(home, "verify-bundle", str(bundle), json=True, env=OFFLINE)
+    code, report = ran.code, ran.single
     # "with the memory, the memory set, the checkpoint and its signer, the trust anchor, the
     # entries' seqs, the envelopes, the files, the context packs checked and the list of checks"
     assert '`--json` prints `{"ok": true, ...}` with the memory, the memory set, the checkpoint' in forensics
@@ -434,7 +440,8 @@ def test_verify_bundle_reports_what_forensics_md_says(home: Path, tmp_path: Path
     data = bytearray(bundle.read_bytes())
     data[len(data) // 2] ^= 1
     bad.write_bytes(bytes(data))
-    code, failure = run_json(home, "verify-bundle", str(bad))
+    ran = cli(home, "verify-bundle", str(bad), json=True, env=OFFLINE)
+    code, failure = ran.code, ran.single
     assert code == 8 and failure["ok"] is False
     assert list(failure) == ["ok", *re.findall(r'"(\w+)"', shown.group(1))]
 
@@ -460,7 +467,7 @@ LIMIT_CASES: dict[str, list[tuple[str, ...]]] = {
 }
 
 
-def test_the_limits_table_is_what_the_commands_refuse_with(home: Path) -> None:
+def test_the_limits_table_is_what_the_commands_refuse_with(cli: Cli, home: Path) -> None:
     text = doc("recall.md")
     table = text[text.index("## Limits") :].split("\n\n", 2)[1]
     rows = re.findall(r"^\| ([^|]+?) \|[^|]*\| (`.*) \|$", table, re.M)
@@ -469,7 +476,8 @@ def test_the_limits_table_is_what_the_commands_refuse_with(home: Path) -> None:
         shown = {(slug, int(code)) for slug, code in re.findall(r"`(\w+)` \((\d+)\)", cell)}
         got = set()
         for args in LIMIT_CASES[what]:
-            code, err = run_json(home, *args)
+            ran = cli(home, *args, json=True, env=OFFLINE)
+            code, err = ran.code, ran.single
             assert err["exit_code"] == code, err
             got.add((err["error"], code))
         assert got == shown, (what, got, shown)
@@ -478,19 +486,21 @@ def test_the_limits_table_is_what_the_commands_refuse_with(home: Path) -> None:
 # docs/curators.md:89-91: the result envelope and a second run.
 
 
-def test_the_atomise_envelope_is_the_one_curators_md_shows(home: Path) -> None:
+def test_the_atomise_envelope_is_the_one_curators_md_shows(cli: Cli, home: Path) -> None:
     from tests.support.long_texts import LONG_POST_MORTEM
 
     text = " ".join(doc("curators.md").split())
     shown = re.search(r"A run returns `\{([\w, ]+)\}`", text)
     assert shown is not None and "`already_atomised: true` (exit 1, informational)" in text
     keys = [k.strip() for k in shown.group(1).split(",")]
-    mid = run(home, "store", LONG_POST_MORTEM)[1].split()[1]
-    code, env = run_json(home, "atomise", mid, "--curator", "rules")
+    mid = cli(home, "store", LONG_POST_MORTEM, env=OFFLINE).stdout.split()[1]
+    ran = cli(home, "atomise", mid, "--curator", "rules", json=True, env=OFFLINE)
+    code, env = ran.code, ran.single
     assert code == 0 and env["ok"] is True
     assert set(keys) <= set(env), (keys, list(env))
     assert env["atom_count"] == len(env["atom_ids"]) > 0 and env["source_id"] == mid
-    code, again = run_json(home, "atomise", mid, "--curator", "rules")
+    ran = cli(home, "atomise", mid, "--curator", "rules", json=True, env=OFFLINE)
+    code, again = ran.code, ran.single
     assert code == 1 and again["already_atomised"] is True and again["atom_ids"] == env["atom_ids"]
 
 
@@ -499,7 +509,7 @@ def test_the_atomise_envelope_is_the_one_curators_md_shows(home: Path) -> None:
 
 
 def test_the_quick_start_commands_print_what_the_readme_says(
-    home: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     start = README.index("\n## Quick start\n")
     block = re.search(r"```sh\n(.*?)```", README[start:], re.S)
@@ -514,15 +524,14 @@ def test_the_quick_start_commands_print_what_the_readme_says(
             m = re.fullmatch(r"ID=\$\((mnemolog store - .*) < (\S+) \| cut -d\' \' -f2\)", line)
             assert m is not None, line
             argv = shlex.split(m.group(1))[1:]
-            r = CliRunner().invoke(
-                cli, ["--home", str(home), *argv], input=(REPO / m.group(2)).read_text(), env=OFFLINE
-            )
-            assert r.exit_code == 0 and re.fullmatch(rf"stored {ULID}\n", r.stdout), r.stdout
+            r = cli(home, *argv, stdin=(REPO / m.group(2)).read_text(), env=OFFLINE)
+            assert r.code == 0 and re.fullmatch(rf"stored {ULID}\n", r.stdout), r.stdout
             memory_id = r.stdout.split(" ")[1].strip()  # `cut -d' ' -f2`
             continue
         comment = line.split("  # ", 1)[1] if "  # " in line else ""
         argv = shlex.split(line.replace('"$ID"', memory_id), comments=True)[1:]
-        code, out = run(home, *argv)
+        ran = cli(home, *argv, env=OFFLINE)
+        code, out = ran.code, ran.stdout
         assert code == 0, (argv, out)
         outs.append((argv, comment, out))
     (_, _, stored), (_, _, first), (_, _, atomised), (_, comment, second), (_, _, verified) = outs
@@ -540,21 +549,26 @@ def test_the_quick_start_commands_print_what_the_readme_says(
 # prints every problem "as `file: field: message`"; `capture` prints the interaction's id.
 
 
-def test_log_show_vault_validate_and_capture_print_what_the_tables_say(home: Path, tmp_path: Path) -> None:
+def test_log_show_vault_validate_and_capture_print_what_the_tables_say(
+    cli: Cli, home: Path, tmp_path: Path
+) -> None:
     assert "| print entries (seq, time, type, key id, payload) |" in README
     assert "every problem printed as `file: field: message`; exit 65 when any is an error" in README
     assert "record an interaction and print its id" in README
-    code, out = run(home, "capture", "--prompt", "Why did checkout fail?", "--response", "The pool.")
+    ran = cli(home, "capture", "--prompt", "Why did checkout fail?", "--response", "The pool.", env=OFFLINE)
+    code, out = ran.code, ran.stdout
     assert code == 0 and re.fullmatch(rf"{ULID}\n", out), out
-    code, out = run(home, "log", "show", "--type", "interaction.captured")
+    ran = cli(home, "log", "show", "--type", "interaction.captured", env=OFFLINE)
+    code, out = ran.code, ran.stdout
     assert code == 0
     (row,) = out.splitlines()
     m = re.fullmatch(r"\s*(\d+)\s+(\d{4}-\d\d-\d\dT[\d:.]+Z)\s+(\S+)\s+([0-9a-f]{16})\s+(\{.*)", row)
     assert m is not None and m.group(3) == "interaction.captured", row
     root = tmp_path / "vault"
-    assert run(home, "vault", "render", str(root), "--agent", "ada")[0] == 0
+    assert cli(home, "vault", "render", str(root), "--agent", "ada", env=OFFLINE).code == 0
     (root / "ada" / "memory" / "feedback_stray.md").write_text("no frontmatter\n")
-    code, out = run(home, "vault", "validate", str(root))
+    ran = cli(home, "vault", "validate", str(root), env=OFFLINE)
+    code, out = ran.code, ran.stdout
     assert code == 65 and out.splitlines(), out
     for line in out.splitlines():
         assert re.fullmatch(r"ada/memory/feedback_stray\.md: [\w.-]+: .+", line), line
@@ -563,17 +577,17 @@ def test_log_show_vault_validate_and_capture_print_what_the_tables_say(home: Pat
 # README.md:218: a mistyped command, the message quoted literally.
 
 
-def test_a_mistyped_command_prints_the_message_the_readme_quotes(home: Path) -> None:
+def test_a_mistyped_command_prints_the_message_the_readme_quotes(cli: Cli, home: Path) -> None:
     shown = re.search(r"\(`(No such command 'recal'\. Did you mean 'recall'\?)`, exit 64\)", README)
     assert shown is not None
-    r = CliRunner().invoke(cli, ["--home", str(home), "recal", "x"])
-    assert r.exit_code == 64 and shown.group(1) in r.stderr, r.stderr
+    r = cli(home, "recal", "x")
+    assert r.code == 64 and shown.group(1) in r.stderr, r.stderr
 
 
 # docs/vault.md:183-188: INDEX.md's lines, in the archive and the promoted section.
 
 
-def test_the_index_lines_are_the_ones_vault_md_shows(home: Path, tmp_path: Path) -> None:
+def test_the_index_lines_are_the_ones_vault_md_shows(cli: Cli, home: Path, tmp_path: Path) -> None:
     text = " ".join(doc("vault.md").split())
     assert "``- [`Title`](feedback_debt_priority_order.md) — hook``" in text
     forms = re.search(
@@ -582,14 +596,16 @@ def test_the_index_lines_are_the_ones_vault_md_shows(home: Path, tmp_path: Path)
         text,
     )
     assert forms is not None
-    old = run(home, "store", "Old pool rule", "--kind", "decision")[1].split()[1]
-    new = run(home, "store", "New pool rule", "--kind", "decision")[1].split()[1]
-    gone = run(home, "store", "Archived thing", "--kind", "reference", "--title", "Arch")[1].split()[1]
-    tea = run(home, "store", "Likes tea", "--kind", "user")[1].split()[1]
-    assert run(home, "link", new, old, "--relation", "supersedes")[0] == 0
-    assert run(home, "archive", gone)[0] == 0
-    assert run(home, "persona", "promote", tea)[0] == 0
-    assert run(home, "vault", "render", str(tmp_path / "v"), "--agent", "ada")[0] == 0
+    old = cli(home, "store", "Old pool rule", "--kind", "decision", env=OFFLINE).stdout.split()[1]
+    new = cli(home, "store", "New pool rule", "--kind", "decision", env=OFFLINE).stdout.split()[1]
+    gone = cli(
+        home, "store", "Archived thing", "--kind", "reference", "--title", "Arch", env=OFFLINE
+    ).stdout.split()[1]
+    tea = cli(home, "store", "Likes tea", "--kind", "user", env=OFFLINE).stdout.split()[1]
+    assert cli(home, "link", new, old, "--relation", "supersedes", env=OFFLINE).code == 0
+    assert cli(home, "archive", gone, env=OFFLINE).code == 0
+    assert cli(home, "persona", "promote", tea, env=OFFLINE).code == 0
+    assert cli(home, "vault", "render", str(tmp_path / "v"), "--agent", "ada", env=OFFLINE).code == 0
     lines = (tmp_path / "v" / "ada" / "memory" / "INDEX.md").read_text().splitlines()
     date = r"\d{4}-\d{2}-\d{2}"
     masks = {
@@ -617,7 +633,7 @@ def test_the_index_lines_are_the_ones_vault_md_shows(home: Path, tmp_path: Path)
 # docs/recall.md:197-198: the HTTP (and MCP: one operations module) answers carry `matched: false`.
 
 
-def test_recall_and_search_answers_say_matched_false_when_nothing_matched(home: Path) -> None:
+def test_recall_and_search_answers_say_matched_false_when_nothing_matched(cli: Cli, home: Path) -> None:
     from starlette.testclient import TestClient
 
     from mnemolog.cli.agents import http_api
@@ -625,7 +641,7 @@ def test_recall_and_search_answers_say_matched_false_when_nothing_matched(home: 
 
     text = " ".join(doc("recall.md").split())
     assert "and `memory_search` carry `matched: false` when nothing matched." in text
-    assert run(home, "store", "Prefer pg_repack over ALTER TABLE for large tables")[0] == 0
+    assert cli(home, "store", "Prefer pg_repack over ALTER TABLE for large tables", env=OFFLINE).code == 0
     with Substrate.open(home, long_lived=False) as s:
         client = TestClient(http_api.app(s, http_api.HttpSettings()), base_url="http://127.0.0.1")
         for route in ("/recall", "/search"):

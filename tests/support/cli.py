@@ -59,6 +59,14 @@ class Ran:
         lines = self.stdout.strip().splitlines()
         return jsonlib.loads(lines[-1]) if lines else None
 
+    @property
+    def single(self) -> Any:
+        """The JSON object stdout holds, asserted to be its only line (as the JSON format promises)."""
+        (line,) = self.stdout.splitlines()
+        doc = jsonlib.loads(line)
+        assert isinstance(doc, dict), line
+        return doc
+
 
 def _argv(home: Where, json: bool, argv: tuple[str, ...]) -> list[str]:
     pre = [] if home is None else ["--home", str(home.root if isinstance(home, Home) else home)]
