@@ -6,35 +6,35 @@ import json
 import os
 from pathlib import Path
 
-from tests.cli.commands.test_memory import mnemolog, ok
 from tests.projections.kit import log_digest, new_home
+from tests.support.cli import Cli
 
 
-def test_ingest_build_show_why(tmp_path: Path) -> None:
+def test_ingest_build_show_why(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
     new_home(home)
     d = tmp_path / "docs"
     d.mkdir()
     (d / "a.md").write_text("# Thermal\nPolishing accuracy drifts with temperature.\n")
-    r = ok(home, "ingest", str(d), "--project", "p06")
+    r = cli.ok(home, "ingest", str(d), "--project", "p06")
     assert r["chunks"] == 1 and r["ingested"][0]["version"] == 1
-    mid = ok(home, "store", "Zerodur CTE dominates thermal WFE", "--kind", "knowledge")["memory"]["id"]
-    pack = ok(home, "context", "build", "thermal effects on polishing accuracy", "--project", "p06")
+    mid = cli.ok(home, "store", "Zerodur CTE dominates thermal WFE", "--kind", "knowledge")["memory"]["id"]
+    pack = cli.ok(home, "context", "build", "thermal effects on polishing accuracy", "--project", "p06")
     assert pack["pack_id"] and [t["name"] for t in pack["tiers"]][-1] == "chunks"
-    shown = ok(home, "context", "show", pack["pack_id"])
+    shown = cli.ok(home, "context", "show", pack["pack_id"])
     assert shown["text"] == pack["text"] and shown["verified"] is True
-    why = ok(home, "context", "why", mid)
+    why = cli.ok(home, "context", "why", mid)
     assert [p["pack_id"] for p in why["packs"]] == [pack["pack_id"]]
     # Text mode: the pack on stdout, its id on stderr.
-    p = mnemolog(home, "context", "build", "thermal", "--budget", "200", as_json=False)
-    assert p.returncode == 0
-    assert p.stdout.decode().startswith("## Domain knowledge\n") and b"mnemolog: pack " in p.stderr
+    p = cli(home, "context", "build", "thermal", "--budget", "200")
+    assert p.code == 0
+    assert p.stdout.startswith("## Domain knowledge\n") and "mnemolog: pack " in p.stderr
     before = log_digest(home)
-    p = mnemolog(home, "context", "build", "thermal", "--no-record", as_json=False)
-    assert p.returncode == 0 and p.stderr == b"" and log_digest(home) == before
+    p = cli(home, "context", "build", "thermal", "--no-record")
+    assert p.code == 0 and p.stderr_bytes == b"" and log_digest(home) == before
 
 
-def test_refusals_and_usage_errors(tmp_path: Path) -> None:
+def test_refusals_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
     new_home(home)
     d = tmp_path / "docs"
@@ -42,8 +42,8 @@ def test_refusals_and_usage_errors(tmp_path: Path) -> None:
     (d / "good.md").write_text("fine")
     (d / "bad.md").write_bytes(b"\x00\x01 binary")
     os.mkfifo(d / "pipe.md")
-    p = mnemolog(home, "ingest", str(d))
-    assert p.returncode == 65
+    p = cli(home, "ingest", str(d), json=True)
+    assert p.code == 65
     err = json.loads(p.stdout)
     assert err["error"] == "document_refused"
     assert sorted(Path(x["path"]).name for x in err["details"]["refused"]) == ["bad.md", "pipe.md"]
@@ -57,37 +57,37 @@ def test_refusals_and_usage_errors(tmp_path: Path) -> None:
         (("ingest", str(tmp_path / "missing")), 65),
         (("ingest",), 64),
     ]:
-        p = mnemolog(home, *args)
-        assert p.returncode == code, (args, p.stdout, p.stderr)
+        p = cli(home, *args, json=True)
+        assert p.code == code, (args, p.stdout, p.stderr)
         if code != 64 or p.stdout:
             assert json.loads(p.stdout)["ok"] is False
         assert log_digest(home) == before
 
 
-def test_an_alias_names_the_project_in_scope(tmp_path: Path) -> None:
+def test_an_alias_names_the_project_in_scope(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
     new_home(home)
-    ok(home, "project", "add", "p06-polisher", "--alias", "p06")
-    ok(home, "state", "set", "p06", "decision", "vendor_path", "Twyman-Green preferred")
-    mid = ok(home, "store", "Polishing accuracy drifts with pad temperature", "--kind", "project",
+    cli.ok(home, "project", "add", "p06-polisher", "--alias", "p06")
+    cli.ok(home, "state", "set", "p06", "decision", "vendor_path", "Twyman-Green preferred")
+    mid = cli.ok(home, "store", "Polishing accuracy drifts with pad temperature", "--kind", "project",
              "--project", "p06-polisher")["memory"]["id"]  # fmt: skip
-    pack = ok(home, "context", "build", "thermal effects on polishing accuracy", "--project", "P06")
+    pack = cli.ok(home, "context", "build", "thermal effects on polishing accuracy", "--project", "P06")
     assert pack["project"] == "p06-polisher"
     by_tier = {t["name"]: [e["id"] for e in t["entries"]] for t in pack["tiers"]}
     assert by_tier["state"] == ["p06-polisher/decision/vendor_path"] and by_tier["project"] == [mid]
     assert pack["text"].startswith("## Trusted project state (p06-polisher)\n- decision/vendor_path: Twyman")
-    assert ok(home, "context", "show", pack["pack_id"])["sources_checked"] == 2
+    assert cli.ok(home, "context", "show", pack["pack_id"])["sources_checked"] == 2
 
 
-def test_personal_scope_through_the_cli(tmp_path: Path) -> None:
+def test_personal_scope_through_the_cli(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
     new_home(home)
-    mid = ok(home, "store", "Medication budget is 40 a month", "--domain", "finance")["memory"]["id"]
-    plain = ok(home, "context", "build", "medication budget", "--no-record")
+    mid = cli.ok(home, "store", "Medication budget is 40 a month", "--domain", "finance")["memory"]["id"]
+    plain = cli.ok(home, "context", "build", "medication budget", "--no-record")
     assert mid not in plain["text"]
     assert {"source": "memory", "id": mid, "reason": "personal"} in plain["excluded"]
-    mine = ok(home, "context", "build", "medication budget", "--personal")
+    mine = cli.ok(home, "context", "build", "medication budget", "--personal")
     assert mid in {e["id"] for t in mine["tiers"] for e in t["entries"]}
-    assert ok(home, "context", "show", mine["pack_id"])["config"]["personal"] is True
-    p = mnemolog(home, "context", "build", "medication budget", "--personal", "--project", "p06")
-    assert p.returncode == 64 and json.loads(p.stdout)["error"] == "usage"
+    assert cli.ok(home, "context", "show", mine["pack_id"])["config"]["personal"] is True
+    p = cli(home, "context", "build", "medication budget", "--personal", "--project", "p06", json=True)
+    assert p.code == 64 and json.loads(p.stdout)["error"] == "usage"

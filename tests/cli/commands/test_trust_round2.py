@@ -25,7 +25,8 @@ from mnemolog.eventlog.format.entry import make_entry
 from mnemolog.eventlog.format.keys import SigningKey
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.segments import list_segments
-from tests.cli.commands.test_trust import VERIFY, fails, ok, run
+from tests.cli.commands.test_trust import VERIFY, fails
+from tests.support.cli import Cli
 
 
 def sql(home: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -37,9 +38,9 @@ def sql(home: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("trust2") / "home"
-    ok(home, "init", "--key-name", "trust2-test")
+    cli.ok(home, "init", "--key-name", "trust2-test")
     return home
 
 
@@ -50,27 +51,27 @@ def home(template: Path, tmp_path: Path) -> Path:
     return h
 
 
-def store(home: Path, text: str) -> str:
-    return str(ok(home, "store", text)["memory"]["id"])
+def store(cli: Cli, home: Path, text: str) -> str:
+    return str(cli.ok(home, "store", text)["memory"]["id"])
 
 
-def test_a_hidden_touch_cannot_make_the_writer_sign_a_false_pointer(home: Path) -> None:
-    mid = store(home, "the failover runbook lives in the wiki")
-    ok(home, "update", mid, "--title", "runbook")
+def test_a_hidden_touch_cannot_make_the_writer_sign_a_false_pointer(cli: Cli, home: Path) -> None:
+    mid = store(cli, home, "the failover runbook lives in the wiki")
+    cli.ok(home, "update", mid, "--title", "runbook")
     # The attack: hide the memory's newest touch from the projection, have the honest
     # writer update it, put the row back. The old writer signed touch_prev skipping it.
     (row,) = sql(
         home, "SELECT memory_id, seq, type FROM touches WHERE memory_id = ? ORDER BY seq DESC LIMIT 1", mid
     )
     sql(home, "DELETE FROM touches WHERE memory_id = ? AND seq = ?", mid, row[1])
-    code, doc = run(home, "update", mid, "--title", "runbook v2")
+    code, doc = cli.json(home, "update", mid, "--title", "runbook v2")
     # Refused before anything is signed, naming the entry the projection hid.
     assert code == VERIFY and doc["details"]["check"] == "projection.head", doc
     assert doc["details"]["seq"] == row[1]
-    assert "back_chains" in ok(home, "log", "verify")["checks"]
+    assert "back_chains" in cli.ok(home, "log", "verify")["checks"]
     sql(home, "INSERT INTO touches VALUES (?, ?, ?)", *row)
-    ok(home, "update", mid, "--title", "runbook v3")
-    assert ok(home, "log", "verify")["back_chains"]["pointers_checked"] == 3
+    cli.ok(home, "update", mid, "--title", "runbook v3")
+    assert cli.ok(home, "log", "verify")["back_chains"]["pointers_checked"] == 3
 
 
 class _Rogue:
@@ -106,38 +107,38 @@ ROGUE_MEMORY = {
 
 
 @pytest.mark.parametrize("forged_kid", [False, True])
-def test_an_entry_outside_the_key_history_is_not_served(home: Path, forged_kid: bool) -> None:
-    store(home, "the failover runbook lives in the wiki")
+def test_an_entry_outside_the_key_history_is_not_served(cli: Cli, home: Path, forged_kid: bool) -> None:
+    store(cli, home, "the failover runbook lives in the wiki")
     with Log(home / "log") as log:
         real_kid = log.key_at(log.size).kid
     seq = append_rogue(home, ROGUE_MEMORY, real_kid if forged_kid else None)
     check = "entry.signature" if forged_kid else "entry.kid"
     for args in (("get", ROGUE_MEMORY["id"]), ("recall", "payment account"), ("list",)):
-        doc = fails(home, check, *args)
+        doc = fails(cli, home, check, *args)
         assert doc["details"]["seq"] == seq and "log verify" in doc["message"]
-    fails(home, check, "log", "verify")
+    fails(cli, home, check, "log", "verify")
 
 
 @pytest.mark.parametrize("shift", [-2, +10])
-def test_a_rewound_projection_is_stale_not_a_rollback(home: Path, shift: int) -> None:
+def test_a_rewound_projection_is_stale_not_a_rollback(cli: Cli, home: Path, shift: int) -> None:
     """Issue 23 item 12: rewinding proj_state alone was reported as a rewritten log, and
     `rebuild --accept-rollback` signed a permanent log.rollback_accepted for it."""
-    mids = [store(home, f"memory {i} about the failover") for i in range(3)]
-    size = ok(home, "log", "verify")["entries"]
+    mids = [store(cli, home, f"memory {i} about the failover") for i in range(3)]
+    size = cli.ok(home, "log", "verify")["entries"]
     # The seq alone moved (back, or past the log's end): leaf and root are still the real position's.
     sql(home, "UPDATE proj_state SET last_seq = last_seq + ?", shift)
-    code, doc = run(home, "get", mids[0])
+    code, doc = cli.json(home, "get", mids[0])
     assert code == 6 and doc["details"]["check"] == "projection.stale", doc
     assert "not the log" in doc["message"] and "no rollback" in doc["message"]
-    rebuilt = ok(home, "rebuild", "--accept-rollback")
+    rebuilt = cli.ok(home, "rebuild", "--accept-rollback")
     assert rebuilt["rollback_accepted"] is None
-    assert ok(home, "log", "verify")["entries"] == size  # nothing was signed
-    assert len(ok(home, "list")["memories"]) == 3
+    assert cli.ok(home, "log", "verify")["entries"] == size  # nothing was signed
+    assert len(cli.ok(home, "list")["memories"]) == 3
 
 
-def test_a_log_cut_after_its_last_checkpoint_is_still_a_rollback(home: Path) -> None:
+def test_a_log_cut_after_its_last_checkpoint_is_still_a_rollback(cli: Cli, home: Path) -> None:
     for i in range(2):
-        store(home, f"memory {i} about the failover")
+        store(cli, home, f"memory {i} about the failover")
     with Log(home / "log") as log:
         size, loc = log.size, log.location(log.size - 1)
     # The newest entry is cut and the checkpoints left alone: the projection is the witness.
@@ -148,11 +149,11 @@ def test_a_log_cut_after_its_last_checkpoint_is_still_a_rollback(home: Path) -> 
         if int(cp.name) >= size:
             cp.unlink()
     (home / "state" / "checkpoint").unlink()
-    code, doc = run(home, "rebuild")
+    code, doc = cli.json(home, "rebuild")
     assert code == VERIFY and doc["details"]["check"] == "projection.rollback", doc
 
 
-def test_an_entry_acknowledged_by_a_live_server_cannot_be_cut_silently(home: Path) -> None:
+def test_an_entry_acknowledged_by_a_live_server_cannot_be_cut_silently(cli: Cli, home: Path) -> None:
     """Issue 23 item 4: a cut inside the first checkpoint interval left `log verify` ok."""
     from mnemolog.eventlog.errors import VerificationError
     from mnemolog.substrate.api import Substrate
@@ -169,7 +170,7 @@ def test_an_entry_acknowledged_by_a_live_server_cannot_be_cut_silently(home: Pat
             size, loc = log.size, log.location(log.size - 1)
         with list_segments(home / "log")[-1][1].open("r+b") as f:
             f.truncate(loc.offset)  # behind the live server, before any periodic checkpoint
-        doc = fails(home, "high_water.size", "log", "verify")
+        doc = fails(cli, home, "high_water.size", "log", "verify")
         assert doc["details"]["found"] == size - 1
     finally:
         with pytest.raises(VerificationError) as info:
