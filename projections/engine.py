@@ -32,6 +32,7 @@ from mnemolog.eventlog.errors import StorageError, VerificationError
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.verify.trust import GENESIS_TYPE, ROTATION_TYPE
 from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.projections import schema
 from mnemolog.projections.context.fold import ContextFold
@@ -59,9 +60,11 @@ FOLDS: tuple[type[Fold], ...] = (
     TenancyFold,
     ErasureFold,
 )
-#: Event types no fold reads: they are about the log itself (its history and how it was
+#: Event types no fold reads: they are about the log itself (its keys, its history, how it was
 #: carried), not about anything a read model shows. They are counted in event_counts.
-IGNORED: frozenset[str] = frozenset({v.LOG_ROLLBACK_ACCEPTED, v.HEADS_COMMITTED, v.LOG_NOT_CARRIED})
+IGNORED: frozenset[str] = frozenset(
+    {GENESIS_TYPE, ROTATION_TYPE, v.LOG_ROLLBACK_ACCEPTED, v.HEADS_COMMITTED, v.LOG_NOT_CARRIED}
+)
 #: Tables the engine keeps itself: the recorded position.
 ENGINE_TABLES = ("proj_state",)
 
