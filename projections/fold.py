@@ -17,7 +17,8 @@ touched: the vocabulary's rule, for each type some fold reads) and
 `event_counts`.
 
 A fold may buffer inserts; a handler that reads or changes existing rows
-first calls `Shared.flush`, which flushes every fold's buffers, so the
+first calls `Shared.flush`, which flushes every fold's buffers (the pass's
+own rows wait for the end of the batch: no fold reads them), so the
 result is the same whatever the batch size: which is what makes an
 incremental catch-up and a full rebuild give the same answers.
 
@@ -263,7 +264,7 @@ class FoldPass:
     ) -> None:
         self.conn = conn
         self.upcast = upcast
-        self.shared = Shared(conn, stats, careful, ProjectIndex(conn), self.flush)
+        self.shared = Shared(conn, stats, careful, ProjectIndex(conn), self._flush_folds)
         self.folds = [f(self.shared) for f in folds]
         self._dispatch = _dispatch(self.folds)
         self.touches: list[tuple[str, int, str]] = []
@@ -308,10 +309,18 @@ class FoldPass:
         for f in self.folds:
             f.settle(force=force)
 
-    def flush(self) -> None:
-        """Every fold's buffers, then the pass's own rows."""
+    def _flush_folds(self) -> None:
         for f in self.folds:
             f.flush()
+
+    def flush(self) -> None:
+        """Every fold's buffers, then the pass's own rows.
+
+        A handler's flush (`Shared.flush`, before it reads rows) leaves the
+        pass's rows buffered: no fold reads them, and a batch of updates
+        would otherwise pay for a statement per table per entry.
+        """
+        self._flush_folds()
         if self.touches:
             insert_rows(self.conn, "touches", ["memory_id", "seq", "type"], self.touches)
             self.touches = []

@@ -280,18 +280,25 @@ class MemoryFold(Fold):
 
         The old postings are deleted at once, so the index never holds a stale
         version: the delta is small, and in the main table the old terms' row
-        groups are found by their zone maps.
+        groups are found by their zone maps. A memory's postings are all in
+        one part (stored and re-indexed into the delta, moved whole by a
+        compaction): when the delta held them, the main table holds none, and
+        the old text is not tokenised again to find them (a rebuild's updates).
         """
         conn = self.conn
-        # The date words (of created_at, which an update never changes) are among the old terms.
-        got = conn.execute(
-            "SELECT list_distinct(ml_doc_terms(?, ?::VARCHAR[], ?, created_at)), created_at "
-            "FROM memories WHERE stored_seq = ?",
-            [old[0], old[1], old[2], doc],
-        ).fetchone()
-        terms: list[str] = list(got[0] or []) if got else []
         row = conn.execute("DELETE FROM postings_delta WHERE doc = ?", [doc]).fetchone()
-        self.stats.delta_rows -= int(row[0]) if row else 0
+        in_delta = int(row[0]) if row else 0
+        self.stats.delta_rows -= in_delta
+        if in_delta:
+            got = conn.execute("SELECT NULL, created_at FROM memories WHERE stored_seq = ?", [doc]).fetchone()
+        else:
+            # The date words (of created_at, which an update never changes) are among the old terms.
+            got = conn.execute(
+                "SELECT list_distinct(ml_doc_terms(?, ?::VARCHAR[], ?, created_at)), created_at "
+                "FROM memories WHERE stored_seq = ?",
+                [old[0], old[1], old[2], doc],
+            ).fetchone()
+        terms: list[str] = list(got[0] or []) if got else []
         if terms:
             if len(terms) <= MAX_DELETE_TERMS:
                 sql = f"DELETE FROM postings WHERE term IN ({', '.join('?' * len(terms))}) AND doc = ?"
