@@ -32,13 +32,41 @@ from mnemolog.eventlog.errors import StorageError, VerificationError
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.verify.trust import GENESIS_TYPE, ROTATION_TYPE
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.projections import schema
+from mnemolog.projections.context.fold import ContextFold
 from mnemolog.projections.db import ProjectionStore
 from mnemolog.projections.embedding import vectors
 from mnemolog.projections.embedding.cache import EmbedCache
-from mnemolog.projections.fold import Fold, IndexStats, RepeatedId, Upcast
+from mnemolog.projections.embedding.fold import EmbeddingFold
+from mnemolog.projections.erasure.fold import ErasureFold
+from mnemolog.projections.fold import Fold, FoldPass, IndexStats, RepeatedId, Upcast
+from mnemolog.projections.knowledge.fold import KnowledgeFold
+from mnemolog.projections.memory.fold import MemoryFold
 from mnemolog.projections.recall import bm25
 from mnemolog.projections.recall.text import install_macros
+from mnemolog.projections.tenancy.fold import TenancyFold
+
+#: Every read model's fold, in the order each entry visits them. The order matters where a
+#: fold reads another's table: the embedding fold reads which vectors an erasure drops from
+#: the memory and context rows before their folds drop them; the knowledge fold reads whether
+#: the memory fold applied a promotion, rejection or reinforcement (`fold.changed_memory`).
+FOLDS: tuple[type[Fold], ...] = (
+    EmbeddingFold,
+    MemoryFold,
+    KnowledgeFold,
+    ContextFold,
+    TenancyFold,
+    ErasureFold,
+)
+#: Event types no fold reads: they are about the log itself (its keys, its history, how it was
+#: carried), not about anything a read model shows. They are counted in event_counts.
+IGNORED: frozenset[str] = frozenset(
+    {GENESIS_TYPE, ROTATION_TYPE, v.LOG_ROLLBACK_ACCEPTED, v.HEADS_COMMITTED, v.LOG_NOT_CARRIED}
+)
+#: Tables the engine keeps itself: the recorded position.
+ENGINE_TABLES = ("proj_state",)
 
 CATCH_UP_BATCH = 50_000
 SIGN_CHECK_ALL = 4096  # a catch-up of at most this many entries checks every signature
@@ -323,7 +351,7 @@ class Projections:
         careful: bool,
     ) -> tuple[IndexStats, Entry | None]:
         """Fold entries lo..hi-1 and record the position, in one transaction."""
-        fold = Fold(conn, self.upcast, replace(stats), careful=careful)
+        fold = FoldPass(conn, self.upcast, replace(stats), FOLDS, careful=careful)
         # Nothing is folded (and so served) that the key history did not sign: an entry a
         # rogue key appended after the last checkpoint fails here, before any table changes.
         # Key ids are compared for every entry; signatures (~0.1 ms each) for every entry of
@@ -336,8 +364,8 @@ class Projections:
             last = fold.apply(keys.admit(self.log.iter_entries(lo, hi), signatures_from=covered))
             # Compaction only at the end: within a long catch-up the delta would
             # otherwise be merged (and the main table rewritten) over and over.
-            if hi == size and (compact or fold.needs_compaction()):
-                fold.compact()
+            if hi == size:
+                fold.settle(force=compact)
             if last is not None:
                 self._save_state(conn, last.seq, last.leaf, self.log.root(last.seq + 1), fold.stats)
             conn.execute("COMMIT")

@@ -1,122 +1,57 @@
-"""The fold: log entries in, projection rows out, in the transaction that records them.
+"""The fold's contract, the pass that runs the folds, and what several folds read.
 
-`Fold.apply` consumes entries in seq order. Inserts (memories with their
-postings, links, touches, atomisation and migration records) are buffered;
-anything that reads or changes existing rows flushes the buffer first, so
-the result is the same whatever the batch size — which is what makes an
-incremental catch-up and a full rebuild give the same answers. A flush of a
-few rows (the store path) is a handful of parameterised statements; a big
-one (catch-up, rebuild) goes through an Arrow batch and the bulk tokenizer.
+Every room of `projections/` that keeps tables folds the log into them with
+a `Fold`: `HANDLES` maps each event type it reads to its handler, `TABLES`
+names the tables it owns, the only ones it writes (as an event processor
+with its own view: pyeventsourcing's `EventProcessor.topics`). One event
+may concern several rooms (`memory.erased` drops rows in each): each room
+declares it and does its own part. `engine.FOLDS` lists the folds, and
+which event types none of them reads (`engine.IGNORED`).
 
-The fold is total: it never raises on a payload. Entries are signed, but
-`mnemolog log append` can write any map, and one odd entry must not make the
-projection unbuildable. Fields of the wrong type are read through the
-vocabulary's readers (mnemolog.eventlog.vocabulary.events), as the bundle's fold
-reads them, and which memories an entry touches is the vocabulary's rule.
+`FoldPass` runs them over entries in seq order, inside the caller's
+transaction: each entry is upcast once and handed to every fold that
+declared its type, in the order of the list (a fold that reads another's
+table relies on that order; `engine.FOLDS` says where). The pass itself
+keeps the two tables about every entry: `touches` (which memories it
+touched: the vocabulary's rule, for each type some fold reads) and
+`event_counts`.
 
-Search terms go into an inverted index in two tables: `postings`, kept
-sorted by term so DuckDB's zone maps skip to the few row groups a query
-needs, and `postings_delta`, where new documents land. A posting's `doc` is
-its memory's stored_seq. Storing a memory appends to the delta, so its cost
-does not grow with the corpus; changing a memory's text deletes its old
-postings at once (so the index never holds a stale version) and appends the
-new ones. Compaction rewrites `postings` sorted, folding the delta in and
-leaving deleted rows behind. It runs only at the end of a catch-up and only
-when the delta holds more than max(COMPACT_MIN_ROWS, main / COMPACT_FRACTION)
-rows: the main table grows geometrically between compactions, so the work
-per stored memory is constant (amortised), and a compaction is rare — at
-100k memories about one store in 6,000 pays for one, far beyond the 99th
-percentile. Query results never depend on when it ran.
+A fold may buffer inserts; a handler that reads or changes existing rows
+first calls `Shared.flush`, which flushes every fold's buffers (the pass's
+own rows wait for the end of the batch: no fold reads them), so the
+result is the same whatever the batch size: which is what makes an
+incremental catch-up and a full rebuild give the same answers.
+
+Folds are total: they never raise on a payload (`mnemolog log append` can
+write any map, and one odd entry must not make the projection unbuildable).
+
+No fold imports another. What several read lives here: the project index
+(names and aliases as of this point of the log: the knowledge fold writes
+its tables, every fold that stores a project name canonicalises through
+it), who an erasure names, whether an entry changed a memory, and the one
+JSON text of a map.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable, Iterable
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import duckdb
 
 from mnemolog.eventlog.format.entry import Entry, to_jsonable
-from mnemolog.eventlog.vocabulary import events as v
-from mnemolog.eventlog.vocabulary.events import (
-    ATOMISATION_ARCHIVED_KEY,
-    merge_metadata,
-    mirror_atomisation_archive,
-    read_float,
-    read_id,
-    read_int,
-    read_span,
-    read_str,
-    read_tags,
-    touched_ids,
-)
-from mnemolog.projections.context import store as context_store
-from mnemolog.projections.knowledge import fold as knowledge_fold
-from mnemolog.projections.knowledge.rules import canonical_name
-from mnemolog.projections.recall.text import ONE_DOC_POSTINGS, doc_text_py, drop_staged, stage_postings
-from mnemolog.projections.schema import visible
-
-if TYPE_CHECKING:
-    import pyarrow as pa
+from mnemolog.eventlog.vocabulary.events import read_id, touched_ids
+from mnemolog.eventlog.vocabulary.knowledge import PROJECT_NAME, PROJECT_REGISTERED
+from mnemolog.projections.knowledge.rules import canonical_name, project_key
 
 Upcast = Callable[[str, int, dict[str, Any]], dict[str, Any]]
+Handler = Callable[[Any, Entry, dict[str, Any]], None]
 
-COMPACT_MIN_ROWS = 50_000
-COMPACT_FRACTION = 16
-FLUSH_ROWS = 20_000  # buffered rows that force a flush
-CTX_FLUSH_DOCS = 256  # buffered document versions (each up to an entry's size) that force a flush
-CTX_FLUSH_CHUNKS = 20_000
-SMALL_FLUSH = 8  # at most this many memories: parameterised statements, no Arrow round trip
-ARROW_CHUNK = 4096
-MAX_DELETE_TERMS = 256  # a text update deletes old postings by term (zone maps) up to this many
-
-#: The memories table's columns as Arrow types (by name: pyarrow is imported only by
-#: a fold big enough to need it, never by a store or a recall).
-MEMORY_COLUMNS = [
-    ("id", "string"),
-    ("namespace", "string"),
-    ("kind", "string"),
-    ("title", "string"),
-    ("content", "string"),
-    ("tags", "list<string>"),
-    ("confidence", "float64"),
-    ("source", "string"),
-    ("metadata", "string"),
-    ("created_at", "int64"),
-    ("updated_at", "int64"),
-    ("last_seen", "int64"),
-    ("atom_of", "string"),
-    ("source_span", "list<int32>"),
-    ("project", "string"),
-    ("domains", "list<string>"),
-    ("status", "string"),
-    ("promoted_at", "int64"),
-    ("stored_seq", "int64"),
-]
-_MEMORY_NAMES = [c for c, _ in MEMORY_COLUMNS]
-
-
-@functools.cache
-def memory_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    def arrow(t: str) -> pa.DataType:
-        if t.startswith("list<"):
-            return pa.list_(arrow(t[5:-1]))
-        return {"string": pa.string(), "float64": pa.float64(), "int64": pa.int64(), "int32": pa.int32()}[t]
-
-    return pa.schema([(c, arrow(t)) for c, t in MEMORY_COLUMNS])
-
-
-_INSERT_COLS = ", ".join([*_MEMORY_NAMES, "last_event_seq", "doc_len"])
-# The registered Arrow batch, shaped as stage_postings wants it.
-_STAGE = "(SELECT *, stored_seq AS doc FROM ml_rows)"
-_LIST_TYPES = {"tags": "VARCHAR[]", "source_span": "INTEGER[]", "domains": "VARCHAR[]"}
-# Typed so that an empty list or a NULL binds without guessing.
-_MEMORY_PARAMS = ", ".join(f"?::{_LIST_TYPES[c]}" if c in _LIST_TYPES else "?" for c in _MEMORY_NAMES)
+FLUSH_ROWS = 20_000  # entries (and touches) since the last flush that force one
+SMALL_FLUSH = 8  # at most this many rows: parameterised statements, no Arrow round trip
 
 
 def canonical_json(value: Any) -> str:
@@ -136,75 +71,231 @@ class IndexStats:
     delta_rows: int = 0
 
 
-@dataclass
-class _Buffer:
-    memories: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in _MEMORY_NAMES})
-    ids: set[str] = field(default_factory=set)
-    links: list[tuple[int, str, str, str, str, int]] = field(default_factory=list)
-    touches: list[tuple[str, int, str]] = field(default_factory=list)
-    atomisations: list[tuple[int, str, str, int | None, str, int]] = field(default_factory=list)
-    migrations: list[tuple[int, str, str, str, int]] = field(default_factory=list)
-    interactions: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    inactive: list[int] = field(default_factory=list)  # stored_seq of memories stored not active
-    # Memories stored as candidates (id, seq): each is a row of the triage queue from its store on,
-    # whoever stored it (an extraction annotates its own rows when its candidate.extracted folds).
-    candidates: list[tuple[str, int]] = field(default_factory=list)
-    # memory.superseded events not applied yet (id -> seq, confidence); knowledge_fold applies them
-    superseded: dict[str, tuple[int, float | None]] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return (
-            len(self.memories["id"])
-            + len(self.links)
-            + len(self.touches)
-            + len(self.atomisations)
-            + len(self.interactions)
-            + len(self.superseded)
-            + len(self.candidates)
-        )
-
-
 class RepeatedId(Exception):
     """A bulk insert met an id the table holds already; the batch must be redone carefully."""
 
 
+def insert_rows(
+    conn: duckdb.DuckDBPyConnection, table: str, cols: Sequence[str], rows: list[tuple[Any, ...]]
+) -> None:
+    """Append rows to a table: a few as one parameterised statement, many through Arrow."""
+    if len(rows) <= SMALL_FLUSH:
+        one = "(" + ", ".join("?" * len(cols)) + ")"
+        conn.execute(
+            f"INSERT INTO {table} ({', '.join(cols)}) VALUES {', '.join([one] * len(rows))}",
+            [v for r in rows for v in r],
+        )
+        return
+    import pyarrow as pa  # only a fold big enough to need it pays for the import
+
+    arrays = list(zip(*rows, strict=True))
+    tbl = pa.table({c: list(a) for c, a in zip(cols, arrays, strict=True)})
+    conn.register("ml_rows", tbl)
+    try:
+        conn.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM ml_rows")
+    finally:
+        conn.unregister("ml_rows")
+
+
+# -- what several folds read ---------------------------------------------------
+
+
+def load_project_index(conn: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Every registered name and alias, by its `project_key`, to its project's name."""
+    index = {project_key(str(n)): str(n) for (n,) in conn.execute("SELECT name FROM projects").fetchall()}
+    aliases = conn.execute("SELECT alias_key, name FROM project_aliases").fetchall()
+    index.update({str(k): str(n) for k, n in aliases})
+    return index
+
+
+def _project_name(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    stripped = value.strip()
+    return stripped if PROJECT_NAME.fullmatch(stripped) else None
+
+
+class Registration(NamedTuple):
+    """What one project.registered or project.aliased adds: (name, description) and aliases.
+
+    `aliases` holds (key, alias as written, project name); a name or alias a
+    registered project already holds keeps its first owner and is left out.
+    """
+
+    project: tuple[str, str] | None
+    aliases: list[tuple[str, str, str]]
+
+    def named(self) -> list[tuple[str, str]]:
+        """(key, project name) of every name and alias added, the project's own first."""
+        own = [(project_key(self.project[0]), self.project[0])] if self.project else []
+        return own + [(k, n) for k, _, n in self.aliases]
+
+
+class ProjectIndex:
+    """Project names and aliases as of this point of the log (read from the tables when first needed).
+
+    `register` applies a project event once, whichever fold asks first, and
+    gives every fold that asks the same answer.
+    """
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection) -> None:
+        self._conn = conn
+        self._index: dict[str, str] | None = None
+        self._applied: tuple[int, Registration] | None = None
+
+    def _loaded(self) -> dict[str, str]:
+        if self._index is None:
+            self._index = load_project_index(self._conn)
+        return self._index
+
+    def canonical(self, name: str) -> str:
+        """The registered project ``name`` stands for, as of this point of the log."""
+        return canonical_name(self._loaded(), name)
+
+    def register(self, e: Entry, d: dict[str, Any]) -> Registration:
+        """What project.registered or project.aliased `e` adds (applied to the index the first time)."""
+        if self._applied is not None and self._applied[0] == e.seq:
+            return self._applied[1]
+        index = self._loaded()
+        project: tuple[str, str] | None = None
+        owner: str | None = None
+        wanted: list[Any] = []
+        if e.type == PROJECT_REGISTERED:
+            name = _project_name(d.get("name"))
+            if name is not None and project_key(name) not in index:
+                description = d.get("description")
+                project = (name, description if isinstance(description, str) else "")
+                index[project_key(name)] = owner = name
+                aliases = d.get("aliases")
+                wanted = aliases if isinstance(aliases, list) else []
+        else:
+            given = _project_name(d.get("name"))
+            owner = index.get(project_key(given)) if given else None
+            wanted = [d.get("alias")]
+        added: list[tuple[str, str, str]] = []
+        for alias in wanted:
+            alias_name = _project_name(alias)
+            if owner is None or alias_name is None or project_key(alias_name) in index:
+                continue
+            index[project_key(alias_name)] = owner
+            added.append((project_key(alias_name), alias_name, owner))
+        reg = Registration(project, added)
+        self._applied = (e.seq, reg)
+        return reg
+
+
+class Erasure(NamedTuple):
+    """The subjects a memory.erased names, each list sorted, unique, without empty ids."""
+
+    memories: list[str]
+    interactions: list[str]
+    documents: list[str]
+    others: list[str]  # subjects that are none of the above (the packs')
+    keys: list[str]
+
+
+def erasure_subjects(d: dict[str, Any]) -> Erasure:
+    """Who memory.erased `d` names (read totally: a field of the wrong type names nobody)."""
+
+    def ids_of(name: str) -> list[str]:
+        raw = d.get(name)
+        return sorted({read_id(x) for x in raw} - {""}) if isinstance(raw, list) else []
+
+    mids, inter, docs = ids_of("ids"), ids_of("interactions"), ids_of("documents")
+    other = sorted(set(ids_of("subjects")) - {*mids, *inter, *docs})
+    return Erasure(mids, inter, docs, other, ids_of("keys"))
+
+
+def changed_memory(conn: duckdb.DuckDBPyConnection, memory_id: str, seq: int) -> bool:
+    """Whether the entry at `seq` changed memory `memory_id` (its fold ran before the caller's)."""
+    row = conn.execute("SELECT last_event_seq FROM memories WHERE id = ?", [memory_id]).fetchone()
+    return row is not None and int(row[0]) == seq
+
+
+def has_table(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return conn.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone() is not None
+
+
+# -- the contract ----------------------------------------------------------------
+
+
+@dataclass
+class Shared:
+    """What every fold of one pass shares: the connection, the corpus statistics, the project index."""
+
+    conn: duckdb.DuckDBPyConnection
+    stats: IndexStats
+    careful: bool
+    projects: ProjectIndex
+    flush: Callable[[], None] = field(repr=False)
+
+
 class Fold:
-    """One pass of the fold. `careful=True` is for a batch that repeats an id in bulk."""
+    """One room's fold: the event types it reads (`HANDLES`) and the tables it owns (`TABLES`)."""
+
+    HANDLES: ClassVar[Mapping[str, Handler]] = {}
+    TABLES: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self.conn = shared.conn
+
+    def flush(self) -> None:
+        """Write what this fold buffered (the pass calls it; handlers call `shared.flush`)."""
+
+    def settle(self, *, force: bool) -> None:
+        """The end of a catch-up (`force`: of a rebuild): work deferred to the last batch."""
+
+
+F = TypeVar("F", bound=Fold)
+
+
+class FoldPass:
+    """One pass of the folds over a batch of entries. `careful=True` redoes a batch that repeats an id."""
 
     def __init__(
-        self, conn: duckdb.DuckDBPyConnection, upcast: Upcast, stats: IndexStats, *, careful: bool = False
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        upcast: Upcast,
+        stats: IndexStats,
+        folds: Sequence[type[Fold]],
+        *,
+        careful: bool = False,
     ) -> None:
         self.conn = conn
         self.upcast = upcast
-        self.stats = stats
-        self.careful = careful
-        self.buf = _Buffer()
-        # Project names by lowercase name or alias, loaded when first needed (knowledge_fold).
-        self.project_index: dict[str, str] | None = None
-        self.ctx_docs: list[tuple[int, int, dict[str, Any]]] = []
-        self.ctx_chunks = 0
+        self.shared = Shared(conn, stats, careful, ProjectIndex(conn), self._flush_folds)
+        self.folds = [f(self.shared) for f in folds]
+        self._dispatch = _dispatch(self.folds)
+        self.touches: list[tuple[str, int, str]] = []
+        self.counts: dict[str, int] = {}
 
-    # -- the fold ------------------------------------------------------------
+    @property
+    def stats(self) -> IndexStats:
+        return self.shared.stats
+
+    def fold(self, kind: type[F]) -> F:
+        """This pass's fold of that class."""
+        return next(f for f in self.folds if isinstance(f, kind))
 
     def apply(self, entries: Iterable[Entry]) -> Entry | None:
         """Fold entries into the tables (caller owns the transaction); return the last one."""
         last: Entry | None = None
-        buf = self.buf
+        dispatch = self._dispatch
         upcast = self.upcast
-        pending = len(buf)
+        pending = len(self.touches)
         for e in entries:
             t = e.type
-            handler = _HANDLERS.get(t)
-            if handler is not None:
+            handle = dispatch.get(t)
+            if handle is not None:
                 data = upcast(t, e.tv, e.data)
                 if isinstance(data, dict):
-                    handler(self, e, data)
+                    handle(e, data)
                     for mid in touched_ids(t, data):
-                        buf.touches.append((mid, e.seq, t))
+                        self.touches.append((mid, e.seq, t))
                         pending += 1
-            # Not aliased: a handler that flushes replaces the buffer's lists and maps.
-            buf.counts[t] = buf.counts.get(t, 0) + 1
+            # Not aliased: a flush replaces the pass's lists and maps.
+            self.counts[t] = self.counts.get(t, 0) + 1
             last = e
             pending += 1
             if pending >= FLUSH_ROWS:
@@ -213,38 +304,29 @@ class Fold:
         self.flush()
         return last
 
+    def settle(self, *, force: bool) -> None:
+        """The end of a catch-up: every fold's deferred work (the index compaction)."""
+        for f in self.folds:
+            f.settle(force=force)
+
+    def _flush_folds(self) -> None:
+        for f in self.folds:
+            f.flush()
+
     def flush(self) -> None:
-        if self.ctx_docs:
-            docs, self.ctx_docs, self.ctx_chunks = self.ctx_docs, [], 0
-            context_store.fold_ingested_many(self.conn, docs)
-        b = self.buf
-        if b.memories["id"]:
-            self._flush_memories()
-        if b.candidates:
-            knowledge_fold.flush_stored_candidates(self)
-        if b.superseded:
-            knowledge_fold.flush_superseded(self)
-        if b.links:
-            self._insert_rows("links", ["seq", "src", "dst", "relation", "metadata", "created_at"], b.links)
-            b.links = []
-        if b.touches:
-            self._insert_rows("touches", ["memory_id", "seq", "type"], b.touches)
-            b.touches = []
-        if b.atomisations:
-            self._insert_rows(
-                "atomisations",
-                ["seq", "source_id", "status", "request_seq", "detail", "ts"],
-                b.atomisations,
-            )
-            b.atomisations = []
-        if b.migrations:
-            self._insert_rows("migrations", ["seq", "type", "run_id", "detail", "ts"], b.migrations)
-            b.migrations = []
-        if b.interactions:
-            knowledge_fold.flush_interactions(self)
-        if b.counts:
+        """Every fold's buffers, then the pass's own rows.
+
+        A handler's flush (`Shared.flush`, before it reads rows) leaves the
+        pass's rows buffered: no fold reads them, and a batch of updates
+        would otherwise pay for a statement per table per entry.
+        """
+        self._flush_folds()
+        if self.touches:
+            insert_rows(self.conn, "touches", ["memory_id", "seq", "type"], self.touches)
+            self.touches = []
+        if self.counts:
             # One statement for every type in the batch: a store is a few statements, each counts.
-            items = list(b.counts.items())
+            items = list(self.counts.items())
             values = ", ".join(["(?, ?)"] * len(items))
             args = [x for t, n in items for x in (t, n)]
             done = {
@@ -261,578 +343,27 @@ class Fold:
                     f"INSERT INTO event_counts VALUES {', '.join(['(?, ?)'] * len(missing))}",
                     [x for t, n in missing for x in (t, n)],
                 )
-            b.counts = {}
-
-    def _insert_rows(self, table: str, cols: list[str], rows: list[tuple[Any, ...]]) -> None:
-        conn = self.conn
-        if len(rows) <= SMALL_FLUSH:
-            one = "(" + ", ".join("?" * len(cols)) + ")"
-            conn.execute(
-                f"INSERT INTO {table} ({', '.join(cols)}) VALUES {', '.join([one] * len(rows))}",
-                [v for r in rows for v in r],
-            )
-            return
-        import pyarrow as pa
-
-        arrays = list(zip(*rows, strict=True))
-        tbl = pa.table({c: list(a) for c, a in zip(cols, arrays, strict=True)})
-        conn.register("ml_rows", tbl)
-        try:
-            conn.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM ml_rows")
-        finally:
-            conn.unregister("ml_rows")
-
-    def _flush_memories(self) -> None:
-        b = self.buf
-        cols = b.memories
-        inactive = b.inactive
-        b.memories = {c: [] for c in _MEMORY_NAMES}
-        b.ids = set()
-        b.inactive = []
-        if len(cols["id"]) <= SMALL_FLUSH:
-            for i in range(len(cols["id"])):
-                self._insert_memory([cols[c][i] for c in _MEMORY_NAMES])
-        else:
-            import pyarrow as pa
-
-            self._insert_memories(pa.table(cols, schema=memory_schema()))
-        if inactive:
-            # From the table, not the buffer: a repeated id's store did not count.
-            self.conn.execute(
-                "INSERT INTO inactive SELECT id, stored_seq FROM memories "
-                "WHERE stored_seq IN (SELECT unnest(?::BIGINT[])) AND status <> 'active'",
-                [inactive],
-            )
-
-    def _insert_memory(self, row: list[Any]) -> None:
-        """One memory and its postings: the store path, a few statements, no staging tables."""
-        conn = self.conn
-        if conn.execute("SELECT 1 FROM memories WHERE id = ?", [row[0]]).fetchone():
-            return  # a repeated id: the first store wins
-        dl = self._add_postings(row[-1], row[3], row[5], row[4], row[9])  # row[9]: created_at
-        conn.execute(
-            f"INSERT INTO memories ({_INSERT_COLS}) VALUES ({_MEMORY_PARAMS}, ?, ?)", [*row, row[-1], dl]
-        )
-        self.stats.docs += 1
-        self.stats.total_len += dl
-
-    def _add_postings(
-        self, doc: int, title: str | None, tags: list[str], content: str, created_at: int | None
-    ) -> int:
-        """Index one memory's text and its date as words; returns its length in terms."""
-        rows = self.conn.execute(
-            f"INSERT INTO postings_delta {ONE_DOC_POSTINGS} RETURNING dl",
-            [doc_text_py(title, tags, content, created_at), doc],
-        ).fetchall()
-        self.stats.delta_rows += len(rows)
-        return int(rows[0][0]) if rows else 0
-
-    def _insert_memories(self, tbl: pa.Table) -> None:
-        """Many memories at once: Arrow in, the bulk tokenizer, set-based inserts."""
-        conn = self.conn
-        # Chunked, so that DuckDB scans it with all its threads (one chunk is one thread).
-        import pyarrow as pa
-
-        tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=ARROW_CHUNK))
-        conn.register("ml_rows", tbl)
-        try:
-            stage_postings(conn, _STAGE, dated=True)
-            self._insert_staged(tbl)
-        finally:
-            conn.unregister("ml_rows")
-
-    def _insert_staged(self, tbl: pa.Table) -> None:
-        conn = self.conn
-        select = f"""SELECT {", ".join("s." + c for c in _MEMORY_NAMES)}, s.stored_seq, d.dl
-                     FROM {_STAGE} s JOIN ml_dl d USING (doc) ORDER BY s.doc"""
-        if not self.careful:
-            # A plain INSERT keeps the rows in stored_seq order (INSERT OR IGNORE does not),
-            # which is what lets zone maps find a memory by its stored_seq. A repeated id
-            # makes it fail: the engine then redoes the batch carefully.
-            try:
-                conn.execute(f"INSERT INTO memories ({_INSERT_COLS}) {select}")
-            except duckdb.ConstraintException as exc:
-                raise RepeatedId(str(exc)) from exc
-            row = conn.execute("SELECT count(*), coalesce(sum(dl), 0) FROM ml_dl").fetchone()
-            n, total = (int(row[0]), int(row[1])) if row else (0, 0)
-            self.stats.docs += n
-            self.stats.total_len += total
-            inserted: list[tuple[Any, ...]] = []
-        else:
-            inserted = conn.execute(
-                f"INSERT OR IGNORE INTO memories ({_INSERT_COLS}) {select} RETURNING stored_seq, doc_len"
-            ).fetchall()
-            self.stats.docs += len(inserted)
-            self.stats.total_len += sum(int(r[1]) for r in inserted)
-        if self.careful and len(inserted) < tbl.num_rows:
-            # Repeated ids (the first store wins): their text is not indexed.
-            live = {int(r[0]) for r in inserted}
-            dups = [d for d in tbl.column("stored_seq").to_pylist() if d not in live]
-            conn.execute("DELETE FROM ml_post WHERE list_contains(?::BIGINT[], doc)", [dups])
-        row = conn.execute("INSERT INTO postings_delta SELECT term, doc, tf, dl FROM ml_post").fetchone()
-        self.stats.delta_rows += int(row[0]) if row else 0
-        drop_staged(conn)
-
-    def _replace_text(
-        self,
-        doc: int,
-        old: tuple[str | None, list[str], str, int],
-        title: str | None,
-        tags: list[str],
-        content: str,
-    ) -> int:
-        """Re-index a memory whose text changed; returns the new length in terms.
-
-        The old postings are deleted at once, so the index never holds a stale
-        version: the delta is small, and in the main table the old terms' row
-        groups are found by their zone maps.
-        """
-        conn = self.conn
-        # The date words (of created_at, which an update never changes) are among the old terms.
-        got = conn.execute(
-            "SELECT list_distinct(ml_doc_terms(?, ?::VARCHAR[], ?, created_at)), created_at "
-            "FROM memories WHERE stored_seq = ?",
-            [old[0], old[1], old[2], doc],
-        ).fetchone()
-        terms: list[str] = list(got[0] or []) if got else []
-        row = conn.execute("DELETE FROM postings_delta WHERE doc = ?", [doc]).fetchone()
-        self.stats.delta_rows -= int(row[0]) if row else 0
-        if terms:
-            if len(terms) <= MAX_DELETE_TERMS:
-                sql = f"DELETE FROM postings WHERE term IN ({', '.join('?' * len(terms))}) AND doc = ?"
-                row = conn.execute(sql, [*terms, doc]).fetchone()
-            else:
-                row = conn.execute("DELETE FROM postings WHERE doc = ?", [doc]).fetchone()
-            self.stats.main_rows -= int(row[0]) if row else 0
-        dl = self._add_postings(doc, title, tags, content, got[1] if got else None)
-        self.stats.total_len += dl - old[3]
-        return dl
-
-    # -- handlers --------------------------------------------------------------
-
-    def stored(self, e: Entry, d: dict[str, Any]) -> None:
-        # The rebuild's inner loop (one call per memory): plain locals, no helper calls on
-        # the common shapes, the same values as the helpers give.
-        get = d.get
-        mid = get("id")
-        if not isinstance(mid, str) or not mid or mid in self.buf.ids:
-            return  # a repeated id never replaces the first memory (first write wins)
-        if mid in self.buf.superseded:
-            self.flush()  # a supersession logged before the store must find no memory
-        m = self.buf.memories
-        title, source, tags, meta = get("title"), get("source"), get("tags"), get("metadata")
-        m["id"].append(mid)
-        m["namespace"].append(str(get("namespace", "default")))
-        m["kind"].append(str(get("kind", "observation")))
-        m["title"].append(title if isinstance(title, str) else None)
-        content = get("content", "")
-        m["content"].append(content if type(content) is str else str(content))
-        m["tags"].append(read_tags(tags) if tags else [])
-        m["confidence"].append(read_float(get("confidence")))
-        m["source"].append(source if isinstance(source, str) else None)
-        m["metadata"].append(canonical_json(meta) if meta and isinstance(meta, dict) else "{}")
-        m["created_at"].append(read_int(get("created_at")) or e.ts)
-        m["updated_at"].append(e.ts)
-        m["last_seen"].append(read_int(get("last_seen")))
-        atom_of = get("atom_of")
-        m["atom_of"].append(atom_of if isinstance(atom_of, str) and atom_of else None)
-        m["source_span"].append(read_span(get("source_span")))
-        project, domains, status = get("project"), get("domains"), get("status")
-        m["project"].append(self.canonical_project(project) if project and isinstance(project, str) else "")
-        m["domains"].append(read_tags(domains) if domains else [])
-        m["promoted_at"].append(None)
-        if status == "candidate":
-            m["status"].append("candidate")
-            self.buf.inactive.append(e.seq)
-            self.buf.candidates.append((mid, e.seq))
-        else:
-            m["status"].append("active")
-        m["stored_seq"].append(e.seq)
-        self.buf.ids.add(mid)
-
-    def canonical_project(self, name: str) -> str:
-        """The registered project ``name`` stands for, as of this point of the log."""
-        if self.project_index is None:
-            self.project_index = knowledge_fold.load_project_index(self.conn)
-        return canonical_name(self.project_index, name)
-
-    def updated(self, e: Entry, d: dict[str, Any]) -> None:
-        self.flush()
-        mid = read_id(d.get("id"))
-        row = self.conn.execute(
-            "SELECT metadata, title, content, stored_seq, doc_len, tags FROM memories WHERE id = ?", [mid]
-        ).fetchone()
-        if row is None:
-            return
-        if d.get("migration_run"):
-            self._remember_before(e.seq, str(d["migration_run"]), mid)
-        sets: list[str] = ["updated_at = ?", "last_event_seq = ?"]
-        args: list[Any] = [e.ts, e.seq]
-        for col in ("namespace", "kind", "source"):
-            if d.get(col) is not None:
-                sets.append(f"{col} = ?")
-                args.append(str(d[col]))
-        conf = read_float(d.get("confidence"))
-        if conf is not None:
-            sets.append("confidence = ?")
-            args.append(conf)
-        seen = read_int(d.get("last_seen"))
-        if seen is not None:
-            sets.append("last_seen = ?")
-            args.append(seen)
-        old_tags = list(row[5] or [])
-        tags = read_tags(d["tags"]) if isinstance(d.get("tags"), list) else old_tags
-        if tags != old_tags:
-            sets.append("tags = ?::VARCHAR[]")
-            args.append(tags)
-        if isinstance(d.get("project"), str):
-            sets.append("project = ?")
-            args.append(self.canonical_project(d["project"]) if d["project"] else "")
-        if isinstance(d.get("domains"), list):
-            sets.append("domains = ?::VARCHAR[]")
-            args.append(read_tags(d["domains"]))
-        if isinstance(d.get("metadata"), dict):
-            sets.append("metadata = ?")
-            args.append(canonical_json(merge_metadata(json.loads(row[0]), d["metadata"])))
-        title = str(d["title"]) if d.get("title") is not None else row[1]
-        content = str(d["content"]) if d.get("content") is not None else row[2]
-        if title != row[1] or content != row[2] or tags != old_tags:
-            dl = self._replace_text(
-                int(row[3]), (row[1], old_tags, row[2], int(row[4])), title, tags, content
-            )
-            sets += ["title = ?", "content = ?", "doc_len = ?"]
-            args += [title, content, dl]
-        self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])
-
-    def _refresh_hidden(self, mid: str) -> None:
-        """Re-evaluate the archive guard for one memory after its signals changed."""
-        self.conn.execute("DELETE FROM hidden WHERE id = ?", [mid])
-        self.conn.execute(
-            "INSERT INTO hidden SELECT m.id, m.stored_seq FROM memories m "
-            f"WHERE m.id = ? AND NOT {visible('m')}",
-            [mid],
-        )
-
-    def archived(self, e: Entry, d: dict[str, Any]) -> None:
-        self.flush()
-        mid = read_id(d.get("id"))
-        if d.get("by") == "atomisation":
-            self.conn.execute(
-                "UPDATE memories SET atomisation_archived_at = ?, last_event_seq = ? WHERE id = ?",
-                [e.ts, e.seq, mid],
-            )
-            self._mirror_archive(mid, e.ts)
-        else:
-            self.conn.execute(
-                "UPDATE memories SET archived_at = ?, archive_reason = ?, last_event_seq = ? WHERE id = ?",
-                [e.ts, read_str(d.get("reason")), e.seq, mid],
-            )
-        self._refresh_hidden(mid)
-
-    def _mirror_archive(self, mid: str, archived_us: int | None) -> None:
-        """The metadata mirror of the atomisation archive, as memview's fold keeps it."""
-        row = self.conn.execute("SELECT metadata FROM memories WHERE id = ?", [mid]).fetchone()
-        if row is None:
-            return
-        meta = json.loads(row[0])
-        if archived_us is None and ATOMISATION_ARCHIVED_KEY not in meta:
-            return
-        self.conn.execute(
-            "UPDATE memories SET metadata = ? WHERE id = ?",
-            [canonical_json(mirror_atomisation_archive(meta, archived_us)), mid],
-        )
-
-    def restored(self, e: Entry, d: dict[str, Any]) -> None:
-        self.flush()
-        mid = read_id(d.get("id"))
-        self._mirror_archive(mid, None)
-        self.conn.execute(
-            "UPDATE memories SET archived_at = NULL, archive_reason = NULL, "
-            "atomisation_archived_at = NULL, last_event_seq = ? WHERE id = ?",
-            [e.seq, mid],
-        )
-        self._refresh_hidden(mid)
-
-    def unlinked(self, e: Entry, d: dict[str, Any]) -> None:
-        """link.removed: the edges src -> dst of that relation created before it leave the graph."""
-        self.flush()
-        self.conn.execute(
-            "DELETE FROM links WHERE src = ? AND dst = ? AND relation = ? AND seq < ?",
-            [read_id(d.get("src")), read_id(d.get("dst")), str(d.get("relation", "")), e.seq],
-        )
-
-    def linked(self, e: Entry, d: dict[str, Any]) -> None:
-        meta = d.get("metadata")
-        self.buf.links.append(
-            (
-                e.seq,
-                read_id(d.get("src")),
-                read_id(d.get("dst")),
-                str(d.get("relation", "")),
-                canonical_json(meta if isinstance(meta, dict) else {}),
-                e.ts,
-            )
-        )
-
-    def policy(self, e: Entry, d: dict[str, Any]) -> None:
-        """policy.set at tv 2 (older payloads arrive upcast): clear, set, unset."""
-        self.flush()
-        ns = str(d.get("namespace", ""))
-        row = self.conn.execute("SELECT policy FROM policies WHERE namespace = ?", [ns]).fetchone()
-        current: dict[str, Any] = {} if d.get("clear") or row is None else json.loads(row[0])
-        for k in d.get("unset") or []:
-            current.pop(str(k), None)
-        changes = d.get("changes")
-        if isinstance(changes, dict):
-            current.update({str(k): v for k, v in changes.items() if v is not None})
-        if current:
-            self.conn.execute(
-                "INSERT OR REPLACE INTO policies VALUES (?, ?, ?)", [ns, canonical_json(current), e.seq]
-            )
-        else:
-            self.conn.execute("DELETE FROM policies WHERE namespace = ?", [ns])
-
-    def atomisation(self, e: Entry, d: dict[str, Any]) -> None:
-        status = e.type.split(".", 1)[1]
-        src = read_id(d.get("source_id"))
-        atoms = d.get("atom_ids")
-        if status == "completed" and isinstance(atoms, list):
-            self.flush()
-            self.conn.execute(
-                "UPDATE memories SET atomised_into = ?, last_event_seq = ? WHERE id = ?",
-                [len(atoms), e.seq, src],
-            )
-            self._refresh_hidden(src)
-        self.buf.atomisations.append(
-            (e.seq, src, status, read_int(d.get("request_seq")), canonical_json(d), e.ts)
-        )
-
-    def document_ingested(self, e: Entry, d: dict[str, Any]) -> None:
-        # Buffered: a batch of documents is tokenised and inserted in one pass at the flush.
-        self.ctx_docs.append((e.seq, e.ts, d))
-        chunks = d.get("chunks")
-        self.ctx_chunks += len(chunks) if isinstance(chunks, list) else 0
-        if len(self.ctx_docs) >= CTX_FLUSH_DOCS or self.ctx_chunks >= CTX_FLUSH_CHUNKS:
-            self.flush()
-
-    def document_removed(self, e: Entry, d: dict[str, Any]) -> None:
-        self.flush()
-        context_store.fold_removed(self.conn, e.seq, d)
-
-    def context_built(self, e: Entry, d: dict[str, Any]) -> None:
-        self.flush()
-        context_store.fold_pack(self.conn, e.seq, e.ts, d)
-
-    def erased(self, e: Entry, d: dict[str, Any]) -> None:
-        """memory.erased: every row holding what the erased memories, interactions and documents said.
-
-        Their entries stay in the log, sealed under destroyed keys; a rebuild
-        folds them as sealed and this drops them again, so an incremental
-        fold and a rebuild agree.
-        """
-        self.flush()
-        conn = self.conn
-
-        def ids_of(field: str) -> list[str]:
-            raw = d.get(field)
-            return sorted({read_id(x) for x in raw} - {""}) if isinstance(raw, list) else []
-
-        mids, inter, docs = ids_of("ids"), ids_of("interactions"), ids_of("documents")
-        other = sorted(set(ids_of("subjects")) - {*mids, *inter, *docs})
-        keys = ids_of("keys")
-        arg = "(SELECT unnest(?::VARCHAR[]))"
-        rows = conn.execute(f"SELECT stored_seq, doc_len FROM memories WHERE id IN {arg}", [mids]).fetchall()
-        seqs = [int(r[0]) for r in rows]
-        if seqs:
-            self.stats.docs -= len(rows)
-            self.stats.total_len -= sum(int(r[1] or 0) for r in rows)
-            doc_arg = "(SELECT unnest(?::BIGINT[]))"
-            got = conn.execute(f"DELETE FROM postings_delta WHERE doc IN {doc_arg}", [seqs]).fetchone()
-            self.stats.delta_rows -= int(got[0]) if got else 0
-            got = conn.execute(f"DELETE FROM postings WHERE doc IN {doc_arg}", [seqs]).fetchone()
-            self.stats.main_rows -= int(got[0]) if got else 0
-            if conn.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'vectors'").fetchone():
-                for t in ("vectors", "vector_pending"):
-                    conn.execute(f"DELETE FROM {t} WHERE doc IN {doc_arg}", [seqs])
-        for table, col in (
-            ("memories", "id"),
-            ("hidden", "id"),
-            ("inactive", "id"),
-            ("candidates", "id"),
-            ("atomisations", "source_id"),
-            ("migration_undo", "memory_id"),
-            ("links", "src"),
-            ("links", "dst"),
-        ):
-            conn.execute(f"DELETE FROM {table} WHERE {col} IN {arg}", [mids])
-        conn.execute(f"DELETE FROM candidates WHERE interaction_id IN {arg}", [inter])
-        conn.execute(f"DELETE FROM interactions WHERE id IN {arg}", [inter])
-        context_store.fold_erased(conn, docs)
-        reason, by = read_str(d.get("reason")), read_str(d.get("requested_by"))
-        rows_out = [
-            (s, kind, e.seq, e.ts, reason, by)
-            for kind, subjects in (
-                ("memory", mids),
-                ("interaction", inter),
-                ("document", docs),
-                ("pack", other),
-                ("key", keys),
-            )
-            for s in subjects
-        ]
-        if rows_out:
-            self._insert_rows(
-                "erasures", ["subject", "kind", "seq", "ts", "reason", "requested_by"], rows_out
-            )
-
-    def embedder(self, e: Entry, d: dict[str, Any]) -> None:
-        """embedder.configured: the home's embedding model from this seq on (read totally)."""
-        dim = read_int(d.get("dim"), v.INT32)
-        self.conn.execute(
-            "INSERT INTO embedders VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                e.seq,
-                read_str(d.get("kind")) or "",
-                read_str(d.get("model")),
-                read_str(d.get("version")),
-                dim if dim is not None and dim > 0 else None,
-                read_str(d.get("model_id")),
-                e.ts,
-            ],
-        )
-
-    def token_issued(self, e: Entry, d: dict[str, Any]) -> None:
-        """token.issued: a token's hash and scope (read totally; a token id issued twice keeps the first)."""
-        tid = read_str(d.get("token_id"))
-        digest = read_str(d.get("sha256"))
-        if not tid or not digest:
-            return
-        self.conn.execute(
-            "INSERT OR IGNORE INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
-            [
-                tid,
-                digest,
-                read_str(d.get("level")) or "read",
-                read_tags(d.get("namespaces")),
-                read_tags(d.get("projects")),
-                read_int(d.get("expires_at")),
-                read_int(d.get("rate_per_minute")),
-                read_str(d.get("label")),
-                e.seq,
-                e.ts,
-            ],
-        )
-
-    def token_revoked(self, e: Entry, d: dict[str, Any]) -> None:
-        """token.revoked: the first revocation of a token stands."""
-        self.conn.execute(
-            "UPDATE tokens SET revoked_seq = ?, revoked_at = ?, reason = ? "
-            "WHERE token_id = ? AND revoked_seq IS NULL",
-            [e.seq, e.ts, read_str(d.get("reason")), read_str(d.get("token_id")) or ""],
-        )
-
-    def migration(self, e: Entry, d: dict[str, Any]) -> None:
-        self.buf.migrations.append((e.seq, e.type, str(d.get("run_id", "")), canonical_json(d), e.ts))
-        size = read_int(d.get("snapshot_size"))
-        if e.type == v.MIGRATION_ROLLED_BACK and size is not None:
-            self._roll_back(e, size)
-
-    # -- migration rollback ----------------------------------------------------
-
-    def _remember_before(self, seq: int, run: str, mid: str) -> None:
-        row = self.conn.execute(
-            f"SELECT {', '.join(v.UNDO_FIELDS)} FROM memories WHERE id = ?", [mid]
-        ).fetchone()
-        if row is None:
-            return
-        before = dict(zip(v.UNDO_FIELDS, row, strict=True))
-        before["tags"] = list(before["tags"] or [])
-        before["domains"] = list(before["domains"] or [])
-        self.conn.execute(
-            "INSERT INTO migration_undo VALUES (?, ?, ?, ?)", [seq, run, mid, canonical_json(before)]
-        )
-
-    def _roll_back(self, e: Entry, snapshot_size: int) -> None:
-        """Put back what every migration update at or after the snapshot replaced, newest first.
-
-        The log keeps the migration's events; the projected rows return to the
-        snapshot. Text that changes back is re-indexed like any text update.
-        """
-        self.flush()
-        rows = self.conn.execute(
-            "SELECT seq, memory_id, before FROM migration_undo WHERE seq >= ? ORDER BY seq DESC",
-            [snapshot_size],
-        ).fetchall()
-        for _, mid, before_json in rows:
-            b = json.loads(before_json)
-            cur = self.conn.execute(
-                "SELECT title, content, stored_seq, doc_len, tags FROM memories WHERE id = ?", [mid]
-            ).fetchone()
-            if cur is None:
-                continue
-            sets = [
-                "title = ?", "content = ?", "kind = ?", "namespace = ?", "tags = ?::VARCHAR[]",
-                "confidence = ?", "source = ?", "metadata = ?", "last_seen = ?", "updated_at = ?",
-                "last_event_seq = ?", "project = ?", "domains = ?::VARCHAR[]",
-            ]  # fmt: skip
-            args: list[Any] = [
-                b["title"], b["content"], b["kind"], b["namespace"], b["tags"], b["confidence"],
-                b["source"], b["metadata"], b["last_seen"], b["updated_at"], b["last_event_seq"],
-                b["project"], b["domains"],
-            ]  # fmt: skip
-            cur_tags = list(cur[4] or [])
-            if b["title"] != cur[0] or b["content"] != cur[1] or list(b["tags"] or []) != cur_tags:
-                old = (cur[0], cur_tags, cur[1], int(cur[3]))
-                dl = self._replace_text(int(cur[2]), old, b["title"], list(b["tags"] or []), b["content"])
-                sets.append("doc_len = ?")
-                args.append(dl)
-            self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])
-        self.conn.execute("DELETE FROM migration_undo WHERE seq >= ?", [snapshot_size])
-
-    # -- compaction ------------------------------------------------------------
-
-    def needs_compaction(self) -> bool:
-        s = self.stats
-        return s.delta_rows > max(COMPACT_MIN_ROWS, s.main_rows // COMPACT_FRACTION)
-
-    def compact(self) -> None:
-        """Merge the delta into the main postings, sorted by term (deleted rows drop out)."""
-        self.flush()
-        conn = self.conn
-        conn.execute(
-            """CREATE OR REPLACE TABLE postings_new AS
-               SELECT term, doc, tf, dl FROM (SELECT * FROM postings UNION ALL SELECT * FROM postings_delta)
-               ORDER BY term"""
-        )
-        conn.execute("DROP TABLE postings")
-        conn.execute("ALTER TABLE postings_new RENAME TO postings")
-        conn.execute("DELETE FROM postings_delta")
-        row = conn.execute("SELECT count(*) FROM postings").fetchone()
-        self.stats.main_rows = int(row[0]) if row else 0
-        self.stats.delta_rows = 0
+            self.counts = {}
 
 
-_HANDLERS: dict[str, Callable[[Fold, Entry, dict[str, Any]], None]] = {
-    v.MEMORY_STORED: Fold.stored,
-    v.MEMORY_UPDATED: Fold.updated,
-    v.MEMORY_ARCHIVED: Fold.archived,
-    v.MEMORY_RESTORED: Fold.restored,
-    v.LINK_CREATED: Fold.linked,
-    v.LINK_REMOVED: Fold.unlinked,
-    v.POLICY_SET: Fold.policy,
-    v.ATOMISATION_REQUESTED: Fold.atomisation,
-    v.ATOMISATION_COMPLETED: Fold.atomisation,
-    v.ATOMISATION_FAILED: Fold.atomisation,
-    v.EMBEDDER_CONFIGURED: Fold.embedder,
-    v.MIGRATION_STARTED: Fold.migration,
-    v.MIGRATION_COMPLETED: Fold.migration,
-    v.MIGRATION_ROLLED_BACK: Fold.migration,
-    v.MIGRATION_REFUSED: Fold.migration,
-    **knowledge_fold.HANDLERS,
-    v.DOCUMENT_INGESTED: Fold.document_ingested,
-    v.DOCUMENT_REMOVED: Fold.document_removed,
-    v.CONTEXT_BUILT: Fold.context_built,
-    v.TOKEN_ISSUED: Fold.token_issued,
-    v.TOKEN_REVOKED: Fold.token_revoked,
-    v.MEMORY_ERASED: Fold.erased,
-}
+#: The tables the pass keeps itself, about every entry whatever folds read it.
+PASS_TABLES = ("touches", "event_counts")
+
+
+def _dispatch(folds: Sequence[Fold]) -> dict[str, Callable[[Entry, dict[str, Any]], None]]:
+    """Event type -> one callable running, in the folds' order, every handler declared for it."""
+    by_type: dict[str, list[Callable[[Entry, dict[str, Any]], None]]] = {}
+    for f in folds:
+        for t, handler in f.HANDLES.items():
+            by_type.setdefault(t, []).append(types.MethodType(handler, f))
+    return {t: hs[0] if len(hs) == 1 else _chain(tuple(hs)) for t, hs in by_type.items()}
+
+
+def _chain(
+    handlers: tuple[Callable[[Entry, dict[str, Any]], None], ...],
+) -> Callable[[Entry, dict[str, Any]], None]:
+    def run(e: Entry, d: dict[str, Any]) -> None:
+        for h in handlers:
+            h(e, d)
+
+    return run

@@ -1,3 +1,3 @@
-"""Vectors in the projection: memory and chunk vectors, their index, and the
-embedding cache beside the database.
+"""Vectors in the projection: the embedders fold, memory and chunk vectors,
+their index, and the embedding cache beside the database.
 """

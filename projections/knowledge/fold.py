@@ -1,33 +1,36 @@
-"""The fold of the knowledge loop's events: projects, state, interactions, candidates, statuses.
+"""The knowledge room's fold: projects, trusted state, interactions, candidates, model calls.
 
-Handlers of `projections.fold.Fold` for the knowledge events, in their own
-module so the memory fold stays readable. Like the rest of the fold they are
-total: a payload field of the wrong type reads as absent, a status change
-that does not apply (`vocabulary_knowledge.status_after`) is skipped, and a
-name a registered project already holds keeps its first owner.
+Tables: `projects`, `project_aliases`, `project_state`, `interactions`,
+`candidates` and `model_calls`. Besides the knowledge loop's own events it
+reads a memory stored as a candidate (a row of the triage queue), a
+promotion or rejection and a reinforcement (after the memory fold has
+applied them to the memory: `engine.FOLDS` runs it first, and
+`projections.fold.changed_memory` says whether it did), and an erasure.
+Like every fold it is total: a payload field of the wrong type reads as
+absent, a status change that does not apply
+(`vocabulary.knowledge.status_after`) changes nothing, and a name a
+registered project already holds keeps its first owner.
 
 Projects: registering a name or an alias re-canonicalises every row that
-holds it in any letter case (memories, interactions, state), so an alias
-registered later resolves old rows too; the log keeps what was written.
+holds it in any letter case (the memory fold does the memories'), so an
+alias registered later resolves old rows too; the log keeps what was
+written. Which names an event adds is decided once, in the pass's shared
+`ProjectIndex`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
-
-import duckdb
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final
 
 from mnemolog.eventlog.format.entry import Entry
+from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.eventlog.vocabulary import knowledge as vk
-from mnemolog.eventlog.vocabulary.events import read_float, read_id, read_str, read_tags
-from mnemolog.eventlog.vocabulary.knowledge import PROJECT_NAME, STATE_CATEGORIES, status_after
+from mnemolog.eventlog.vocabulary.events import read_float, read_id, read_str
+from mnemolog.eventlog.vocabulary.knowledge import STATE_CATEGORIES
+from mnemolog.projections.fold import Fold, Handler, Shared, changed_memory, erasure_subjects
 from mnemolog.projections.knowledge.model_calls import recorded
 from mnemolog.projections.knowledge.rules import project_key
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from mnemolog.projections.fold import Fold
 
 INTERACTION_COLUMNS: Final = (
     "id",
@@ -46,81 +49,69 @@ INTERACTION_COLUMNS: Final = (
     "failures",
     "reinforced",
 )
-#: Tables whose `project` column holds a project name.
-_PROJECT_TABLES: Final = ("memories", "interactions", "project_state")
 
 
-def load_project_index(conn: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """Every registered name and alias, by its `project_key`, to its project's name."""
-    index = {project_key(str(n)): str(n) for (n,) in conn.execute("SELECT name FROM projects").fetchall()}
-    aliases = conn.execute("SELECT alias_key, name FROM project_aliases").fetchall()
-    index.update({str(k): str(n) for k, n in aliases})
-    return index
+class KnowledgeFold(Fold):
+    """The knowledge room's fold (see the module docstring)."""
+
+    TABLES: ClassVar[tuple[str, ...]] = (
+        "projects",
+        "project_aliases",
+        "project_state",
+        "interactions",
+        "candidates",
+        "model_calls",
+    )
+
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
+        self.interactions: dict[str, tuple[Any, ...]] = {}
+        # Memories stored as candidates (id, seq): each is a row of the triage queue from its store
+        # on, whoever stored it (an extraction annotates its own rows when its candidate.extracted folds).
+        self.candidates: list[tuple[str, int]] = []
+        # Every id stored since the last flush: a repeated store is no new candidate (first write wins).
+        self.stored_ids: set[str] = set()
+
+    def flush(self) -> None:
+        self.stored_ids = set()
+        if self.candidates:
+            flush_stored_candidates(self)
+        if self.interactions:
+            flush_interactions(self)
+
+    # Assigned below the handlers (they are module functions taking the fold).
+    HANDLES: ClassVar[Mapping[str, Handler]] = {}
 
 
-def _name(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return None
-    stripped = value.strip()
-    return stripped if PROJECT_NAME.fullmatch(stripped) else None
-
-
-def _recanonicalise(f: Fold, key: str, name: str) -> None:
-    for table in _PROJECT_TABLES:
+def _recanonicalise(f: KnowledgeFold, key: str, name: str) -> None:
+    for table in ("interactions", "project_state"):
         f.conn.execute(
             f"UPDATE {table} SET project = ? WHERE lower(project) = ? AND project <> ?", [name, key, name]
         )
 
 
-def _add_alias(f: Fold, e: Entry, name: str, alias: Any) -> None:
-    alias_name = _name(alias)
-    if alias_name is None or f.project_index is None or project_key(alias_name) in f.project_index:
-        return
-    f.conn.execute(
-        "INSERT INTO project_aliases VALUES (?, ?, ?, ?)", [project_key(alias_name), alias_name, name, e.seq]
-    )
-    f.project_index[project_key(alias_name)] = name
-    _recanonicalise(f, project_key(alias_name), name)
+def project_named(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    """project.registered or .aliased: the project and aliases it adds; rows holding them take the name."""
+    f.shared.flush()
+    reg = f.shared.projects.register(e, d)
+    if reg.project is not None:
+        name, description = reg.project
+        f.conn.execute("INSERT INTO projects VALUES (?, ?, ?, ?)", [name, description, e.seq, e.ts])
+        _recanonicalise(f, project_key(name), name)
+    for key, alias, name in reg.aliases:
+        f.conn.execute("INSERT INTO project_aliases VALUES (?, ?, ?, ?)", [key, alias, name, e.seq])
+        _recanonicalise(f, key, name)
 
 
-def project_registered(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    f.flush()
-    name = _name(d.get("name"))
-    if f.project_index is None:
-        f.project_index = load_project_index(f.conn)
-    if name is None or project_key(name) in f.project_index:
-        return
-    description = d.get("description")
-    f.conn.execute(
-        "INSERT INTO projects VALUES (?, ?, ?, ?)",
-        [name, description if isinstance(description, str) else "", e.seq, e.ts],
-    )
-    f.project_index[project_key(name)] = name
-    _recanonicalise(f, project_key(name), name)
-    aliases = d.get("aliases")
-    for alias in aliases if isinstance(aliases, list) else []:
-        _add_alias(f, e, name, alias)
-
-
-def project_aliased(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    f.flush()
-    if f.project_index is None:
-        f.project_index = load_project_index(f.conn)
-    given = _name(d.get("name"))
-    name = f.project_index.get(project_key(given)) if given else None
-    if name is not None:
-        _add_alias(f, e, name, d.get("alias"))
-
-
-def _state_key(f: Fold, d: dict[str, Any]) -> tuple[str, str, str] | None:
+def _state_key(f: KnowledgeFold, d: dict[str, Any]) -> tuple[str, str, str] | None:
     project, category, key = d.get("project"), d.get("category"), d.get("key")
     if not (isinstance(project, str) and project and category in STATE_CATEGORIES and isinstance(key, str)):
         return None
-    return f.canonical_project(project), str(category), key
+    return f.shared.projects.canonical(project), str(category), key
 
 
-def state_set(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    f.flush()
+def state_set(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    f.shared.flush()
     where = _state_key(f, d)
     value = d.get("value")
     if where is None or not isinstance(value, str):
@@ -136,8 +127,8 @@ def state_set(f: Fold, e: Entry, d: dict[str, Any]) -> None:
     )
 
 
-def state_invalidated(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    f.flush()
+def state_invalidated(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    f.shared.flush()
     where = _state_key(f, d)
     if where is None:
         return
@@ -148,19 +139,19 @@ def state_invalidated(f: Fold, e: Entry, d: dict[str, Any]) -> None:
     )
 
 
-def interaction_captured(f: Fold, e: Entry, d: dict[str, Any]) -> None:
+def interaction_captured(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
     iid = read_id(d.get("id"))
     prompt = d.get("prompt")
     if not iid or not isinstance(prompt, str):
         return
-    if iid in f.buf.interactions:
+    if iid in f.interactions:
         return  # a repeated id: the first capture wins (INSERT OR IGNORE keeps an older one)
     project = d.get("project")
     response = d.get("response")
-    f.buf.interactions[iid] = (
+    f.interactions[iid] = (
         iid,
         str(d.get("namespace", "default")),
-        f.canonical_project(project) if isinstance(project, str) and project else "",
+        f.shared.projects.canonical(project) if isinstance(project, str) and project else "",
         read_str(d.get("client")),
         read_str(d.get("session")),
         read_str(d.get("context_id")),
@@ -176,10 +167,10 @@ def interaction_captured(f: Fold, e: Entry, d: dict[str, Any]) -> None:
     )
 
 
-def flush_interactions(f: Fold) -> None:
+def flush_interactions(f: KnowledgeFold) -> None:
     """Insert the buffered captures; an id the table holds already keeps its first capture."""
-    rows = list(f.buf.interactions.values())
-    f.buf.interactions = {}
+    rows = list(f.interactions.values())
+    f.interactions = {}
     cols = ", ".join(INTERACTION_COLUMNS)
     if len(rows) <= 8:
         one = "(" + ", ".join("?" * len(INTERACTION_COLUMNS)) + ")"
@@ -200,7 +191,7 @@ def flush_interactions(f: Fold) -> None:
         f.conn.unregister("ml_interactions")
 
 
-def flush_stored_candidates(f: Fold) -> None:
+def flush_stored_candidates(f: KnowledgeFold) -> None:
     """Queue rows for the memories stored as candidates since the last flush.
 
     A candidate an extraction proposed gets its row here too, from its store, with
@@ -208,7 +199,7 @@ def flush_stored_candidates(f: Fold) -> None:
     folded right after in the same batch, replaces; a candidate stored any other way
     (an import) keeps them, so triage sees it like any other.
     """
-    rows, f.buf.candidates = f.buf.candidates, []
+    rows, f.candidates = f.candidates, []
     f.conn.executemany(
         "INSERT OR IGNORE INTO candidates (id, interaction_id, extractor, extracted_seq, triage, "
         "triage_failures) VALUES (?, '', 'stored', ?, 'pending', 0)",
@@ -216,8 +207,8 @@ def flush_stored_candidates(f: Fold) -> None:
     )
 
 
-def candidate_extracted(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    f.flush()
+def candidate_extracted(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    f.shared.flush()
     iid = read_id(d.get("interaction_id"))
     done = f.conn.execute(
         "UPDATE interactions SET extraction = 'extracted', extracted_seq = ? "
@@ -258,16 +249,16 @@ def candidate_extracted(f: Fold, e: Entry, d: dict[str, Any]) -> None:
         )
 
 
-def extraction_failed(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    f.flush()
+def extraction_failed(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    f.shared.flush()
     f.conn.execute(
         "UPDATE interactions SET failures = failures + 1 WHERE id = ? AND extraction = 'pending'",
         [read_id(d.get("interaction_id"))],
     )
 
 
-def candidate_triaged(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    f.flush()
+def candidate_triaged(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    f.shared.flush()
     action = d.get("action")
     if action not in vk.ACTIONS:
         return
@@ -291,53 +282,29 @@ def candidate_triaged(f: Fold, e: Entry, d: dict[str, Any]) -> None:
     )
 
 
-def triage_failed(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    f.flush()
+def triage_failed(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    f.shared.flush()
     f.conn.execute(
         "UPDATE candidates SET triage_failures = triage_failures + 1 WHERE id = ?", [read_id(d.get("id"))]
     )
 
 
-def _transition(f: Fold, e: Entry, d: dict[str, Any]) -> str | None:
-    """The memory's id when ``e`` changes its status (applied here), else None."""
-    f.flush()
+def stored(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    """memory.stored as a candidate: a row of the triage queue (the memory fold keeps the memory)."""
+    mid = d.get("id")
+    if not isinstance(mid, str) or not mid or mid in f.stored_ids:
+        return  # as the memory fold: a repeated id is not stored again
+    f.stored_ids.add(mid)
+    if d.get("status") == "candidate":
+        f.candidates.append((mid, e.seq))
+
+
+def decided(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    """memory.promoted or .rejected that changed the memory (its fold ran first): the row is decided."""
+    f.shared.flush()
     mid = read_id(d.get("id"))
-    row = f.conn.execute("SELECT status, stored_seq FROM memories WHERE id = ?", [mid]).fetchone()
-    after = status_after(e.type, row[0] if row else None)
-    if row is None or after is None:
-        return None
-    f.conn.execute("UPDATE memories SET status = ?, last_event_seq = ? WHERE id = ?", [after, e.seq, mid])
-    f.conn.execute("DELETE FROM inactive WHERE id = ?", [mid])
-    if after != "active":
-        f.conn.execute("INSERT INTO inactive VALUES (?, ?)", [mid, row[1]])
-    return mid
-
-
-def promoted(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    mid = _transition(f, e, d)
-    if mid is None:
+    if not changed_memory(f.conn, mid, e.seq):
         return
-    project = d.get("project")
-    domains = d.get("domains")
-    f.conn.execute(
-        "UPDATE memories SET promoted_at = ?, project = ?, domains = ?::VARCHAR[] WHERE id = ?",
-        [
-            e.ts,
-            f.canonical_project(project) if isinstance(project, str) and project else "",
-            read_tags(domains) if isinstance(domains, list) else [],
-            mid,
-        ],
-    )
-    _decided(f, e, d, mid)
-
-
-def rejected(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    mid = _transition(f, e, d)
-    if mid is not None:
-        _decided(f, e, d, mid)
-
-
-def _decided(f: Fold, e: Entry, d: dict[str, Any], mid: str) -> None:
     by = d.get("by")
     f.conn.execute(
         "UPDATE candidates SET triage = 'decided', decided_by = ?, decided_seq = ? WHERE id = ?",
@@ -345,81 +312,29 @@ def _decided(f: Fold, e: Entry, d: dict[str, Any], mid: str) -> None:
     )
 
 
-def reinforced(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    f.flush()
-    mid = read_id(d.get("id"))
-    confidence = read_float(d.get("confidence"))
-    if confidence is None or not 0.0 <= confidence <= 1.0:
-        return
-    done = f.conn.execute(
-        "UPDATE memories SET confidence = ?, reference_count = reference_count + 1, last_referenced_at = ?, "
-        "last_event_seq = ? WHERE id = ? AND status = 'active' RETURNING id",
-        [confidence, e.ts, e.seq, mid],
-    ).fetchall()
-    if done:
+def reinforced(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    """memory.reinforced that changed the memory: the interaction that reinforced it counts one more."""
+    f.shared.flush()
+    if changed_memory(f.conn, read_id(d.get("id")), e.seq):
         f.conn.execute(
             "UPDATE interactions SET reinforced = reinforced + 1 WHERE id = ?",
             [read_id(d.get("interaction_id"))],
         )
 
 
-def reinstated(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    mid = _transition(f, e, d)
-    if mid is not None:  # a person used it: a reference, as memview counts it
-        f.conn.execute(
-            "UPDATE memories SET reference_count = reference_count + 1, last_referenced_at = ? WHERE id = ?",
-            [e.ts, mid],
-        )
+def erased(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
+    """memory.erased: candidates of erased memories or interactions, and the interactions, leave."""
+    f.shared.flush()
+    who = erasure_subjects(d)
+    arg = "(SELECT unnest(?::VARCHAR[]))"
+    f.conn.execute(f"DELETE FROM candidates WHERE id IN {arg}", [who.memories])
+    f.conn.execute(f"DELETE FROM candidates WHERE interaction_id IN {arg}", [who.interactions])
+    f.conn.execute(f"DELETE FROM interactions WHERE id IN {arg}", [who.interactions])
 
 
-def superseded(f: Fold, e: Entry, d: dict[str, Any]) -> None:
-    # Buffered: a decay run supersedes thousands of memories at once, and one statement
-    # applies them all. The first supersession of an id in a batch is the one that counts,
-    # as it would be applied one by one (the next finds the memory superseded already).
-    mid = read_id(d.get("id"))
-    if not mid or mid in f.buf.superseded:
-        return
-    confidence = read_float(d.get("confidence"))
-    decayed = d.get("by") == "decay" and confidence is not None and 0.0 <= confidence <= 1.0
-    f.buf.superseded[mid] = (e.seq, confidence if decayed else None)
-
-
-def flush_superseded(f: Fold) -> None:
-    """Apply the buffered supersessions to the active memories they name (status_after's rule)."""
-    pending = f.buf.superseded
-    f.buf.superseded = {}
-    assert status_after(vk.MEMORY_SUPERSEDED, "active") == "superseded"
-    import pyarrow as pa
-
-    batch = pa.table(
-        {
-            "id": list(pending),
-            "seq": [seq for seq, _ in pending.values()],
-            "confidence": pa.array([c for _, c in pending.values()], pa.float64()),
-        }
-    )
-    f.conn.register("ml_superseded", batch)
-    try:
-        done = f.conn.execute(
-            "UPDATE memories SET status = 'superseded', last_event_seq = b.seq, "
-            "confidence = coalesce(b.confidence, memories.confidence) "
-            "FROM ml_superseded b WHERE memories.id = b.id AND memories.status = 'active' "
-            "RETURNING memories.id, memories.stored_seq"
-        ).fetchall()
-    finally:
-        f.conn.unregister("ml_superseded")
-    if done:
-        rows = pa.table({"id": [r[0] for r in done], "doc": [r[1] for r in done]})
-        f.conn.register("ml_inactive", rows)
-        try:
-            f.conn.execute("INSERT INTO inactive SELECT id, doc FROM ml_inactive")
-        finally:
-            f.conn.unregister("ml_inactive")
-
-
-HANDLERS: Final[dict[str, Callable[[Fold, Entry, dict[str, Any]], None]]] = {
-    vk.PROJECT_REGISTERED: project_registered,
-    vk.PROJECT_ALIASED: project_aliased,
+KnowledgeFold.HANDLES = {
+    vk.PROJECT_REGISTERED: project_named,
+    vk.PROJECT_ALIASED: project_named,
     vk.STATE_SET: state_set,
     vk.STATE_INVALIDATED: state_invalidated,
     vk.INTERACTION_CAPTURED: interaction_captured,
@@ -428,9 +343,9 @@ HANDLERS: Final[dict[str, Callable[[Fold, Entry, dict[str, Any]], None]]] = {
     vk.EXTRACTION_FAILED: recorded(extraction_failed),
     vk.CANDIDATE_TRIAGED: recorded(candidate_triaged),
     vk.TRIAGE_FAILED: recorded(triage_failed),
-    vk.MEMORY_PROMOTED: promoted,
-    vk.MEMORY_REJECTED: rejected,
+    v.MEMORY_STORED: stored,
+    vk.MEMORY_PROMOTED: decided,
+    vk.MEMORY_REJECTED: decided,
     vk.MEMORY_REINFORCED: reinforced,
-    vk.MEMORY_SUPERSEDED: superseded,
-    vk.MEMORY_REINSTATED: reinstated,
+    v.MEMORY_ERASED: erased,
 }

@@ -4,7 +4,7 @@ Extraction and triage events carry who answered (extractor or triager, and
 the model when one was asked), the token counts, and what came of it; the
 agent folder's run logs (projections.agentlog) read them from here, beside
 atomisations (their own table) and embedder choices (`embedders`). The
-handlers of projections.knowledge_fold stay as they are: `recorded` wraps
+handlers of projections.knowledge.fold stay as they are: `recorded` wraps
 each one, so a call is recorded whatever the handler did with it (a
 repeated extraction is still a call that was paid for). Total like the rest
 of the fold: a field of the wrong type reads as absent.
@@ -20,9 +20,9 @@ from mnemolog.eventlog.vocabulary import knowledge as vk
 from mnemolog.eventlog.vocabulary.events import read_id, read_str
 
 if TYPE_CHECKING:
-    from mnemolog.projections.fold import Fold
+    from mnemolog.projections.knowledge.fold import KnowledgeFold
 
-Handler = Callable[["Fold", Entry, dict[str, Any]], None]
+Handler = Callable[["KnowledgeFold", Entry, dict[str, Any]], None]
 
 COLUMNS: Final = "seq, type, model, input_tokens, output_tokens, status, summary, error, ts, trigger"
 _MESSAGE_CHARS: Final = 300
@@ -61,7 +61,7 @@ def _row(e: Entry, d: dict[str, Any]) -> tuple[Any, ...] | None:
 def recorded(handler: Handler) -> Handler:
     """`handler`, then the call recorded in model_calls."""
 
-    def fold(f: Fold, e: Entry, d: dict[str, Any]) -> None:
+    def fold(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
         handler(f, e, d)
         row = _row(e, d)
         if row is not None:

@@ -2,7 +2,7 @@
 the reinforcement pool, duplicates and neighbours, and what decay has to look at.
 
 Each takes a connection from a projection session (caught up with the log)
-and returns plain values; the tables are those `knowledge_fold` keeps.
+and returns plain values; the tables are those `knowledge.fold` keeps.
 """
 
 from __future__ import annotations

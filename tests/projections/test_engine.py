@@ -175,15 +175,15 @@ def test_an_interrupted_catch_up_keeps_a_consistent_prefix(
         )
     monkeypatch.setattr(engine, "CATCH_UP_BATCH", 10)
     calls = [0]
-    real = fold.Fold.apply
+    real = fold.FoldPass.apply
 
-    def failing(self: fold.Fold, entries: Any) -> Any:
+    def failing(self: fold.FoldPass, entries: Any) -> Any:
         calls[0] += 1
         if calls[0] == 3:
             raise RuntimeError("power cut")
         return real(self, entries)
 
-    monkeypatch.setattr(fold.Fold, "apply", failing)
+    monkeypatch.setattr(fold.FoldPass, "apply", failing)
     with open_sub(home) as s:
         with pytest.raises(RuntimeError):
             s.list()

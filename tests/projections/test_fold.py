@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from mnemolog.eventlog.store.writer import Durability
 from mnemolog.projections import engine, fold
+from mnemolog.projections.memory import fold as memory_fold
 from mnemolog.projections.recall.text import doc_text_py
 from mnemolog.substrate.home import Home
 from tests.projections.kit import check_invariants, logical_rows, new_home, open_sub
@@ -211,8 +212,8 @@ def test_a_text_update_replaces_the_indexed_terms(tmp_path: Path) -> None:
 def test_compaction_sorts_the_index_and_changes_no_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fold, "COMPACT_MIN_ROWS", 20)
-    monkeypatch.setattr(fold, "COMPACT_FRACTION", 1000)
+    monkeypatch.setattr(memory_fold, "COMPACT_MIN_ROWS", 20)
+    monkeypatch.setattr(memory_fold, "COMPACT_FRACTION", 1000)
     home = new_home(tmp_path / "home")
     with open_sub(home, long_lived=True) as s:
         for i in range(12):
@@ -229,8 +230,8 @@ def test_compaction_sorts_the_index_and_changes_no_answer(
             check_invariants(conn)
             st = engine.read_state(conn)
             assert st is not None
-            f = fold.Fold(conn, lambda t, v, d: d, st.stats)
-            f.compact()
+            f = fold.FoldPass(conn, lambda t, v, d: d, st.stats, engine.FOLDS)
+            f.fold(memory_fold.MemoryFold).compact()
             s.projections._save_state(conn, st.last_seq, st.last_leaf, st.last_root, f.stats)
             check_invariants(conn)
             assert conn.execute("SELECT count(*) FROM postings_delta").fetchone() == (0,)

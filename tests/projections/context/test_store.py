@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnemolog.projections import schema
+from mnemolog.projections.context import fold as cfold
 from mnemolog.projections.context import store
 from mnemolog.projections.db import load_fts
 from mnemolog.projections.recall.text import install_macros
@@ -44,17 +45,17 @@ def ingested(
 
 
 def test_versions_replace_chunks_and_removal_drops_them(conn: duckdb.DuckDBPyConnection) -> None:
-    store.fold_ingested(conn, 10, 1, ingested("A", 1, ["thermal drift of the polisher", "vendor notes"]))
-    store.fold_ingested(conn, 11, 1, ingested("B", 1, ["thermal expansion of Zerodur"], project="p06"))
+    cfold.fold_ingested(conn, 10, 1, ingested("A", 1, ["thermal drift of the polisher", "vendor notes"]))
+    cfold.fold_ingested(conn, 11, 1, ingested("B", 1, ["thermal expansion of Zerodur"], project="p06"))
     hits = store.chunk_candidates(conn, "thermal drift", None, 10)
     assert [h.id for h in hits] == ["A/1/0", "B/1/0"]
     assert hits[0].heading_path == ("H", "S0") and hits[0].document == "A.md"
-    store.fold_ingested(conn, 12, 2, ingested("A", 2, ["nothing about heat now"]))
+    cfold.fold_ingested(conn, 12, 2, ingested("A", 2, ["nothing about heat now"]))
     assert [h.id for h in store.chunk_candidates(conn, "thermal drift", None, 10)] == ["B/1/0"]
     assert store.chunk_count(conn) == 2
     doc = store.document_by_path(conn, "/docs/A.md")
     assert doc is not None and (doc.version, doc.chunks, doc.seq, doc.removed) == (2, 1, 12, False)
-    store.fold_removed(conn, 13, {"document_id": "B", "path": "/docs/B.md"})
+    cfold.fold_removed(conn, 13, {"document_id": "B", "path": "/docs/B.md"})
     assert store.chunk_candidates(conn, "thermal", None, 10) == []
     assert [d.document_id for d in store.documents_under(conn, "/docs")] == ["A"]
     b = store.document_by_path(conn, "/docs/B.md")
@@ -63,8 +64,8 @@ def test_versions_replace_chunks_and_removal_drops_them(conn: duckdb.DuckDBPyCon
 
 def test_the_project_pass_finds_project_chunks_beyond_the_limit(conn: duckdb.DuckDBPyConnection) -> None:
     for i in range(5):
-        store.fold_ingested(conn, 20 + i, 1, ingested(f"O{i}", 1, ["thermal thermal thermal"]))
-    store.fold_ingested(
+        cfold.fold_ingested(conn, 20 + i, 1, ingested(f"O{i}", 1, ["thermal thermal thermal"]))
+    cfold.fold_ingested(
         conn, 30, 1, ingested("P", 1, ["thermal and a lot of other words here"], project="p06")
     )
     assert "P/1/0" not in [h.id for h in store.chunk_candidates(conn, "thermal", None, 3)]
@@ -74,7 +75,7 @@ def test_the_project_pass_finds_project_chunks_beyond_the_limit(conn: duckdb.Duc
 
 
 def test_headings_and_names_are_searchable(conn: duckdb.DuckDBPyConnection) -> None:
-    store.fold_ingested(conn, 1, 1, ingested("Calibration", 1, ["body text"]))
+    cfold.fold_ingested(conn, 1, 1, ingested("Calibration", 1, ["body text"]))
     assert [h.id for h in store.chunk_candidates(conn, "calibration", None, 5)] == ["Calibration/1/0"]
     assert store.chunk_candidates(conn, "the and of", None, 5) == []
 
@@ -97,7 +98,7 @@ def test_packs_and_members(conn: duckdb.DuckDBPyConnection) -> None:
             },
         ],
     }
-    store.fold_pack(conn, 40, 5, d)
+    cfold.fold_pack(conn, 40, 5, d)
     p = store.pack(conn, "01P")
     assert p is not None and (p.seq, p.project, p.budget) == (40, "p06", 3000)
     assert store.pack_memory_ids(conn, "01P") == ["01M"]
@@ -125,9 +126,9 @@ def test_folds_are_total_over_hostile_payloads(d: dict[str, Any]) -> None:
     c = _shared()
     seq = _SEQ.pop() + 1
     _SEQ.append(seq)
-    store.fold_ingested(c, seq, 1, d)
-    store.fold_removed(c, seq, d)
-    store.fold_pack(c, seq, 1, d)
+    cfold.fold_ingested(c, seq, 1, d)
+    cfold.fold_removed(c, seq, d)
+    cfold.fold_pack(c, seq, 1, d)
     store.chunk_candidates(c, "x", "p", 3)
 
 
@@ -153,9 +154,9 @@ def test_hybrid_chunks_take_words_or_a_close_meaning(conn: duckdb.DuckDBPyConnec
     from mnemolog.projections.embedding import vectors
     from mnemolog.projections.recall import hybrid
 
-    store.fold_ingested(conn, 10, 1, ingested("A", 1, ["thermal drift of the polisher"]))
-    store.fold_ingested(conn, 11, 1, ingested("B", 1, ["quarterly invoices"], project="p06"))
-    store.fold_ingested(conn, 12, 1, ingested("C", 1, ["spindle heat climbs"]))
+    cfold.fold_ingested(conn, 10, 1, ingested("A", 1, ["thermal drift of the polisher"]))
+    cfold.fold_ingested(conn, 11, 1, ingested("B", 1, ["quarterly invoices"], project="p06"))
+    cfold.fold_ingested(conn, 12, 1, ingested("C", 1, ["spindle heat climbs"]))
     meta = vectors.configure(conn, "fake", 3)
     vecs = {10: [1.0, 0.2, 0.0], 11: [0.0, 1.0, 0.0], 12: [0.9, 0.1, 0.4]}
     for seq, v in vecs.items():

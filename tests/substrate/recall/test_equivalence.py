@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mnemolog.projections import engine, fold
+from mnemolog.projections.memory import fold as memory_fold
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import MemoryStored
 from tests.projections.kit import FakeClock, check_invariants, new_home, open_sub
@@ -170,9 +171,9 @@ def answers(sub: Substrate, ids: list[str]) -> dict[str, Any]:
 def tiny_thresholds() -> Iterator[list[int]]:
     """Batches of 3 entries, bulk flushes from 2 memories, compaction from 6 delta rows."""
     compactions: list[int] = []
-    real = fold.Fold.compact
+    real = memory_fold.MemoryFold.compact
 
-    def counting(self: fold.Fold) -> None:
+    def counting(self: memory_fold.MemoryFold) -> None:
         compactions.append(1)
         real(self)
 
@@ -180,9 +181,9 @@ def tiny_thresholds() -> Iterator[list[int]]:
         mp.setattr(engine, "CATCH_UP_BATCH", 3)
         mp.setattr(fold, "SMALL_FLUSH", 1)
         mp.setattr(fold, "FLUSH_ROWS", 4)
-        mp.setattr(fold, "COMPACT_MIN_ROWS", 6)
-        mp.setattr(fold, "COMPACT_FRACTION", 2)
-        mp.setattr(fold.Fold, "compact", counting)
+        mp.setattr(memory_fold, "COMPACT_MIN_ROWS", 6)
+        mp.setattr(memory_fold, "COMPACT_FRACTION", 2)
+        mp.setattr(memory_fold.MemoryFold, "compact", counting)
         yield compactions
 
 

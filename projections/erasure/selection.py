@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-__all__ = ["Selection", "erased", "select"]
+__all__ = ["Selection", "erased", "erased_keys", "namespace_ages", "older_than", "sealing_seqs", "select"]
 
 _STR = "(SELECT unnest(?::VARCHAR[]))"
 _INT = "(SELECT unnest(?::BIGINT[]))"

@@ -1,0 +1,1 @@
+"""Tenancy: the scoped tokens a home issued and revoked (`fold.py`: the `tokens` table)."""
