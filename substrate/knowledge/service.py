@@ -80,6 +80,7 @@ from mnemolog.substrate.ids import new_id
 from mnemolog.substrate.knowledge.config import KnowledgeSettings, parse_knowledge
 from mnemolog.substrate.recall import hits as recall_hits
 from mnemolog.substrate.session import Session, Sessions
+from mnemolog.substrate.tenancy import scope
 
 if TYPE_CHECKING:
     import duckdb
@@ -245,6 +246,7 @@ class Knowledge:
     def register_project(
         self, name: str, *, aliases: Sequence[str] = (), description: str = ""
     ) -> dict[str, Any]:
+        """Register a project name (with aliases); rows holding any of them resolve to it."""
         with self.sessions.session() as s:
             registry = self.registry(s).with_project(name, aliases=aliases, description=description)
             project = registry.resolve(name)
@@ -254,6 +256,7 @@ class Knowledge:
             return self._project(s, project.name)
 
     def alias_project(self, name: str, alias: str) -> dict[str, Any]:
+        """Make ``alias`` another name of project ``name`` (old rows resolve too)."""
         with self.sessions.session() as s:
             registry = self.registry(s)
             registry.with_alias(name, alias)  # the checks; the fold applies the event
@@ -262,6 +265,7 @@ class Knowledge:
             return self._project(s, canonical)
 
     def projects(self) -> list[dict[str, Any]]:
+        """Registered projects with their aliases and counts."""
         with self.sessions.session() as s:
             return kq.projects(s.conn)
 
@@ -289,6 +293,7 @@ class Knowledge:
     def get_state(
         self, project: str, *, category: str | None = None, history: bool = False
     ) -> list[dict[str, Any]]:
+        """A project's current state entries (every version with ``history``)."""
         if category is not None:
             check_category(category)
         with self.sessions.session() as s:
@@ -299,6 +304,7 @@ class Knowledge:
     def invalidate_state(
         self, project: str, category: str, key: str, *, reason: str | None = None
     ) -> dict[str, Any]:
+        """The entry no longer holds; its history stays."""
         check_category(category)
         payload = StateInvalidated(project=project, category=category, key=key, reason=reason)
         with self.sessions.session() as s:
@@ -393,6 +399,7 @@ class Knowledge:
             return kq.interactions(s.conn, project=canonical, session=session, since=since, limit=limit)
 
     def interaction(self, interaction_id: str) -> dict[str, Any]:
+        """One captured interaction with the candidates extracted from it."""
         with self.sessions.session() as s:
             row = kq.interaction(s.conn, interaction_id) if isinstance(interaction_id, str) else None
             if row is None:
@@ -808,6 +815,8 @@ class Knowledge:
         project: str | None = None,
         limit: int = 50,
     ) -> list[Memory]:
+        """Candidates by queue (pending, needs_human, promoted, rejected), oldest first; a bound
+        token sees those of its scope only."""
         unknown = [q for q in queues if q not in kq.CANDIDATE_QUEUES]
         if unknown:
             raise UsageError(
@@ -817,7 +826,9 @@ class Knowledge:
         check_limit(limit)
         with self.sessions.session() as s:
             canonical = self.canonical_project(s, project) if project is not None else None
-            return kq.candidates(s.conn, queues, project=canonical, limit=limit)
+            found = kq.candidates(s.conn, queues, project=canonical, limit=limit)
+        sc = scope.current()
+        return found if sc is None or not sc.bound else [m for m in found if sc.sees(m)]
 
     def promote(
         self,
