@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import datetime
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ from mnemolog.substrate.atomise.service import Atomiser
 from mnemolog.substrate.context.service import Context
 from mnemolog.substrate.embedding.service import Embedding, parse_fusion
 from mnemolog.substrate.erasure.datakeys import DataKeys
+from mnemolog.substrate.erasure.service import Erasure
 from mnemolog.substrate.events.limits import MAX_CONTENT_BYTES
 from mnemolog.substrate.events.log import RollbackAccepted
 from mnemolog.substrate.home import Home
@@ -51,6 +51,7 @@ from mnemolog.substrate.recall.service import Recall, RecallReport
 from mnemolog.substrate.session import Session
 from mnemolog.substrate.tenancy import scope
 from mnemolog.substrate.tenancy.service import Tenancy
+from mnemolog.substrate.vault.folder import AgentFolder
 from mnemolog.substrate.witness import service as witnessing
 
 __all__ = ["MAX_CONTENT_BYTES", "MEMORY_FIELDS", "Edge", "Memory", "RecallReport", "Substrate"]
@@ -108,7 +109,14 @@ class Substrate:
         # The feature services; the flat names below are their methods (see substrate.alias).
         self.atomiser = Atomiser(self.home, self, curator_options, require_writer=self.require_writer)
         self.knowledge = Knowledge(
-            self.home, self, clock=clock, checkpoint=self._checkpoint_now, options=curator_options
+            self.home,
+            self,
+            clock=clock,
+            checkpoint=self._checkpoint_now,
+            options=curator_options,
+            # Triage's duplicate check asks the recall service, built below (it reads the
+            # knowledge loop's project names): looked up when triage runs.
+            similar=lambda s, text, limit, exclude: self.retrieval.similar(s, text, limit, exclude),  # noqa: PLW0108
         )
         self.embedding = Embedding(self.home, self.projections.cache, self, embedder=embedder)
         self._asof = asof.AsOfProjections(self.home, self.keys.upcast, self.projections.cache)
@@ -133,6 +141,8 @@ class Substrate:
             retrieval=self.retrieval,
         )
         self.tenancy = Tenancy(self)
+        self.agent_folder = AgentFolder(self, self.home, self._now)
+        self.erasure = Erasure(self)
         #: Namespaces declared shared (`[sharing]`), and the refusals of scoped tokens so far.
         self.sharing = self.tenancy.sharing
         self.refusals = self.tenancy.refusals
@@ -356,6 +366,11 @@ class Substrate:
     authorise = alias("tenancy", Tenancy.authorise)
     with_token = alias("tenancy", Tenancy.with_token)
 
+    # the agent folder (substrate.vault) and forgetting (substrate.erasure)
+    render_agent_folder = alias("agent_folder", AgentFolder.render)
+    promote_to_persona = alias("agent_folder", AgentFolder.promote)
+    forget = alias("erasure", Erasure.forget)
+
     # -- what joins the features -----------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
@@ -378,69 +393,6 @@ class Substrate:
             }
             out["log"] = {"size": self.log.size, "log_id": self.log.log_id.hex()}
             return out
-
-    def render_agent_folder(
-        self, root: str | Path, agent: str = "mnemolog", namespace: str | None = None
-    ) -> dict[str, Any]:
-        """Write (merge) persona files, journal days and run logs under root/agent; hand edits kept."""
-        from mnemolog.substrate.vault import agentfolder  # the vault's planners: only a render needs them
-
-        return agentfolder.render_agent_folder(self, Path(root), agent, self.home.config, namespace).to_json()
-
-    def promote_to_persona(
-        self, memory_id: str, *, file: str | None = None, section: str | None = None
-    ) -> Memory:
-        """Record that a memory joins the agent's persona (today), optionally in one file's section."""
-        today = datetime.datetime.fromtimestamp(self.clock() / 1e6, datetime.UTC).date()
-        from mnemolog.substrate.vault import agentfolder
-
-        return agentfolder.promote_to_persona(self, memory_id, today=today, file=file, section=section)
-
-    def forget(
-        self,
-        memory_ids: Sequence[str] | None = None,
-        *,
-        namespace: str | None = None,
-        project: str | None = None,
-        document: str | None = None,
-        interaction: str | None = None,
-        before: str | None = None,
-        reason: str | None = None,
-        requested_by: str | None = None,
-        dry_run: bool = False,
-        vaults: Sequence[str | Path] = (),
-        receipt: str | Path | None = None,
-        expired: bool = False,
-    ) -> dict[str, Any]:
-        """Forget content: by memory ids, or every memory a selector picks (all given selectors hold).
-
-        Writes signed `memory.erased` events (ids, reason, who asked; never the
-        content), destroys the data keys of everything erased and what derives
-        from it (atoms, candidates and their interaction, a document's chunks,
-        the packs that quoted it), deletes their rows, vectors and embedding
-        cache entries, and rebuilds the projection into a new file.
-        `dry_run` lists all of that and changes nothing; `vaults` are re-rendered
-        after it (their notes, journal and run-log lines of it go); `receipt` is
-        where the erasure receipt goes (eventlog.receipt); `expired` erases what
-        the namespaces' `retention_days` policies let expire. See substrate.erasure.
-        """
-        from mnemolog.substrate.erasure import service as erasure
-
-        return erasure.forget(
-            self,
-            ids=list(memory_ids) if memory_ids else None,
-            namespace=namespace,
-            project=project,
-            document=document,
-            interaction=interaction,
-            before=before,
-            reason=reason,
-            requested_by=requested_by or "api",
-            dry_run=dry_run,
-            vaults=[Path(p) for p in vaults],
-            receipt=Path(receipt) if receipt is not None else None,
-            expired=expired,
-        )
 
     def rebuild(self, *, accept_rollback: bool = False) -> dict[str, Any]:
         """Drop every projection and replay the whole log.

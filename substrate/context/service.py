@@ -44,7 +44,6 @@ from mnemolog.projections.context.decode import DEFAULT_FALLBACKS, DocumentRefus
 from mnemolog.projections.knowledge import queries as kq
 from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import Memory
-from mnemolog.projections.recall.hybrid import Fusion
 from mnemolog.projections.recall.query import Filters, allowed_ids
 from mnemolog.substrate.context.config import pack_config
 from mnemolog.substrate.context.documents import (
@@ -330,15 +329,15 @@ def build_context(
     budget: int | None = None,
     unit: str | None = None,
     record: bool = True,
-    embedding: Embedding | None = None,
-    fusion: Fusion | None = None,
+    retrieval: Recall,
     personal: bool = False,
 ) -> dict[str, Any]:
     """The pack for `query` as JSON (with `pack_id` and `seq` when recorded).
 
-    `project` may be a registered name or any alias of it. Memories are
-    ranked by the recall policy (`embedding` and `fusion` as `recall` has
-    them; BM25 without an `embedding`). `personal` asks for the personal
+    `project` may be a registered name or any alias of it (canonicalised as
+    `recall` does it). Memories are ranked by the recall service, in the mode
+    `recall` would choose, with its fusion, confined to the token's scope as
+    `recall` is. `personal` asks for the personal
     scope: memories of the personal domains may enter, and nothing of any
     project does (so it cannot be combined with `project`).
     """
@@ -353,13 +352,10 @@ def build_context(
         )
     cfg = config.with_request(budget, unit, personal)
     measure = measure_for(cfg.unit)
-    plan = (
-        recall_policy.plan(sessions, embedding, query)
-        if embedding is not None
-        else recall_policy.Plan("bm25")
-    )
+    plan = recall_policy.plan(sessions, retrieval.embedding, query)
+    fusion = retrieval.fusion
     with sessions.session() as s:
-        proj = kq.canonical_project(s.conn, name) or None
+        proj = retrieval.project(s, name) or None
         used = plan
 
         def rank(q: str, f: Filters, limit: int) -> list[tuple[Memory, float]]:
@@ -367,7 +363,7 @@ def build_context(
             # The project in scope is wanted whatever the question: its memories are
             # ranked, not filtered by relevance; memories of no project must be relevant.
             in_scope = bool(f.project)
-            used, found = recall_policy.rank(s, plan, q, f, limit, fusion or Fusion(), in_scope=in_scope)
+            used, found = retrieval.rank(s, plan, q, f, limit, in_scope=in_scope)
             return [(m, r.score) for m, r in found]
 
         # Chunks are ranked in the mode memories are: hybrid with the same query vector and
@@ -379,7 +375,7 @@ def build_context(
             cfg,
             rank,
             query_vector=plan.query_vector if plan.mode == "hybrid" else None,
-            fusion=fusion or Fusion(),
+            fusion=fusion,
         )
         sc = scope.current()
         if sc is not None and sc.bound:
@@ -600,8 +596,7 @@ class Context:
             budget=budget,
             unit=unit,
             record=record,
-            embedding=self.embedding,
-            fusion=self.retrieval.fusion,
+            retrieval=self.retrieval,
             personal=personal,
         )
 

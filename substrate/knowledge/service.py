@@ -166,6 +166,10 @@ def _exemption(row: Mapping[str, Any], policy: DecayPolicy) -> str | None:
     return None
 
 
+#: (session, text, limit, an id to leave out) -> the memories most like the text, best first.
+Similar = Callable[[Session, str, int, str | None], list[Memory]]
+
+
 @dataclass(frozen=True, slots=True)
 class Duplicate:
     """An active memory a candidate duplicates (same words, or embeddings at the threshold), if any,
@@ -186,9 +190,12 @@ class Knowledge:
         clock: Clock,
         checkpoint: Callable[[], tuple[int, bytes]] | None = None,
         options: Mapping[str, Any] | None = None,
+        similar: Similar,
     ) -> None:
         self.home = home
         self.sessions = sessions
+        #: The recall service's `similar`: the memories a candidate may duplicate.
+        self.similar = similar
         self.clock = clock
         self._checkpoint = checkpoint
         self.options = dict(options or {})
@@ -661,7 +668,7 @@ class Knowledge:
     def _neighbours(self, s: Session, m: Memory) -> tuple[list[Neighbour], Duplicate]:
         """The neighbours a triager reads, and a duplicate found by words or by embeddings."""
         mine = terms(m["content"])
-        similar = kq.similar_active(s.conn, m["content"], limit=DUPLICATE_POOL, exclude=m["id"])
+        similar = self.similar(s, m["content"], DUPLICATE_POOL, m["id"])
         same = normalised(m["content"])
         duplicate = next((n["id"] for n in similar if normalised(n["content"]) == same), None)
         nearest = kq.nearest_by_vector(s.conn, m["id"])

@@ -172,6 +172,38 @@ class Recall:
         """The log point an `as_of` names (a seq or an ISO 8601 UTC time); None: now."""
         return None if value is None else asof.resolve(self.past.log, asof.parse(value))
 
+    # -- ranking, for every caller ---------------------------------------------------------
+
+    def rank(
+        self,
+        s: Session,
+        plan: recall_policy.Plan,
+        query: str,
+        f: Filters,
+        limit: int,
+        *,
+        min_score: float | None = None,
+        in_scope: bool = False,
+    ) -> tuple[recall_policy.Plan, builtins.list[tuple[Memory, hybrid.Ranked]]]:
+        """The `limit` best memories under `f` (confined to the applied token's scope) in the plan's
+        mode, with the home's fusion: what `recall` and a context pack's memory tiers rank with."""
+        f = scope.bound(f, scope.current())
+        return recall_policy.rank(
+            s, plan, query, f, limit, self.fusion, min_score=min_score, in_scope=in_scope
+        )
+
+    def project(self, s: Session, name: str | None) -> str | None:
+        """The canonical name of a project given by any of its names (None: none given)."""
+        return None if name is None else self.projects.canonical_project(s, name)
+
+    def similar(self, s: Session, text: str, limit: int, exclude: str | None = None) -> builtins.list[Memory]:
+        """The memories most like `text` by BM25 recall, best first, that an unscoped `recall` with
+        the default filters could return (active, not archived, not expired, not superseded by a
+        link), across the home: triage's duplicate check and the neighbours a triager reads."""
+        f = self.resolve(s, self.filters(scoped=False))
+        found = q.recall(s.conn, text, f, limit=limit + 1)
+        return [m for m, _score in found if m["id"] != exclude][:limit]
+
     # -- reads ---------------------------------------------------------------------------
 
     def recall(
@@ -261,9 +293,7 @@ class Recall:
         def ranked(s: Session, plan: recall_policy.Plan) -> RecallReport:
             if at is not None:
                 plan = recall_policy.prefix_vectors(s.conn, plan)
-            plan, found = recall_policy.rank(
-                s, plan, query, self.resolve(s, f, at), n, self.fusion, min_score=min_score
-            )
+            plan, found = self.rank(s, plan, query, self.resolve(s, f, at), n, min_score=min_score)
             results: builtins.list[Memory] = []
             for m, r in found:
                 m["score"] = r.score
