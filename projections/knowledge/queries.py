@@ -17,7 +17,6 @@ from mnemolog.projections.embedding import vectors
 from mnemolog.projections.knowledge.fold import INTERACTION_COLUMNS
 from mnemolog.projections.knowledge.rules import ProjectRegistry
 from mnemolog.projections.memory.model import MEMORY_SELECT, Memory, row_to_memory
-from mnemolog.projections.recall import query as q
 from mnemolog.projections.schema import visible
 
 if TYPE_CHECKING:
@@ -42,7 +41,6 @@ __all__ = [
     "project_registry",
     "projects",
     "reinforcement_pool",
-    "similar_active",
     "state_at",
     "state_entries",
     "statuses_of",
@@ -357,14 +355,6 @@ def reinforcement_pool(conn: duckdb.DuckDBPyConnection, project: str) -> list[tu
         args,
     ).fetchall()
     return [(str(r[0]), str(r[1]), r[2]) for r in rows]
-
-
-def similar_active(
-    conn: duckdb.DuckDBPyConnection, text: str, *, limit: int = 20, exclude: str | None = None
-) -> list[Memory]:
-    """The active, visible memories most like ``text`` by recall's ranking (best first)."""
-    found = q.recall(conn, text, q.Filters(), limit=limit + 1)
-    return [m for m, _score in found if m["id"] != exclude][:limit]
 
 
 def nearest_by_vector(conn: duckdb.DuckDBPyConnection, memory_id: str) -> tuple[str, float] | None:

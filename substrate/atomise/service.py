@@ -159,10 +159,16 @@ class Atomiser:
     """Atomisations of one home: on demand, at store time by policy, and deferred by a worker."""
 
     def __init__(
-        self, home: Home, sessions: Sessions, curator_options: Mapping[str, Any] | None = None
+        self,
+        home: Home,
+        sessions: Sessions,
+        curator_options: Mapping[str, Any] | None = None,
+        require_writer: Callable[[], None] | None = None,
     ) -> None:
         self.home = home
         self.sessions = sessions
+        # Opens the log writer: a manual atomisation must be able to sign before a curator runs.
+        self.require_writer = require_writer or (lambda: None)
         self.curator_options = dict(curator_options or {})
         self._worker_lock = FileLock(home.projections_dir / ".worker.lock", 0.0, "worker lock")
         self._thread: threading.Thread | None = None
@@ -204,7 +210,11 @@ class Atomiser:
         max_retries: int | None = None,
         request_seq: int | None = None,
     ) -> AtomiseResult:
-        """Atomise one memory now. Raises the errors of docs/curators.md (exit 2, 3, 4, 5, 7)."""
+        """Atomise one memory now. Raises the errors of docs/curators.md (exit 2, 3, 4, 5, 7).
+
+        `mode` and `request_seq` are the worker's and the store's (a deferred or synchronous run).
+        """
+        self.require_writer()
         if curator is not None:
             # Tier gating comes before any read (docs/curators.md, errors and exit codes).
             self.curator(curator)

@@ -35,7 +35,7 @@ from mnemolog.eventlog.bundle import memview, packview
 from mnemolog.eventlog.errors import BadInput, NotFound, UsageError, VerificationError
 from mnemolog.eventlog.format.entry import encode_payload
 from mnemolog.eventlog.store.log import Log
-from mnemolog.eventlog.store.writer import MAX_PAYLOAD_BYTES
+from mnemolog.eventlog.store.writer import MAX_PAYLOAD_BYTES, Clock
 from mnemolog.projections.context import sources, store
 from mnemolog.projections.context.assemble import assemble
 from mnemolog.projections.context.chunker import DEFAULT_MAX_CHARS, check_max_chars, chunk_text, is_markdown
@@ -44,8 +44,8 @@ from mnemolog.projections.context.decode import DEFAULT_FALLBACKS, DocumentRefus
 from mnemolog.projections.knowledge import queries as kq
 from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import Memory
-from mnemolog.projections.recall.hybrid import Fusion
 from mnemolog.projections.recall.query import Filters, allowed_ids
+from mnemolog.substrate.context.config import pack_config
 from mnemolog.substrate.context.documents import (
     DEFAULT_GLOBS,
     DEFAULT_MAX_FILE_BYTES,
@@ -64,9 +64,11 @@ from mnemolog.substrate.events.context import (
     DocumentIngested,
     DocumentRemoved,
 )
-from mnemolog.substrate.events.limits import check_unicode
+from mnemolog.substrate.events.limits import check_limit, check_unicode
+from mnemolog.substrate.home import Home
 from mnemolog.substrate.ids import new_id
 from mnemolog.substrate.recall import policy as recall_policy
+from mnemolog.substrate.recall.service import Recall
 from mnemolog.substrate.session import Sessions
 from mnemolog.substrate.tenancy import scope
 
@@ -327,15 +329,15 @@ def build_context(
     budget: int | None = None,
     unit: str | None = None,
     record: bool = True,
-    embedding: Embedding | None = None,
-    fusion: Fusion | None = None,
+    retrieval: Recall,
     personal: bool = False,
 ) -> dict[str, Any]:
     """The pack for `query` as JSON (with `pack_id` and `seq` when recorded).
 
-    `project` may be a registered name or any alias of it. Memories are
-    ranked by the recall policy (`embedding` and `fusion` as `recall` has
-    them; BM25 without an `embedding`). `personal` asks for the personal
+    `project` may be a registered name or any alias of it (canonicalised as
+    `recall` does it). Memories are ranked by the recall service, in the mode
+    `recall` would choose, with its fusion, confined to the token's scope as
+    `recall` is. `personal` asks for the personal
     scope: memories of the personal domains may enter, and nothing of any
     project does (so it cannot be combined with `project`).
     """
@@ -350,13 +352,10 @@ def build_context(
         )
     cfg = config.with_request(budget, unit, personal)
     measure = measure_for(cfg.unit)
-    plan = (
-        recall_policy.plan(sessions, embedding, query)
-        if embedding is not None
-        else recall_policy.Plan("bm25")
-    )
+    plan = recall_policy.plan(sessions, retrieval.embedding, query)
+    fusion = retrieval.fusion
     with sessions.session() as s:
-        proj = kq.canonical_project(s.conn, name) or None
+        proj = retrieval.project(s, name) or None
         used = plan
 
         def rank(q: str, f: Filters, limit: int) -> list[tuple[Memory, float]]:
@@ -364,7 +363,7 @@ def build_context(
             # The project in scope is wanted whatever the question: its memories are
             # ranked, not filtered by relevance; memories of no project must be relevant.
             in_scope = bool(f.project)
-            used, found = recall_policy.rank(s, plan, q, f, limit, fusion or Fusion(), in_scope=in_scope)
+            used, found = retrieval.rank(s, plan, q, f, limit, in_scope=in_scope)
             return [(m, r.score) for m, r in found]
 
         # Chunks are ranked in the mode memories are: hybrid with the same query vector and
@@ -376,7 +375,7 @@ def build_context(
             cfg,
             rank,
             query_vector=plan.query_vector if plan.mode == "hybrid" else None,
-            fusion=fusion or Fusion(),
+            fusion=fusion,
         )
         sc = scope.current()
         if sc is not None and sc.bound:
@@ -414,8 +413,7 @@ def build_context(
 def _confined(conn: Any, c: sources.Candidates, sc: scope.Scope) -> sources.Candidates:
     """What a bound token may see of a pack's candidates: its memories; state and chunks only of
     the projects it is bound to (they belong to the home, not to a namespace)."""
-    f = Filters(include_archived=True, statuses=(), within=sc.within(), projects_within=sc.projects_within())
-    ok = allowed_ids(conn, [m.id for m in c.memories], f)
+    ok = allowed_ids(conn, [m.id for m in c.memories], scope.everything(sc))
     owned = set(sc.projects)
     return sources.Candidates(
         state=[r for r in c.state if r.project in owned],
@@ -535,3 +533,90 @@ def pack_members(sessions: Sessions, pack_id: str) -> dict[str, list[str]]:
         if store.pack(s.conn, pack_id) is None:
             raise NotFound(f"no context pack with id {pack_id!r}", id=pack_id)
         return {src: store.pack_member_ids(s.conn, pack_id, src) for src in ("state", "memory", "chunk")}
+
+
+class Context:
+    """Documents and context packs over an open home (`Substrate.context`)."""
+
+    def __init__(
+        self,
+        sessions: Sessions,
+        *,
+        home: Home,
+        log: Log,
+        keys: DataKeys,
+        clock: Clock,
+        embedding: Embedding,
+        retrieval: Recall,
+    ) -> None:
+        self.sessions = sessions
+        self.home = home
+        self.log = log
+        self.keys = keys
+        self.clock = clock
+        self.embedding = embedding
+        self.retrieval = retrieval
+
+    def ingest(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        project: str | None = None,
+        globs: Sequence[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Ingest files and directories as documents and chunks (see substrate.context)."""
+        settings = IngestSettings.from_config(self.home.config.raw)
+        report = ingest(
+            self.sessions, paths, project=project, globs=globs, settings=settings, progress=progress
+        )
+        return report.to_json()
+
+    def build(
+        self,
+        query: str,
+        *,
+        project: str | None = None,
+        budget: int | None = None,
+        unit: str | None = None,
+        record: bool = True,
+        personal: bool = False,
+    ) -> dict[str, Any]:
+        """The context pack for `query`: five tiers under a budget; recorded as `context.built`.
+
+        `project` is a registered name or any of its aliases; memories are ranked as `recall` ranks.
+        `personal` asks for the personal scope (`[context] personal_domains`), without any project.
+        """
+        return build_context(
+            self.sessions,
+            query,
+            now=self.clock(),
+            config=pack_config(self.home.config.raw),
+            project=project,
+            budget=budget,
+            unit=unit,
+            record=record,
+            retrieval=self.retrieval,
+            personal=personal,
+        )
+
+    def show(self, pack_id: str) -> dict[str, Any]:
+        """A recorded pack re-rendered from the log alone, its hash and quoted texts verified."""
+        sc = scope.current()
+        if sc is not None and sc.bound:
+            # A pack quotes memories, state and chunks: a bound token sees it only when it
+            # could have seen every memory in it and owns every project it quotes.
+            members = pack_members(self.sessions, pack_id)
+            with self.sessions.session() as s:
+                ids = [*members.get("memory", [])]
+                outside = set(ids) - allowed_ids(s.conn, ids, scope.everything(sc))
+            if outside or ((members.get("state") or members.get("chunk")) and not sc.projects):
+                raise scope.ScopeRefused(
+                    f"context pack {pack_id} quotes what lies outside this token's scope",
+                    pack_id=pack_id,
+                )
+        return show_context(self.sessions, self.log, pack_id, self.keys)
+
+    def why(self, member_id: str, *, limit: int = 50) -> list[dict[str, Any]]:
+        """The packs a memory, state entry or chunk went into (or was trimmed from), newest first."""
+        return context_why(self.sessions, member_id, check_limit(limit))

@@ -142,12 +142,14 @@ class Embedding:
         self,
         home: Home,
         cache: EmbedCache,
+        sessions: Sessions,
         *,
         embedder: Embedder | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.home = home
         self.cache = cache
+        self.sessions = sessions
         self._override = embedder
         self._environ = environ
         self._lock = threading.Lock()
@@ -337,9 +339,9 @@ class Embedding:
         s.embedded.update(dict.fromkeys(texts, "embedded"))
         return [*head, *payloads]
 
-    def embed_memory(self, sessions: Sessions, memory_id: str) -> EmbeddingOutcome:
+    def embed_memory(self, memory_id: str) -> EmbeddingOutcome:
         """Give one stored memory its vector now (a source whose synchronous atomisation did not happen)."""
-        with sessions.session() as s:
+        with self.sessions.session() as s:
             rec = vectors.recorded(s.conn)
             m = s.get(memory_id)
             if rec is None or not rec.embeds or m is None:
@@ -360,8 +362,13 @@ class Embedding:
 
     # -- changing the embedder ----------------------------------------------------------------
 
-    def choose(self, sessions: Sessions, kind: str, model: str | None) -> EmbedderConfigured:
-        """Record `kind`/`model` as the home's embedder (Unchanged, exit 1, when it already is)."""
+    def choose(self, kind: str, model: str | None = None) -> dict[str, Any]:
+        """Record `kind` (and `model`) as the home's embedder; vectors follow (see `embed_pending`).
+
+        Raises Unchanged (exit 1) when the home already embeds with that model,
+        EmbedderFailed (exit 4) when the embedder cannot be reached to ask its
+        version and dimension.
+        """
         if kind == "off":
             record = EmbedderConfigured(kind="off")
         else:
@@ -370,7 +377,7 @@ class Embedding:
             e = self.build(kind, model)
             assert e is not None
             record = describe(e)
-        with sessions.session() as s:
+        with self.sessions.session() as s:
             rec = vectors.recorded(s.conn)
             if rec is not None and rec.kind == record.kind and rec.model_id == record.model_id:
                 raise Unchanged(
@@ -379,19 +386,20 @@ class Embedding:
                 )
             s.append(record)
         self.wake()
-        return record
+        return record.model_dump()
 
     # -- pending work ---------------------------------------------------------------------------
 
     def drain(
         self,
-        sessions: Sessions,
         *,
         limit: int | None = None,
         progress: bool | None = None,
         batch: int = DRAIN_BATCH,
     ) -> dict[str, int]:
-        """Embed what is pending, a batch at a time; returns counts. Raises EmbedderFailed."""
+        """Embed the memories and chunks waiting for a vector now (what the background worker does),
+        a batch at a time; returns counts. Raises EmbedderFailed."""
+        sessions = self.sessions
         embedded = filled = 0
         prog: Progress | None = None
         try:
@@ -422,7 +430,9 @@ class Embedding:
             left = vectors.pending_count(s.conn)
         return {"embedded": embedded, "filled": filled, "pending": left}
 
-    def status(self, sessions: Sessions) -> EmbeddingStatus:
+    def status(self) -> EmbeddingStatus:
+        """The recorded embedder (and its history), the configured one, vectors, pending, cached."""
+        sessions = self.sessions
         kind, model = self.wanted()
         with sessions.session() as s:
             rec = vectors.recorded(s.conn)
@@ -446,23 +456,23 @@ class Embedding:
     def wake(self) -> None:
         self._wake.set()
 
-    def start_worker(self, sessions: Sessions, interval: float = 5.0) -> None:
+    def start_worker(self, interval: float = 5.0) -> None:
         if self._thread is not None:
             return
         self._stop.clear()
         self._thread = threading.Thread(
-            target=self._loop, args=(sessions, interval), name="mnemolog-embedder", daemon=True
+            target=self._loop, args=(interval,), name="mnemolog-embedder", daemon=True
         )
         self._thread.start()
 
-    def _loop(self, sessions: Sessions, interval: float) -> None:
+    def _loop(self, interval: float) -> None:
         while not self._stop.is_set():
             self._wake.wait(interval)
             self._wake.clear()
             if self._stop.is_set():
                 return
             try:
-                self.drain(sessions, progress=False)
+                self.drain(progress=False)
             except EmbedderFailed as exc:
                 # Unreachable now: the work stays pending and is tried again at the next wake.
                 self.worker_errors = [*self.worker_errors[-9:], exc.message]

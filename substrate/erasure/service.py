@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -320,3 +321,54 @@ class RetentionWorker:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
+
+
+class Erasure:
+    """Forgetting over an open home (`Substrate.erasure`)."""
+
+    def __init__(self, sub: Substrate) -> None:
+        self.sub = sub
+
+    def forget(
+        self,
+        memory_ids: Sequence[str] | None = None,
+        *,
+        namespace: str | None = None,
+        project: str | None = None,
+        document: str | None = None,
+        interaction: str | None = None,
+        before: str | None = None,
+        reason: str | None = None,
+        requested_by: str | None = None,
+        dry_run: bool = False,
+        vaults: Sequence[str | Path] = (),
+        receipt: str | Path | None = None,
+        expired: bool = False,
+    ) -> dict[str, Any]:
+        """Forget content: by memory ids, or every memory a selector picks (all given selectors hold).
+
+        Writes signed `memory.erased` events (ids, reason, who asked; never the
+        content), destroys the data keys of everything erased and what derives
+        from it (atoms, candidates and their interaction, a document's chunks,
+        the packs that quoted it), deletes their rows, vectors and embedding
+        cache entries, and rebuilds the projection into a new file.
+        `dry_run` lists all of that and changes nothing; `vaults` are re-rendered
+        after it (their notes, journal and run-log lines of it go); `receipt` is
+        where the erasure receipt goes (eventlog.receipt); `expired` erases what
+        the namespaces' `retention_days` policies let expire. See substrate.erasure.
+        """
+        return forget(
+            self.sub,
+            ids=list(memory_ids) if memory_ids else None,
+            namespace=namespace,
+            project=project,
+            document=document,
+            interaction=interaction,
+            before=before,
+            reason=reason,
+            requested_by=requested_by or "api",
+            dry_run=dry_run,
+            vaults=[Path(p) for p in vaults],
+            receipt=Path(receipt) if receipt is not None else None,
+            expired=expired,
+        )

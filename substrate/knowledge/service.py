@@ -80,6 +80,7 @@ from mnemolog.substrate.ids import new_id
 from mnemolog.substrate.knowledge.config import KnowledgeSettings, parse_knowledge
 from mnemolog.substrate.recall import hits as recall_hits
 from mnemolog.substrate.session import Session, Sessions
+from mnemolog.substrate.tenancy import scope
 
 if TYPE_CHECKING:
     import duckdb
@@ -165,6 +166,10 @@ def _exemption(row: Mapping[str, Any], policy: DecayPolicy) -> str | None:
     return None
 
 
+#: (session, text, limit, an id to leave out) -> the memories most like the text, best first.
+Similar = Callable[[Session, str, int, str | None], list[Memory]]
+
+
 @dataclass(frozen=True, slots=True)
 class Duplicate:
     """An active memory a candidate duplicates (same words, or embeddings at the threshold), if any,
@@ -185,9 +190,12 @@ class Knowledge:
         clock: Clock,
         checkpoint: Callable[[], tuple[int, bytes]] | None = None,
         options: Mapping[str, Any] | None = None,
+        similar: Similar,
     ) -> None:
         self.home = home
         self.sessions = sessions
+        #: The recall service's `similar`: the memories a candidate may duplicate.
+        self.similar = similar
         self.clock = clock
         self._checkpoint = checkpoint
         self.options = dict(options or {})
@@ -245,6 +253,7 @@ class Knowledge:
     def register_project(
         self, name: str, *, aliases: Sequence[str] = (), description: str = ""
     ) -> dict[str, Any]:
+        """Register a project name (with aliases); rows holding any of them resolve to it."""
         with self.sessions.session() as s:
             registry = self.registry(s).with_project(name, aliases=aliases, description=description)
             project = registry.resolve(name)
@@ -254,6 +263,7 @@ class Knowledge:
             return self._project(s, project.name)
 
     def alias_project(self, name: str, alias: str) -> dict[str, Any]:
+        """Make ``alias`` another name of project ``name`` (old rows resolve too)."""
         with self.sessions.session() as s:
             registry = self.registry(s)
             registry.with_alias(name, alias)  # the checks; the fold applies the event
@@ -262,6 +272,7 @@ class Knowledge:
             return self._project(s, canonical)
 
     def projects(self) -> list[dict[str, Any]]:
+        """Registered projects with their aliases and counts."""
         with self.sessions.session() as s:
             return kq.projects(s.conn)
 
@@ -289,6 +300,7 @@ class Knowledge:
     def get_state(
         self, project: str, *, category: str | None = None, history: bool = False
     ) -> list[dict[str, Any]]:
+        """A project's current state entries (every version with ``history``)."""
         if category is not None:
             check_category(category)
         with self.sessions.session() as s:
@@ -299,6 +311,7 @@ class Knowledge:
     def invalidate_state(
         self, project: str, category: str, key: str, *, reason: str | None = None
     ) -> dict[str, Any]:
+        """The entry no longer holds; its history stays."""
         check_category(category)
         payload = StateInvalidated(project=project, category=category, key=key, reason=reason)
         with self.sessions.session() as s:
@@ -393,6 +406,7 @@ class Knowledge:
             return kq.interactions(s.conn, project=canonical, session=session, since=since, limit=limit)
 
     def interaction(self, interaction_id: str) -> dict[str, Any]:
+        """One captured interaction with the candidates extracted from it."""
         with self.sessions.session() as s:
             row = kq.interaction(s.conn, interaction_id) if isinstance(interaction_id, str) else None
             if row is None:
@@ -654,7 +668,7 @@ class Knowledge:
     def _neighbours(self, s: Session, m: Memory) -> tuple[list[Neighbour], Duplicate]:
         """The neighbours a triager reads, and a duplicate found by words or by embeddings."""
         mine = terms(m["content"])
-        similar = kq.similar_active(s.conn, m["content"], limit=DUPLICATE_POOL, exclude=m["id"])
+        similar = self.similar(s, m["content"], DUPLICATE_POOL, m["id"])
         same = normalised(m["content"])
         duplicate = next((n["id"] for n in similar if normalised(n["content"]) == same), None)
         nearest = kq.nearest_by_vector(s.conn, m["id"])
@@ -808,6 +822,8 @@ class Knowledge:
         project: str | None = None,
         limit: int = 50,
     ) -> list[Memory]:
+        """Candidates by queue (pending, needs_human, promoted, rejected), oldest first; a bound
+        token sees those of its scope only."""
         unknown = [q for q in queues if q not in kq.CANDIDATE_QUEUES]
         if unknown:
             raise UsageError(
@@ -817,7 +833,9 @@ class Knowledge:
         check_limit(limit)
         with self.sessions.session() as s:
             canonical = self.canonical_project(s, project) if project is not None else None
-            return kq.candidates(s.conn, queues, project=canonical, limit=limit)
+            found = kq.candidates(s.conn, queues, project=canonical, limit=limit)
+        sc = scope.current()
+        return found if sc is None or not sc.bound else [m for m in found if sc.sees(m)]
 
     def promote(
         self,

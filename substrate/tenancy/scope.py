@@ -41,11 +41,12 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
+from mnemolog.projections.recall.query import Filters
 
 __all__ = [
     "LEVELS",
@@ -220,6 +221,18 @@ def applied(scope: Scope | None) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def bound(f: Filters, sc: Scope | None) -> Filters:
+    """The filters confined to a token's scope, if one is applied (the one confinement of reads)."""
+    if sc is None or not sc.bound:
+        return f
+    return replace(f, within=sc.within(), projects_within=sc.projects_within())
+
+
+def everything(sc: Scope | None) -> Filters:
+    """Every memory, archived or not and of any status, that the scope lets its holder see."""
+    return bound(Filters(include_archived=True, statuses=()), sc)
 
 
 # -- tokens ---------------------------------------------------------------------------------
