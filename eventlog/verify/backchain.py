@@ -64,6 +64,8 @@ def digest(seq: int, type_: str, tv: int, data: dict[str, Any]) -> Digest | None
     """The part of an entry the back-chain fold reads (see `Digest`). Pure."""
     if type_ == vocabulary.HEADS_COMMITTED:
         return (seq, type_, (data.get("size"), data.get("root"), data.get("count")), None)
+    if type_ not in vocabulary.TOUCHES:  # touches nothing at any tv: no payload to upcast
+        return None
     touched = vocabulary.touched_ids(type_, vocabulary.upcast(type_, tv, data))
     if not touched:
         return None
