@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -294,6 +295,14 @@ def verify_own(signed: list[bytes], pk: bytes) -> float:
     return rate(len(signed), timed(loop))
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children reaped so far (a verify's workers are
+    reaped when it returns)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def verify_interleaved(d: Path, n: int, key: SigningKey, rounds: int) -> dict[str, Any]:
     """`log verify` in 1 and 2 processes beside the bare verify loop, round by round.
 
@@ -322,17 +331,28 @@ def verify_interleaved(d: Path, n: int, key: SigningKey, rounds: int) -> dict[st
     }
     names = list(sides)
     got: dict[str, list[float]] = {k: [] for k in names}
+    cpu: dict[str, list[float]] = {k: [] for k in names}
     r1: list[float] = []
     r2: list[float] = []
+    c1: list[float] = []
+    c2: list[float] = []
     hot: list[float] = []
     for r in range(rounds):
         order = names[r % 3 :] + names[: r % 3]
         say(f"  round {r + 1}/{rounds}: {', '.join(order)}")
-        this = {k: sides[k]() for k in order}
+        this: dict[str, float] = {}
+        for k in order:
+            c0 = cpu_seconds()
+            this[k] = sides[k]()
+            cpu[k].append(cpu_seconds() - c0)
         for k in names:
             got[k].append(this[k])
         r1.append(ratio(this["full_1proc"], this["bare"]))
         r2.append(ratio(this["full_2proc"], this["bare"]))
+        # CPU time does not move with the other processes on the machine as wall time does:
+        # one process's ratio, and what two processes would reach on two free cores.
+        c1.append(ratio(cpu["bare"][-1], cpu["full_1proc"][-1]))
+        c2.append(ratio(2 * cpu["bare"][-1], cpu["full_2proc"][-1]))
         hot.append(verify_only(key, 10_000))
     return {
         "entries": n,
@@ -346,6 +366,9 @@ def verify_interleaved(d: Path, n: int, key: SigningKey, rounds: int) -> dict[st
         "full_1proc_ratio_min_max": [min(r1), max(r1)],
         "full_2proc_vs_verify_only": round(statistics.median(r2), 3),
         "full_2proc_ratio_min_max": [min(r2), max(r2)],
+        "cpu_us_per_entry": {k: round(statistics.median(v) / n * 1e6, 2) for k, v in cpu.items()},
+        "cpu_1proc_vs_verify_only": round(statistics.median(c1), 3),
+        "cpu_2proc_on_two_free_cores_vs_verify_only": round(statistics.median(c2), 3),
         "targets": {
             "verify_1proc_vs_verify_only": {
                 "value": round(statistics.median(r1), 3),
