@@ -39,12 +39,6 @@ import cbor2
 from nacl import bindings as nb
 from nacl.exceptions import CryptoError
 
-try:  # pynacl's handle on libsodium (see `_encrypt`)
-    from nacl._sodium import ffi as _ffi
-    from nacl._sodium import lib as _lib
-except ImportError:  # pragma: no cover
-    _ffi = _lib = None
-
 from mnemolog.eventlog.errors import DecodeError
 from mnemolog.eventlog.format import codec
 from mnemolog.eventlog.vocabulary.events import CONTEXT_BUILT, SEALED, SEALED_FIELD, read_id
@@ -64,7 +58,6 @@ __all__ = [
     "keys_header",
     "new_key",
     "new_key_id",
-    "new_keys",
     "open_payload",
     "record_subject",
     "reseal_payload",
@@ -80,7 +73,6 @@ KEY_BYTES: Final = nb.crypto_aead_xchacha20poly1305_ietf_KEYBYTES  # 32
 NONCE_BYTES: Final = nb.crypto_aead_xchacha20poly1305_ietf_NPUBBYTES  # 24
 TAG_BYTES: Final = nb.crypto_aead_xchacha20poly1305_ietf_ABYTES  # 16
 MAX_KEYS_FILE: Final = 1 << 30
-KEY_ID_RANDOM: Final = 16  # random bytes behind a key id's 32 hex digits
 #: The fields of each entry a `context.built` quotes (tiers[*].included[*]), sealed under a
 #: key of the entry's own subject (`record_subject`).
 PACK_RECORD_FIELDS: Final = ("label", "text")
@@ -98,17 +90,7 @@ def new_key() -> bytes:
 
 def new_key_id() -> str:
     """A fresh random key id (32 hex digits)."""
-    return os.urandom(KEY_ID_RANDOM).hex()
-
-
-def new_keys(n: int) -> dict[str, bytes]:
-    """`n` fresh (key id, key) pairs, as `new_key_id` and `new_key` make them, drawn from
-    the OS in one read (a key store makes its keys in blocks)."""
-    raw = os.urandom(n * (KEY_ID_RANDOM + KEY_BYTES))
-    step = KEY_ID_RANDOM + KEY_BYTES
-    return {
-        raw[i : i + KEY_ID_RANDOM].hex(): raw[i + KEY_ID_RANDOM : i + step] for i in range(0, len(raw), step)
-    }
+    return os.urandom(16).hex()
 
 
 def _ad(type_: str, subject: str, fields: list[str]) -> bytes:
@@ -158,46 +140,16 @@ def subjects_of(type_: str, data: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _encrypt(message: bytes, ad: bytes, nonce: bytes, key: bytes) -> bytes:
-    """XChaCha20-Poly1305 of `message` (ciphertext and tag): pynacl's binding, called through
-    its libsodium handle when there is one. The binding formats each of its seven argument
-    messages before it checks anything, 60% of a small box's cost; the arguments here are
-    checked by the callers (bytes, key and nonce lengths), and a test holds both calls to the
-    same bytes."""
-    if _lib is None:  # pragma: no cover - pynacl always has it; kept for another build of it
-        return bytes(nb.crypto_aead_xchacha20poly1305_ietf_encrypt(message, ad, nonce, key))
-    out = _ffi.new("unsigned char[]", len(message) + TAG_BYTES)
-    out_len = _ffi.new("unsigned long long *")
-    rc = _lib.crypto_aead_xchacha20poly1305_ietf_encrypt(
-        out, out_len, message, len(message), ad, len(ad), _ffi.NULL, nonce, key
-    )
-    if rc != 0:  # pragma: no cover - libsodium's encrypt does not fail on valid arguments
-        raise CryptoError("encryption failed")
-    return bytes(_ffi.buffer(out, out_len[0]))
-
-
 def _seal(type_: str, subject: str, values: dict[str, Any], key_for: KeyFor) -> dict[str, Any]:
     key_id, key = key_for(subject)
-    if type(key) is not bytes or len(key) != KEY_BYTES:
+    if len(key) != KEY_BYTES:
         raise ValueError(f"a data key is {KEY_BYTES} bytes, not {len(key)}")
     fields = sorted(values)
     nonce = os.urandom(NONCE_BYTES)
-    # Maps built in canonical key order (shorter keys first) let the codec take cbor2's plain
-    # encoding, a third of the cost of its canonical mode; the bytes are the same.
-    order = _ORDER.get(tuple(fields)) or _order(fields)
-    ct = _encrypt(codec.encode({f: values[f] for f in order}), _ad(type_, subject, fields), nonce, key)
-    return {"box": nonce + ct, "key": key_id, "fields": fields}
-
-
-# Sealed field lists seen -> the same names in canonical map order.
-_ORDER: dict[tuple[str, ...], tuple[str, ...]] = {}
-
-
-def _order(fields: list[str]) -> tuple[str, ...]:
-    order = tuple(sorted(fields, key=lambda k: (len(k.encode()), k.encode())))
-    if len(_ORDER) < 1024:
-        _ORDER[tuple(fields)] = order
-    return order
+    ct = nb.crypto_aead_xchacha20poly1305_ietf_encrypt(
+        codec.encode(values), _ad(type_, subject, fields), nonce, key
+    )
+    return {"key": key_id, "fields": fields, "box": bytes(nonce + ct)}
 
 
 def seal_payload(type_: str, data: dict[str, Any], key_for: KeyFor) -> dict[str, Any]:
@@ -379,13 +331,9 @@ def keys_header(log_id: bytes | None = None) -> bytes:
 
 def encode_key_record(key_id: str, key: bytes) -> bytes:
     """One key of a data-key file."""
-    if type(key_id) is not str or not key_id or type(key) is not bytes or len(key) != KEY_BYTES:
+    if not key_id or len(key) != KEY_BYTES:
         raise ValueError("a key record needs a key id and a 32-byte key")
-    try:
-        # A text and a byte string: cbor2's default encoding is the canonical one (codec.is_plain).
-        return bytes(cbor2.dumps([key_id, key]))
-    except UnicodeEncodeError as exc:
-        raise ValueError("a key id must be valid Unicode text") from exc
+    return codec.encode([key_id, key])
 
 
 def encode_keys(keys: Mapping[str, bytes], log_id: bytes | None = None) -> bytes:

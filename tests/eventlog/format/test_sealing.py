@@ -179,32 +179,3 @@ def test_an_oversized_key_file_is_refused_before_it_is_parsed(monkeypatch: pytes
 def test_every_sealing_type_has_a_later_tv_than_any_plaintext_one() -> None:
     for t, since in v.SEALED_SINCE.items():
         assert v.upcast_chain_end(t) == since and v.seals(t, since) and not v.seals(t, since - 1)
-
-
-@given(st.binary(max_size=600), st.binary(max_size=80), st.binary(min_size=24, max_size=24))
-def test_the_direct_aead_call_gives_the_bindings_bytes(message: bytes, ad: bytes, nonce: bytes) -> None:
-    from nacl import bindings as nb
-
-    want = nb.crypto_aead_xchacha20poly1305_ietf_encrypt(message, ad, nonce, KEY)
-    assert sealing._encrypt(message, ad, nonce, KEY) == want
-    assert nb.crypto_aead_xchacha20poly1305_ietf_decrypt(want, ad, nonce, KEY) == message
-
-
-def test_a_box_holds_its_fields_in_canonical_order_and_opens_to_the_same_values() -> None:
-    sealed = sealing.seal_payload(v.MEMORY_STORED, dict(STORED), key_for())
-    box = sealed[v.SEALED_FIELD]
-    assert list(box) == ["box", "key", "fields"]  # the canonical order: the codec's plain path
-    assert codec.encode(sealed) == codec.encode(dict(sorted(sealed.items())))
-    opened = sealing.open_payload(v.MEMORY_STORED, sealed, keys_of(k1=KEY))
-    assert opened == STORED
-
-
-def test_keys_made_in_a_block_are_distinct_and_of_the_single_key_form() -> None:
-    block = sealing.new_keys(50)
-    assert len(block) == 50
-    assert all(len(k) == 32 and len(i) == 32 and int(i, 16) >= 0 for i, k in block.items())
-    assert len(set(block.values())) == 50
-    data = sealing.encode_keys(block)
-    assert sealing.decode_keys(data)[1] == block
-    with pytest.raises(ValueError):
-        sealing.encode_key_record("a\ud800", KEY)
