@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mnemolog.eventlog.errors import VerificationError
@@ -34,7 +34,7 @@ from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.format.heads import heads_root
 from mnemolog.eventlog.vocabulary import events as vocabulary
 
-__all__ = ["BackChainSummary", "BackChains", "Digest", "check_back_chains", "digest"]
+__all__ = ["BackChainSummary", "BackChains", "ChainFold", "Digest", "check_back_chains", "digest"]
 
 
 @dataclass
@@ -64,6 +64,8 @@ def digest(seq: int, type_: str, tv: int, data: dict[str, Any]) -> Digest | None
     """The part of an entry the back-chain fold reads (see `Digest`). Pure."""
     if type_ == vocabulary.HEADS_COMMITTED:
         return (seq, type_, (data.get("size"), data.get("root"), data.get("count")), None)
+    if type_ not in vocabulary.TOUCHES:  # touches nothing at any tv: no payload to upcast
+        return None
     touched = vocabulary.touched_ids(type_, vocabulary.upcast(type_, tv, data))
     if not touched:
         return None
@@ -174,6 +176,28 @@ class BackChains:
                 found={"root": root.hex(), "count": count},
             )
         self.summary.commitments += 1
+
+
+@dataclass
+class ChainFold:
+    """The fold as `log verify` runs it, fed from the entries its checks decode (nothing is
+    decoded twice); its first failure is kept, not raised, until every byte, signature and
+    checkpoint has been checked, which is when its verdict counts (format.md §8 item 11).
+    Off for a hashes-only verify, which decodes no payload."""
+
+    enabled: bool
+    chains: BackChains = field(default_factory=BackChains)
+    failed: VerificationError | None = None
+
+    def feed(self, n: int, digests: list[Digest], fname: str) -> None:
+        """Fold the digests of `n` checked entries of file `fname`, in seq order."""
+        if not self.enabled or self.failed is not None:
+            return
+        self.chains.file = fname
+        try:
+            self.chains.apply_run(n, digests)
+        except VerificationError as exc:
+            self.failed = exc
 
 
 def check_back_chains(entries: Iterable[Entry], file: str | None = None) -> BackChainSummary:

@@ -6,8 +6,11 @@ decode and check disjoint chunks (`verify_chunks.check_hinted_chunk`: exactly
 the hinted slices; seq, prev links inside the chunk, shape, canonical bytes,
 signatures under the hinted key schedule) and return the chunk's leaf
 hashes, its first prev and the key events they saw; this module folds the
-leaves into the Merkle compact range, checks the links between chunks, the
-observed key events against the hint, and the checkpoints. CBOR items are
+leaves into the Merkle compact range and checks the links between chunks and
+the observed key events against the hint. `hinted_pass` is a function of its
+inputs: it returns what it vouches for (`Hinted`: the key schedule, the
+compact range, the roots at the checkpoint sizes, the back-chain fold), and
+the verifier folds that in and checks the checkpoints at those roots. CBOR items are
 self-delimiting, so hinted slices that each decode to exactly one item and
 tile a segment are the segment's only split into items: when every check
 passes, the hint was right and the covered prefix is verified.
@@ -19,22 +22,22 @@ can cost time, never a verdict.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import cbor2
 
 from mnemolog.eventlog.errors import VerificationError
-from mnemolog.eventlog.format.entry import HASH_LEN, Entry, entry_from_map
+from mnemolog.eventlog.format import merkle
+from mnemolog.eventlog.format.entry import HASH_LEN, ZERO_HASH, Entry, entry_from_map
 from mnemolog.eventlog.store.fsio import open_regular, read_regular
 from mnemolog.eventlog.store.index import KEYREC, LOC
+from mnemolog.eventlog.verify.backchain import ChainFold
 from mnemolog.eventlog.verify.chunks import ChunkDoubt, ChunkOk, ChunkResult, check_hinted_chunk_safely
 from mnemolog.eventlog.verify.pool import make_pool, run_ordered
-from mnemolog.eventlog.verify.trust import GENESIS_TYPE, ROTATION_TYPE, KeySchedule
-
-if TYPE_CHECKING:
-    from mnemolog.eventlog.verify.verifier import _Verifier
+from mnemolog.eventlog.verify.trust import GENESIS_TYPE, ROTATION_TYPE, KeySchedule, TrustPolicy
 
 # Entries per worker task: small enough that the last tasks leave no worker idle for long
 # (2048 left one of two workers a whole task behind on a 20k log), large enough that a
@@ -46,7 +49,10 @@ MAX_HINT_BYTES = 1 << 35
 
 
 class Mismatch(Exception):
-    """The hinted pass cannot vouch for the log: the sequential pass decides."""
+    """The hinted pass cannot vouch for the log: the sequential pass decides (reusing the
+    pool the hinted pass started, if any)."""
+
+    pool: ProcessPoolExecutor | None = None
 
 
 class Hint(NamedTuple):
@@ -140,75 +146,124 @@ def _hinted_schedule(segs: list[tuple[int, Path]], hint: Hint) -> tuple[KeySched
     return ks, genesis
 
 
-def hinted_pass(v: _Verifier, segs: list[tuple[int, Path]]) -> tuple[tuple[int, int] | None, bool]:
-    """Verify what the index covers; return (where the sequential pass resumes, pool used)."""
-    hint = read_hint(v.dir)
+class Hinted(NamedTuple):
+    """What the hinted pass vouches for, for the verifier to fold in (`_Verifier.adopt`)."""
+
+    resume: tuple[int, int]  # (segment index, byte offset) where the sequential pass goes on
+    entries: int  # entries covered: seqs 0 .. entries - 1
+    keys: KeySchedule  # the key schedule, every hinted key event seen in the bytes
+    genesis: Entry
+    cr: merkle.CompactRange  # the Merkle compact range of the covered entries
+    prev: bytes  # the leaf hash of the last covered entry
+    roots: list[tuple[int, bytes]]  # (size, Merkle root) at each stop size the pass reached
+    chains: ChainFold  # the back-chain fold of the covered entries
+    pool: ProcessPoolExecutor | None  # the workers it started, handed on to the verifier
+
+
+def hinted_pass(
+    log_dir: Path,
+    segs: list[tuple[int, Path]],
+    *,
+    policy: TrustPolicy,
+    processes: int,
+    hashes_only: bool,
+    stops: list[int],
+    advance: Callable[[int], None],
+) -> Hinted | None:
+    """Verify what the index covers; None when there is no index to use.
+
+    `stops` are the sizes (ascending) at which a checkpoint or a high-water
+    mark names a root: the pass returns the root at each one it reaches, and
+    the verifier checks them. Raises `Mismatch` (carrying any pool started)
+    on any doubt.
+    """
+    hint = read_hint(log_dir)
     if hint is None or not hint.locs:
-        v.report.index_hint = "absent"
-        return None, False
-    n_hint = len(hint.locs) // LOC.size
-    if segs[0][0] != 0 or not hint.key_seqs or hint.key_seqs[0] != 0:
-        raise Mismatch("the first segment or the genesis key event is not where the hint says")
-    tasks, resume = _plan(segs, hint.locs, n_hint)
-    keys, genesis = _hinted_schedule(segs, hint)
+        return None
+    pool: ProcessPoolExecutor | None = None
     try:
-        v.policy.check_genesis(keys)
-    except VerificationError as exc:  # decided by the sequential pass, from the bytes themselves
-        raise Mismatch(str(exc)) from exc
+        n_hint = len(hint.locs) // LOC.size
+        if segs[0][0] != 0 or not hint.key_seqs or hint.key_seqs[0] != 0:
+            raise Mismatch("the first segment or the genesis key event is not where the hint says")
+        tasks, resume = _plan(segs, hint.locs, n_hint)
+        keys, genesis = _hinted_schedule(segs, hint)
+        try:
+            policy.check_genesis(keys)
+        except VerificationError as exc:  # decided by the sequential pass, from the bytes themselves
+            raise Mismatch(str(exc)) from exc
+        if stops and stops[0] == 0:
+            raise Mismatch("a checkpoint of size 0")
+        if processes > 1 and n_hint >= PARALLEL_MIN_ENTRIES and len(tasks) > 1:
+            pool = make_pool(processes)
+        cr, prev, roots, chains = _fold(tasks, hint, keys, hashes_only, stops, pool, processes, advance)
+    except Mismatch as exc:
+        exc.pool = pool
+        raise
+    except BaseException:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        raise
+    return Hinted(resume, n_hint, keys, genesis, cr, prev, roots, chains, pool)
+
+
+def _fold(
+    tasks: list[Task],
+    hint: Hint,
+    keys: KeySchedule,
+    hashes_only: bool,
+    stops: list[int],
+    pool: ProcessPoolExecutor | None,
+    processes: int,
+    advance: Callable[[int], None],
+) -> tuple[merkle.CompactRange, bytes, list[tuple[int, bytes]], ChainFold]:
+    """Run the chunk checks and fold their results in seq order."""
     packed = keys.packed()
     expected_events = [(ep.event_seq, ep.key.name, ep.key.public_key) for ep in keys.epochs]
-
-    if v.processes > 1 and n_hint >= PARALLEL_MIN_ENTRIES and len(tasks) > 1:
-        v.pool = make_pool(v.processes)
 
     def args() -> Iterator[tuple[Any, ...]]:
         for t in tasks:
             locs = hint.locs[t.start * LOC.size : t.stop * LOC.size]
-            yield (t.path, locs, t.start, t.seg_first, packed, v.hashes_only)
+            yield (t.path, locs, t.start, t.seg_first, packed, hashes_only)
 
     def died(_task: tuple[Any, ...], exc: BaseException) -> ChunkResult:
         return ChunkDoubt(-1, f"worker failed: {exc!r}")
 
-    results = run_ordered(v.pool, check_hinted_chunk_safely, args(), 2 * v.processes + 2, died)
-    v.report.index_hint = "used"
-    v.report.hinted = n_hint
-    v.keys = keys
-    v.genesis = genesis
+    results = run_ordered(pool, check_hinted_chunk_safely, args(), 2 * processes + 2, died)
+    cr = merkle.CompactRange()
+    chains = ChainFold(enabled=not hashes_only)
+    roots: list[tuple[int, bytes]] = []
+    prev = ZERO_HASH
     event_i = 0
-    cp_sizes, cr = v.cp_sizes, v.cr
-    if cp_sizes and cp_sizes[0] == 0:
-        raise Mismatch("a checkpoint of size 0")
+    stop_i = 0
     try:
         for t, res in zip(tasks, results, strict=True):
             a, b = t.start, t.stop
             if not isinstance(res, ChunkOk):
                 raise Mismatch(f"chunk at seq {a}: {res.why} at seq {res.seq}")
-            if res.first_prev != v.prev or len(res.leaves) != (b - a) * HASH_LEN:
+            if res.first_prev != prev or len(res.leaves) != (b - a) * HASH_LEN:
                 raise Mismatch(f"chunk at seq {a} does not continue the chain")
             if res.events != expected_events[event_i : event_i + len(res.events)]:
                 raise Mismatch(f"key events in the chunk at seq {a} differ from the hint")
             event_i += len(res.events)
-            v.fold_chains(b - a, res.digests, Path(t.path).name)
+            chains.feed(b - a, res.digests, Path(t.path).name)
             if a == 0 and res.log_id != keys.log_id:
                 raise Mismatch("the genesis log id differs from the hinted key history's")
-            # Fold the leaves, stopping at each checkpoint size the chunk reaches.
+            # Fold the leaves, stopping at each stop size the chunk reaches for its root.
             done = 0
             while done < b - a:
                 upto = b - a
-                if v.cp_pos < len(cp_sizes) and cp_sizes[v.cp_pos] <= b:
-                    upto = cp_sizes[v.cp_pos] - a
+                if stop_i < len(stops) and stops[stop_i] <= b:
+                    upto = stops[stop_i] - a
                 cr.extend_packed(res.leaves, done * HASH_LEN, upto * HASH_LEN)
                 done = upto
-                try:
-                    v._checkpoints_through(a + done)
-                except VerificationError as exc:
-                    raise Mismatch(str(exc)) from exc
-            v.seq = b
-            v.prev = res.leaves[-HASH_LEN:]
-            v.progress.advance(b - a)
+                while stop_i < len(stops) and stops[stop_i] <= a + done:
+                    if stops[stop_i] == a + done:
+                        roots.append((a + done, cr.root()))
+                    stop_i += 1
+            prev = res.leaves[-HASH_LEN:]
+            advance(b - a)
     finally:
         results.close()
     if event_i != len(expected_events):
         raise Mismatch("the hint lists key events the log does not have")
-    v.kid = keys.current.kid
-    return resume, v.pool is not None
+    return cr, prev, roots, chains

@@ -58,8 +58,9 @@ from mnemolog.eventlog.store.checkpoints import (
 )
 from mnemolog.eventlog.store.fsio import open_regular, read_regular
 from mnemolog.eventlog.store.segments import MAX_ENTRY_BYTES, is_entry_prefix, list_segments
-from mnemolog.eventlog.verify.backchain import BackChains, Digest, digest
+from mnemolog.eventlog.verify.backchain import ChainFold, digest
 from mnemolog.eventlog.verify.chunks import Failure, verify_span
+from mnemolog.eventlog.verify.hinted import Hinted, Mismatch, hinted_pass
 from mnemolog.eventlog.verify.pool import make_pool
 from mnemolog.eventlog.verify.provenance import check_provenance
 from mnemolog.eventlog.verify.trust import (
@@ -153,21 +154,24 @@ class _Verifier:
         self.cp_pos = 0
         self.pending: list[tuple[int, Future[Any], tuple[Any, ...]]] = []  # (first seq, future, args)
         self.report.torn_tail = None
-        # The back-chain fold, fed with each entry as it is checked (from the same decoded
-        # entries: nothing is decoded twice); its first failure waits here until every byte,
-        # signature and checkpoint has been checked, which is when its verdict counts.
-        self.chains = BackChains()
-        self.chains_failed: VerificationError | None = None
+        self.chains = ChainFold(enabled=not self.hashes_only)
 
-    def fold_chains(self, n: int, digests: list[Digest], fname: str) -> None:
-        """Feed the back-chain fold the digests of `n` checked entries (see `_reset`)."""
-        if self.hashes_only or self.chains_failed is not None:
-            return
-        self.chains.file = fname
+    def adopt(self, h: Hinted) -> None:
+        """Fold in what the hinted pass vouches for, then check the checkpoints and
+        high-water marks at the roots it reached; a failure there is a doubt like any
+        other (`Mismatch`): the sequential pass decides and reports it."""
+        self.report.index_hint = "used"
+        self.report.hinted = h.entries
+        self.keys, self.genesis = h.keys, h.genesis
+        self.kid = h.keys.current.kid
+        self.cr, self.prev, self.seq = h.cr, h.prev, h.entries
+        self.chains = h.chains
         try:
-            self.chains.apply_run(n, digests)
+            # Every stop size up to h.entries has its root here (the pass stops at each).
+            for size, root in h.roots:
+                self._checkpoints_through(size, root)
         except VerificationError as exc:
-            self.chains_failed = exc
+            raise Mismatch(str(exc)) from exc
 
     def fail(self, message: str, check: str, **where: Any) -> VerificationError:
         return VerificationError(message, check=check, **where)
@@ -190,11 +194,25 @@ class _Verifier:
         try:
             resume: tuple[int, int] | None = None
             if self.use_hint:
-                from mnemolog.eventlog.verify.hinted import Mismatch, hinted_pass
-
                 try:
-                    resume, parallel_used = hinted_pass(self, segs)
-                except Mismatch:
+                    h = hinted_pass(
+                        self.dir,
+                        segs,
+                        policy=self.policy,
+                        processes=self.processes,
+                        hashes_only=self.hashes_only,
+                        stops=self.cp_sizes,
+                        advance=self.progress.advance,
+                    )
+                    if h is None:
+                        self.report.index_hint = "absent"
+                    else:
+                        self.pool = h.pool
+                        parallel_used = h.pool is not None
+                        self.adopt(h)
+                        resume = h.resume
+                except Mismatch as exc:
+                    self.pool = self.pool or exc.pool
                     self.report.index_hint = "disagreed"
                     self.report.hinted = 0
                     resume = None
@@ -233,9 +251,9 @@ class _Verifier:
                 file=CHECKPOINT_DIR,
             )
         if not self.hashes_only:
-            if self.chains_failed is not None:
-                raise self.chains_failed
-            self.report.back_chains = self.chains.summary.to_json()
+            if self.chains.failed is not None:
+                raise self.chains.failed
+            self.report.back_chains = self.chains.chains.summary.to_json()
         r = self.report
         r.trust = self.policy.check(self.keys).to_json()
         if self.genesis is not None:
@@ -436,25 +454,28 @@ class _Verifier:
         self.prev = e.leaf
         if not self.hashes_only:
             d = digest(seq, e.type, e.tv, e.data)
-            self.fold_chains(1, [] if d is None else [d], fname)
+            self.chains.feed(1, [] if d is None else [d], fname)
         self.seq += 1
         self._checkpoints_through(self.seq)
 
     # -- checkpoints and high-water marks ----------------------------------------------
 
-    def _checkpoints_through(self, size: int) -> None:
+    def _checkpoints_through(self, size: int, root: bytes | None = None) -> None:
+        """Check the stops up to `size` entries; `root` is the Merkle root at `size`
+        (default: the compact range's, which then holds exactly `size` entries)."""
         while self.cp_pos < len(self.cp_sizes) and self.cp_sizes[self.cp_pos] <= size:
             cp_size = self.cp_sizes[self.cp_pos]
             if cp_size == size:
+                at = self.cr.root() if root is None else root
                 if cp_size in self.cp_files:
-                    self._checkpoint(cp_size)
+                    self._checkpoint(cp_size, at)
                 for hw in self.hw_at.get(cp_size, ()):
-                    self._high_water(hw, cp_size)
+                    self._high_water(hw, cp_size, at)
             elif cp_size == 0:
                 raise self.fail("a checkpoint of size 0", "checkpoint.size", file=checkpoint_name(0))
             self.cp_pos += 1
 
-    def _checkpoint(self, size: int) -> None:
+    def _checkpoint(self, size: int, root: bytes) -> None:
         rel = f"{CHECKPOINT_DIR}/{checkpoint_name(size)}"
         try:
             raw = read_regular(self.dir / CHECKPOINT_DIR / checkpoint_name(size), MAX_NOTE_BYTES)
@@ -484,7 +505,6 @@ class _Verifier:
                 expected=size,
                 found=cp.size,
             )
-        root = self.cr.root()
         if cp.root != root:
             raise self.fail(
                 f"{rel}: the root of the first {size} entries differs from the signed root",
@@ -511,7 +531,7 @@ class _Verifier:
                 found=self.keys_origin(),
             )
 
-    def _high_water(self, hw: HighWaterMark, size: int) -> None:
+    def _high_water(self, hw: HighWaterMark, size: int, root: bytes) -> None:
         self._high_water_origin(hw)
         try:
             cp = open_checkpoint(hw.note, self.key_for(size), hw.source)
@@ -526,7 +546,6 @@ class _Verifier:
                 file=hw.source,
                 seq=size - 1,
             ) from exc
-        root = self.cr.root()
         if cp.root != root:
             raise self.fail(
                 f"the log's root at size {size} differs from the high-water mark {hw.source}: "

@@ -356,15 +356,19 @@ def touched_ids(type_: str, data: dict[str, Any]) -> list[str]:
     spec = TOUCHES.get(type_)
     if spec is None:
         return []
-    found: list[str] = [read_id(data.get(f)) for f in spec.ids]
+    # `log verify` asks this of every entry: one pass, no intermediate list (read_id's rule:
+    # only non-empty text names a memory).
+    out: list[str] = []
+    for f in spec.ids:
+        i = data.get(f)
+        if isinstance(i, str) and i and i not in out:
+            out.append(i)
     for f in spec.lists:
         v = data.get(f)
         if isinstance(v, list):
-            found += [read_id(x) for x in v]
-    out: list[str] = []
-    for i in found:
-        if i and i not in out:
-            out.append(i)
+            for i in v:
+                if isinstance(i, str) and i and i not in out:
+                    out.append(i)
     return out
 
 
