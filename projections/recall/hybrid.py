@@ -38,13 +38,26 @@ import numpy as np
 from mnemolog.projections.embedding import vectors
 from mnemolog.projections.memory.model import Memory
 from mnemolog.projections.recall import bm25
-from mnemolog.projections.recall.query import SCORE_SCALE, Filters, Lexical, parse, rank_lexical, with_rows
+from mnemolog.projections.recall.query import (
+    SCORE_SCALE,
+    Filters,
+    Lexical,
+    neighbours,
+    parse,
+    rank_lexical,
+    with_rows,
+)
 
 Mode = Literal["bm25", "vector", "hybrid"]
 MODES: Final[tuple[str, ...]] = ("bm25", "vector", "hybrid")
 FUSION_DEPTH: Final = 50
 #: α: a memory's BM25 score gains α times the best of its neighbours' (recall.rank_lexical).
 NEIGHBOUR_WEIGHT: Final = 0.7
+#: The share at which the memories two places away count as neighbours (0: only the adjacent).
+NEIGHBOUR_DECAY: Final = 0.5
+#: γ: in convex fusion, a candidate's fused score gains γ times the best fused score of its
+#: adjacent candidates, so a neighbour that the embedding found lifts it too (`smooth`).
+FUSED_NEIGHBOUR_WEIGHT: Final = 0.2
 #: In hybrid recall, a memory none of whose words (nor its neighbours') the query holds is a hit
 #: only when its cosine reaches this. Fused scores cannot say it: they are normalised per query,
 #: so the least similar candidate always fuses to 0 however close it is. Measured with both
@@ -57,8 +70,9 @@ FusionMethod = Literal["convex", "rrf"]
 
 @dataclass(frozen=True)
 class Fusion:
-    """How recall ranks (`[recall]` in config.toml): BM25's k1 and b, the neighbour weight α,
-    and how hybrid recall fuses (method, weights, RRF's k, candidates per ranker).
+    """How recall ranks (`[recall]` in config.toml): BM25's k1 and b, the neighbour weight α and
+    the second ring's share, and how hybrid recall fuses (method, weights, RRF's k, candidates
+    per ranker, the fused neighbour weight γ).
 
     The defaults were chosen on LoCoMo conversations 0-3 (docs/recall.md).
     """
@@ -71,6 +85,8 @@ class Fusion:
     k1: float = bm25.K1
     b: float = bm25.B
     neighbour_weight: float = NEIGHBOUR_WEIGHT
+    neighbour_decay: float = NEIGHBOUR_DECAY
+    fused_neighbour_weight: float = FUSED_NEIGHBOUR_WEIGHT
     min_cosine: float = MIN_COSINE
 
 
@@ -87,6 +103,9 @@ class Ranked:
     # α · the best neighbour's BM25 score, included in bm25_score; and that neighbour's doc.
     neighbour: float | None = None
     neighbour_doc: int | None = None
+    # γ · the best adjacent candidate's fused score, included in score (hybrid, convex); its doc.
+    fused_neighbour: float | None = None
+    fused_neighbour_doc: int | None = None
 
     def explain(self) -> dict[str, Any]:
         """Where each ranker put this result and what it scored (None: not among its candidates)."""
@@ -97,6 +116,8 @@ class Ranked:
             "neighbour_contribution": self.neighbour,
             "neighbour_seq": self.neighbour_doc,
             "cosine_distance": self.distance,
+            "fused_neighbour_contribution": self.fused_neighbour,
+            "fused_neighbour_seq": self.fused_neighbour_doc,
             "fused_score": self.score,
         }
 
@@ -152,6 +173,31 @@ def convex(
     scored = [(d, w_b * x + w_v * y) for d, x, y in zip(cands, bn, cn, strict=True)]
     scored.sort(key=lambda t: (-t[1], -t[0]))
     return scored
+
+
+def smooth(
+    fused: Sequence[tuple[int, float]], adjacent: Mapping[int, tuple[int, int]], weight: float
+) -> list[tuple[int, float, float, int | None]]:
+    """Neighbour context on fused scores: (doc, score + γ · the best adjacent candidate's score,
+    that contribution, its doc), best first, newest first on ties.
+
+    `adjacent` gives each candidate's neighbours before and after (-1: none),
+    as BM25's neighbour term reads them; only candidates lend (every candidate
+    passed the query's filters). A memory with no neighbour among the
+    candidates keeps its score. Run on the fused scores of the union, before
+    the cut: the vector side's evidence reaches a neighbour as BM25's does.
+    """
+    score = dict(fused)
+    out: list[tuple[int, float, float, int | None]] = []
+    for d, s in fused:
+        best, best_doc = 0.0, None
+        for n in adjacent.get(d, (-1, -1)):
+            if n >= 0 and n in score and score[n] > best:
+                best, best_doc = score[n], n
+        add = weight * best
+        out.append((d, s + add, add, best_doc if add > 0 else None))
+    out.sort(key=lambda t: (-t[1], -t[0]))
+    return out
 
 
 def rank(
@@ -260,6 +306,7 @@ def _rank(
             k1=fusion.k1,
             b=fusion.b,
             neighbour_weight=fusion.neighbour_weight,
+            neighbour_decay=fusion.neighbour_decay,
         )
     near: list[tuple[int, float]] = []
     if not want_bm25 and (position := bm25.known_position(conn)) is not None:
@@ -293,6 +340,7 @@ def _rank(
     ranks_b = {x.doc: i for i, x in enumerate(lexical, start=1)}
     ranks_v = {d: i for i, (d, _) in enumerate(near, start=1)}
     dist = dict(near)
+    lifted: dict[int, tuple[float, int | None]] = {}
     if fusion.method == "rrf":
         fused = [
             (d, sc)
@@ -310,6 +358,11 @@ def _rank(
             list(ranks_v),
             (fusion.bm25_weight, fusion.vector_weight),
         )
+        if fusion.fused_neighbour_weight > 0 and fused:
+            adjacent = neighbours(conn, [d for d, _ in fused], copy)
+            smoothed = smooth(fused, adjacent, fusion.fused_neighbour_weight)
+            fused = [(d, sc) for d, sc, _, _ in smoothed]
+            lifted = {d: (add, by) for d, _, add, by in smoothed}
     return [
         Ranked(
             d,
@@ -320,6 +373,8 @@ def _rank(
             distance=dist.get(d),
             neighbour=lex[d].neighbour / SCORE_SCALE if d in lex else None,
             neighbour_doc=lex[d].neighbour_doc if d in lex else None,
+            fused_neighbour=lifted[d][0] if d in lifted else None,
+            fused_neighbour_doc=lifted[d][1] if d in lifted else None,
         )
         for d, score in fused[:limit]
     ], copy

@@ -443,15 +443,19 @@ def rank_lexical(
     k1: float = bm25.K1,
     b: float = bm25.B,
     neighbour_weight: float = 0.0,
+    neighbour_decay: float = 0.0,
 ) -> list[Lexical]:
-    """BM25 with neighbour context: score(d) = bm25(d) + α · max(bm25 of d's allowed neighbours).
+    """BM25 with neighbour context: score(d) = bm25(d) + α · the best allowed neighbour's bm25.
 
     Memories stored in sequence from one source answer together (a question
     and its answer are two turns): a memory with none of the query's terms
-    can rank through its neighbour's. A neighbour contributes only when the
-    filters would let recall show it. α = 0 is plain BM25. The contribution
-    is rounded to an integer multiple of 1/SCORE_SCALE, so scores stay exact
-    and the order deterministic (ties: newest first).
+    can rank through its neighbour's. The neighbours are the memories just
+    before and after d in its group, counted whole, and, when
+    `neighbour_decay` is above 0, the ones two places away, counted at that
+    share (an answer often comes a turn later). A neighbour contributes only
+    when the filters would let recall show it. α = 0 is plain BM25. The
+    contribution is rounded to an integer multiple of 1/SCORE_SCALE, so
+    scores stay exact and the order deterministic (ties: newest first).
     """
     if not parsed.terms:
         return []
@@ -482,14 +486,28 @@ def rank_lexical(
     joined = sorted({n for pair in nb.values() for n in pair if n >= 0} - ok)
     ok |= allowed(joined)
     nb.update(neighbours(conn, [d for d in joined if d in ok], copy))
-    outer = sorted({n for d in ok for n in nb.get(d, (-1, -1)) if n >= 0} - ok)
+    decay = float(neighbour_decay)
+    if decay > 0:
+        # The second ring is reached through the first, shown or not: adjacency is stored order.
+        first = sorted({n for d in ok for n in nb[d] if n >= 0} - nb.keys())
+        nb.update(neighbours(conn, first, copy))
+
+    def ring(d: int) -> list[tuple[int, float]]:
+        p, n = nb.get(d, (-1, -1))
+        out = [(p, 1.0), (n, 1.0)]
+        if decay > 0:
+            out += [(nb[p][0] if p >= 0 else -1, decay), (nb[n][1] if n >= 0 else -1, decay)]
+        return out
+
+    rings = {d: ring(d) for d in ok}
+    outer = sorted({n for r in rings.values() for n, _ in r if n >= 0} - ok)
     shown = ok | allowed(outer)
     out: list[Lexical] = []
     for d in ok:
-        best, best_doc = 0, None
-        for n in nb.get(d, (-1, -1)):
-            if n >= 0 and n in shown and own.get(n, 0) > best:
-                best, best_doc = own[n], n
+        best, best_doc = 0.0, None
+        for n, w in rings[d]:
+            if n >= 0 and n in shown and w * own.get(n, 0) > best:
+                best, best_doc = w * own[n], n
         add = int(np.floor(alpha * best + 0.5))
         total = own.get(d, 0) + add
         if total > 0:

@@ -95,6 +95,8 @@ def parse_fusion(table: Any) -> hybrid.Fusion:
         "k1",
         "b",
         "neighbour_weight",
+        "neighbour_decay",
+        "fused_neighbour_weight",
         "min_cosine",
     }
     unknown = sorted(set(table) - known)
@@ -122,6 +124,8 @@ def parse_fusion(table: Any) -> hybrid.Fusion:
         k1=number("k1", base.k1, 0.0, 10.0),
         b=number("b", base.b, 0.0, 1.0),
         neighbour_weight=number("neighbour_weight", base.neighbour_weight, 0.0, 10.0),
+        neighbour_decay=number("neighbour_decay", base.neighbour_decay, 0.0, 1.0),
+        fused_neighbour_weight=number("fused_neighbour_weight", base.fused_neighbour_weight, 0.0, 10.0),
         min_cosine=number("min_cosine", base.min_cosine, -1.0, 1.0),
     )
 

@@ -101,6 +101,42 @@ def test_memories_of_no_common_source_are_not_neighbours(sub: Substrate) -> None
         assert got[0]["explain"]["neighbour_contribution"] == 0
 
 
+def test_a_memory_two_places_away_lends_at_the_decayed_share(sub: Substrate) -> None:
+    with sub:
+        ask = sub.store(ASK, source="chat/1")["id"]
+        sub.store(CHAT, source="chat/1")
+        answer = sub.store("Melanie: the violin is my instrument now", source="chat/1")["id"]
+        for _ in range(4):  # the third recall on a connection builds the numpy copy: same answers
+            got = {m["id"]: m["explain"] for m in sub.recall("which instrument", mode="bm25", explain=True)}
+            e = got[answer]
+            assert e["neighbour_id"] == ask  # two places away, through the chat between them
+            own = got[ask]["bm25_score"] - got[ask]["neighbour_contribution"]
+            assert e["neighbour_contribution"] == pytest.approx(0.7 * 0.5 * own, abs=1e-10)
+        sub.fusion = replace(sub.fusion, neighbour_decay=0.0)
+        got = {m["id"]: m["explain"] for m in sub.recall("which instrument", mode="bm25", explain=True)}
+        assert got[answer]["neighbour_contribution"] == 0
+
+
+def test_hybrid_lifts_a_candidate_by_its_neighbour_s_fused_score_within_a_source(tmp_path: Path) -> None:
+    with open_sub(new_home(tmp_path / "f"), long_lived=True, worker=False, embedder=FakeEmbedder()) as s:
+        ask = s.store(ASK, source="chat/1")["id"]
+        answer = s.store(ANSWER, source="chat/1")["id"]
+        alone = s.store(ASK)["id"]  # the same question with no source: no neighbour, no lift
+        got = {m["id"]: m for m in s.recall("which instrument", mode="hybrid", explain=True, limit=10)}
+        lift = {k: got[k]["explain"]["fused_neighbour_contribution"] for k in (ask, answer)}
+        # Each lends the other γ times its fused score before any lift.
+        for me, other in ((ask, answer), (answer, ask)):
+            assert got[me]["explain"]["fused_neighbour_seq"] == got[other]["stored_seq"]
+            before = got[other]["score"] - lift[other]
+            assert lift[me] == pytest.approx(hybrid.FUSED_NEIGHBOUR_WEIGHT * before, abs=1e-12)
+            assert lift[me] > 0
+        assert got[alone]["explain"]["fused_neighbour_contribution"] == 0
+        assert got[alone]["explain"]["fused_neighbour_seq"] is None
+        s.fusion = replace(s.fusion, fused_neighbour_weight=0.0)
+        plain = {m["id"]: m for m in s.recall("which instrument", mode="hybrid", explain=True, limit=10)}
+        assert plain[answer]["score"] == pytest.approx(got[answer]["score"] - lift[answer], abs=1e-12)
+
+
 def test_adjacency_is_within_the_source_and_skips_other_sources(sub: Substrate) -> None:
     with sub:
         ask = sub.store(ASK, source="chat/1")["id"]
@@ -207,10 +243,14 @@ def test_every_mode_hides_expired_and_superseded_memories(tmp_path: Path) -> Non
 
 
 def test_recall_settings_are_read_from_the_recall_table() -> None:
-    got = parse_fusion({"k1": 0.9, "b": 0.3, "neighbour_weight": 0})
+    got = parse_fusion(
+        {"k1": 0.9, "b": 0.3, "neighbour_weight": 0, "neighbour_decay": 0.25, "fused_neighbour_weight": 0}
+    )
     assert (got.k1, got.b, got.neighbour_weight) == (0.9, 0.3, 0.0)
+    assert (got.neighbour_decay, got.fused_neighbour_weight) == (0.25, 0.0)
     base = parse_fusion(None)
     assert (base.k1, base.b, base.neighbour_weight) == (1.2, 0.5, hybrid.NEIGHBOUR_WEIGHT)
-    for bad in ({"b": 1.5}, {"k1": -1}, {"neighbour_weight": "high"}):
+    assert (base.neighbour_decay, base.fused_neighbour_weight) == (0.5, 0.2)
+    for bad in ({"b": 1.5}, {"k1": -1}, {"neighbour_weight": "high"}, {"neighbour_decay": 2}):
         with pytest.raises(BadInput):
             parse_fusion(bad)
