@@ -320,7 +320,7 @@ def test_the_vector_metadata_read_is_kept_only_while_it_holds(
 
     home = new_home(tmp_path / "h")
     fake = FakeEmbedder()
-    with sub_with(home, fake, long_lived=True) as s:
+    with sub_with(home, fake, long_lived=True, worker=False) as s:
         s.store("one")
         fake.unreachable = True
         s.store("two")  # pending
