@@ -240,7 +240,7 @@ class _Check:
         if fmt != FORMAT_V4:
             return None
         try:
-            return sealing.decode_keys(self.need(DATAKEYS), DATAKEYS)[1]
+            return sealing.decode_keys(self.need(DATAKEYS), DATAKEYS, whole=True)[1]
         except DecodeError as exc:
             raise _f(exc.message, "datakeys.decode", file=DATAKEYS) from exc
 

@@ -341,12 +341,15 @@ def encode_keys(keys: Mapping[str, bytes], log_id: bytes | None = None) -> bytes
     return keys_header(log_id) + b"".join(encode_key_record(s, keys[s]) for s in sorted(keys))
 
 
-def _items(data: bytes) -> Iterator[Any]:
+def _items(data: bytes, whole: bool) -> Iterator[Any]:
     stream = io.BytesIO(data)
     while stream.tell() < len(data):
+        start = stream.tell()
         try:
             yield cbor2.CBORDecoder(stream).decode()
-        except cbor2.CBORDecodeEOF:
+        except cbor2.CBORDecodeEOF as exc:
+            if whole:
+                raise DecodeError(f"a record cut short at byte {start}") from exc
             # A record cut short by a crash mid-append was never acknowledged: its entry was
             # not written either (keys are durable before the entry that uses them).
             return
@@ -354,16 +357,19 @@ def _items(data: bytes) -> Iterator[Any]:
             raise DecodeError(f"malformed CBOR at byte {stream.tell()}: {exc}") from exc
 
 
-def decode_keys(data: bytes, what: str = "data keys") -> tuple[dict[str, Any], dict[str, bytes]]:
+def decode_keys(
+    data: bytes, what: str = "data keys", *, whole: bool = False
+) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The header and the keys (key id -> key) of a data-key file; DecodeError when it is not one.
 
-    A trailing record cut short is ignored (see `_items`); every whole
+    A trailing record cut short is ignored (see `_items`) unless `whole`: a file written in one
+    piece (a bundle's) was never appended to, so there a cut record is damage. Every whole
     record must be a ``[text, 32 bytes]`` array.
     """
     if len(data) > MAX_KEYS_FILE:
         raise DecodeError(f"{what}: {len(data)} bytes is more than a data-key file may be")
     try:
-        head, *records = list(_items(data)) or [None]
+        head, *records = list(_items(data, whole)) or [None]
     except DecodeError as exc:
         raise DecodeError(f"{what}: {exc.message}") from exc
     if not isinstance(head, dict) or head.get("format") != KEYS_FORMAT:

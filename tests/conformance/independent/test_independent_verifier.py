@@ -856,8 +856,14 @@ def test_an_edited_or_hostile_key_file_is_refused(built: Built) -> None:
         f = {**files, "datakeys.cbor": raw}
         resign_manifest(f, built.home)
         fails(check, lambda f=f: iv.verify_bundle(retar(f)))
-    # A record cut short at the end is ignored (format.md §17).
-    assert iv.read_datakeys(files["datakeys.cbor"] + iv.encode(["ab" * 16, bytes(32)])[:-3]) == keys
+    # A record cut short at the end is ignored in a key file that is appended to, and refused in a
+    # bundle's, which is written in one piece (format.md §17): whichever keys the cut drops.
+    torn = files["datakeys.cbor"] + iv.encode(["ab" * 16, bytes(32)])[:-3]
+    assert iv.read_datakeys(torn) == keys
+    for raw in (torn, files["datakeys.cbor"][:-1]):
+        f = {**files, "datakeys.cbor": raw}
+        resign_manifest(f, built.home)
+        fails("datakeys.decode", lambda f=f: iv.verify_bundle(retar(f)))
 
 
 def test_an_export_opens_with_its_keys_file_and_the_log_checks_its_erasure(

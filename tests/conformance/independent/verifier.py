@@ -658,16 +658,19 @@ KEY_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
 def read_datakeys(
-    raw: bytes, check: str = "datakeys.decode", log_id: bytes | None = None
+    raw: bytes, check: str = "datakeys.decode", log_id: bytes | None = None, whole: bool = False
 ) -> dict[str, bytes]:
     """A data-key file: a header map, then [key id, 32-byte key] records; the first of an id wins,
-    a last record cut short is ignored (format.md §17)."""
+    a last record cut short is ignored, except in a bundle's file (`whole`), written in one piece
+    (format.md §17)."""
     items: list[bytes] = []
     off = 0
     while off < len(raw):
         try:
             end = _scan(raw, off)
         except _Incomplete:
+            if whole:
+                raise Failure(check, f"a record cut short at offset {off}") from None
             break
         except Failure as exc:
             raise Failure(check, f"at offset {off}: {exc}") from None
@@ -2123,7 +2126,7 @@ def verify_bundle(
     if not isinstance(views, dict) or not isinstance(views.get("memories"), dict):
         raise Failure("view.memories", "memories.json is not a map of views")
     datakeys = (
-        read_datakeys(files["datakeys.cbor"], log_id=history.log_id)
+        read_datakeys(files["datakeys.cbor"], log_id=history.log_id, whole=True)
         if fmt == "mnemolog/forensic-bundle/v4"
         else {}
     )

@@ -150,6 +150,11 @@ def test_a_key_file_round_trips_first_key_wins_and_a_cut_record_is_ignored() -> 
     assert sealing.decode_keys(again)[1]["a"] == KEY
     cut = data + sealing.encode_key_record("c", KEY)[:-5]
     assert sealing.decode_keys(cut)[1] == {"a": KEY, "b": OTHER}
+    # A file written in one piece (a bundle's) was never appended to: any cut is damage.
+    for damaged in (cut, data[:-1], data[: len(data) // 2]):
+        with pytest.raises(DecodeError, match="cut short"):
+            sealing.decode_keys(damaged, whole=True)
+    assert sealing.decode_keys(data, whole=True)[1] == keys
 
 
 @pytest.mark.parametrize(

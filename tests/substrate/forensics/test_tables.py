@@ -126,6 +126,17 @@ def test_a_forged_touches_table_is_refused_even_re_signed(world: Atomised, membe
     assert info.value.check == "manifest.files" and "touches.parquet" in info.value.message
 
 
+def test_a_cut_key_file_is_refused_even_re_signed(world: Atomised, members: dict[str, bytes]) -> None:
+    """A bundle's datakeys.cbor is written in one piece: a cut is damage, whichever keys it drops
+    (the cut a home's own key file forgives as a crash mid-append)."""
+    key = load_private_key(world.home.signing_key_path)
+    raw = members[DATAKEYS]
+    for cut in (raw[:-1], raw[: len(raw) // 2]):
+        with pytest.raises(VerificationError) as info:
+            bundle.verify_members(resign_manifest({**members, DATAKEYS: cut}, key), policy=TRUST_GENESIS)
+        assert info.value.check == "datakeys.decode" and "cut short" in info.value.message
+
+
 def test_a_v2_bundle_still_verifies(world: Atomised, members: dict[str, bytes]) -> None:
     """What the exporter wrote before v3 (v1 tables, no touches.parquet) is read as it was."""
     key = load_private_key(world.home.signing_key_path)
