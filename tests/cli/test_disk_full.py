@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,6 @@ import pytest
 
 from tests.projections.kit import new_home
 from tests.support.cli import Cli
-
-EXE = Path(sys.executable).with_name("mnemolog")
 
 
 def temps(root: Path) -> list[Path]:
@@ -135,26 +132,14 @@ def fill(disk: Path, leave_kib: int = 0) -> None:
             free -= 1 << 20
 
 
-def mnemolog(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
-    return subprocess.run(
-        [str(EXE), "--home", str(home), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-
-
 @pytest.mark.slow
-def test_a_real_full_disk(disk: Path) -> None:
+def test_a_real_full_disk(cli: Cli, disk: Path) -> None:
     home = disk / "home"
-    assert mnemolog(home, "init").returncode == 0
+    assert cli(home, "init").code == 0
     stored = set()
     for i in range(10):
-        p = mnemolog(home, "--json", "store", f"memory {i} about the harbour at dawn")
-        assert p.returncode == 0
+        p = cli(home, "--json", "store", f"memory {i} about the harbour at dawn")
+        assert p.code == 0
         stored.add(json.loads(p.stdout)["memory"]["id"])
     shutil.rmtree(home / "projections")
     (home / "projections").mkdir(mode=0o700)
@@ -168,18 +153,18 @@ def test_a_real_full_disk(disk: Path) -> None:
             for f in disk.glob("filler-*"):
                 f.unlink()
             fill(disk, leave)
-            p = mnemolog(home, *args)
+            p = cli(home, *args)
             assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
-            assert p.returncode in (0, 6), p.stderr
-            if p.returncode == 6:
+            assert p.code in (0, 6), p.stderr
+            if p.code == 6:
                 assert str(disk) in p.stderr, p.stderr
             elif args[0] == "store":
                 stored.add(p.stdout.strip().removeprefix("stored "))
             assert temps(disk) == [], temps(disk)
     for f in disk.glob("filler-*"):
         f.unlink()
-    assert mnemolog(home, "log", "verify").returncode == 0
-    assert mnemolog(home, "rebuild").returncode == 0
-    p = mnemolog(home, "--json", "list", "--limit", "1000")
+    assert cli(home, "log", "verify").code == 0
+    assert cli(home, "rebuild").code == 0
+    p = cli(home, "--json", "list", "--limit", "1000")
     listed = {m["id"] for m in json.loads(p.stdout)["memories"]}
     assert stored <= listed  # nothing acknowledged was lost

@@ -25,6 +25,7 @@ import pytest
 from mnemolog.eventlog.format.keys import load_private_key
 from mnemolog.eventlog.store.log import Log
 from tests.projections.kit import new_home
+from tests.support.cli import Cli
 
 EXE = Path(sys.executable).with_name("mnemolog")
 
@@ -88,18 +89,6 @@ STEPS = {
 }
 
 
-def mnemolog(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
-    return subprocess.run(
-        [str(EXE), "--home", str(home), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-
-
 def history(home: Path) -> list[str]:
     with Log(home / "log") as log:
         return [ep.key.kid.hex() for ep in log.key_history()]
@@ -121,7 +110,7 @@ def check_settled(home: Path) -> None:
 
 
 @pytest.mark.parametrize("step", list(STEPS))
-def test_a_kill_at_every_step_of_a_rotation(tmp_path: Path, step: str) -> None:
+def test_a_kill_at_every_step_of_a_rotation(cli: Cli, tmp_path: Path, step: str) -> None:
     home = new_home(tmp_path / "home").root
     before = history(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
@@ -131,43 +120,43 @@ def test_a_kill_at_every_step_of_a_rotation(tmp_path: Path, step: str) -> None:
     assert child.returncode == 137, child.stdout + child.stderr
     if step == "writing next.key":
         assert list((home / "keys").glob(".next.key.*.tmp")), "the kill left a temp key file"
-    p = mnemolog(home, "--json", "store", "after the kill")
-    assert p.returncode == 0, p.stderr
+    p = cli(home, "--json", "store", "after the kill")
+    assert p.code == 0, p.stderr
     after = history(home)
     if STEPS[step] == "finished":
         assert len(after) == len(before) + 1
     else:
         assert after == before
     check_settled(home)
-    assert mnemolog(home, "log", "verify").returncode == 0
-    assert mnemolog(home, "key", "rotate").returncode == 0
+    assert cli(home, "log", "verify").code == 0
+    assert cli(home, "key", "rotate").code == 0
     check_settled(home)
-    assert mnemolog(home, "log", "verify").returncode == 0
+    assert cli(home, "log", "verify").code == 0
 
 
-def test_a_history_key_without_its_pub_gets_it_back(tmp_path: Path) -> None:
+def test_a_history_key_without_its_pub_gets_it_back(cli: Cli, tmp_path: Path) -> None:
     home = new_home(tmp_path / "home").root
-    assert mnemolog(home, "key", "rotate").returncode == 0
+    assert cli(home, "key", "rotate").code == 0
     kid = history(home)[-1]
     (home / "keys" / f"{kid}.pub").unlink()
     (home / "keys" / "next.key").write_bytes(b"")  # anything unsettled sends the next open through recovery
     (home / "keys" / "next.key").unlink()
     os.rename(home / "keys" / "signing.key", home / "keys" / "retired" / f"{kid}.key")
-    p = mnemolog(home, "store", "x")
-    assert p.returncode == 0, p.stderr
+    p = cli(home, "store", "x")
+    assert p.code == 0, p.stderr
     assert "key recovery" in p.stderr
     check_settled(home)
 
 
-def test_the_current_key_nowhere_is_a_signer_error_naming_it(tmp_path: Path) -> None:
+def test_the_current_key_nowhere_is_a_signer_error_naming_it(cli: Cli, tmp_path: Path) -> None:
     home = new_home(tmp_path / "home").root
     (home / "keys" / "signing.key").unlink()
-    p = mnemolog(home, "store", "x")
-    assert p.returncode == 6 and "signing.key" in p.stderr and "Traceback" not in p.stderr
+    p = cli(home, "store", "x")
+    assert p.code == 6 and "signing.key" in p.stderr and "Traceback" not in p.stderr
 
 
 @pytest.mark.slow
-def test_sigkill_loop_during_rotations(tmp_path: Path) -> None:
+def test_sigkill_loop_during_rotations(cli: Cli, tmp_path: Path) -> None:
     home = new_home(tmp_path / "home").root
     rng = random.Random(11)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOLOG_")}
@@ -185,8 +174,8 @@ def test_sigkill_loop_during_rotations(tmp_path: Path) -> None:
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
         p.wait()
-        q = mnemolog(home, "--json", "store", "after a kill")  # the next open recovers
-        assert q.returncode == 0, q.stderr
+        q = cli(home, "--json", "store", "after a kill")  # the next open recovers
+        assert q.code == 0, q.stderr
         assert json.loads(q.stdout)["ok"] is True
         check_settled(home)
-    assert mnemolog(home, "log", "verify").returncode == 0
+    assert cli(home, "log", "verify").code == 0

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from mnemolog.cli.main import cli as command
@@ -135,21 +136,24 @@ class Cli:
         env: Env | None = None,
         timeout: float = 120,
     ) -> Ran:
-        """A real `python -m mnemolog.cli.main` process, run to its end."""
+        """A real `python -m mnemolog.cli.main` process, run to its end (a test failure if it hangs)."""
         merged = {**os.environ}
         for k, v in (env or {}).items():
             if v is None:
                 merged.pop(k, None)
             else:
                 merged[k] = v
-        p = subprocess.run(
-            [sys.executable, "-m", "mnemolog.cli.main", *_argv(home, json, argv)],
-            input=stdin,
-            capture_output=True,
-            env=merged,
-            timeout=timeout,
-            check=False,
-        )
+        try:
+            p = subprocess.run(
+                [sys.executable, "-m", "mnemolog.cli.main", *_argv(home, json, argv)],
+                input=stdin,
+                capture_output=True,
+                env=merged,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`mnemolog {' '.join(argv)}` hung: no end after {timeout} s")
         ran = Ran(p.returncode, p.stdout, p.stderr)
         assert "Traceback" not in ran.output, ran.output
         return ran

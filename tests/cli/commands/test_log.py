@@ -13,8 +13,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -303,13 +301,10 @@ def test_index_deleted_or_scrambled(cli: Cli, home: Path) -> None:
     assert code == OK and doc["entries"] == 6
 
 
-def test_real_process_exit_codes(home: Path) -> None:
+def test_real_process_exit_codes(cli: Cli, home: Path) -> None:
     """The same through a real `python -m mnemolog.cli.main`: exit status, stderr, no traceback."""
-    mnemolog = [sys.executable, "-m", "mnemolog.cli.main", "--home", str(home)]
     garbage_appended(home)
-    p = subprocess.run([*mnemolog, "log", "verify"], capture_output=True, text=True, check=False)
-    assert p.returncode == VERIFY and "Traceback" not in p.stderr and "check=" in p.stderr
-    p = subprocess.run(
-        [*mnemolog, "log", "append", "note.x", "--data", "{}"], capture_output=True, text=True, check=False
-    )
-    assert p.returncode == VERIFY and "refusing to append" in p.stderr
+    p = cli.process(home, "log", "verify")
+    assert p.code == VERIFY and "check=" in p.stderr
+    p = cli.process(home, "log", "append", "note.x", "--data", "{}")
+    assert p.code == VERIFY and "refusing to append" in p.stderr

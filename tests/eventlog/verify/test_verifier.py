@@ -30,6 +30,7 @@ from mnemolog.eventlog.verify import verifier as V
 from mnemolog.eventlog.verify.trust import TRUST_GENESIS, PinnedKey
 from mnemolog.eventlog.verify.verifier import verify_log
 from tests.eventlog.logkit import log_files, make_log, seeded_key, tree_hashes
+from tests.support.cli import Cli
 
 ROTATED = seeded_key("rotated-key", 8)
 
@@ -239,19 +240,18 @@ def test_the_index_is_only_a_hint(small_log: Path, tmp_path: Path, index_state: 
     assert tree_hashes(d) == before  # verify never writes
 
 
-def test_cli_reports_exit_code_8(small_log: Path, tmp_path: Path) -> None:
+def test_cli_reports_exit_code_8(cli: Cli, small_log: Path, tmp_path: Path) -> None:
     from tests.eventlog.logkit import seeded_key as key
 
     home = tmp_path / "home"
     (home / "keys").mkdir(parents=True)
     shutil.copytree(small_log, home / "log")
-    mnemolog = [sys.executable, "-m", "mnemolog.cli.main", "--home", str(home)]
     # A log the home holds no key of is a foreign log, whatever its bytes say.
-    foreign = subprocess.run([*mnemolog, "log", "verify"], capture_output=True, text=True, check=False)
-    assert foreign.returncode == 8 and "check=trust.genesis_key" in foreign.stderr, foreign.stderr
+    foreign = cli(home, "log", "verify")
+    assert foreign.code == 8 and "check=trust.genesis_key" in foreign.stderr, foreign.stderr
     (home / "keys" / "genesis.pub").write_text(key().verifier.vkey() + "\n")
-    ok = subprocess.run([*mnemolog, "log", "verify"], capture_output=True, text=True, check=False)
-    assert ok.returncode == 0, ok.stderr
+    ok = cli(home, "log", "verify")
+    assert ok.code == 0, ok.stderr
     assert "trust anchor: home" in ok.stdout
     rng = random.Random(8)
     files = log_files(home / "log")
@@ -259,13 +259,10 @@ def test_cli_reports_exit_code_8(small_log: Path, tmp_path: Path) -> None:
         original = f.read_bytes()
         i = rng.randrange(len(original))
         f.write_bytes(original[:i] + bytes([original[i] ^ 0x20]) + original[i + 1 :])
-        for extra in ([], ["--json"]):
-            p = subprocess.run(
-                [*mnemolog, "log", "verify", *extra], capture_output=True, text=True, check=False
-            )
-            assert p.returncode == 8, (f.name, i, p.stdout, p.stderr)
-            assert "Traceback" not in p.stderr
-            out = p.stdout if extra == ["--json"] else p.stderr
+        for as_json in (False, True):
+            p = cli(home, "log", "verify", json=as_json)
+            assert p.code == 8, (f.name, i, p.stdout, p.stderr)
+            out = p.stdout if as_json else p.stderr
             assert "check" in out
         f.write_bytes(original)
 
