@@ -117,6 +117,7 @@ class Substrate:
             # Triage's duplicate check asks the recall service, built below (it reads the
             # knowledge loop's project names): looked up when triage runs.
             similar=lambda s, text, limit, exclude: self.retrieval.similar(s, text, limit, exclude),  # noqa: PLW0108
+            nearest=lambda s, memory_id: self.retrieval.nearest(s, memory_id),  # noqa: PLW0108
         )
         self.embedding = Embedding(self.home, self.projections.cache, self, embedder=embedder)
         self._asof = asof.AsOfProjections(self.home, self.keys.upcast, self.projections.cache)

@@ -771,3 +771,30 @@ def _scan(
         [lit, *rargs, limit],
     ).fetchall()
     return [(int(d), float(s)) for d, s in rows]
+
+
+def nearest_to_memory(
+    conn: duckdb.DuckDBPyConnection, memory_id: str, filters: Filters
+) -> tuple[str, float] | None:
+    """The memory `filters` allow whose vector is nearest `memory_id`'s (itself left out), and
+    their cosine similarity; None when the home keeps no vectors or this memory has none (yet).
+
+    The same search recall's vector side runs, so what counts as a neighbour here is what a
+    recall with these filters could return.
+    """
+    meta = read_meta(conn)
+    if meta is None or meta.rows == 0:
+        return None
+    row = conn.execute(
+        "SELECT v.doc, v.vec FROM vectors v JOIN memories m ON v.doc = m.stored_seq WHERE m.id = ?",
+        [memory_id],
+    ).fetchone()
+    if row is None:
+        return None
+    own = int(row[0])
+    hits = [(d, x) for d, x in search(conn, np.asarray(row[1], dtype=np.float32), filters, 2, meta=meta)]
+    near = next(((d, x) for d, x in hits if d != own), None)
+    if near is None:
+        return None
+    found = conn.execute("SELECT id FROM memories WHERE stored_seq = ?", [near[0]]).fetchone()
+    return (str(found[0]), 1.0 - near[1]) if found else None

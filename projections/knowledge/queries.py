@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Final
 import duckdb
 
 from mnemolog.eventlog.vocabulary.knowledge import PERSONAL_KINDS, STATE_CATEGORIES
-from mnemolog.projections.embedding import vectors
 from mnemolog.projections.knowledge.fold import INTERACTION_COLUMNS
 from mnemolog.projections.knowledge.rules import ProjectRegistry
 from mnemolog.projections.memory.model import MEMORY_SELECT, Memory, row_to_memory
@@ -355,27 +354,6 @@ def reinforcement_pool(conn: duckdb.DuckDBPyConnection, project: str) -> list[tu
         args,
     ).fetchall()
     return [(str(r[0]), str(r[1]), r[2]) for r in rows]
-
-
-def nearest_by_vector(conn: duckdb.DuckDBPyConnection, memory_id: str) -> tuple[str, float] | None:
-    """The active, visible memory whose embedding is nearest this memory's, and their cosine.
-
-    None when the home keeps no vectors or this memory has none (yet). An exact
-    scan: triage asks once per candidate, in chunks, with no model waiting.
-    """
-    meta = vectors.read_meta(conn)
-    if meta is None or meta.rows == 0:
-        return None
-    row = conn.execute(
-        f"""WITH c AS (SELECT v.vec FROM vectors v JOIN memories cm ON v.doc = cm.stored_seq
-                       WHERE cm.id = ?)
-            SELECT m.id, 1 - array_cosine_distance(v.vec, c.vec) AS sim
-            FROM vectors v JOIN memories m ON v.doc = m.stored_seq, c
-            WHERE m.status = 'active' AND m.id <> ? AND {visible("m")}
-            ORDER BY sim DESC, m.id LIMIT 1""",
-        [memory_id, memory_id],
-    ).fetchone()
-    return (str(row[0]), float(row[1])) if row else None
 
 
 def memories_with_prefix(conn: duckdb.DuckDBPyConnection, limit: int) -> list[Memory]:

@@ -24,7 +24,6 @@ packs an entry went into (or was trimmed from).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from mnemolog.eventlog.errors import BadInput, NotFound, UsageError, Verificatio
 from mnemolog.eventlog.format.entry import encode_payload
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import MAX_PAYLOAD_BYTES, Clock
+from mnemolog.eventlog.vocabulary.knowledge import check_project_name
 from mnemolog.projections.context import sources, store
 from mnemolog.projections.context.assemble import assemble
 from mnemolog.projections.context.chunker import DEFAULT_MAX_CHARS, check_max_chars, chunk_text, is_markdown
@@ -69,28 +69,17 @@ from mnemolog.substrate.home import Home
 from mnemolog.substrate.ids import new_id
 from mnemolog.substrate.recall import policy as recall_policy
 from mnemolog.substrate.recall.service import Recall
-from mnemolog.substrate.session import Sessions
+from mnemolog.substrate.session import Session, Sessions
 from mnemolog.substrate.tenancy import scope
 
 #: Documents written per batch (one sync each), and the most text a batch holds in memory.
 BATCH_FILES: Final = 64
 BATCH_BYTES: Final = 16 << 20
-PROJECT_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def check_project(project: str | None) -> str:
-    """A project name ("" = none): 1-64 of [A-Za-z0-9._-], starting with a letter or digit."""
-    if project is None:
-        return ""
-    if not isinstance(project, str):
-        raise BadInput("a project name must be text", field="project")
-    p = project.strip()
-    if p and not PROJECT_RE.fullmatch(p):
-        raise BadInput(
-            f"a project name is 1-64 of [A-Za-z0-9._-] starting with a letter or digit; found {project!r}",
-            field="project",
-        )
-    return p
+    """A project name as given, stripped ("" = none), by the one rule of project names."""
+    return "" if project is None else check_project_name(project)
 
 
 # -- configuration -----------------------------------------------------------------
@@ -217,8 +206,12 @@ def ingest(
     globs: Sequence[str] | None = None,
     settings: IngestSettings | None = None,
     progress: Callable[[int, int], None] | None = None,
+    canonical: Callable[[Session, str], str | None],
 ) -> IngestReport:
-    """Ingest files and directories (see the module docstring); refusals are reported, not raised."""
+    """Ingest files and directories (see the module docstring); refusals are reported, not raised.
+
+    `canonical`: the registered name a project name or alias stands for (the recall service's).
+    """
     settings = settings or IngestSettings()
     proj = check_project(project)
     patterns = tuple(globs) if globs else settings.globs
@@ -241,7 +234,7 @@ def ingest(
                 continue
             batch.append((f, doc))
             size += doc.size
-        _write_batch(sessions, batch, proj, settings, report)
+        _write_batch(sessions, batch, proj, settings, report, canonical)
         if progress is not None:
             progress(i, len(found))
     if dirs:
@@ -266,11 +259,12 @@ def _write_batch(
     project: str,
     settings: IngestSettings,
     report: IngestReport,
+    canonical: Callable[[Session, str], str | None],
 ) -> None:
     if not batch:
         return
     with sessions.session() as s:
-        project = kq.canonical_project(s.conn, project)
+        project = canonical(s, project) or ""
         out: list[DocumentIngested] = []
         claimed: set[str] = set()
         known_by_path = store.documents_by_path(s.conn, [f.path for f, _ in batch])
@@ -568,7 +562,13 @@ class Context:
         """Ingest files and directories as documents and chunks (see substrate.context)."""
         settings = IngestSettings.from_config(self.home.config.raw)
         report = ingest(
-            self.sessions, paths, project=project, globs=globs, settings=settings, progress=progress
+            self.sessions,
+            paths,
+            project=project,
+            globs=globs,
+            settings=settings,
+            progress=progress,
+            canonical=self.retrieval.project,
         )
         return report.to_json()
 

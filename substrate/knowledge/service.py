@@ -168,6 +168,8 @@ def _exemption(row: Mapping[str, Any], policy: DecayPolicy) -> str | None:
 
 #: (session, text, limit, an id to leave out) -> the memories most like the text, best first.
 Similar = Callable[[Session, str, int, str | None], list[Memory]]
+#: The memory nearest a memory by embedding, and their cosine (None: no vectors for it).
+Nearest = Callable[[Session, str], tuple[str, float] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,11 +193,13 @@ class Knowledge:
         checkpoint: Callable[[], tuple[int, bytes]] | None = None,
         options: Mapping[str, Any] | None = None,
         similar: Similar,
+        nearest: Nearest,
     ) -> None:
         self.home = home
         self.sessions = sessions
-        #: The recall service's `similar`: the memories a candidate may duplicate.
+        #: The recall service's `similar` and `nearest`: the memories a candidate may duplicate.
         self.similar = similar
+        self.nearest = nearest
         self.clock = clock
         self._checkpoint = checkpoint
         self.options = dict(options or {})
@@ -671,7 +675,7 @@ class Knowledge:
         similar = self.similar(s, m["content"], DUPLICATE_POOL, m["id"])
         same = normalised(m["content"])
         duplicate = next((n["id"] for n in similar if normalised(n["content"]) == same), None)
-        nearest = kq.nearest_by_vector(s.conn, m["id"])
+        nearest = self.nearest(s, m["id"])
         threshold = self.settings.triage.duplicate_similarity
         if duplicate is None and nearest is not None and nearest[1] >= threshold:
             duplicate = nearest[0]

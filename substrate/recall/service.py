@@ -26,6 +26,7 @@ import duckdb
 from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.eventlog.store.writer import Clock, LogWriter
 from mnemolog.eventlog.vocabulary.knowledge import DEFAULT_STATUS, check_statuses
+from mnemolog.projections.embedding import vectors
 from mnemolog.projections.memory.model import Memory
 from mnemolog.projections.recall import hybrid
 from mnemolog.projections.recall import query as q
@@ -203,6 +204,11 @@ class Recall:
         f = self.resolve(s, self.filters(scoped=False))
         found = q.recall(s.conn, text, f, limit=limit + 1)
         return [m for m, _score in found if m["id"] != exclude][:limit]
+
+    def nearest(self, s: Session, memory_id: str) -> tuple[str, float] | None:
+        """The memory nearest `memory_id` by embedding among those `similar` draws from, and their
+        cosine similarity (None: no vectors, or none for it yet): triage's duplicate by meaning."""
+        return vectors.nearest_to_memory(s.conn, memory_id, self.resolve(s, self.filters(scoped=False)))
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -63,6 +63,19 @@ def test_ingest_writes_documents_with_their_chunks_and_nothing_when_unchanged(
     assert log_digest(sub.home) == before
 
 
+def test_ingest_names_a_project_as_every_door_does(sub: Substrate, tmp_path: Path) -> None:
+    """An alias in any case is the registered name; a bad name is refused by the one rule of names."""
+    sub.register_project("p06-polisher", aliases=["p06"])
+    sub.ingest([docs(tmp_path)], project="  P06 ")
+    assert {e["project"] for e in events(sub, "document.ingested")} == {"p06-polisher"}
+    before = log_digest(sub.home)
+    more = docs(tmp_path / "more")
+    for bad in ("-leading", "spa ce", "x" * 65):
+        with pytest.raises(BadInput, match="a project name is 1-64 characters"):
+            sub.ingest([more], project=bad)
+    assert log_digest(sub.home) == before
+
+
 def test_a_changed_file_is_a_new_version_and_a_gone_one_is_removed(sub: Substrate, tmp_path: Path) -> None:
     d = docs(tmp_path)
     sub.ingest([d])

@@ -78,10 +78,28 @@ def test_below_the_threshold_it_is_recorded_but_not_a_duplicate(tmp_path: Path) 
         sub.close()
 
 
-def test_without_vectors_nothing_is_claimed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mnemolog.projections.knowledge import queries as kq
+def test_a_memory_recall_would_not_return_is_no_duplicate_by_meaning(tmp_path: Path) -> None:
+    """The neighbour by embedding is drawn from what recall could return: an expired memory, or one
+    a link superseded, is never the duplicate, however near its vector."""
+    for how in ("expired", "superseded"):
+        with open_sub(new_home(tmp_path / how), embedder=TopicEmbedder(0.1)) as sub:
+            meta = {"vault": {"expires_at": "2001-01-01"}} if how == "expired" else None
+            old = sub.store(SCHEDULE, metadata=meta)
+            if how == "superseded":
+                newer = sub.store("A newer note on the export job schedule.")
+                sub.link(newer["id"], old["id"], relation="supersedes")
+            sub.capture("When does the export retry?", RESTATED)
+            sub.extract(pending=True, extractor="rules")
+            (result,) = sub.triage(pending=True)["results"]
+            assert result["duplicate_of"] != old["id"], how
+            (e,) = [e for e in sub.log.iter_entries(0) if e.type == "candidate.triaged"]
+            assert e.data.get("similar_to") != old["id"], how
 
-    monkeypatch.setattr(kq.vectors, "read_meta", lambda conn: None)
+
+def test_without_vectors_nothing_is_claimed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemolog.projections.embedding import vectors
+
+    monkeypatch.setattr(vectors, "read_meta", lambda conn: None)
     sub, result, _old = triage(tmp_path, tilt=0.1)
     try:
         (e,) = [e for e in sub.log.iter_entries(0) if e.type == "candidate.triaged"]
