@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
+import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NotRequired, Protocol, TypedDict
+from typing import Any, NotRequired, ParamSpec, Protocol, TypedDict
 
 import duckdb
 
@@ -45,6 +47,26 @@ __all__ = ["Projects", "Recall", "RecallReport"]
 Ranker = Callable[[duckdb.DuckDBPyConnection, str, Filters, int], builtins.list[tuple[Memory, float]]]
 
 
+def results_of(
+    report: Callable[P, RecallReport],
+) -> Callable[P, builtins.list[Memory]]:
+    """A method that answers with only the results of `report`, whose signature it keeps."""
+
+    @functools.wraps(report)
+    def recall(*args: P.args, **kwargs: P.kwargs) -> builtins.list[Memory]:
+        return report(*args, **kwargs)["results"]
+
+    recall.__name__ = "recall"
+    recall.__signature__ = inspect.signature(report).replace(  # type: ignore[attr-defined]
+        return_annotation="builtins.list[Memory]"
+    )
+    recall.__qualname__ = report.__qualname__.rsplit(".", 1)[0] + ".recall"
+    recall.__doc__ = (
+        "Rank memories for a natural-language query: the results of `report` (see there), best first."
+    )
+    return recall
+
+
 class RecallReport(TypedDict):
     """A recall's results and how they were ranked.
 
@@ -58,6 +80,9 @@ class RecallReport(TypedDict):
     fallback: str | None
     results: builtins.list[Memory]
     as_of: NotRequired[dict[str, Any]]  # {"seq": N, "ts": ISO time}: the log prefix answered from
+
+
+P = ParamSpec("P")
 
 
 class Projects(Protocol):
@@ -212,42 +237,6 @@ class Recall:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def recall(
-        self,
-        query: str,
-        *,
-        limit: int = 10,
-        namespace: str | None = None,
-        descendants: bool = True,
-        kinds: Sequence[str] = (),
-        tags: Sequence[str] = (),
-        include_archived: bool = False,
-        statuses: Sequence[str] = (DEFAULT_STATUS,),
-        project: str | None = None,
-        domains: Sequence[str] = (),
-        mode: hybrid.Mode | None = None,
-        explain: bool = False,
-        include_expired: bool = False,
-        min_score: float | None = None,
-        as_of: int | str | None = None,
-    ) -> builtins.list[Memory]:
-        """Rank memories for a natural-language query (any term may match). Writes nothing to the log;
-        the ids it answers with are noted in the local recall-hit ledger, which decay reads.
-
-        `mode`: "bm25" (title, tags and content), "vector" (cosine of the
-        embeddings), "hybrid" (both, fused), or None: hybrid when the home
-        embeds, else bm25. `explain` adds each result's ranks and scores under
-        `explain`. See `recall_report` for the mode used.
-
-        Only active memories unless ``statuses`` says otherwise; ``project``
-        ("" = memories of no project) and ``domains`` (all of them) narrow it.
-        ``as_of`` (a seq or an ISO 8601 UTC time) answers from the log as it stood then.
-        """
-        f = self.filters(
-            namespace, descendants, kinds, tags, include_archived, statuses, project, domains, include_expired
-        )
-        return self._report(query, f, limit, mode, explain, min_score, as_of)["results"]
-
     def report(
         self,
         query: str,
@@ -267,14 +256,27 @@ class Recall:
         min_score: float | None = None,
         as_of: int | str | None = None,
     ) -> RecallReport:
-        """`recall`, with the mode used and why it differs from the one asked for (if it does).
+        """Rank memories for a natural-language query (any term may match), with the mode used and why
+        it differs from the one asked for (if it does). Writes nothing to the log; the ids it
+        answers with are noted in the local recall-hit ledger, which decay reads.
 
-        With `as_of` the report says which seq it answered at (`as_of`: seq and ts).
+        `mode`: "bm25" (title, tags and content), "vector" (cosine of the
+        embeddings), "hybrid" (both, fused), or None: hybrid when the home
+        embeds, else bm25. `explain` adds each result's ranks and scores under
+        `explain`.
+
+        Only active memories unless ``statuses`` says otherwise; ``project``
+        ("" = memories of no project) and ``domains`` (all of them) narrow it.
+        ``as_of`` (a seq or an ISO 8601 UTC time) answers from the log as it stood then, and the
+        report says which seq it answered at (`as_of`: seq and ts).
         """
         f = self.filters(
             namespace, descendants, kinds, tags, include_archived, statuses, project, domains, include_expired
         )
         return self._report(query, f, limit, mode, explain, min_score, as_of)
+
+    #: `report`'s results alone: what `mem.recall(...)` answers (the parameters are `report`'s).
+    recall = results_of(report)
 
     def _report(
         self,
