@@ -44,7 +44,6 @@ __all__ = [
     "RetentionWorker",
     "expired_ids",
     "finish_erasures",
-    "forget",
     "parse_before",
     "receipt_paths",
     "write_receipts",
@@ -111,120 +110,6 @@ def _events(
             )
         )
     return out
-
-
-def forget(
-    sub: Substrate,
-    *,
-    ids: list[str] | None = None,
-    namespace: str | None = None,
-    project: str | None = None,
-    document: str | None = None,
-    interaction: str | None = None,
-    before: str | None = None,
-    reason: str | None = None,
-    requested_by: str | None = None,
-    dry_run: bool = False,
-    scrub: bool = True,
-    vaults: list[Path] | None = None,
-    receipt: Path | None = None,
-    expired: bool = False,
-) -> dict[str, Any]:
-    """Erase what the selectors select (see the module docstring); the report says what went.
-
-    `expired` selects, in every namespace whose policy sets `retention_days`,
-    the memories created longer ago than that (retention).
-    """
-    if expired:
-        if any(x is not None for x in (ids, namespace, project, document, interaction, before)):
-            raise UsageError(
-                "--expired selects by the namespaces' retention policies: give no other selector"
-            )
-        ids = expired_ids(sub)
-        if not ids:
-            return {
-                "dry_run": dry_run,
-                "selector": {"expired": True},
-                **eq.Selection().to_json(),
-                "erased": 0,
-                "seqs": [],
-            }
-        reason = reason or "retention"
-        requested_by = requested_by or "retention"
-        selector_override: dict[str, Any] | None = {"expired": True}
-    else:
-        selector_override = None
-    selector = {
-        k: x
-        for k, x in {
-            "ids": ids,
-            "namespace": namespace,
-            "project": project,
-            "document": document,
-            "interaction": interaction,
-            "before": before,
-        }.items()
-        if x is not None
-    }
-    if selector_override is not None:
-        selector = selector_override
-    if not selector:
-        raise UsageError(
-            "forget needs a memory id or a selector (namespace, project, document, interaction, before)"
-        )
-    before_us = parse_before(before)
-    with sub.session() as s:
-        finish_erasures(sub, eq.erased_keys(s.conn))
-        sel = eq.select(
-            s.conn,
-            ids=list(ids) if ids is not None else None,
-            namespace=namespace,
-            project=project,
-            document=document,
-            interaction=interaction,
-            before_us=before_us,
-        )
-        if ids:
-            missing = sorted(set(ids) - set(sel.memories))
-            if missing:
-                gone = eq.erased(s.conn, missing)
-                what = (
-                    f"memory {missing[0]} was erased at seq {gone[missing[0]][0]}"
-                    if missing[0] in gone
-                    else f"no memory with id {missing[0]!r}"
-                )
-                raise NotFound(what, id=missing[0])
-        report: dict[str, Any] = {"dry_run": dry_run, "selector": selector, **sel.to_json()}
-        if dry_run or sel.empty():
-            report["erased"] = 0
-            report["seqs"] = []
-            return report
-        keys = _keys_of(sub, eq.sealing_seqs(s.conn, sel), set(sel.subjects))
-        receipts = s.append_many(_events(sel, keys, reason, requested_by, selector))
-    sub.keys.forget_subjects(sel.subjects)
-    destroyed = sub.keys.destroy({k for ks in keys.values() for k in ks})
-    report["erased"] = len(sel.memories)
-    report["seqs"] = [r.seq for r in receipts]
-    report["keys_destroyed"] = len(destroyed)
-    if scrub:
-        report["scrubbed"] = _scrub(sub, sel)
-    if receipt is not None:
-        report["receipts"] = write_receipts(sub, report["seqs"], receipt)
-    for root in vaults or []:
-        # A re-render removes the notes of memories that are gone, and the journal and run-log
-        # lines of the interactions and calls that went with them.
-        from mnemolog.substrate.vault import service as vault
-
-        vault.render(sub, root)
-        report.setdefault("scrubbed", []).append(f"vault:{root}")
-        # The vault's migration snapshots are copies of it from before a migration: they lose
-        # the erased notes and every line naming what was erased.
-        from mnemolog.substrate.migrations.filesystem import FilesystemMigrationBackend
-
-        subjects = [*sel.memories, *sel.interactions, *sel.documents]
-        for name in FilesystemMigrationBackend(Path(root)).scrub_snapshots(subjects):
-            report["scrubbed"].append(f"snapshot:{Path(root) / '_migrations' / 'snapshots' / name}")
-    return report
 
 
 def expired_ids(sub: Substrate) -> list[str]:
@@ -311,7 +196,7 @@ class RetentionWorker:
         while not self._stop.wait(wait):
             wait = self.interval_s
             try:
-                forget(self.sub, expired=True, requested_by="retention")
+                self.sub.erasure.forget(expired=True, requested_by="retention")
                 self.last_error = None
             except Exception as exc:  # a worker must outlive one failed run; the error is kept
                 self.last_error = str(exc)
@@ -357,18 +242,96 @@ class Erasure:
         where the erasure receipt goes (eventlog.receipt); `expired` erases what
         the namespaces' `retention_days` policies let expire. See substrate.erasure.
         """
-        return forget(
-            self.sub,
-            ids=list(memory_ids) if memory_ids else None,
-            namespace=namespace,
-            project=project,
-            document=document,
-            interaction=interaction,
-            before=before,
-            reason=reason,
-            requested_by=requested_by or "api",
-            dry_run=dry_run,
-            vaults=[Path(p) for p in vaults],
-            receipt=Path(receipt) if receipt is not None else None,
-            expired=expired,
-        )
+        ids = list(memory_ids) if memory_ids else None
+        requested_by = requested_by or "api"
+        vault_roots = [Path(p) for p in vaults]
+        receipt_path = Path(receipt) if receipt is not None else None
+        if expired:
+            if any(x is not None for x in (ids, namespace, project, document, interaction, before)):
+                raise UsageError(
+                    "--expired selects by the namespaces' retention policies: give no other selector"
+                )
+            ids = expired_ids(self.sub)
+            if not ids:
+                return {
+                    "dry_run": dry_run,
+                    "selector": {"expired": True},
+                    **eq.Selection().to_json(),
+                    "erased": 0,
+                    "seqs": [],
+                }
+            reason = reason or "retention"
+            requested_by = requested_by or "retention"
+            selector_override: dict[str, Any] | None = {"expired": True}
+        else:
+            selector_override = None
+        selector = {
+            k: x
+            for k, x in {
+                "ids": ids,
+                "namespace": namespace,
+                "project": project,
+                "document": document,
+                "interaction": interaction,
+                "before": before,
+            }.items()
+            if x is not None
+        }
+        if selector_override is not None:
+            selector = selector_override
+        if not selector:
+            raise UsageError(
+                "forget needs a memory id or a selector (namespace, project, document, interaction, before)"
+            )
+        before_us = parse_before(before)
+        with self.sub.session() as s:
+            finish_erasures(self.sub, eq.erased_keys(s.conn))
+            sel = eq.select(
+                s.conn,
+                ids=list(ids) if ids is not None else None,
+                namespace=namespace,
+                project=project,
+                document=document,
+                interaction=interaction,
+                before_us=before_us,
+            )
+            if ids:
+                missing = sorted(set(ids) - set(sel.memories))
+                if missing:
+                    gone = eq.erased(s.conn, missing)
+                    what = (
+                        f"memory {missing[0]} was erased at seq {gone[missing[0]][0]}"
+                        if missing[0] in gone
+                        else f"no memory with id {missing[0]!r}"
+                    )
+                    raise NotFound(what, id=missing[0])
+            report: dict[str, Any] = {"dry_run": dry_run, "selector": selector, **sel.to_json()}
+            if dry_run or sel.empty():
+                report["erased"] = 0
+                report["seqs"] = []
+                return report
+            keys = _keys_of(self.sub, eq.sealing_seqs(s.conn, sel), set(sel.subjects))
+            receipts = s.append_many(_events(sel, keys, reason, requested_by, selector))
+        self.sub.keys.forget_subjects(sel.subjects)
+        destroyed = self.sub.keys.destroy({k for ks in keys.values() for k in ks})
+        report["erased"] = len(sel.memories)
+        report["seqs"] = [r.seq for r in receipts]
+        report["keys_destroyed"] = len(destroyed)
+        report["scrubbed"] = _scrub(self.sub, sel)
+        if receipt_path is not None:
+            report["receipts"] = write_receipts(self.sub, report["seqs"], receipt_path)
+        for root in vault_roots:
+            # A re-render removes the notes of memories that are gone, and the journal and run-log
+            # lines of the interactions and calls that went with them.
+            from mnemolog.substrate.vault import service as vault
+
+            vault.render(self.sub, root)
+            report.setdefault("scrubbed", []).append(f"vault:{root}")
+            # The vault's migration snapshots are copies of it from before a migration: they lose
+            # the erased notes and every line naming what was erased.
+            from mnemolog.substrate.migrations.filesystem import FilesystemMigrationBackend
+
+            subjects = [*sel.memories, *sel.interactions, *sel.documents]
+            for name in FilesystemMigrationBackend(Path(root)).scrub_snapshots(subjects):
+                report["scrubbed"].append(f"snapshot:{Path(root) / '_migrations' / 'snapshots' / name}")
+        return report
