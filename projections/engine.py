@@ -20,7 +20,7 @@ records it in the log first: the projection is the last witness of it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -287,12 +287,18 @@ class Projections:
         return hit if not st.last_root or log.root(hit + 1) == st.last_root else None
 
     def catch_up(
-        self, conn: duckdb.DuckDBPyConnection, *, compact: bool = False, stop: int | None = None
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        *,
+        compact: bool = False,
+        stop: int | None = None,
+        signed_here: Mapping[int, bytes] | None = None,
     ) -> int:
         """Fold what the projection has not seen yet; return how many entries were applied.
 
         `compact=True` sorts the whole index at the end whatever its state (rebuild);
-        `stop` folds only the first `stop` entries of the log.
+        `stop` folds only the first `stop` entries of the log; `signed_here`: the leaf
+        hashes of entries this process's writer just appended (`KeySchedule.admit`).
         """
         log = self.log
         size = log.refresh()
@@ -316,11 +322,15 @@ class Projections:
             for lo in range(start, size, CATCH_UP_BATCH):
                 hi = min(lo + CATCH_UP_BATCH, size)
                 try:
-                    stats, last = self._apply_batch(conn, lo, hi, size, stats, compact, careful=False)
+                    stats, last = self._apply_batch(
+                        conn, lo, hi, size, stats, compact, careful=False, signed_here=signed_here
+                    )
                 except RepeatedId:
                     # A bulk insert met a repeated id (a hostile or replayed log): the batch
                     # was rolled back; redo it with the slower insert that skips repeats.
-                    stats, last = self._apply_batch(conn, lo, hi, size, stats, compact, careful=True)
+                    stats, last = self._apply_batch(
+                        conn, lo, hi, size, stats, compact, careful=True, signed_here=signed_here
+                    )
                 if last is not None:
                     root = self.log.root(last.seq + 1)
                     self._remember(State(st.version, last.seq, last.leaf, st.log_id, stats, root))
@@ -349,6 +359,7 @@ class Projections:
         compact: bool,
         *,
         careful: bool,
+        signed_here: Mapping[int, bytes] | None = None,
     ) -> tuple[IndexStats, Entry | None]:
         """Fold entries lo..hi-1 and record the position, in one transaction."""
         fold = FoldPass(conn, self.upcast, replace(stats), FOLDS, careful=careful)
@@ -361,7 +372,9 @@ class Projections:
         covered = lo if hi - lo <= SIGN_CHECK_ALL else max(lo, *self.log.checkpoint_sizes())
         conn.execute("BEGIN TRANSACTION")
         try:
-            last = fold.apply(keys.admit(self.log.iter_entries(lo, hi), signatures_from=covered))
+            last = fold.apply(
+                keys.admit(self.log.iter_entries(lo, hi), signatures_from=covered, signed_here=signed_here)
+            )
             # Compaction only at the end: within a long catch-up the delta would
             # otherwise be merged (and the main table rewritten) over and over.
             if hi == size:

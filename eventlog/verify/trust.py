@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import os
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,7 +202,9 @@ class KeySchedule:
                 expected=key.vkey(),
             )
 
-    def admit(self, entries: Iterable[Entry], signatures_from: int) -> Iterator[Entry]:
+    def admit(
+        self, entries: Iterable[Entry], signatures_from: int, signed_here: Mapping[int, bytes] | None = None
+    ) -> Iterator[Entry]:
         """`entries` (in seq order, continuing this history) each held to the key history.
 
         For a reader that folds entries without verifying the whole log: every
@@ -211,13 +213,19 @@ class KeySchedule:
         every entry at seq >= `signatures_from`, the ones no stored checkpoint
         covers yet. The history grows with each rotation met. Raises
         VerificationError (`entry.kid`, `entry.signature`) pointing at `log verify`.
+
+        `signed_here` (seq -> leaf hash): entries the caller's own writer has just
+        signed and appended. An entry read back with that leaf hash is those very
+        bytes (SHA-256), signature included, so its signature is not checked again;
+        one with any other bytes is checked as every other entry is.
         """
+        own = signed_here or {}
         for e in entries:
             key = self.key_at(e.seq)
             try:
                 if e.kid != key.kid:
                     self.check_entry(e)  # raises entry.kid
-                if e.seq >= signatures_from or e.type == ROTATION_TYPE:
+                if e.type == ROTATION_TYPE or (e.seq >= signatures_from and own.get(e.seq) != e.leaf):
                     self.check_entry(e)
             except VerificationError as exc:
                 raise exc.restated(
