@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -45,6 +46,7 @@ import duckdb
 from mnemolog.eventlog.format.entry import Entry, to_jsonable
 from mnemolog.eventlog.vocabulary.events import read_id, touched_ids
 from mnemolog.eventlog.vocabulary.knowledge import PROJECT_NAME, PROJECT_REGISTERED
+from mnemolog.projections.db import sql_literal
 from mnemolog.projections.knowledge.rules import canonical_name, project_key
 
 Upcast = Callable[[str, int, dict[str, Any]], dict[str, Any]]
@@ -95,6 +97,40 @@ def insert_rows(
         conn.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM ml_rows")
     finally:
         conn.unregister("ml_rows")
+
+
+#: At most this many ids go inline as literals; more are registered as a table (`id_set`).
+SMALL_SET = 64
+
+
+@contextmanager
+def id_set(
+    conn: duckdb.DuckDBPyConnection, name: str, ids: Iterable[str] | Iterable[int], *, ints: bool = False
+) -> Iterator[str]:
+    """`ids` as a subquery for `... IN {ids}` inside the block (VARCHAR, or BIGINT with `ints`).
+
+    Set-wise statements over many ids: bound as literals (projections.db), a
+    list costs DuckDB a parse and a cast per element, ~100 ms for 10k ids,
+    where a registered Arrow table `name` costs a few; a few ids stay inline,
+    since registering costs about a millisecond.
+    """
+    values = list(ids)
+    if len(values) <= SMALL_SET:
+        yield f"(SELECT unnest({sql_literal(values)}::{'BIGINT' if ints else 'VARCHAR'}[]))"
+        return
+    import pyarrow as pa  # only a statement over many ids pays for the import
+
+    try:
+        tbl = pa.table({"id": pa.array(values, pa.int64() if ints else pa.string())})
+    except UnicodeEncodeError:
+        for x in values:
+            sql_literal(x)  # the BadInput that names the value which is not Unicode text
+        raise
+    conn.register(name, tbl)
+    try:
+        yield f"(SELECT id FROM {name})"
+    finally:
+        conn.unregister(name)
 
 
 # -- what several folds read ---------------------------------------------------

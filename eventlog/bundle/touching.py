@@ -29,6 +29,7 @@ from mnemolog.eventlog.errors import DecodeError, VerificationError
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.format.merkle import hash_leaf
 from mnemolog.eventlog.store.fsio import open_regular, read_regular
+from mnemolog.eventlog.store.index import HASH as HASH_SIZE
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.segments import list_segments
 
@@ -45,6 +46,28 @@ def _positions(data: bytes, needle: bytes) -> Iterable[int]:
     while i >= 0:
         yield i
         i = data.find(needle, i + 1)
+
+
+def _leaves(log: Log, start: int, stop: int) -> Callable[[int], bytes]:
+    """The log's leaf hash of any seq, those in [start, stop) read from the index in one go."""
+    upto = min(stop, log.indexed)
+    buf = log.index.leaves(start, upto) if start < upto else b""
+
+    def leaf(seq: int) -> bytes:
+        if start <= seq < upto:
+            return buf[(seq - start) * HASH_SIZE : (seq - start + 1) * HASH_SIZE]
+        return log.leaf(seq)
+
+    return leaf
+
+
+def _checked(e: Entry, leaf: Callable[[int], bytes]) -> Entry:
+    """`e`, once its bytes are the log's leaf (else the log needs `log verify`)."""
+    if hash_leaf(e.raw) != leaf(e.seq):
+        raise DecodeError(
+            f"entry {e.seq}: its bytes are not the log's leaf (run `mnemolog log verify`)", seq=e.seq
+        )
+    return e
 
 
 def _seq_at(log: Log, first: int, last: int, pos: int, path: Path) -> int:
@@ -78,14 +101,10 @@ def entries_touching(
         # One byte search per id costs ids x bytes: a bulk erasure's thousands of ids would
         # search the log thousands of times. One sequential pass, judged by the same rule,
         # selects the same entries.
+        leaf = _leaves(log, start, below)
         for e in log.iter_entries(start, below):
             if ids.intersection(touched(e)):
-                if hash_leaf(e.raw) != log.leaf(e.seq):
-                    raise DecodeError(
-                        f"entry {e.seq}: its bytes are not the log's leaf (run `mnemolog log verify`)",
-                        seq=e.seq,
-                    )
-                out[e.seq] = e
+                out[e.seq] = _checked(e, leaf)
         return out
     segs = list_segments(log.dir)
     bounds = [first for first, _ in segs[1:]] + [log.size]
@@ -133,29 +152,69 @@ def check_heads(log: Log, claimed: Mapping[str, int], below: int, touched: Touch
     """
     if not claimed:
         return
+    if len(claimed) > MANY_IDS and all(0 <= h < below for h in claimed.values()):
+        _check_many_heads(log, claimed, below, touched)
+        return
     for m, h in sorted(claimed.items()):
         if not 0 <= h < below or m not in set(touched(log.entry(h))):
-            raise VerificationError(
-                f"the projection says entry {h} is the newest touching memory {m}, but the log's "
-                f"entry {h} does not touch it: the projection was altered; run `mnemolog rebuild` "
-                "(and `mnemolog log verify`)",
-                check="projection.head",
-                seq=h,
-                field="touches",
-                found=h,
-            )
+            raise _bad_head(m, h)
     later = entries_touching(log, claimed, below, touched, start=min(claimed.values()) + 1)
     for seq, e in sorted(later.items()):
         for m in touched(e):
             if m in claimed and seq > claimed[m]:
-                raise VerificationError(
-                    f"the projection says entry {claimed[m]} is the newest touching memory {m}, "
-                    f"but the log's entry {seq} touches it too: a row is missing from the "
-                    "projection's touches table; run `mnemolog rebuild` before writing (no "
-                    "back-chain pointer was signed)",
-                    check="projection.head",
-                    seq=seq,
-                    field="touches",
-                    expected=seq,
-                    found=claimed[m],
-                )
+                raise _missing_touch(m, claimed[m], seq)
+
+
+def _check_many_heads(log: Log, claimed: Mapping[str, int], below: int, touched: Touched) -> None:
+    """`check_heads` of many memories (a bulk erasure's thousands): one sequential pass from the
+    oldest head, instead of a read of each head and then that pass; the same entries are judged by
+    the same rule, and the same error is raised first (the first bad head in memory order, else
+    the first later touch in seq order)."""
+    heads: dict[int, list[str]] = {}
+    for m, h in claimed.items():
+        heads.setdefault(h, []).append(m)
+    start = min(heads)
+    leaf = _leaves(log, start, below)
+    bad: list[str] = []
+    later: tuple[str, int] | None = None
+    for e in log.iter_entries(start, below):
+        got = list(touched(e))
+        here = heads.get(e.seq)
+        if here is None and not any(m in claimed for m in got):
+            continue
+        _checked(e, leaf)  # as `entries_touching` checks every entry it selects
+        if here is not None:
+            bad += [m for m in here if m not in got]
+        if later is None:
+            later = next(((m, e.seq) for m in got if m in claimed and e.seq > claimed[m]), None)
+    if bad:
+        m = min(bad)
+        raise _bad_head(m, claimed[m])
+    if later is not None:
+        raise _missing_touch(later[0], claimed[later[0]], later[1])
+
+
+def _bad_head(m: str, h: int) -> VerificationError:
+    return VerificationError(
+        f"the projection says entry {h} is the newest touching memory {m}, but the log's "
+        f"entry {h} does not touch it: the projection was altered; run `mnemolog rebuild` "
+        "(and `mnemolog log verify`)",
+        check="projection.head",
+        seq=h,
+        field="touches",
+        found=h,
+    )
+
+
+def _missing_touch(m: str, claim: int, seq: int) -> VerificationError:
+    return VerificationError(
+        f"the projection says entry {claim} is the newest touching memory {m}, "
+        f"but the log's entry {seq} touches it too: a row is missing from the "
+        "projection's touches table; run `mnemolog rebuild` before writing (no "
+        "back-chain pointer was signed)",
+        check="projection.head",
+        seq=seq,
+        field="touches",
+        expected=seq,
+        found=claim,
+    )

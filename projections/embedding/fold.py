@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.eventlog.vocabulary.events import read_int, read_str
-from mnemolog.projections.fold import Fold, Handler, erasure_subjects, has_table
+from mnemolog.projections.fold import Fold, Handler, Shared, erasure_subjects, has_table, id_set
 from mnemolog.projections.schema import OWNED_ELSEWHERE
 
 
@@ -43,25 +43,35 @@ class EmbeddingFold(Fold):
             ],
         )
 
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
+        # Created outside the folds (`vectors.follow`, after a catch-up): known for a whole pass.
+        self._has: dict[str, bool] = {}
+
+    def _has_table(self, table: str) -> bool:
+        got = self._has.get(table)
+        if got is None:
+            got = self._has[table] = has_table(self.conn, table)
+        return got
+
     def erased(self, e: Entry, d: dict[str, Any]) -> None:
         """memory.erased: the vectors of the erased memories and of the erased documents' chunks."""
         self.shared.flush()
         who = erasure_subjects(d)
         conn = self.conn
-        if has_table(conn, "vectors") and who.memories:
-            for t in ("vectors", "vector_pending"):
-                conn.execute(
-                    f"DELETE FROM {t} WHERE doc IN (SELECT stored_seq FROM memories "
-                    "WHERE id IN (SELECT unnest(?::VARCHAR[])))",
-                    [who.memories],
-                )
-        if has_table(conn, "chunk_vectors") and who.documents:
-            for t in ("chunk_vectors", "chunk_vector_pending"):
-                conn.execute(
-                    f"DELETE FROM {t} WHERE doc IN (SELECT doc FROM ctx_chunks "
-                    "WHERE document_id IN (SELECT unnest(?::VARCHAR[])))",
-                    [who.documents],
-                )
+        if who.memories and self._has_table("vectors"):
+            with id_set(conn, "ml_erased", who.memories) as ids:
+                for t in ("vectors", "vector_pending"):
+                    conn.execute(
+                        f"DELETE FROM {t} WHERE doc IN (SELECT stored_seq FROM memories WHERE id IN {ids})"
+                    )
+        if who.documents and self._has_table("chunk_vectors"):
+            with id_set(conn, "ml_erased", who.documents) as ids:
+                for t in ("chunk_vectors", "chunk_vector_pending"):
+                    conn.execute(
+                        f"DELETE FROM {t} WHERE doc IN "
+                        f"(SELECT doc FROM ctx_chunks WHERE document_id IN {ids})"
+                    )
 
     HANDLES: ClassVar[Mapping[str, Handler]] = {
         v.EMBEDDER_CONFIGURED: configured,

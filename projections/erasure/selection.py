@@ -11,15 +11,15 @@ vectors (the embedding cache's keys). Nothing here writes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 
-__all__ = ["Selection", "erased", "erased_keys", "namespace_ages", "older_than", "sealing_seqs", "select"]
+from mnemolog.projections.fold import id_set
 
-_STR = "(SELECT unnest(?::VARCHAR[]))"
-_INT = "(SELECT unnest(?::BIGINT[]))"
+__all__ = ["Selection", "erased", "erased_keys", "namespace_ages", "older_than", "sealing_seqs", "select"]
 
 
 @dataclass
@@ -65,8 +65,16 @@ class Selection:
         }
 
 
-def _col(conn: duckdb.DuckDBPyConnection, sql: str, args: list[Any]) -> list[Any]:
+def _col(conn: duckdb.DuckDBPyConnection, sql: str, args: list[Any] | None = None) -> list[Any]:
     return [r[0] for r in conn.execute(sql, args).fetchall()]
+
+
+def _col_in(
+    conn: duckdb.DuckDBPyConnection, sql: str, ids: Iterable[str] | Iterable[int], *, ints: bool = False
+) -> list[Any]:
+    """`sql` with `{ids}` standing for the set `ids`: one statement over the whole set."""
+    with id_set(conn, "ml_selected", ids, ints=ints) as rel:
+        return _col(conn, sql.format(ids=rel))
 
 
 def _has(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
@@ -84,13 +92,27 @@ def select(
     before_us: int | None = None,
 ) -> Selection:
     """The selection of the given selectors (all that are given must hold), with its cascade."""
+    with id_set(conn, "ml_selected_ids", ids or []) as given:
+        return _select(
+            conn, given if ids is not None else None, namespace, project, document, interaction, before_us
+        )
+
+
+def _select(
+    conn: duckdb.DuckDBPyConnection,
+    given: str | None,
+    namespace: str | None,
+    project: str | None,
+    document: str | None,
+    interaction: str | None,
+    before_us: int | None,
+) -> Selection:
     conds: list[str] = []
     args: list[Any] = []
     iconds: list[str] = []
     iargs: list[Any] = []
-    if ids is not None:
-        conds.append(f"id IN {_STR}")
-        args.append(list(ids))
+    if given is not None:
+        conds.append(f"id IN {given}")
     if namespace is not None:
         for c, a in ((conds, args), (iconds, iargs)):
             c.append("(namespace = ? OR starts_with(namespace, ?))")
@@ -118,60 +140,60 @@ def select(
                 [document],
             )
         )
-    if conds and (ids is not None or namespace is not None or project is not None or before_us is not None):
+    if conds:
         base.update(_col(conn, f"SELECT id FROM memories WHERE {' AND '.join(conds)}", args))
-    if iconds and ids is None:
+    if iconds and given is None:
         inter.update(_col(conn, f"SELECT id FROM interactions WHERE {' AND '.join(iconds)}", iargs))
     inter = (
-        set(_col(conn, f"SELECT id FROM interactions WHERE id IN {_STR}", [sorted(inter)]))
-        if inter
-        else set()
+        set(_col_in(conn, "SELECT id FROM interactions WHERE id IN {ids}", sorted(inter))) if inter else set()
     )
     # The candidates of an erased interaction go with it.
-    cands = set(_col(conn, f"SELECT id FROM candidates WHERE interaction_id IN {_STR}", [sorted(inter)]))
+    cands = set(_col_in(conn, "SELECT id FROM candidates WHERE interaction_id IN {ids}", sorted(inter)))
     mems = base | cands
     # Atoms of erased memories, to any depth (a cycle cannot grow the set for ever).
     frontier = set(mems)
     atoms: set[str] = set()
     while frontier:
-        found = set(_col(conn, f"SELECT id FROM memories WHERE atom_of IN {_STR}", [sorted(frontier)]))
+        found = set(_col_in(conn, "SELECT id FROM memories WHERE atom_of IN {ids}", sorted(frontier)))
         frontier = found - mems
         atoms |= frontier
         mems |= frontier
-    # A candidate's text is also in its interaction's extraction, sealed under that interaction's key.
-    cand_rows = _col(conn, f"SELECT id FROM candidates WHERE id IN {_STR}", [sorted(mems)])
-    inter |= set(_col(conn, f"SELECT interaction_id FROM candidates WHERE id IN {_STR}", [sorted(mems)]))
     ml = sorted(mems)
-    seqs = _col(conn, f"SELECT stored_seq FROM memories WHERE id IN {_STR}", [ml])
-    sel = Selection(
-        memories=ml,
-        atoms=sorted(atoms),
-        candidates=sorted(cand_rows),
-        interactions=sorted(inter),
-        documents=sorted(docs),
-    )
-    sel.links = int(
-        conn.execute(f"SELECT count(*) FROM links WHERE src IN {_STR} OR dst IN {_STR}", [ml, ml]).fetchone()[
-            0
-        ]  # type: ignore[index]
-    )
     dl = sorted(docs)
-    chunk_docs = _col(conn, f"SELECT doc FROM ctx_chunks WHERE document_id IN {_STR}", [dl])
-    sel.chunks = len(chunk_docs)
-    sel.packs = sorted(
-        _col(
-            conn,
-            f"SELECT DISTINCT pack_id FROM ctx_pack_members WHERE (source = 'memory' AND id IN {_STR}) "
-            f"OR (source = 'chunk' AND regexp_replace(id, '/[0-9]+/[0-9]+$', '') IN {_STR})",
-            [ml, dl],
+    with id_set(conn, "ml_selected_memories", ml) as mset, id_set(conn, "ml_selected_documents", dl) as dset:
+        # A candidate's text is also in its interaction's extraction, sealed under that interaction's key.
+        cand_rows = _col(conn, f"SELECT id FROM candidates WHERE id IN {mset}")
+        inter |= set(_col(conn, f"SELECT interaction_id FROM candidates WHERE id IN {mset}"))
+        sel = Selection(
+            memories=ml,
+            atoms=sorted(atoms),
+            candidates=sorted(cand_rows),
+            interactions=sorted(inter),
+            documents=dl,
         )
-    )
-    shas: set[bytes] = set()
-    if _has(conn, "vectors"):
-        for t, docs_ in (("vectors", seqs), ("chunk_vectors", chunk_docs)):
-            got = _col(conn, f"SELECT sha FROM {t} WHERE doc IN {_INT}", [docs_])
-            sel.vectors += len(got)
-            shas |= {bytes(x) for x in got}
+        sel.links = int(
+            conn.execute(f"SELECT count(*) FROM links WHERE src IN {mset} OR dst IN {mset}").fetchone()[0]  # type: ignore[index]
+        )
+        sel.chunks = int(
+            conn.execute(f"SELECT count(*) FROM ctx_chunks WHERE document_id IN {dset}").fetchone()[0]  # type: ignore[index]
+        )
+        sel.packs = sorted(
+            _col(
+                conn,
+                f"SELECT DISTINCT pack_id FROM ctx_pack_members WHERE (source = 'memory' AND id IN {mset}) "
+                f"OR (source = 'chunk' AND regexp_replace(id, '/[0-9]+/[0-9]+$', '') IN {dset})",
+            )
+        )
+        shas: set[bytes] = set()
+        if _has(conn, "vectors"):
+            for sql in (
+                f"SELECT sha FROM vectors WHERE doc IN (SELECT stored_seq FROM memories WHERE id IN {mset})",
+                "SELECT sha FROM chunk_vectors WHERE doc IN "
+                f"(SELECT doc FROM ctx_chunks WHERE document_id IN {dset})",
+            ):
+                got = _col(conn, sql)
+                sel.vectors += len(got)
+                shas |= {bytes(x) for x in got}
     sel.shas = sorted(shas)
     return sel
 
@@ -199,28 +221,28 @@ def erased_keys(conn: duckdb.DuckDBPyConnection) -> list[str]:
 
 def sealing_seqs(conn: duckdb.DuckDBPyConnection, sel: Selection) -> list[int]:
     """The seqs of every entry that may hold a selected subject's sealed content."""
-    ids = sorted({*sel.memories, *sel.interactions})
-    seqs = set(_col(conn, f"SELECT DISTINCT seq FROM touches WHERE memory_id IN {_STR}", [ids]))
-    seqs |= set(
-        _col(
+    seqs = set(
+        _col_in(
             conn,
-            f"SELECT seq FROM ctx_document_versions WHERE document_id IN {_STR}",
-            [sorted(sel.documents)],
+            "SELECT DISTINCT seq FROM touches WHERE memory_id IN {ids}",
+            sorted({*sel.memories, *sel.interactions}),
         )
     )
-    # The packs that quoted a chunk of an erased document sealed it under that document's key.
-    seqs |= set(
-        _col(
-            conn,
-            "SELECT DISTINCT seq FROM ctx_pack_members WHERE source = 'chunk' "
-            f"AND regexp_replace(id, '/[0-9]+/[0-9]+$', '') IN {_STR}",
-            [sorted(sel.documents)],
+    with id_set(conn, "ml_selected_documents", sorted(sel.documents)) as dset:
+        seqs |= set(_col(conn, f"SELECT seq FROM ctx_document_versions WHERE document_id IN {dset}"))
+        # The packs that quoted a chunk of an erased document sealed it under that document's key.
+        seqs |= set(
+            _col(
+                conn,
+                "SELECT DISTINCT seq FROM ctx_pack_members WHERE source = 'chunk' "
+                f"AND regexp_replace(id, '/[0-9]+/[0-9]+$', '') IN {dset}",
+            )
         )
-    )
     return sorted(int(x) for x in seqs)
 
 
 def erased(conn: duckdb.DuckDBPyConnection, subjects: list[str]) -> dict[str, tuple[int, str | None]]:
     """The subjects among these that were erased: subject -> (seq of the erasure, reason)."""
-    rows = conn.execute(f"SELECT subject, seq, reason FROM erasures WHERE subject IN {_STR}", [subjects])
-    return {str(r[0]): (int(r[1]), r[2]) for r in rows.fetchall()}
+    with id_set(conn, "ml_selected", subjects) as ids:
+        rows = conn.execute(f"SELECT subject, seq, reason FROM erasures WHERE subject IN {ids}").fetchall()
+    return {str(r[0]): (int(r[1]), r[2]) for r in rows}

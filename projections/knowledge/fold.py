@@ -28,7 +28,7 @@ from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.eventlog.vocabulary import knowledge as vk
 from mnemolog.eventlog.vocabulary.events import read_float, read_id, read_str
 from mnemolog.eventlog.vocabulary.knowledge import STATE_CATEGORIES
-from mnemolog.projections.fold import Fold, Handler, Shared, changed_memory, erasure_subjects
+from mnemolog.projections.fold import Fold, Handler, Shared, changed_memory, erasure_subjects, id_set
 from mnemolog.projections.knowledge.model_calls import recorded
 from mnemolog.projections.knowledge.rules import project_key
 
@@ -326,10 +326,13 @@ def erased(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
     """memory.erased: candidates of erased memories or interactions, and the interactions, leave."""
     f.shared.flush()
     who = erasure_subjects(d)
-    arg = "(SELECT unnest(?::VARCHAR[]))"
-    f.conn.execute(f"DELETE FROM candidates WHERE id IN {arg}", [who.memories])
-    f.conn.execute(f"DELETE FROM candidates WHERE interaction_id IN {arg}", [who.interactions])
-    f.conn.execute(f"DELETE FROM interactions WHERE id IN {arg}", [who.interactions])
+    if who.memories:
+        with id_set(f.conn, "ml_erased", who.memories) as ids:
+            f.conn.execute(f"DELETE FROM candidates WHERE id IN {ids}")
+    if who.interactions:
+        with id_set(f.conn, "ml_erased", who.interactions) as ids:
+            f.conn.execute(f"DELETE FROM candidates WHERE interaction_id IN {ids}")
+            f.conn.execute(f"DELETE FROM interactions WHERE id IN {ids}")
 
 
 KnowledgeFold.HANDLES = {

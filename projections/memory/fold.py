@@ -705,27 +705,31 @@ class MemoryFold(Fold):
         self.shared.flush()
         conn = self.conn
         mids = erasure_subjects(d).memories
-        arg = "(SELECT unnest(?::VARCHAR[]))"
-        rows = conn.execute(f"SELECT stored_seq, doc_len FROM memories WHERE id IN {arg}", [mids]).fetchall()
-        seqs = [int(r[0]) for r in rows]
-        if seqs:
-            self.stats.docs -= len(rows)
-            self.stats.total_len -= sum(int(r[1] or 0) for r in rows)
-            doc_arg = "(SELECT unnest(?::BIGINT[]))"
-            got = conn.execute(f"DELETE FROM postings_delta WHERE doc IN {doc_arg}", [seqs]).fetchone()
-            self.stats.delta_rows -= int(got[0]) if got else 0
-            got = conn.execute(f"DELETE FROM postings WHERE doc IN {doc_arg}", [seqs]).fetchone()
-            self.stats.main_rows -= int(got[0]) if got else 0
-        for table, col in (
-            ("memories", "id"),
-            ("hidden", "id"),
-            ("inactive", "id"),
-            ("atomisations", "source_id"),
-            ("migration_undo", "memory_id"),
-            ("links", "src"),
-            ("links", "dst"),
-        ):
-            conn.execute(f"DELETE FROM {table} WHERE {col} IN {arg}", [mids])
+        if not mids:
+            return
+        # One statement per table over the event's ids, registered once (not bound per id).
+        with fold.id_set(conn, "ml_erased", mids) as ids:
+            got = conn.execute(
+                f"SELECT count(*), coalesce(sum(doc_len), 0) FROM memories WHERE id IN {ids}"
+            ).fetchone()
+            if got is not None and int(got[0]):
+                self.stats.docs -= int(got[0])
+                self.stats.total_len -= int(got[1])
+                docs = f"(SELECT stored_seq FROM memories WHERE id IN {ids})"
+                got = conn.execute(f"DELETE FROM postings_delta WHERE doc IN {docs}").fetchone()
+                self.stats.delta_rows -= int(got[0]) if got else 0
+                got = conn.execute(f"DELETE FROM postings WHERE doc IN {docs}").fetchone()
+                self.stats.main_rows -= int(got[0]) if got else 0
+            for table, col in (
+                ("memories", "id"),
+                ("hidden", "id"),
+                ("inactive", "id"),
+                ("atomisations", "source_id"),
+                ("migration_undo", "memory_id"),
+                ("links", "src"),
+                ("links", "dst"),
+            ):
+                conn.execute(f"DELETE FROM {table} WHERE {col} IN {ids}")
 
     HANDLES: ClassVar[dict[str, Handler]] = {
         v.MEMORY_STORED: stored,

@@ -12,6 +12,8 @@ from collections.abc import Collection
 
 import duckdb
 
+from mnemolog.projections.fold import id_set
+
 __all__ = ["applied_size", "memory_heads"]
 
 
@@ -25,8 +27,8 @@ def memory_heads(conn: duckdb.DuckDBPyConnection, ids: Collection[str]) -> dict[
     """The seq of the newest entry touching each of `ids` (absent: none has)."""
     if not ids:
         return {}
-    rows = conn.execute(
-        "SELECT memory_id, max(seq) FROM touches WHERE memory_id IN (SELECT unnest(?)) GROUP BY memory_id",
-        [sorted(ids)],
-    ).fetchall()
+    with id_set(conn, "ml_heads", sorted(ids)) as wanted:
+        rows = conn.execute(
+            f"SELECT memory_id, max(seq) FROM touches WHERE memory_id IN {wanted} GROUP BY memory_id"
+        ).fetchall()
     return {str(m): int(s) for m, s in rows}

@@ -148,7 +148,7 @@ class DataKeys:
     def _refill(self, at_least: int) -> None:
         n = max(self._block, at_least)
         self._block = min(self._block * BLOCK_GROWTH, MAX_BLOCK)
-        fresh = {sealing.new_key_id(): sealing.new_key() for _ in range(n)}
+        fresh = sealing.new_keys(n)
         self.dir.mkdir(mode=0o700, exist_ok=True)
         with self._file_lock():
             self.refresh()

@@ -236,3 +236,37 @@ def test_compaction_sorts_the_index_and_changes_no_answer(
             check_invariants(conn)
             assert conn.execute("SELECT count(*) FROM postings_delta").fetchone() == (0,)
         assert [s.recall("zebra stripes savanna", limit=50), s.search("zebra savanna", limit=50)] == before
+
+
+@pytest.mark.parametrize("n", [0, 1, fold.SMALL_SET, fold.SMALL_SET + 1, 3 * fold.SMALL_SET])
+def test_an_id_set_selects_the_same_rows_inline_or_registered(n: int) -> None:
+    import duckdb
+
+    from mnemolog.projections.db import Connection
+
+    conn = Connection(duckdb.connect())
+    conn.execute("CREATE TABLE t(id VARCHAR, doc BIGINT)")
+    conn.execute("INSERT INTO t SELECT 'm' || i, i FROM range(500) r(i)")
+    ids = [f"m{i}" for i in range(0, 2 * n, 2)] + ["absent", "it's"]
+    with fold.id_set(conn, "ml_test", ids) as wanted:
+        got = {r[0] for r in conn.execute(f"SELECT id FROM t WHERE id IN {wanted}").fetchall()}
+    assert got == {f"m{i}" for i in range(0, min(2 * n, 500), 2)}
+    with fold.id_set(conn, "ml_test", range(0, 2 * n, 2), ints=True) as docs:
+        assert conn.execute(f"SELECT count(*) FROM t WHERE doc IN {docs}").fetchone() == (
+            len(range(0, min(2 * n, 500), 2)),
+        )
+
+
+def test_an_id_set_refuses_text_that_is_not_unicode_whatever_its_size() -> None:
+    import duckdb
+
+    from mnemolog.eventlog.errors import BadInput
+    from mnemolog.projections.db import Connection
+
+    conn = Connection(duckdb.connect())
+    for n in (1, fold.SMALL_SET + 1):
+        with (
+            pytest.raises(BadInput, match="lone surrogate"),
+            fold.id_set(conn, "ml_test", ["a"] * n + ["\udcff"]),
+        ):
+            pass

@@ -184,3 +184,26 @@ def test_an_oversized_key_file_is_refused_before_it_is_parsed(monkeypatch: pytes
 def test_every_sealing_type_has_a_later_tv_than_any_plaintext_one() -> None:
     for t, since in v.SEALED_SINCE.items():
         assert v.upcast_chain_end(t) == since and v.seals(t, since) and not v.seals(t, since - 1)
+
+
+def test_new_keys_are_distinct_random_ids_of_32_hex_digits_with_32_byte_keys() -> None:
+    made = sealing.new_keys(50)
+    assert len(made) == 50
+    assert all(len(k) == 32 and int(k, 16) >= 0 and len(x) == sealing.KEY_BYTES for k, x in made.items())
+    assert len(set(made.values())) == 50
+
+
+@pytest.mark.parametrize("kid", ["0" * 32, "ab" * 16, "é" * 16, "x" * 31, "x" * 33, "k"])
+def test_a_key_record_is_the_canonical_encoding_of_its_pair(kid: str) -> None:
+    assert sealing.encode_key_record(kid, KEY) == codec.encode([kid, KEY])
+
+
+def test_a_sealed_payload_is_built_in_canonical_key_order_whatever_the_order_given() -> None:
+    backwards = dict(reversed(list(STORED.items())))
+    for given_ in (dict(STORED), backwards):
+        sealed = sealing.seal_payload(v.MEMORY_STORED, given_, key_for())
+        # Plain: the codec's default encoding of it is its canonical encoding (its fast path).
+        assert codec.is_plain(sealed)
+        assert codec.decode(codec.encode(sealed)) == sealed
+        opened = sealing.open_payload(v.MEMORY_STORED, sealed, keys_of(k1=KEY))
+        assert opened == STORED
