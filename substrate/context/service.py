@@ -69,7 +69,7 @@ from mnemolog.substrate.home import Home
 from mnemolog.substrate.ids import new_id
 from mnemolog.substrate.recall import policy as recall_policy
 from mnemolog.substrate.recall.service import Recall
-from mnemolog.substrate.session import Sessions
+from mnemolog.substrate.session import Session, Sessions
 from mnemolog.substrate.tenancy import scope
 
 #: Documents written per batch (one sync each), and the most text a batch holds in memory.
@@ -352,11 +352,12 @@ def build_context(
         )
     cfg = config.with_request(budget, unit, personal)
     measure = measure_for(cfg.unit)
-    plan = recall_policy.plan(sessions, retrieval.embedding, query)
     fusion = retrieval.fusion
-    with sessions.session() as s:
+
+    def build(s: Session, plan: recall_policy.Plan) -> dict[str, Any]:
         proj = retrieval.project(s, name) or None
         used = plan
+        recording = record
 
         def rank(q: str, f: Filters, limit: int) -> list[tuple[Memory, float]]:
             nonlocal used
@@ -381,7 +382,7 @@ def build_context(
         if sc is not None and sc.bound:
             c = _confined(s.conn, c, sc)
         if sc is not None and not sc.allows("write"):
-            record = False  # a read token reads: its packs are not signed into the log
+            recording = False  # a read token reads: its packs are not signed into the log
         pack = assemble(
             query,
             proj,
@@ -397,7 +398,7 @@ def build_context(
         out = pack.to_json()
         out["config"] = {**out["config"], **policy}
         out["recall_fallback"] = used.fallback
-        if not record:
+        if not recording:
             return {"pack_id": None, "seq": None, **out}
         recorded = pack.record()
         recorded["config"] = {**recorded["config"], **policy}
@@ -408,6 +409,16 @@ def build_context(
         )
         r = s.append(payload)
         return {"pack_id": payload.pack_id, "seq": r.seq, **out}
+
+    # One session when the plan needs no model call (bm25, or a query whose vector the process
+    # keeps), as `recall` does; otherwise the query is embedded between two, outside the lock.
+    with sessions.session() as s:
+        ready = recall_policy.plan_in(s, retrieval.embedding, query)
+        if ready is not None:
+            return build(s, ready)
+    plan = recall_policy.plan(sessions, retrieval.embedding, query)
+    with sessions.session() as s:
+        return build(s, plan)
 
 
 def _confined(conn: Any, c: sources.Candidates, sc: scope.Scope) -> sources.Candidates:
