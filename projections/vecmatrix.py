@@ -159,6 +159,13 @@ def forget(conn: duckdb.DuckDBPyConnection) -> None:
         _copies.pop(id(conn), None)
 
 
+def keep(conn: duckdb.DuckDBPyConnection, m: Matrix, key: tuple[object, ...]) -> None:
+    """Keep `m` as this connection's copy under a new metadata `key`: the caller knows the
+    vectors table holds the same rows at both (only the synced seq moved)."""
+    with _lock:
+        _copies[id(conn)] = Matrix(key, m.docs, m.vecs, m.norms, m.sq)
+
+
 def current(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...]) -> Matrix | None:
     """This connection's copy if it is one of vector metadata `key` (never builds one)."""
     with _lock:

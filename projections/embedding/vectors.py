@@ -62,7 +62,7 @@ from mnemolog.projections import vecmatrix
 from mnemolog.projections.embedding.cache import EmbedCache
 from mnemolog.projections.recall import bm25
 from mnemolog.projections.recall.query import Filters, excluded, restriction
-from mnemolog.projections.schema import CHUNK_SHIFT
+from mnemolog.projections.schema import CHUNK_SHIFT, memory_generation
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -248,11 +248,15 @@ def distrust_index(conn: duckdb.DuckDBPyConnection) -> None:
 # changes only here: through this module's writes (each drops the entry, and so does the
 # end of their transactions, committed or not) or a fold that moves the position.
 _metas: dict[int, tuple[bm25.Position, Meta | None]] = {}
+# Per connection, the synced seq its last `sync` left and the memory generation then
+# (schema.memory_generation): the same pair later means no memory changed in between.
+_synced: dict[int, tuple[int, int]] = {}
 
 
 def _changed(conn: duckdb.DuckDBPyConnection) -> None:
     """The vector tables of this connection changed (or may have): forget what was read of them."""
     _metas.pop(id(conn), None)
+    _synced.pop(id(conn), None)
     vecmatrix.forget(conn)
 
 
@@ -336,6 +340,17 @@ def sync(
     target = _last_seq(conn)
     if meta.synced_seq == target:
         return SyncResult()
+    kept = vecmatrix.current(conn, _matrix_key(meta))
+    generation = memory_generation(conn)
+    if _synced.get(id(conn)) == (meta.synced_seq, generation) and not _documents_since(conn, meta.synced_seq):
+        # This connection synced at `synced_seq` with the memories as they are now, and no
+        # document changed since (only recorded context packs were folded): the pass below
+        # would find nothing to delete, queue or fill.
+        _save(conn, target)
+        _synced[id(conn)] = (target, generation)
+        if kept is not None:
+            vecmatrix.keep(conn, kept, _matrix_key(Meta(meta.model_id, meta.dim, target, meta.rows)))
+        return SyncResult(pending=pending_count(conn))
     eligible = ELIGIBLE.format(m="m")
     sha = TEXT_SHA.format(m="m")
     touched = (
@@ -361,18 +376,32 @@ def sync(
             "WHERE w.ok AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.doc = w.doc)"
         )
         filled = _fill(conn, meta, cache, fresh, "SELECT doc FROM ml_vwant WHERE ok", [])
+        same_rows = filled == 0 and not (stale and stale[0])
         chunks = _sync_chunks(conn, meta, cache, fresh)
         filled += chunks.filled
         _save(conn, target)
         left = pending_count(conn)
         conn.execute("COMMIT")
     except BaseException:
+        _synced.pop(id(conn), None)
         conn.execute("ROLLBACK")
         raise
     finally:
         _changed(conn)  # committed or rolled back: what a read inside the transaction saw may be gone
         conn.execute("DROP TABLE IF EXISTS ml_vwant")
+    _synced[id(conn)] = (target, generation)
+    if kept is not None and same_rows:
+        # No vector deleted or added (the memories touched kept their text): the same rows.
+        vecmatrix.keep(conn, kept, _matrix_key(Meta(meta.model_id, meta.dim, target, meta.rows)))
     return SyncResult(filled=filled, removed=(int(stale[0]) if stale else 0) + chunks.removed, pending=left)
+
+
+def _documents_since(conn: duckdb.DuckDBPyConnection, seq: int) -> bool:
+    """Whether a document was ingested or removed after `seq` (its chunks' vectors follow)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM ctx_documents WHERE seq > ? OR removed_seq > ?)", [seq, seq]
+    ).fetchone()
+    return bool(row is None or row[0])
 
 
 def _sync_chunks(
