@@ -30,7 +30,8 @@ A matrix with a zero or non-finite vector is never used (the scan is).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
@@ -103,13 +104,7 @@ class Matrix:
         extra = self.rows_of(also) if also is not None and len(also) else np.zeros(0, np.int64)
         if n == 0 or limit <= 0:
             return [], self.distances(extra, query)
-        # Candidates only (the margin covers the rounding): in place, one temporary.
-        approx = self.vecs @ query
-        approx /= self.norms
-        qn = float(np.linalg.norm(query))
-        # A zero or non-finite query has no nearest: NaN candidates make the loop score all rows.
-        approx *= np.float32(-1.0 / qn) if 0.0 < qn < float("inf") else np.float32("nan")
-        approx += np.float32(1.0)
+        approx = self._approx(query)
         mask: npt.NDArray[np.bool_] | None = None  # the rows kept (None: all)
         if allowed is None and exclude is not None and len(exclude):
             out = self.rows_of(np.asarray(exclude, dtype=np.int64))
@@ -143,6 +138,26 @@ class Matrix:
                 return found, dict(zip(self.docs[extra].tolist(), both[len(rows) :].tolist(), strict=True))
             k = min(kept, k * 4)
 
+    def _approx(self, query: F32) -> F32:
+        """Every row's BLAS-ordered distance to `query` (candidates only: the margin covers the
+        rounding), a fresh array the caller may change; within `one_question`, computed once."""
+        memo = getattr(_shared, "memo", None)
+        key = (id(self.vecs), query.tobytes()) if memo is not None else None
+        hit = memo.get(key) if memo is not None else None
+        if hit is not None and hit[0] is self.vecs:  # (the very matrix: an id is reused only after)
+            kept: F32 = hit[1].copy()
+            return kept
+        # In place, one temporary.
+        approx: F32 = self.vecs @ query
+        approx /= self.norms
+        qn = float(np.linalg.norm(query))
+        # A zero or non-finite query has no nearest: NaN candidates make the loop score all rows.
+        approx *= np.float32(-1.0 / qn) if 0.0 < qn < float("inf") else np.float32("nan")
+        approx += np.float32(1.0)
+        if memo is not None:
+            memo[key] = (self.vecs, approx.copy())
+        return approx
+
     def distances(self, rows: I64, query: F32) -> dict[int, float]:
         """The exact distance of these rows, by doc."""
         return dict(zip(self.docs[rows].tolist(), self.exact(rows, query).tolist(), strict=True))
@@ -150,6 +165,24 @@ class Matrix:
 
 _lock = threading.Lock()
 _copies: dict[int, Matrix] = {}
+# Per thread, inside `one_question`: the BLAS products computed so far, by matrix and query.
+_shared = threading.local()
+
+
+@contextmanager
+def one_question() -> Iterator[None]:
+    """Searches of one query vector share its product with the matrix while this lasts: a context
+    pack ranks each tier with the same question (the same floats, computed once)."""
+    outer = getattr(_shared, "memo", None)
+    if outer is None:
+        _shared.memo = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _shared.memo = None
+
+
 _uses: dict[int, int] = {}
 
 

@@ -115,6 +115,9 @@ _ALWAYS_CACHE: dict[tuple[Any, ...], list[Memory]] = {}
 
 
 def _memory_state(conn: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
+    copy = bm25.current_copy(conn)
+    if copy is not None and copy.generation is not None:  # the copy read it at this position
+        return (copy.position[1], copy.generation)
     position = bm25.known_position(conn)
     if position is not None:
         return (position[1], memory_generation(conn))

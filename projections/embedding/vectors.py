@@ -61,7 +61,7 @@ from mnemolog.eventlog.errors import BadInput
 from mnemolog.projections import vecmatrix
 from mnemolog.projections.embedding.cache import EmbedCache
 from mnemolog.projections.recall import bm25
-from mnemolog.projections.recall.query import Filters, excluded, restriction
+from mnemolog.projections.recall.query import Filters, by_exclusion, excluded, restriction
 from mnemolog.projections.schema import CHUNK_SHIFT, memory_generation
 
 if TYPE_CHECKING:
@@ -750,8 +750,8 @@ def search_with(
         if m is not None:
             q = np.asarray(query, dtype=np.float32)
             extra = np.asarray(also, dtype=np.int64)
-            copy = bm25.current_copy(conn) if filters.only_guard else None
-            if copy is not None:
+            copy = bm25.current_copy(conn)
+            if copy is not None and by_exclusion(filters, copy):
                 # The docs the default filters leave out, as BM25 keeps them for this position:
                 # the same anti-joins as the restriction, without a statement, and known before
                 # the candidates are chosen.

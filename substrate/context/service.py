@@ -36,6 +36,7 @@ from mnemolog.eventlog.errors import BadInput, NotFound, UsageError, Verificatio
 from mnemolog.eventlog.format.entry import encode_payload
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import MAX_PAYLOAD_BYTES, Clock
+from mnemolog.projections import vecmatrix
 from mnemolog.projections.context import sources, store
 from mnemolog.projections.context.assemble import assemble
 from mnemolog.projections.context.chunker import DEFAULT_MAX_CHARS, check_max_chars, chunk_text, is_markdown
@@ -369,15 +370,16 @@ def build_context(
 
         # Chunks are ranked in the mode memories are: hybrid with the same query vector and
         # fusion (both fall back to BM25 when the projection has no vectors).
-        c = sources.candidates(
-            s.conn,
-            query,
-            proj,
-            cfg,
-            rank,
-            query_vector=plan.query_vector if plan.mode == "hybrid" else None,
-            fusion=fusion,
-        )
+        with vecmatrix.one_question():  # the tiers share one product of the query with the matrix
+            c = sources.candidates(
+                s.conn,
+                query,
+                proj,
+                cfg,
+                rank,
+                query_vector=plan.query_vector if plan.mode == "hybrid" else None,
+                fusion=fusion,
+            )
         sc = scope.current()
         if sc is not None and sc.bound:
             c = _confined(s.conn, c, sc)

@@ -27,6 +27,10 @@ FILTERS = [
     Filters(kinds=("decision",)),
     Filters(expired_at=NOW),
     Filters(expired_at=NOW, include_archived=True, hide_superseded=True),
+    # A context pack's tiers: one project, or none; with a copy, its sets filter the matrix too.
+    Filters(project="p06-polisher"),
+    Filters(project=""),
+    Filters(project="p06-polisher", expired_at=NOW, hide_superseded=True),
 ]
 
 
@@ -43,10 +47,14 @@ def scan(conn: object, q: np.ndarray, f: Filters, limit: int, meta: vx.Meta) -> 
 def sub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
     home = new_home(tmp_path_factory.mktemp("h"))
     with open_sub(home, embedder=FakeEmbedder()) as s:
+        s.register_project("p06-polisher")
         ids = [
-            s.store(t, namespace="a" if i % 3 else "b", kind="decision" if i % 4 == 0 else "observation")[
-                "id"
-            ]
+            s.store(
+                t,
+                namespace="a" if i % 3 else "b",
+                kind="decision" if i % 4 == 0 else "observation",
+                project="p06-polisher" if i % 5 == 0 else "",
+            )["id"]
             for i, t in enumerate(TEXTS)
         ]
         s.store(TEXTS[0])  # a duplicate vector: an exact tie, broken by the newest doc
@@ -133,3 +141,29 @@ def test_a_zero_query_scores_every_row() -> None:
     with np.errstate(all="ignore"):
         found, _ = m.search(np.zeros(4, np.float32), 2)
     assert len(found) == 2
+
+
+def test_the_matrix_outlives_a_recorded_pack_but_not_a_store(tmp_path: Path) -> None:
+    with open_sub(new_home(tmp_path / "h"), embedder=FakeEmbedder(), long_lived=True) as s:
+        for t in TEXTS[:10]:
+            s.store(t)
+        for _ in range(vecmatrix.BUILD_AFTER + 1):
+            first = s.recall("memory 3 about pools", mode="vector", limit=3)
+        with s.projections.session() as conn:
+            meta = vx.read_meta(conn)
+            assert meta is not None
+            m = vecmatrix.current(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows))
+            assert m is not None
+        s.build_context("memory about pools", record=True)
+        with s.projections.session() as conn:
+            moved = vx.read_meta(conn)
+            assert moved is not None and moved.synced_seq > meta.synced_seq  # the pack was synced past
+            kept = vecmatrix.current(conn, (moved.model_id, moved.dim, moved.synced_seq, moved.rows))
+            assert kept is not None and kept.vecs is m.vecs  # the same rows: not loaded again
+        assert s.recall("memory 3 about pools", mode="vector", limit=3) == first
+        s.store("a brand new memory")
+        with s.projections.session() as conn:
+            now = vx.read_meta(conn)
+            assert now is not None and now.rows == meta.rows + 1
+            assert vecmatrix.current(conn, (now.model_id, now.dim, now.synced_seq, now.rows)) is None
+        assert s.recall("a brand new memory", mode="vector", limit=1)[0]["content"] == "a brand new memory"
