@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import duckdb
 import numpy as np
@@ -92,8 +92,10 @@ class Matrix:
         *,
         exclude: I64 | None = None,
         also: I64 | None = None,
+        newest_first: bool = True,
     ) -> tuple[list[tuple[int, float]], dict[int, float]]:
-        """(doc, distance) of the `limit` nearest docs, nearest first, ties by newest; and the
+        """(doc, distance) of the `limit` nearest docs, nearest first, ties by newest (by oldest
+        unless `newest_first`); and the
         distances of the `also` docs this copy holds (computed with the candidates' in one pass).
 
         The docs kept are those `allowed` keeps (asked of the candidates only), or, without
@@ -131,7 +133,8 @@ class Matrix:
                 keep = allowed(docs.tolist())
                 ok = np.fromiter((d in keep for d in docs.tolist()), dtype=bool, count=len(docs))
                 exact, docs = exact[ok], docs[ok]
-            order = np.lexsort((-docs, exact))[:limit]
+            # Equal distances: the newest doc first (memories), or the oldest (chunks).
+            order = np.lexsort((-docs if newest_first else docs, exact))[:limit]
             found = list(zip(docs[order].tolist(), exact[order].tolist(), strict=True))
             # A row left out has a BLAS distance above kth + 2·MARGIN, so an exact one above kth + MARGIN.
             if len(rows) == kept or (len(found) == limit and found[-1][1] < kth + MARGIN):
@@ -164,7 +167,7 @@ class Matrix:
 
 
 _lock = threading.Lock()
-_copies: dict[int, Matrix] = {}
+_copies: dict[Any, Matrix] = {}
 # Per thread, inside `one_question`: the BLAS products computed so far, by matrix and query.
 _shared = threading.local()
 
@@ -183,32 +186,43 @@ def one_question() -> Iterator[None]:
             _shared.memo = None
 
 
-_uses: dict[int, int] = {}
+_uses: dict[Any, int] = {}
+#: The tables a connection may keep a copy of: the memories' vectors and the chunks'.
+TABLES: Final = ("vectors", "chunk_vectors")
+
+
+def _slot(conn: duckdb.DuckDBPyConnection, table: str) -> Any:
+    return id(conn) if table == "vectors" else (id(conn), table)
 
 
 def forget(conn: duckdb.DuckDBPyConnection) -> None:
-    """Drop this connection's copy (the file was attached again, the vectors changed here)."""
+    """Drop this connection's copies (the file was attached again, the vectors changed here)."""
     with _lock:
-        _copies.pop(id(conn), None)
+        for table in TABLES:
+            _copies.pop(_slot(conn, table), None)
 
 
-def keep(conn: duckdb.DuckDBPyConnection, m: Matrix, key: tuple[object, ...]) -> None:
+def keep(conn: duckdb.DuckDBPyConnection, m: Matrix, key: tuple[object, ...], table: str = "vectors") -> None:
     """Keep `m` as this connection's copy under a new metadata `key`: the caller knows the
-    vectors table holds the same rows at both (only the synced seq moved)."""
+    table holds the same rows at both (only the synced seq moved)."""
     with _lock:
-        _copies[id(conn)] = Matrix(key, m.docs, m.vecs, m.norms, m.sq)
+        _copies[_slot(conn, table)] = Matrix(key, m.docs, m.vecs, m.norms, m.sq)
 
 
-def current(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...]) -> Matrix | None:
+def current(
+    conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], table: str = "vectors"
+) -> Matrix | None:
     """This connection's copy if it is one of vector metadata `key` (never builds one)."""
     with _lock:
-        copy = _copies.get(id(conn))
+        copy = _copies.get(_slot(conn, table))
     return copy if copy is not None and copy.key == key else None
 
 
-def for_search(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], dim: int) -> Matrix | None:
+def for_search(
+    conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], dim: int, table: str = "vectors"
+) -> Matrix | None:
     """This connection's copy for vector metadata `key`, once it has searched enough to want one."""
-    cid = id(conn)
+    cid = _slot(conn, table)
     with _lock:
         uses = _uses.get(cid, 0) + 1
         _uses[cid] = uses
@@ -218,7 +232,7 @@ def for_search(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], dim: in
         _copies.pop(cid, None)
         if uses < BUILD_AFTER:
             return None
-    docs, vecs = _load(conn, dim)
+    docs, vecs = _load(conn, dim, table)
     norms = np.linalg.norm(vecs, axis=1).astype(np.float32) if len(docs) else np.zeros(0, np.float32)
     if not (np.isfinite(vecs).all() and (norms > 0).all()):
         return None  # DuckDB's clamp of a NaN similarity is not numpy's: leave those to SQL
@@ -232,9 +246,10 @@ def for_search(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], dim: in
     return m
 
 
-def _load(conn: duckdb.DuckDBPyConnection, dim: int) -> tuple[I64, F32]:
+def _load(conn: duckdb.DuckDBPyConnection, dim: int, table: str) -> tuple[I64, F32]:
     # Through Arrow: the fixed-size arrays arrive as one flat float32 buffer, not a list per row.
-    tbl = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").to_arrow_table()
+    assert table in TABLES
+    tbl = conn.execute(f"SELECT doc, vec FROM {table} ORDER BY doc").to_arrow_table()
     docs = tbl.column("doc").to_numpy().astype(np.int64)
     if len(docs) == 0:
         return docs, np.zeros((0, dim), np.float32)

@@ -341,6 +341,7 @@ def sync(
     if meta.synced_seq == target:
         return SyncResult()
     kept = vecmatrix.current(conn, _matrix_key(meta))
+    chunks_kept = _chunk_matrix(conn, meta, use=False)
     generation = memory_generation(conn)
     if _synced.get(id(conn)) == (meta.synced_seq, generation) and not _documents_since(conn, meta.synced_seq):
         # This connection synced at `synced_seq` with the memories as they are now, and no
@@ -348,8 +349,11 @@ def sync(
         # would find nothing to delete, queue or fill.
         _save(conn, target)
         _synced[id(conn)] = (target, generation)
+        moved = Meta(meta.model_id, meta.dim, target, meta.rows)
         if kept is not None:
-            vecmatrix.keep(conn, kept, _matrix_key(Meta(meta.model_id, meta.dim, target, meta.rows)))
+            vecmatrix.keep(conn, kept, _matrix_key(moved))
+        if chunks_kept is not None:
+            vecmatrix.keep(conn, chunks_kept, _chunk_key(conn, moved), "chunk_vectors")
         return SyncResult(pending=pending_count(conn))
     eligible = ELIGIBLE.format(m="m")
     sha = TEXT_SHA.format(m="m")
@@ -390,9 +394,12 @@ def sync(
         _changed(conn)  # committed or rolled back: what a read inside the transaction saw may be gone
         conn.execute("DROP TABLE IF EXISTS ml_vwant")
     _synced[id(conn)] = (target, generation)
+    moved = Meta(meta.model_id, meta.dim, target, meta.rows)
     if kept is not None and same_rows:
         # No vector deleted or added (the memories touched kept their text): the same rows.
-        vecmatrix.keep(conn, kept, _matrix_key(Meta(meta.model_id, meta.dim, target, meta.rows)))
+        vecmatrix.keep(conn, kept, _matrix_key(moved))
+    if chunks_kept is not None and not chunks.filled and not chunks.removed:
+        vecmatrix.keep(conn, chunks_kept, _chunk_key(conn, moved), "chunk_vectors")
     return SyncResult(filled=filled, removed=(int(stale[0]) if stale else 0) + chunks.removed, pending=left)
 
 
@@ -582,14 +589,43 @@ def pending_texts(conn: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[byt
 # -- chunk search --------------------------------------------------------------------------------
 
 
+def _chunk_key(conn: duckdb.DuckDBPyConnection, meta: Meta) -> tuple[object, ...]:
+    # The chunks' vectors change in a sync (which moves the synced seq) and in a fill, which
+    # only adds rows: the seq and the row count tell every change apart.
+    row = conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()
+    return (meta.model_id, meta.dim, meta.synced_seq, int(row[0]) if row else -1)
+
+
+def _chunk_matrix(
+    conn: duckdb.DuckDBPyConnection, meta: Meta, *, use: bool = True
+) -> vecmatrix.Matrix | None:
+    """The connection's copy of the chunks' vectors: built by `for_search` (`use`), else the
+    current one only."""
+    key = _chunk_key(conn, meta)
+    if use:
+        return vecmatrix.for_search(conn, key, meta.dim, "chunk_vectors")
+    return vecmatrix.current(conn, key, "chunk_vectors")
+
+
 def chunk_search(
     conn: duckdb.DuckDBPyConnection, query: np.ndarray, limit: int, *, meta: Meta, project: str | None = None
 ) -> list[tuple[int, float]]:
     """(chunk doc, cosine distance) of the `limit` nearest chunks (of `project` when given), nearest first.
 
-    An exact scan: chunks are ranked at most once per pack. Ties break by the older chunk first
-    (lower doc), as the chunks' BM25 does.
+    An exact scan: from the connection's matrix copy of the chunks' vectors when it has one
+    (the same floats, see projections/vecmatrix.py), else in SQL. Ties break by the older
+    chunk first (lower doc), as the chunks' BM25 does.
     """
+    m = _chunk_matrix(conn, meta)
+    if m is not None:
+        q = np.asarray(query, dtype=np.float32)
+        exclude = None
+        if project is not None:
+            mine = conn.execute("SELECT doc FROM ctx_chunks WHERE project = ?", [project]).fetchnumpy()["doc"]
+            exclude = m.docs[~np.isin(m.docs, np.asarray(mine, dtype=np.int64))]
+            if len(exclude) == len(m.docs):
+                return []
+        return m.search(q, limit, exclude=exclude, newest_first=False)[0]
     where, args = ("", [])
     if project is not None:
         where, args = ("WHERE v.doc IN (SELECT doc FROM ctx_chunks WHERE project = ?)", [project])
@@ -607,6 +643,9 @@ def chunk_distances(
     """The exact cosine distance of these chunks' vectors to `query` (those that have one)."""
     if not docs:
         return {}
+    m = _chunk_matrix(conn, meta, use=False)
+    if m is not None:
+        return m.distances(m.rows_of(np.asarray(docs, dtype=np.int64)), np.asarray(query, dtype=np.float32))
     rows = conn.execute(
         f"SELECT doc, array_cosine_distance(vec, ?::VARCHAR::FLOAT[{meta.dim}]) FROM chunk_vectors "
         "WHERE doc IN (SELECT unnest(?::BIGINT[]))",

@@ -373,7 +373,22 @@ def excluded(conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, fil
         other = np.asarray(conn.execute(sql, [filters.project]).fetchnumpy()["doc"], dtype=np.int64)
         if copy is not None:
             copy.left_out[key] = other
-    return np.union1d(exclude, other)
+    if copy is None:
+        return np.union1d(exclude, other)
+    # The union too (a pack asks for it twice, every pack), by the sets it is made of.
+    both = f"{key}|{_guard_key(filters)}"
+    held = copy.left_out.get(both)
+    if held is None:
+        held = copy.left_out[both] = np.union1d(exclude, other)
+    return held
+
+
+def _guard_key(filters: Filters) -> str:
+    """What names the set `_guard_excluded` gives for these filters in a copy's `left_out`."""
+    if not filters.lapsed()[0]:
+        return "inactive" if filters.include_archived else "hidden_or_inactive"
+    day = None if filters.expired_at is None else filters.expired_at // DAY_US
+    return f"lapsed:{day}:{filters.hide_superseded}:{filters.include_archived}"
 
 
 def _guard_excluded(

@@ -167,3 +167,40 @@ def test_the_matrix_outlives_a_recorded_pack_but_not_a_store(tmp_path: Path) -> 
             assert now is not None and now.rows == meta.rows + 1
             assert vecmatrix.current(conn, (now.model_id, now.dim, now.synced_seq, now.rows)) is None
         assert s.recall("a brand new memory", mode="vector", limit=1)[0]["content"] == "a brand new memory"
+
+
+def test_chunk_search_from_the_matrix_equals_the_sql_scan(tmp_path: Path) -> None:
+    # Chunks break ties the other way (the older chunk first): duplicated sections give exact ties.
+    docs = tmp_path / "docs"
+    for i in range(6):
+        d = docs / ("mine" if i % 2 else "theirs")
+        d.mkdir(parents=True, exist_ok=True)
+        sections = [f"## Part {j}\n\n{TEXTS[(j + i // 2) % 6]}\n" for j in range(5)]
+        (d / f"n{i}.md").write_text(f"# Note {i // 2}\n\n" + "\n".join(sections))  # twins
+    with open_sub(new_home(tmp_path / "h"), embedder=FakeEmbedder(), long_lived=True) as s:
+        s.register_project("p-a")
+        s.ingest([docs / "mine"], project="p-a")
+        s.ingest([docs / "theirs"])
+        rng = np.random.default_rng(7)
+        ties = 0
+        with s.projections.session() as conn:
+            meta = vx.read_meta(conn)
+            assert meta is not None
+            for i in range(30):
+                q = (fake_vec(TEXTS[i % 12]) + np.float32(0.2 * (i % 3)) * rng.standard_normal(16)).astype(
+                    np.float32
+                )
+                for project in (None, "p-a", "p-none"):
+                    vecmatrix.forget(conn)
+                    vecmatrix._uses[(id(conn), "chunk_vectors")] = -(10**9)  # the SQL scan
+                    want = vx.chunk_search(conn, q, 1 + i % 12, meta=meta, project=project)
+                    docs_all = [d for d, _ in want] + [7, 10**12]
+                    want_d = vx.chunk_distances(conn, q, docs_all, meta=meta)
+                    vecmatrix._uses[(id(conn), "chunk_vectors")] = vecmatrix.BUILD_AFTER
+                    got = vx.chunk_search(conn, q, 1 + i % 12, meta=meta, project=project)
+                    assert vx._chunk_matrix(conn, meta, use=False) is not None  # from the matrix
+                    assert got == want, (i, project)
+                    assert vx.chunk_distances(conn, q, docs_all, meta=meta) == want_d
+                    assert (project == "p-none") == (not got)
+                    ties += len(got) - len({x for _, x in got})
+        assert ties  # equal distances were met, and ordered as SQL orders them
