@@ -152,8 +152,11 @@ def check_heads(log: Log, claimed: Mapping[str, int], below: int, touched: Touch
     """
     if not claimed:
         return
+    at: dict[int, set[str]] = {}  # each head entry read once (a pack is the head of many)
     for m, h in sorted(claimed.items()):
-        if not 0 <= h < below or m not in set(touched(log.entry(h))):
+        if 0 <= h < below and h not in at:
+            at[h] = set(touched(log.entry(h)))
+        if not 0 <= h < below or m not in at[h]:
             raise VerificationError(
                 f"the projection says entry {h} is the newest touching memory {m}, but the log's "
                 f"entry {h} does not touch it: the projection was altered; run `mnemolog rebuild` "
