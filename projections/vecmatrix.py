@@ -5,8 +5,9 @@ scan. In SQL that scan reads and decompresses every stored vector on every
 query; this copy holds them as one float32 matrix per connection instead,
 built after a connection has searched a few times (like BM25's copy,
 projections/recall/bm25.py) and rebuilt whenever the vector metadata (model,
-dimension, synced seq, row count) moves or the projection file is attached
-again.
+dimension, synced seq, row count) moves; the chunks' vectors (`TABLES`) the
+same way. A copy outlives the file being let go and attached again (the
+metadata, read afresh, says whether it still holds).
 
 Results must equal the SQL scan's, distances included. DuckDB's
 `array_cosine_distance` on FLOAT arrays accumulates the dot product and both

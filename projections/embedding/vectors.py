@@ -231,8 +231,16 @@ class SyncResult:
 
 
 def attached(conn: duckdb.DuckDBPyConnection) -> None:
-    """Called after the projection file is attached: distrust the index."""
-    distrust_index(conn)
+    """Called after the projection file is attached: distrust the index and what was read of
+    the vector tables. The matrix copies stay: each is used only under the metadata it was
+    built at, read afresh from the file (every write to a vector table moves the synced seq
+    or the row count), as the BM25 copy is used only at its position; a long-lived process
+    that let the file go while idle does not load its vectors again."""
+    _unchecked.add(id(conn))
+    _has_index.pop(id(conn), None)
+    _recorded.pop(id(conn), None)
+    _metas.pop(id(conn), None)
+    _synced.pop(id(conn), None)
 
 
 def distrust_index(conn: duckdb.DuckDBPyConnection) -> None:

@@ -204,3 +204,27 @@ def test_chunk_search_from_the_matrix_equals_the_sql_scan(tmp_path: Path) -> Non
                     assert (project == "p-none") == (not got)
                     ties += len(got) - len({x for _, x in got})
         assert ties  # equal distances were met, and ordered as SQL orders them
+
+
+def test_the_matrix_outlives_letting_the_file_go(tmp_path: Path) -> None:
+    # A long-lived process lets the projection file go when idle; attached again, the
+    # metadata read afresh says the copy still holds, so the vectors are not loaded again.
+    with open_sub(new_home(tmp_path / "h"), embedder=FakeEmbedder(), long_lived=True) as s:
+        for t in TEXTS[:10]:
+            s.store(t)
+        for _ in range(vecmatrix.BUILD_AFTER + 1):
+            first = s.recall("memory 3 about pools", mode="vector", limit=3)
+        with s.projections.session() as conn:
+            meta = vx.read_meta(conn)
+            assert meta is not None
+            m = vecmatrix.current(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows))
+            assert m is not None
+        store = s.projections.store
+        before = store.attachments
+        store._release()
+        assert s.recall("memory 3 about pools", mode="vector", limit=3) == first
+        assert store.attachments == before + 1
+        with s.projections.session() as conn:
+            again = vx.read_meta(conn)
+            assert again == meta
+            assert vecmatrix.current(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows)) is m
