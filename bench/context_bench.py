@@ -1,6 +1,7 @@
 """Benchmark of context packs and document ingest, each beside the work that bounds it.
 
     python -m bench.context_bench [--quick] [--dir D] [--keep]
+    python -m bench.context_bench --packs N [--files F] [--embedder E] [--per-source K] [--dir D] [--keep]
 
 Measured in this one run:
 
@@ -16,6 +17,13 @@ Measured in this one run:
            memories, chunk BM25) and a plain Substrate.recall of the same
            query; the pure assembly's share is reported too. Target: p50 <= 50 ms.
 
+`--packs N` measures instead, on one home of N memories (and F files of
+chunks) with the default embedder's vectors, a pack without and with its
+record beside the recall it gathers with (Substrate.recall of the same
+query in the same mode, limit = the pack's candidates per tier), the three
+sides interleaved query by query (the first side rotating), medians with
+min-max. Targets (issue 21): pack p50 <= 1.5x that recall, recorded pack <= 2x.
+
 Memories come from CPython's pydoc topics (bench.recall_bench's corpus),
 appended with the group-commit writer; one in ten is a user or feedback
 memory so the identity tier has candidates. Prints one JSON object.
@@ -24,10 +32,12 @@ memory so the identity tier has candidates. Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -42,6 +52,7 @@ from mnemolog.projections.context.chunker import chunk_text
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.context.config import pack_config
 from mnemolog.substrate.context.documents import discover, read_document
+from mnemolog.substrate.embedding.service import Unchanged
 from mnemolog.substrate.home import Home, init_home
 
 TARGETS = {"pack_p50_ms_max": 50.0}
@@ -53,9 +64,9 @@ def log(msg: str) -> None:
     print(f"context_bench: {msg}", file=sys.stderr, flush=True)
 
 
-def memory_event(corpus: Corpus, i: int) -> dict[str, Any]:
+def memory_event(corpus: Corpus, i: int, run: int = 0) -> dict[str, Any]:
     title, content = corpus.doc(i)
-    return {
+    out: dict[str, Any] = {
         "id": f"C{i:025d}",
         "namespace": "agent",
         "kind": KINDS[i % len(KINDS)],
@@ -64,14 +75,17 @@ def memory_event(corpus: Corpus, i: int) -> dict[str, Any]:
         "tags": [],
         "metadata": {},
     }
+    if run:
+        out["source"] = f"bench/source-{i // run}"
+    return out
 
 
-def fill(home: Home, corpus: Corpus, n: int) -> float:
+def fill(home: Home, corpus: Corpus, n: int, run: int = 0) -> float:
     t0 = time.perf_counter()
     with home.open_writer(durability=Durability("group", 4096, 20)) as w:
         for lo in range(0, n, 20_000):
             w.append_many(
-                [("memory.stored", memory_event(corpus, i), 1) for i in range(lo, min(lo + 20_000, n))]
+                [("memory.stored", memory_event(corpus, i, run), 1) for i in range(lo, min(lo + 20_000, n))]
             )
     return time.perf_counter() - t0
 
@@ -184,12 +198,129 @@ def packs_vs_recall(home: Home, queries: list[str]) -> dict[str, Any]:
     }
 
 
+def spread(xs: list[float]) -> dict[str, float]:
+    """Median with min and max (ms): on a shared machine a figure is a range, not one number."""
+    return {
+        "p50_ms": round(statistics.median(xs) * 1e3, 3),
+        "min_ms": round(min(xs) * 1e3, 3),
+        "max_ms": round(max(xs) * 1e3, 3),
+        "n": len(xs),
+    }
+
+
+def packs_beside_recall(
+    work: Path, corpus: Corpus, n: int, files: int, nq: int, *, embedder: str, run: int, keep: bool
+) -> dict[str, Any]:
+    """A pack, unrecorded and recorded, beside the recall it gathers with, interleaved (see --packs)."""
+    root = work / f"packs{n}-{files}-{embedder}-run{run}"
+    prep: dict[str, Any] = {}
+    if (root / "bench-ready").exists():
+        home = Home(root)
+        prep["reused"] = True
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+        init_home(root, key_name="bench")
+        home = Home(root)
+        prep["write_s"] = round(fill(home, corpus, n, run), 2)
+        tree = work / f"tree{files}"
+        shutil.rmtree(tree, ignore_errors=True)
+        write_tree(tree, corpus, files, 10)
+        os.environ.pop("MNEMOLOG_EMBED", None)
+        t0 = time.perf_counter()
+        with Substrate.open(home, long_lived=False, worker=False) as s:
+            s.ingest([tree], project="p-bench")
+            with contextlib.suppress(Unchanged):  # already the home's (the default embedder)
+                s.set_embedder(embedder)
+            s.embed_pending(progress=False)
+        prep["ingest_and_embed_s"] = round(time.perf_counter() - t0, 2)
+        (root / "bench-ready").touch()
+        shutil.rmtree(tree, ignore_errors=True)
+    names = ["pack", "pack_recorded", "recall"]
+    times: dict[str, list[float]] = {k: [] for k in names}
+    modes: set[str] = set()
+    with Substrate.open(home, long_lived=True, worker=False) as s:
+        cfg = pack_config(s.home.config.raw)
+        queries = corpus.queries(nq)
+        for q in queries[:5]:
+            s.build_context(q, project="p-bench", record=False)
+            s.recall(q, limit=cfg.candidates)
+        for i, q in enumerate(queries):
+            # Once each, untimed: the query's vector is then kept by the process for every side,
+            # and the stems of its words are known (a statement on a word's first use).
+            s.build_context(q, project="p-bench", record=False)
+            s.recall(q, limit=cfg.candidates)
+            k = i % len(names)
+            for name in names[k:] + names[:k]:
+                t0 = time.perf_counter()
+                if name == "recall":
+                    r = s.retrieval.report(q, limit=cfg.candidates)
+                    modes.add("recall:" + r["mode"])
+                else:
+                    p = s.build_context(q, project="p-bench", record=name == "pack_recorded")
+                    modes.add("pack:" + p["config"]["recall_mode"])
+                times[name].append(time.perf_counter() - t0)
+        st = s.embedding_status()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "memories": n,
+        "files": files,
+        "embedder": embedder,
+        "memories_per_source": run or None,
+        "vectors": st["vectors"],
+        "modes_used": sorted(modes),
+        "candidates_per_tier": cfg.candidates,
+        "prepare": prep,
+        **{k: spread(v) for k, v in times.items()},
+        "ratios_of_medians": {
+            "pack_vs_recall": round(med["pack"] / med["recall"], 3),
+            "pack_recorded_vs_recall": round(med["pack_recorded"] / med["recall"], 3),
+        },
+        "load_avg_after": os.getloadavg(),
+        "met": {
+            "pack p50 <= 1.5 x recall": med["pack"] <= 1.5 * med["recall"],
+            "recorded pack p50 <= 2 x recall": med["pack_recorded"] <= 2 * med["recall"],
+        },
+        "measures": "Substrate.build_context(project='p-bench') with and without its record (fsync, the "
+        "default durability) beside Substrate.recall of the same query in the default mode with "
+        "limit = the pack's candidates per tier, in one long-lived Substrate, the query's vector kept",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     ap.add_argument("--dir", help="work directory (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--packs", type=int, metavar="N", help="only: packs beside recall, N memories")
+    ap.add_argument("--files", type=int, default=100, help="with --packs: files of chunks (10 sections each)")
+    ap.add_argument("--embedder", default="minilm", help="with --packs: the home's embedder (default minilm)")
+    ap.add_argument(
+        "--per-source", type=int, default=0, metavar="K", help="with --packs: memories per source"
+    )
+    ap.add_argument("--queries", type=int, default=200, help="with --packs: queries (default 200)")
     args = ap.parse_args(argv)
+    if args.packs:
+        work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="context_bench-"))
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            log(f"packs beside recall at {args.packs} memories and {args.files} files")
+            res = packs_beside_recall(
+                work,
+                Corpus(),
+                args.packs,
+                args.files,
+                args.queries,
+                embedder=args.embedder,
+                run=args.per_source,
+                keep=args.keep,
+            )
+        finally:
+            if not args.keep and not args.dir:
+                shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps({"ok": True, "bench": "context", "cpus": os.cpu_count(), "packs": res}))
+        return 0
     memories, files, nq = (10_000, 100, 50) if args.quick else (100_000, 1_000, 300)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="context_bench-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """Benchmark of memories that recall: store, recall, rebuild, each beside the bound that limits it.
 
     python -m bench.recall_bench [--quick] [--dir D] [--keep]
+                                 [--modes N [--embedder E] [--per-source K]]
 
 Every figure is measured in this one run and reported beside its bound from
 the same run:
@@ -27,6 +28,7 @@ and the title weighted 2 as ours is. Prints one JSON object on stdout
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -51,6 +53,7 @@ from mnemolog.eventlog.store.writer import Durability
 from mnemolog.projections.db import load_fts
 from mnemolog.projections.recall.text import STOP_WORDS, install_macros
 from mnemolog.substrate.api import Substrate
+from mnemolog.substrate.embedding.service import Unchanged
 from mnemolog.substrate.events import upcast
 from mnemolog.substrate.home import Home, init_home
 
@@ -107,9 +110,11 @@ class Corpus:
         picks = [self.sents[(j + rng.randint(-25, 25)) % n][1] for _ in range(k)]
         return self.sents[j][0], " ".join(picks)
 
-    def event(self, i: int) -> dict[str, Any]:
+    def event(self, i: int, run: int = 0) -> dict[str, Any]:
+        """Memory i's event; with `run`, memories come `run` at a time from one source (so each has
+        neighbours in its namespace, as a conversation's turns or a capture's notes do)."""
         title, content = self.doc(i)
-        return {
+        out: dict[str, Any] = {
             "id": f"B{i:025d}",
             "namespace": NAMESPACES[i % len(NAMESPACES)],
             "kind": KINDS[i % len(KINDS)],
@@ -118,6 +123,9 @@ class Corpus:
             "tags": [f"t{i % 7}"],
             "metadata": {},
         }
+        if run:
+            out["source"] = f"bench/source-{i // run}"
+        return out
 
     def queries(self, n: int) -> list[str]:
         """Natural-language questions: a few words of some memory, with stop words around them."""
@@ -131,12 +139,14 @@ class Corpus:
         return out
 
 
-def fill(home: Home, corpus: Corpus, n: int) -> float:
+def fill(home: Home, corpus: Corpus, n: int, run: int = 0) -> float:
     """Append n memory.stored events with the group-commit writer; returns the seconds taken."""
     t0 = time.perf_counter()
     with home.open_writer(durability=Durability("group", 4096, 20)) as w:
         for lo in range(0, n, 20_000):
-            w.append_many([("memory.stored", corpus.event(i), 1) for i in range(lo, min(lo + 20_000, n))])
+            w.append_many(
+                [("memory.stored", corpus.event(i, run), 1) for i in range(lo, min(lo + 20_000, n))]
+            )
     return time.perf_counter() - t0
 
 
@@ -149,10 +159,10 @@ def ms(xs: list[float]) -> dict[str, float]:
     return {"p50_ms": round(pct(xs, 50) * 1e3, 3), "p99_ms": round(pct(xs, 99) * 1e3, 3), "n": len(xs)}
 
 
-def make_home(root: Path, corpus: Corpus, n: int) -> tuple[Home, dict[str, float]]:
+def make_home(root: Path, corpus: Corpus, n: int, run: int = 0) -> tuple[Home, dict[str, float]]:
     init_home(root, key_name="bench")
     home = Home(root)
-    write_s = fill(home, corpus, n)
+    write_s = fill(home, corpus, n, run)
     t0 = time.perf_counter()
     with Substrate.open(home, long_lived=False, worker=False) as s:
         s.stats()  # the first session catches up on all n
@@ -510,29 +520,44 @@ def spread(xs: list[float]) -> dict[str, float]:
     }
 
 
-def modes_vs_bounds(work: Path, corpus: Corpus, n: int, nq: int) -> dict[str, Any]:
+def modes_vs_bounds(
+    work: Path, corpus: Corpus, n: int, nq: int, *, embedder: str = "minilm", run: int = 0, keep: bool = False
+) -> dict[str, Any]:
     """BM25 beside FTS5, vector beside a numpy brute-force cosine, hybrid beside BM25, on one home.
 
-    The home holds n memories with WordLlama vectors. Each query runs once
-    untimed in every mode (its embedding is then cached, as the recall policy
-    caches a process's recent queries; numpy gets the same vector for free;
-    and the stems of its words are known: a word's first recall asks DuckDB's
-    stemmer, a statement, which a vector-only warm-up left to whichever of
-    bm25 and hybrid ran first, hybrid in four rotations of five), then one
-    timed round of every side, the order of the sides rotating query by
-    query so that none always runs first. Ratios are of the medians.
+    The home holds n memories with `embedder`'s vectors (MiniLM, the default
+    embedder, unless asked otherwise); with `run`, memories come `run` at a
+    time from one source, so BM25's neighbour term and hybrid's fused
+    smoothing have neighbours to read, as on a home of conversations. Each
+    query runs once untimed in every mode (its embedding is then cached, as
+    the recall policy caches a process's recent queries; numpy gets the same
+    vector for free; and the stems of its words are known: a word's first
+    recall asks DuckDB's stemmer, a statement, which a vector-only warm-up
+    left to whichever of bm25 and hybrid ran first), then one timed round of
+    every side, the order of the sides rotating query by query so that none
+    always runs first. `hybrid_embedding` is hybrid with the process's query
+    cache emptied first: the question's embedding (the embedder's cost, not
+    the ranking's) included. Ratios are of the medians. With `keep` the home
+    stays in `work` and a later run with the same arguments reuses it.
     """
     import numpy as np
 
-    root = work / f"modes{n}"
-    home, prep = make_home(root, corpus, n)
-    os.environ.pop("MNEMOLOG_EMBED", None)
-    t0 = time.perf_counter()
-    with Substrate.open(home, long_lived=False, worker=False) as s:
-        s.set_embedder("wordllama")
-        s.embed_pending(progress=False)
-    prep["embed_s"] = round(time.perf_counter() - t0, 2)
-    fts_path = work / f"modes{n}.sqlite"
+    root = work / f"modes{n}-{embedder}-run{run}"
+    if (root / "bench-ready").exists():
+        home, prep = Home(root), {"reused": True}
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+        home, prep = make_home(root, corpus, n, run)
+        os.environ.pop("MNEMOLOG_EMBED", None)
+        t0 = time.perf_counter()
+        with Substrate.open(home, long_lived=False, worker=False) as s:
+            with contextlib.suppress(Unchanged):  # already the home's (the default embedder)
+                s.set_embedder(embedder)
+            s.embed_pending(progress=False)
+        prep["embed_s"] = round(time.perf_counter() - t0, 2)
+        (root / "bench-ready").touch()
+    fts_path = work / f"modes{n}-run{run}.sqlite"
+    fts_path.unlink(missing_ok=True)
     prep["fts5_build_s"] = round(fts5_build(fts_path, home), 2)
     words_conn = duckdb.connect()
     load_fts(words_conn)
@@ -541,8 +566,10 @@ def modes_vs_bounds(work: Path, corpus: Corpus, n: int, nq: int) -> dict[str, An
     fts_sql = (
         "SELECT rowid, title, content, bm25(f, 2.0, 1.0) AS s FROM f WHERE f MATCH ? ORDER BY s LIMIT 10"
     )
-    times: dict[str, list[float]] = {k: [] for k in ("bm25", "fts5", "vector", "numpy", "hybrid")}
+    names = ["bm25", "fts5", "vector", "numpy", "hybrid", "hybrid_embedding"]
+    times: dict[str, list[float]] = {k: [] for k in names}
     same_top10: list[bool] = []
+    same_hybrid: list[bool] = []
     with Substrate.open(home, long_lived=True, worker=False) as s:
         with s.projections.session() as conn:
             tbl = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").to_arrow_table()
@@ -568,9 +595,10 @@ def modes_vs_bounds(work: Path, corpus: Corpus, n: int, nq: int) -> dict[str, An
                 s.recall(q, mode=m)
             qv = np.asarray(s.embedding.query_vector(rec, q), dtype=np.float32)
             got: dict[str, Any] = {}
-            names = ["bm25", "fts5", "vector", "numpy", "hybrid"]
             k = i % len(names)
             for name in names[k:] + names[:k]:
+                if name == "hybrid_embedding":
+                    s.embedding._queries.clear()
                 t0 = time.perf_counter()
                 if name == "fts5":
                     db.execute(fts_sql, [match]).fetchall()
@@ -579,16 +607,21 @@ def modes_vs_bounds(work: Path, corpus: Corpus, n: int, nq: int) -> dict[str, An
                     top = np.argpartition(d, 10)[:10]
                     got["numpy"] = [int(docs[j]) for j in top[np.argsort(d[top])]]
                 else:
-                    got[name] = [r["stored_seq"] for r in s.recall(q, limit=10, mode=name)]
+                    mode = "hybrid" if name == "hybrid_embedding" else name
+                    got[name] = [r["stored_seq"] for r in s.recall(q, limit=10, mode=mode)]  # type: ignore[arg-type]
                 times[name].append(time.perf_counter() - t0)
             same_top10.append(set(got["vector"]) == set(got["numpy"]))
+            same_hybrid.append(got["hybrid"] == got["hybrid_embedding"])
         st = s.embedding_status()
     db.close()
     words_conn.close()
     med = {k: statistics.median(v) for k, v in times.items()}
-    shutil.rmtree(root, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
     return {
         "memories": n,
+        "embedder": embedder,
+        "memories_per_source": run or None,
         "vectors": st["vectors"],
         "hnsw": st["vectors"] >= 20_000,
         "prepare": prep,
@@ -597,8 +630,10 @@ def modes_vs_bounds(work: Path, corpus: Corpus, n: int, nq: int) -> dict[str, An
             "bm25_vs_fts5": round(med["bm25"] / med["fts5"], 3),
             "vector_vs_numpy": round(med["vector"] / med["numpy"], 3),
             "hybrid_vs_bm25": round(med["hybrid"] / med["bm25"], 3),
+            "hybrid_embedding_vs_bm25": round(med["hybrid_embedding"] / med["bm25"], 3),
         },
         "vector_top10_equals_numpy_share": round(sum(same_top10) / max(len(same_top10), 1), 3),
+        "hybrid_embedding_same_results_share": round(sum(same_hybrid) / max(len(same_hybrid), 1), 3),
         "load_avg_after": os.getloadavg(),
         "met": {
             "bm25 p50 <= 1.5 x FTS5": med["bm25"] <= 1.5 * med["fts5"],
@@ -606,8 +641,9 @@ def modes_vs_bounds(work: Path, corpus: Corpus, n: int, nq: int) -> dict[str, An
             "hybrid p50 <= 1.5 x bm25": med["hybrid"] <= 1.5 * med["bm25"],
         },
         "measures": "Substrate.recall(limit=10) in a long-lived Substrate (session, catch-up check, "
-        "ranking, rows); FTS5: bm25() top 10 with rows; numpy: cosine of the query vector against the "
-        "float32 matrix of the same vectors and its top 10 (no rows, no filters)",
+        "ranking, rows), the query's vector kept by the process except in hybrid_embedding; FTS5: "
+        "bm25() top 10 with rows; numpy: cosine of the query vector against the float32 matrix of the "
+        "same vectors and its top 10 (no rows, no filters)",
     }
 
 
@@ -635,6 +671,18 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="N",
         help="only: bm25 beside FTS5, vector beside numpy, hybrid beside bm25 on a home of N memories",
+    )
+    ap.add_argument(
+        "--embedder",
+        default="minilm",
+        help="with --modes: the embedder of the home (default minilm, the default embedder)",
+    )
+    ap.add_argument(
+        "--per-source",
+        type=int,
+        default=0,
+        metavar="K",
+        help="with --modes: memories come K at a time from one source (neighbours; default 0: none)",
     )
     ap.add_argument("--child-rebuild", help=argparse.SUPPRESS)
     ap.add_argument("--child-bound", nargs=2, help=argparse.SUPPRESS)
@@ -666,7 +714,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.modes:
         try:
             log(f"every mode beside its bound at {args.modes} memories")
-            out["modes"] = modes_vs_bounds(work, corpus, args.modes, nq)
+            out["modes"] = modes_vs_bounds(
+                work, corpus, args.modes, nq, embedder=args.embedder, run=args.per_source, keep=args.keep
+            )
         finally:
             if not args.keep and not args.dir:
                 shutil.rmtree(work, ignore_errors=True)

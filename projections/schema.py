@@ -210,6 +210,21 @@ OWNED_ELSEWHERE = ["vectors", "vector_meta", "vector_pending", "chunk_vectors", 
 CHUNK_SHIFT = 20
 
 
+#: Event types whose folds change no memory row, no memory's visibility and no adjacency (the
+#: context room's packs and documents): what memory read caches may outlive.
+NOT_MEMORY_EVENTS = ("context.built", "document.ingested", "document.removed")
+
+
+def memory_generation(conn: duckdb.DuckDBPyConnection) -> int:
+    """How many entries folded so far may have changed the memories (every type but
+    NOT_MEMORY_EVENTS): equal at two points of one log, no memory changed between them."""
+    row = conn.execute(
+        "SELECT coalesce(sum(n), 0) FROM event_counts WHERE type NOT IN (SELECT unnest(?::VARCHAR[]))",
+        [list(NOT_MEMORY_EVENTS)],
+    ).fetchone()
+    return int(row[0]) if row else -1
+
+
 def create(conn: duckdb.DuckDBPyConnection) -> None:
     """Create every table of this schema version (if missing)."""
     for stmt in DDL:

@@ -5,8 +5,9 @@ scan. In SQL that scan reads and decompresses every stored vector on every
 query; this copy holds them as one float32 matrix per connection instead,
 built after a connection has searched a few times (like BM25's copy,
 projections/recall/bm25.py) and rebuilt whenever the vector metadata (model,
-dimension, synced seq, row count) moves or the projection file is attached
-again.
+dimension, synced seq, row count) moves; the chunks' vectors (`TABLES`) the
+same way. A copy outlives the file being let go and attached again (the
+metadata, read afresh, says whether it still holds).
 
 Results must equal the SQL scan's, distances included. DuckDB's
 `array_cosine_distance` on FLOAT arrays accumulates the dot product and both
@@ -30,9 +31,10 @@ A matrix with a zero or non-finite vector is never used (the scan is).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import duckdb
 import numpy as np
@@ -91,8 +93,10 @@ class Matrix:
         *,
         exclude: I64 | None = None,
         also: I64 | None = None,
+        newest_first: bool = True,
     ) -> tuple[list[tuple[int, float]], dict[int, float]]:
-        """(doc, distance) of the `limit` nearest docs, nearest first, ties by newest; and the
+        """(doc, distance) of the `limit` nearest docs, nearest first, ties by newest (by oldest
+        unless `newest_first`); and the
         distances of the `also` docs this copy holds (computed with the candidates' in one pass).
 
         The docs kept are those `allowed` keeps (asked of the candidates only), or, without
@@ -103,13 +107,7 @@ class Matrix:
         extra = self.rows_of(also) if also is not None and len(also) else np.zeros(0, np.int64)
         if n == 0 or limit <= 0:
             return [], self.distances(extra, query)
-        # Candidates only (the margin covers the rounding): in place, one temporary.
-        approx = self.vecs @ query
-        approx /= self.norms
-        qn = float(np.linalg.norm(query))
-        # A zero or non-finite query has no nearest: NaN candidates make the loop score all rows.
-        approx *= np.float32(-1.0 / qn) if 0.0 < qn < float("inf") else np.float32("nan")
-        approx += np.float32(1.0)
+        approx = self._approx(query)
         mask: npt.NDArray[np.bool_] | None = None  # the rows kept (None: all)
         if allowed is None and exclude is not None and len(exclude):
             out = self.rows_of(np.asarray(exclude, dtype=np.int64))
@@ -136,12 +134,33 @@ class Matrix:
                 keep = allowed(docs.tolist())
                 ok = np.fromiter((d in keep for d in docs.tolist()), dtype=bool, count=len(docs))
                 exact, docs = exact[ok], docs[ok]
-            order = np.lexsort((-docs, exact))[:limit]
+            # Equal distances: the newest doc first (memories), or the oldest (chunks).
+            order = np.lexsort((-docs if newest_first else docs, exact))[:limit]
             found = list(zip(docs[order].tolist(), exact[order].tolist(), strict=True))
             # A row left out has a BLAS distance above kth + 2·MARGIN, so an exact one above kth + MARGIN.
             if len(rows) == kept or (len(found) == limit and found[-1][1] < kth + MARGIN):
                 return found, dict(zip(self.docs[extra].tolist(), both[len(rows) :].tolist(), strict=True))
             k = min(kept, k * 4)
+
+    def _approx(self, query: F32) -> F32:
+        """Every row's BLAS-ordered distance to `query` (candidates only: the margin covers the
+        rounding), a fresh array the caller may change; within `one_question`, computed once."""
+        memo = getattr(_shared, "memo", None)
+        key = (id(self.vecs), query.tobytes()) if memo is not None else None
+        hit = memo.get(key) if memo is not None else None
+        if hit is not None and hit[0] is self.vecs:  # (the very matrix: an id is reused only after)
+            kept: F32 = hit[1].copy()
+            return kept
+        # In place, one temporary.
+        approx: F32 = self.vecs @ query
+        approx /= self.norms
+        qn = float(np.linalg.norm(query))
+        # A zero or non-finite query has no nearest: NaN candidates make the loop score all rows.
+        approx *= np.float32(-1.0 / qn) if 0.0 < qn < float("inf") else np.float32("nan")
+        approx += np.float32(1.0)
+        if memo is not None:
+            memo[key] = (self.vecs, approx.copy())
+        return approx
 
     def distances(self, rows: I64, query: F32) -> dict[int, float]:
         """The exact distance of these rows, by doc."""
@@ -149,26 +168,62 @@ class Matrix:
 
 
 _lock = threading.Lock()
-_copies: dict[int, Matrix] = {}
-_uses: dict[int, int] = {}
+_copies: dict[Any, Matrix] = {}
+# Per thread, inside `one_question`: the BLAS products computed so far, by matrix and query.
+_shared = threading.local()
+
+
+@contextmanager
+def one_question() -> Iterator[None]:
+    """Searches of one query vector share its product with the matrix while this lasts: a context
+    pack ranks each tier with the same question (the same floats, computed once)."""
+    outer = getattr(_shared, "memo", None)
+    if outer is None:
+        _shared.memo = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _shared.memo = None
+
+
+_uses: dict[Any, int] = {}
+#: The tables a connection may keep a copy of: the memories' vectors and the chunks'.
+TABLES: Final = ("vectors", "chunk_vectors")
+
+
+def _slot(conn: duckdb.DuckDBPyConnection, table: str) -> Any:
+    return id(conn) if table == "vectors" else (id(conn), table)
 
 
 def forget(conn: duckdb.DuckDBPyConnection) -> None:
-    """Drop this connection's copy (the file was attached again, the vectors changed here)."""
+    """Drop this connection's copies (the file was attached again, the vectors changed here)."""
     with _lock:
-        _copies.pop(id(conn), None)
+        for table in TABLES:
+            _copies.pop(_slot(conn, table), None)
 
 
-def current(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...]) -> Matrix | None:
+def keep(conn: duckdb.DuckDBPyConnection, m: Matrix, key: tuple[object, ...], table: str = "vectors") -> None:
+    """Keep `m` as this connection's copy under a new metadata `key`: the caller knows the
+    table holds the same rows at both (only the synced seq moved)."""
+    with _lock:
+        _copies[_slot(conn, table)] = Matrix(key, m.docs, m.vecs, m.norms, m.sq)
+
+
+def current(
+    conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], table: str = "vectors"
+) -> Matrix | None:
     """This connection's copy if it is one of vector metadata `key` (never builds one)."""
     with _lock:
-        copy = _copies.get(id(conn))
+        copy = _copies.get(_slot(conn, table))
     return copy if copy is not None and copy.key == key else None
 
 
-def for_search(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], dim: int) -> Matrix | None:
+def for_search(
+    conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], dim: int, table: str = "vectors"
+) -> Matrix | None:
     """This connection's copy for vector metadata `key`, once it has searched enough to want one."""
-    cid = id(conn)
+    cid = _slot(conn, table)
     with _lock:
         uses = _uses.get(cid, 0) + 1
         _uses[cid] = uses
@@ -178,7 +233,7 @@ def for_search(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], dim: in
         _copies.pop(cid, None)
         if uses < BUILD_AFTER:
             return None
-    docs, vecs = _load(conn, dim)
+    docs, vecs = _load(conn, dim, table)
     norms = np.linalg.norm(vecs, axis=1).astype(np.float32) if len(docs) else np.zeros(0, np.float32)
     if not (np.isfinite(vecs).all() and (norms > 0).all()):
         return None  # DuckDB's clamp of a NaN similarity is not numpy's: leave those to SQL
@@ -192,9 +247,10 @@ def for_search(conn: duckdb.DuckDBPyConnection, key: tuple[object, ...], dim: in
     return m
 
 
-def _load(conn: duckdb.DuckDBPyConnection, dim: int) -> tuple[I64, F32]:
+def _load(conn: duckdb.DuckDBPyConnection, dim: int, table: str) -> tuple[I64, F32]:
     # Through Arrow: the fixed-size arrays arrive as one flat float32 buffer, not a list per row.
-    tbl = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").to_arrow_table()
+    assert table in TABLES
+    tbl = conn.execute(f"SELECT doc, vec FROM {table} ORDER BY doc").to_arrow_table()
     docs = tbl.column("doc").to_numpy().astype(np.int64)
     if len(docs) == 0:
         return docs, np.zeros((0, dim), np.float32)

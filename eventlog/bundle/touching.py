@@ -41,8 +41,8 @@ MANY_IDS = 64
 Touched = Callable[[Entry], Iterable[str]]
 
 
-def _positions(data: bytes, needle: bytes) -> Iterable[int]:
-    i = data.find(needle)
+def _positions(data: bytes, needle: bytes, at: int = 0) -> Iterable[int]:
+    i = data.find(needle, at)
     while i >= 0:
         yield i
         i = data.find(needle, i + 1)
@@ -89,21 +89,35 @@ def _seq_at(log: Log, first: int, last: int, pos: int, path: Path) -> int:
 
 
 def entries_touching(
-    log: Log, memory_ids: Iterable[str], below: int, touched: Touched, start: int = 0
+    log: Log,
+    memory_ids: Iterable[str],
+    below: int,
+    touched: Touched,
+    start: int = 0,
+    starts: Mapping[str, int] | None = None,
 ) -> dict[int, Entry]:
-    """Every entry with `start` <= seq < `below` that `touched` says touches one of `memory_ids`, by seq."""
+    """Every entry with `start` <= seq < `below` that `touched` says touches one of `memory_ids`, by seq.
+
+    `starts` gives some ids a first seq of their own (at least `start`): an entry before it is
+    selected only if it touches another id from that id's first seq on.
+    """
     ids = {m for m in memory_ids if m}
+    first_of = {m: max(start, (starts or {}).get(m, start)) for m in ids}
     needles = sorted({m.encode() for m in ids})
     out: dict[int, Entry] = {}
     if not needles or below <= start:
         return out
+
+    def wanted(e: Entry) -> bool:
+        return any(m in first_of and e.seq >= first_of[m] for m in touched(e))
+
     if len(needles) > MANY_IDS:
         # One byte search per id costs ids x bytes: a bulk erasure's thousands of ids would
         # search the log thousands of times. One sequential pass, judged by the same rule,
         # selects the same entries.
-        leaf = _leaves(log, start, below)
-        for e in log.iter_entries(start, below):
-            if ids.intersection(touched(e)):
+        leaf = _leaves(log, min(first_of.values()), below)
+        for e in log.iter_entries(min(first_of.values()), below):
+            if wanted(e):
                 out[e.seq] = _checked(e, leaf)
         return out
     segs = list_segments(log.dir)
@@ -127,14 +141,19 @@ def entries_touching(
             data = read_regular(path, MAX_SEGMENT_READ)
         candidates: set[int] = set()
         for needle in needles:
-            for rel in _positions(data, needle):
+            own = first_of[needle.decode()]
+            if own >= last:
+                continue  # nothing of this segment comes at or after this id's first seq
+            # Search from the id's own first entry in this segment on (its bytes' offset).
+            at = log.location(own).offset - begin if own > lo else 0
+            for rel in _positions(data, needle, at):
                 pos = begin + rel
                 if pos >= limit:
                     break  # beyond `below` (or a torn tail): not part of this selection
                 candidates.add(_seq_at(log, lo, last, pos, path))
         for seq in sorted(candidates):
             e = log.entry(seq)
-            if ids.intersection(touched(e)):
+            if wanted(e):
                 out[seq] = e
     return out
 
@@ -155,10 +174,23 @@ def check_heads(log: Log, claimed: Mapping[str, int], below: int, touched: Touch
     if len(claimed) > MANY_IDS and all(0 <= h < below for h in claimed.values()):
         _check_many_heads(log, claimed, below, touched)
         return
+    at: dict[int, set[str]] = {}  # each head entry read once (a pack is the head of many)
     for m, h in sorted(claimed.items()):
-        if not 0 <= h < below or m not in set(touched(log.entry(h))):
+        if 0 <= h < below and h not in at:
+            at[h] = set(touched(log.entry(h)))
+        if not 0 <= h < below or m not in at[h]:
             raise _bad_head(m, h)
-    later = entries_touching(log, claimed, below, touched, start=min(claimed.values()) + 1)
+    # Each memory is searched for only after its own head: a memory touched by every recent
+    # entry (one that every context pack quotes) does not make the others' older heads select
+    # all those entries for decoding.
+    later = entries_touching(
+        log,
+        claimed,
+        below,
+        touched,
+        start=min(claimed.values()) + 1,
+        starts={m: h + 1 for m, h in claimed.items()},
+    )
     for seq, e in sorted(later.items()):
         for m in touched(e):
             if m in claimed and seq > claimed[m]:

@@ -49,9 +49,10 @@ from mnemolog.projections.context.assemble import ChunkRow, MemoryRow, StateRow,
 from mnemolog.projections.context.config import PackConfig
 from mnemolog.projections.knowledge import queries as kq
 from mnemolog.projections.memory.model import MEMORY_SELECT, Memory, row_to_memory
+from mnemolog.projections.recall import bm25
 from mnemolog.projections.recall.hybrid import Fusion
 from mnemolog.projections.recall.query import Filters, recall
-from mnemolog.projections.schema import visible
+from mnemolog.projections.schema import memory_generation, visible
 
 #: A recall ranking: (memory, score) best first for (query, filters, limit).
 Ranker = Callable[[str, Filters, int], list[tuple[Memory, float]]]
@@ -111,16 +112,17 @@ def _fetch(conn: duckdb.DuckDBPyConnection, ids: list[str]) -> list[Memory]:
 # per (log, number of events that can change a memory), so packs between writes skip the
 # scans. Counts only grow, so an equal key means no such event has been folded since.
 _ALWAYS_CACHE: dict[tuple[Any, ...], list[Memory]] = {}
-_NOT_MEMORY_EVENTS = ("context.built", "document.ingested", "document.removed")
 
 
 def _memory_state(conn: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
-    row = conn.execute(
-        "SELECT (SELECT log_id FROM proj_state), (SELECT coalesce(sum(n), 0) FROM event_counts "
-        "WHERE type NOT IN (SELECT unnest(?::VARCHAR[])))",
-        [list(_NOT_MEMORY_EVENTS)],
-    ).fetchone()
-    return (bytes(row[0]) if row and row[0] is not None else b"", int(row[1]) if row else 0)
+    copy = bm25.current_copy(conn)
+    if copy is not None and copy.generation is not None:  # the copy read it at this position
+        return (copy.position[1], copy.generation)
+    position = bm25.known_position(conn)
+    if position is not None:
+        return (position[1], memory_generation(conn))
+    row = conn.execute("SELECT log_id FROM proj_state").fetchone()
+    return (bytes(row[0]) if row and row[0] is not None else b"", memory_generation(conn))
 
 
 def _always(conn: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], limit: int) -> list[Memory]:

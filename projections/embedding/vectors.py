@@ -61,8 +61,8 @@ from mnemolog.eventlog.errors import BadInput
 from mnemolog.projections import vecmatrix
 from mnemolog.projections.embedding.cache import EmbedCache
 from mnemolog.projections.recall import bm25
-from mnemolog.projections.recall.query import Filters, excluded, restriction
-from mnemolog.projections.schema import CHUNK_SHIFT
+from mnemolog.projections.recall.query import Filters, by_exclusion, excluded, restriction
+from mnemolog.projections.schema import CHUNK_SHIFT, memory_generation
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -231,8 +231,16 @@ class SyncResult:
 
 
 def attached(conn: duckdb.DuckDBPyConnection) -> None:
-    """Called after the projection file is attached: distrust the index."""
-    distrust_index(conn)
+    """Called after the projection file is attached: distrust the index and what was read of
+    the vector tables. The matrix copies stay: each is used only under the metadata it was
+    built at, read afresh from the file (every write to a vector table moves the synced seq
+    or the row count), as the BM25 copy is used only at its position; a long-lived process
+    that let the file go while idle does not load its vectors again."""
+    _unchecked.add(id(conn))
+    _has_index.pop(id(conn), None)
+    _recorded.pop(id(conn), None)
+    _metas.pop(id(conn), None)
+    _synced.pop(id(conn), None)
 
 
 def distrust_index(conn: duckdb.DuckDBPyConnection) -> None:
@@ -248,11 +256,15 @@ def distrust_index(conn: duckdb.DuckDBPyConnection) -> None:
 # changes only here: through this module's writes (each drops the entry, and so does the
 # end of their transactions, committed or not) or a fold that moves the position.
 _metas: dict[int, tuple[bm25.Position, Meta | None]] = {}
+# Per connection, the synced seq its last `sync` left and the memory generation then
+# (schema.memory_generation): the same pair later means no memory changed in between.
+_synced: dict[int, tuple[int, int]] = {}
 
 
 def _changed(conn: duckdb.DuckDBPyConnection) -> None:
     """The vector tables of this connection changed (or may have): forget what was read of them."""
     _metas.pop(id(conn), None)
+    _synced.pop(id(conn), None)
     vecmatrix.forget(conn)
 
 
@@ -336,6 +348,21 @@ def sync(
     target = _last_seq(conn)
     if meta.synced_seq == target:
         return SyncResult()
+    kept = vecmatrix.current(conn, _matrix_key(meta))
+    chunks_kept = _chunk_matrix(conn, meta, use=False)
+    generation = memory_generation(conn)
+    if _synced.get(id(conn)) == (meta.synced_seq, generation) and not _documents_since(conn, meta.synced_seq):
+        # This connection synced at `synced_seq` with the memories as they are now, and no
+        # document changed since (only recorded context packs were folded): the pass below
+        # would find nothing to delete, queue or fill.
+        _save(conn, target)
+        _synced[id(conn)] = (target, generation)
+        moved = Meta(meta.model_id, meta.dim, target, meta.rows)
+        if kept is not None:
+            vecmatrix.keep(conn, kept, _matrix_key(moved))
+        if chunks_kept is not None:
+            vecmatrix.keep(conn, chunks_kept, _chunk_key(conn, moved), "chunk_vectors")
+        return SyncResult(pending=pending_count(conn))
     eligible = ELIGIBLE.format(m="m")
     sha = TEXT_SHA.format(m="m")
     touched = (
@@ -361,18 +388,35 @@ def sync(
             "WHERE w.ok AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.doc = w.doc)"
         )
         filled = _fill(conn, meta, cache, fresh, "SELECT doc FROM ml_vwant WHERE ok", [])
+        same_rows = filled == 0 and not (stale and stale[0])
         chunks = _sync_chunks(conn, meta, cache, fresh)
         filled += chunks.filled
         _save(conn, target)
         left = pending_count(conn)
         conn.execute("COMMIT")
     except BaseException:
+        _synced.pop(id(conn), None)
         conn.execute("ROLLBACK")
         raise
     finally:
         _changed(conn)  # committed or rolled back: what a read inside the transaction saw may be gone
         conn.execute("DROP TABLE IF EXISTS ml_vwant")
+    _synced[id(conn)] = (target, generation)
+    moved = Meta(meta.model_id, meta.dim, target, meta.rows)
+    if kept is not None and same_rows:
+        # No vector deleted or added (the memories touched kept their text): the same rows.
+        vecmatrix.keep(conn, kept, _matrix_key(moved))
+    if chunks_kept is not None and not chunks.filled and not chunks.removed:
+        vecmatrix.keep(conn, chunks_kept, _chunk_key(conn, moved), "chunk_vectors")
     return SyncResult(filled=filled, removed=(int(stale[0]) if stale else 0) + chunks.removed, pending=left)
+
+
+def _documents_since(conn: duckdb.DuckDBPyConnection, seq: int) -> bool:
+    """Whether a document was ingested or removed after `seq` (its chunks' vectors follow)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM ctx_documents WHERE seq > ? OR removed_seq > ?)", [seq, seq]
+    ).fetchone()
+    return bool(row is None or row[0])
 
 
 def _sync_chunks(
@@ -553,14 +597,43 @@ def pending_texts(conn: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[byt
 # -- chunk search --------------------------------------------------------------------------------
 
 
+def _chunk_key(conn: duckdb.DuckDBPyConnection, meta: Meta) -> tuple[object, ...]:
+    # The chunks' vectors change in a sync (which moves the synced seq) and in a fill, which
+    # only adds rows: the seq and the row count tell every change apart.
+    row = conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()
+    return (meta.model_id, meta.dim, meta.synced_seq, int(row[0]) if row else -1)
+
+
+def _chunk_matrix(
+    conn: duckdb.DuckDBPyConnection, meta: Meta, *, use: bool = True
+) -> vecmatrix.Matrix | None:
+    """The connection's copy of the chunks' vectors: built by `for_search` (`use`), else the
+    current one only."""
+    key = _chunk_key(conn, meta)
+    if use:
+        return vecmatrix.for_search(conn, key, meta.dim, "chunk_vectors")
+    return vecmatrix.current(conn, key, "chunk_vectors")
+
+
 def chunk_search(
     conn: duckdb.DuckDBPyConnection, query: np.ndarray, limit: int, *, meta: Meta, project: str | None = None
 ) -> list[tuple[int, float]]:
     """(chunk doc, cosine distance) of the `limit` nearest chunks (of `project` when given), nearest first.
 
-    An exact scan: chunks are ranked at most once per pack. Ties break by the older chunk first
-    (lower doc), as the chunks' BM25 does.
+    An exact scan: from the connection's matrix copy of the chunks' vectors when it has one
+    (the same floats, see projections/vecmatrix.py), else in SQL. Ties break by the older
+    chunk first (lower doc), as the chunks' BM25 does.
     """
+    m = _chunk_matrix(conn, meta)
+    if m is not None:
+        q = np.asarray(query, dtype=np.float32)
+        exclude = None
+        if project is not None:
+            mine = conn.execute("SELECT doc FROM ctx_chunks WHERE project = ?", [project]).fetchnumpy()["doc"]
+            exclude = m.docs[~np.isin(m.docs, np.asarray(mine, dtype=np.int64))]
+            if len(exclude) == len(m.docs):
+                return []
+        return m.search(q, limit, exclude=exclude, newest_first=False)[0]
     where, args = ("", [])
     if project is not None:
         where, args = ("WHERE v.doc IN (SELECT doc FROM ctx_chunks WHERE project = ?)", [project])
@@ -578,6 +651,9 @@ def chunk_distances(
     """The exact cosine distance of these chunks' vectors to `query` (those that have one)."""
     if not docs:
         return {}
+    m = _chunk_matrix(conn, meta, use=False)
+    if m is not None:
+        return m.distances(m.rows_of(np.asarray(docs, dtype=np.int64)), np.asarray(query, dtype=np.float32))
     rows = conn.execute(
         f"SELECT doc, array_cosine_distance(vec, ?::VARCHAR::FLOAT[{meta.dim}]) FROM chunk_vectors "
         "WHERE doc IN (SELECT unnest(?::BIGINT[]))",
@@ -721,8 +797,8 @@ def search_with(
         if m is not None:
             q = np.asarray(query, dtype=np.float32)
             extra = np.asarray(also, dtype=np.int64)
-            copy = bm25.current_copy(conn) if filters.only_guard else None
-            if copy is not None:
+            copy = bm25.current_copy(conn)
+            if copy is not None and by_exclusion(filters, copy):
                 # The docs the default filters leave out, as BM25 keeps them for this position:
                 # the same anti-joins as the restriction, without a statement, and known before
                 # the candidates are chosen.

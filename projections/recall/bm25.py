@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemolog.projections.recall.text import drop_staged, stage_postings
+from mnemolog.projections.schema import memory_generation
 
 #: BM25's defaults; `[recall] k1` and `b` in config.toml override them (docs/recall.md).
 K1: Final = 1.2
@@ -183,6 +184,9 @@ class MemoryIndex:
     # Every doc's neighbours (recall.neighbours): docs sorted, previous and next doc (-1: none),
     # read at this position; any store may give a doc a next neighbour, so they go when it moves.
     neighbours: tuple[I64, I64, I64] | None = None
+    # schema.memory_generation at `position`: a later position of the same log with the same
+    # generation folded no memory change, so everything above holds there too.
+    generation: int | None = None
     changed_postings: int = 0
     _changed_by_term: dict[str, TermPostings] | None = None
     _changed_docs: I64 | None = None
@@ -295,6 +299,7 @@ def _load(conn: duckdb.DuckDBPyConnection, position: Position) -> MemoryIndex | 
         position,
         _group(*_arrays(tbl)),
         ids=dict(zip(ids["stored_seq"].tolist(), ids["id"].tolist(), strict=True)),
+        generation=memory_generation(conn),
     )
 
 
@@ -332,11 +337,18 @@ def index_for(conn: duckdb.DuckDBPyConnection, position: Position) -> MemoryInde
         if copy is None and uses < BUILD_AFTER:
             return None
         if copy is not None and copy.position[1] == position[1] and copy.position[0] <= position[0]:
+            generation = memory_generation(conn)
+            if copy.generation == generation and copy.position[2:] == position[2:]:
+                # Only entries that change no memory were folded since (recorded context
+                # packs, documents): the postings, rows, left-out sets and neighbours stand.
+                copy.position = position
+                return copy
             touched = conn.execute(
                 "SELECT count(DISTINCT memory_id) FROM touches WHERE seq > ?", [copy.position[0]]
             ).fetchone()
             if touched is not None and int(touched[0]) <= RELOAD_SHARE * max(position[2], 1):
                 copy.apply(position, *_retokenise(conn, copy.position[0]))
+                copy.generation = generation
                 return copy
         fresh = _load(conn, position)
         if fresh is None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import duckdb
@@ -116,6 +116,12 @@ class Filters:
             and self.within is None
             and self.projects_within is None
         )
+
+    @property
+    def guard_and_project(self) -> bool:
+        """True when nothing but the archive guard, the default status and a project restrict
+        the memories (a context pack's tiers ask for one project, or for none)."""
+        return self.project is not None and replace(self, project=None).only_guard
 
     def sql(self, alias: str = "m") -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -335,7 +341,7 @@ def rank_bm25(
         return []
     postings = copy.postings(terms) if copy is not None else bm25.fetch_postings(conn, terms)
     n_docs, total_len = parsed.position[2], parsed.position[3]
-    if filters.only_guard:
+    if by_exclusion(filters, copy):
         exclude = excluded(conn, copy, filters)
         return bm25.score(
             postings, n_docs, total_len, limit=limit, require_all=require_all, exclude=exclude, k1=k1, b=b
@@ -347,8 +353,47 @@ def rank_bm25(
 DAY_US = 86_400_000_000
 
 
+def by_exclusion(filters: Filters, copy: bm25.MemoryIndex | None) -> bool:
+    """Whether `excluded` expresses these filters: the default ones always, and with a copy of
+    the index those plus a project (the copy keeps the docs of other projects)."""
+    return filters.only_guard or (copy is not None and filters.guard_and_project)
+
+
 def excluded(conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, filters: Filters) -> bm25.I64:
-    """The docs the default filters leave out, and those expired or superseded by a link."""
+    """The docs the default filters leave out, and those expired or superseded by a link; with
+    a project (see `by_exclusion`), those of any other project too."""
+    exclude = _guard_excluded(conn, copy, filters)
+    if filters.project is None:
+        return exclude
+    key = f"project:{filters.project}"
+    other = copy.left_out.get(key) if copy is not None else None
+    if other is None:
+        # `project = ?` is not true: another project's memories, and any without one (NULL).
+        sql = "SELECT stored_seq AS doc FROM memories WHERE (project = ?) IS NOT TRUE"
+        other = np.asarray(conn.execute(sql, [filters.project]).fetchnumpy()["doc"], dtype=np.int64)
+        if copy is not None:
+            copy.left_out[key] = other
+    if copy is None:
+        return np.union1d(exclude, other)
+    # The union too (a pack asks for it twice, every pack), by the sets it is made of.
+    both = f"{key}|{_guard_key(filters)}"
+    held = copy.left_out.get(both)
+    if held is None:
+        held = copy.left_out[both] = np.union1d(exclude, other)
+    return held
+
+
+def _guard_key(filters: Filters) -> str:
+    """What names the set `_guard_excluded` gives for these filters in a copy's `left_out`."""
+    if not filters.lapsed()[0]:
+        return "inactive" if filters.include_archived else "hidden_or_inactive"
+    day = None if filters.expired_at is None else filters.expired_at // DAY_US
+    return f"lapsed:{day}:{filters.hide_superseded}:{filters.include_archived}"
+
+
+def _guard_excluded(
+    conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None, filters: Filters
+) -> bm25.I64:
     exclude = _left_out(conn, copy, filters.include_archived)
     lapsed, largs = filters.lapsed()
     if lapsed:
@@ -465,7 +510,7 @@ def rank_lexical(
     postings = copy.postings(parsed.terms) if copy is not None else bm25.fetch_postings(conn, parsed.terms)
     n_docs, total_len = parsed.position[2], parsed.position[3]
     pool = max(limit * 4, NEIGHBOUR_POOL)
-    if filters.only_guard:
+    if by_exclusion(filters, copy):
         exclude = excluded(conn, copy, filters)
         full = bm25.score(postings, n_docs, total_len, limit=None, exclude=exclude, k1=k1, b=b)
         base = full[:pool]

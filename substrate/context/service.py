@@ -36,6 +36,7 @@ from mnemolog.eventlog.format.entry import encode_payload
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import MAX_PAYLOAD_BYTES, Clock
 from mnemolog.eventlog.vocabulary.knowledge import check_project_name
+from mnemolog.projections import vecmatrix
 from mnemolog.projections.context import sources, store
 from mnemolog.projections.context.assemble import assemble
 from mnemolog.projections.context.chunker import DEFAULT_MAX_CHARS, check_max_chars, chunk_text, is_markdown
@@ -346,11 +347,12 @@ def build_context(
         )
     cfg = config.with_request(budget, unit, personal)
     measure = measure_for(cfg.unit)
-    plan = recall_policy.plan(sessions, retrieval.embedding, query)
     fusion = retrieval.fusion
-    with sessions.session() as s:
+
+    def build(s: Session, plan: recall_policy.Plan) -> dict[str, Any]:
         proj = retrieval.project(s, name) or None
         used = plan
+        recording = record
 
         def rank(q: str, f: Filters, limit: int) -> list[tuple[Memory, float]]:
             nonlocal used
@@ -362,20 +364,21 @@ def build_context(
 
         # Chunks are ranked in the mode memories are: hybrid with the same query vector and
         # fusion (both fall back to BM25 when the projection has no vectors).
-        c = sources.candidates(
-            s.conn,
-            query,
-            proj,
-            cfg,
-            rank,
-            query_vector=plan.query_vector if plan.mode == "hybrid" else None,
-            fusion=fusion,
-        )
+        with vecmatrix.one_question():  # the tiers share one product of the query with the matrix
+            c = sources.candidates(
+                s.conn,
+                query,
+                proj,
+                cfg,
+                rank,
+                query_vector=plan.query_vector if plan.mode == "hybrid" else None,
+                fusion=fusion,
+            )
         sc = scope.current()
         if sc is not None and sc.bound:
             c = _confined(s.conn, c, sc)
         if sc is not None and not sc.allows("write"):
-            record = False  # a read token reads: its packs are not signed into the log
+            recording = False  # a read token reads: its packs are not signed into the log
         pack = assemble(
             query,
             proj,
@@ -391,7 +394,7 @@ def build_context(
         out = pack.to_json()
         out["config"] = {**out["config"], **policy}
         out["recall_fallback"] = used.fallback
-        if not record:
+        if not recording:
             return {"pack_id": None, "seq": None, **out}
         recorded = pack.record()
         recorded["config"] = {**recorded["config"], **policy}
@@ -402,6 +405,16 @@ def build_context(
         )
         r = s.append(payload)
         return {"pack_id": payload.pack_id, "seq": r.seq, **out}
+
+    # One session when the plan needs no model call (bm25, or a query whose vector the process
+    # keeps), as `recall` does; otherwise the query is embedded between two, outside the lock.
+    with sessions.session() as s:
+        ready = recall_policy.plan_in(s, retrieval.embedding, query)
+        if ready is not None:
+            return build(s, ready)
+    plan = recall_policy.plan(sessions, retrieval.embedding, query)
+    with sessions.session() as s:
+        return build(s, plan)
 
 
 def _confined(conn: Any, c: sources.Candidates, sc: scope.Scope) -> sources.Candidates:

@@ -27,6 +27,10 @@ FILTERS = [
     Filters(kinds=("decision",)),
     Filters(expired_at=NOW),
     Filters(expired_at=NOW, include_archived=True, hide_superseded=True),
+    # A context pack's tiers: one project, or none; with a copy, its sets filter the matrix too.
+    Filters(project="p06-polisher"),
+    Filters(project=""),
+    Filters(project="p06-polisher", expired_at=NOW, hide_superseded=True),
 ]
 
 
@@ -43,10 +47,14 @@ def scan(conn: object, q: np.ndarray, f: Filters, limit: int, meta: vx.Meta) -> 
 def sub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Substrate]:
     home = new_home(tmp_path_factory.mktemp("h"))
     with open_sub(home, embedder=FakeEmbedder()) as s:
+        s.register_project("p06-polisher")
         ids = [
-            s.store(t, namespace="a" if i % 3 else "b", kind="decision" if i % 4 == 0 else "observation")[
-                "id"
-            ]
+            s.store(
+                t,
+                namespace="a" if i % 3 else "b",
+                kind="decision" if i % 4 == 0 else "observation",
+                project="p06-polisher" if i % 5 == 0 else "",
+            )["id"]
             for i, t in enumerate(TEXTS)
         ]
         s.store(TEXTS[0])  # a duplicate vector: an exact tie, broken by the newest doc
@@ -133,3 +141,90 @@ def test_a_zero_query_scores_every_row() -> None:
     with np.errstate(all="ignore"):
         found, _ = m.search(np.zeros(4, np.float32), 2)
     assert len(found) == 2
+
+
+def test_the_matrix_outlives_a_recorded_pack_but_not_a_store(tmp_path: Path) -> None:
+    with open_sub(new_home(tmp_path / "h"), embedder=FakeEmbedder(), long_lived=True) as s:
+        for t in TEXTS[:10]:
+            s.store(t)
+        for _ in range(vecmatrix.BUILD_AFTER + 1):
+            first = s.recall("memory 3 about pools", mode="vector", limit=3)
+        with s.projections.session() as conn:
+            meta = vx.read_meta(conn)
+            assert meta is not None
+            m = vecmatrix.current(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows))
+            assert m is not None
+        s.build_context("memory about pools", record=True)
+        with s.projections.session() as conn:
+            moved = vx.read_meta(conn)
+            assert moved is not None and moved.synced_seq > meta.synced_seq  # the pack was synced past
+            kept = vecmatrix.current(conn, (moved.model_id, moved.dim, moved.synced_seq, moved.rows))
+            assert kept is not None and kept.vecs is m.vecs  # the same rows: not loaded again
+        assert s.recall("memory 3 about pools", mode="vector", limit=3) == first
+        s.store("a brand new memory")
+        with s.projections.session() as conn:
+            now = vx.read_meta(conn)
+            assert now is not None and now.rows == meta.rows + 1
+            assert vecmatrix.current(conn, (now.model_id, now.dim, now.synced_seq, now.rows)) is None
+        assert s.recall("a brand new memory", mode="vector", limit=1)[0]["content"] == "a brand new memory"
+
+
+def test_chunk_search_from_the_matrix_equals_the_sql_scan(tmp_path: Path) -> None:
+    # Chunks break ties the other way (the older chunk first): duplicated sections give exact ties.
+    docs = tmp_path / "docs"
+    for i in range(6):
+        d = docs / ("mine" if i % 2 else "theirs")
+        d.mkdir(parents=True, exist_ok=True)
+        sections = [f"## Part {j}\n\n{TEXTS[(j + i // 2) % 6]}\n" for j in range(5)]
+        (d / f"n{i}.md").write_text(f"# Note {i // 2}\n\n" + "\n".join(sections))  # twins
+    with open_sub(new_home(tmp_path / "h"), embedder=FakeEmbedder(), long_lived=True) as s:
+        s.register_project("p-a")
+        s.ingest([docs / "mine"], project="p-a")
+        s.ingest([docs / "theirs"])
+        rng = np.random.default_rng(7)
+        ties = 0
+        with s.projections.session() as conn:
+            meta = vx.read_meta(conn)
+            assert meta is not None
+            for i in range(30):
+                q = (fake_vec(TEXTS[i % 12]) + np.float32(0.2 * (i % 3)) * rng.standard_normal(16)).astype(
+                    np.float32
+                )
+                for project in (None, "p-a", "p-none"):
+                    vecmatrix.forget(conn)
+                    vecmatrix._uses[(id(conn), "chunk_vectors")] = -(10**9)  # the SQL scan
+                    want = vx.chunk_search(conn, q, 1 + i % 12, meta=meta, project=project)
+                    docs_all = [d for d, _ in want] + [7, 10**12]
+                    want_d = vx.chunk_distances(conn, q, docs_all, meta=meta)
+                    vecmatrix._uses[(id(conn), "chunk_vectors")] = vecmatrix.BUILD_AFTER
+                    got = vx.chunk_search(conn, q, 1 + i % 12, meta=meta, project=project)
+                    assert vx._chunk_matrix(conn, meta, use=False) is not None  # from the matrix
+                    assert got == want, (i, project)
+                    assert vx.chunk_distances(conn, q, docs_all, meta=meta) == want_d
+                    assert (project == "p-none") == (not got)
+                    ties += len(got) - len({x for _, x in got})
+        assert ties  # equal distances were met, and ordered as SQL orders them
+
+
+def test_the_matrix_outlives_letting_the_file_go(tmp_path: Path) -> None:
+    # A long-lived process lets the projection file go when idle; attached again, the
+    # metadata read afresh says the copy still holds, so the vectors are not loaded again.
+    with open_sub(new_home(tmp_path / "h"), embedder=FakeEmbedder(), long_lived=True) as s:
+        for t in TEXTS[:10]:
+            s.store(t)
+        for _ in range(vecmatrix.BUILD_AFTER + 1):
+            first = s.recall("memory 3 about pools", mode="vector", limit=3)
+        with s.projections.session() as conn:
+            meta = vx.read_meta(conn)
+            assert meta is not None
+            m = vecmatrix.current(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows))
+            assert m is not None
+        store = s.projections.store
+        before = store.attachments
+        store._release()
+        assert s.recall("memory 3 about pools", mode="vector", limit=3) == first
+        assert store.attachments == before + 1
+        with s.projections.session() as conn:
+            again = vx.read_meta(conn)
+            assert again == meta
+            assert vecmatrix.current(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows)) is m

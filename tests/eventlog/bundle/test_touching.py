@@ -134,3 +134,38 @@ def test_check_heads_of_many_memories_in_one_pass_decides_as_the_head_by_head_ch
             assert _outcome(log, claimed, below) == expect
         finally:
             touching.MANY_IDS = many
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    events=st.lists(payloads(st.sampled_from(["a", "b", "ab", "c1", "é"])), min_size=1, max_size=40),
+    data=st.data(),
+)
+def test_a_first_seq_per_id_selects_as_the_plain_fold(
+    tmp_path_factory: Any, events: list[tuple[str, dict[str, Any]]], data: st.DataObject
+) -> None:
+    # What a writer's head check asks: for each memory, the entries after its own head.
+    d: Path = tmp_path_factory.mktemp("log")
+    LogWriter.create(d, seeded_key(), clock=StepClock())
+    with LogWriter(d, [seeded_key()], clock=StepClock(2_000_000_000_000_000), segment_bytes=4096) as w:
+        for type_, payload in events:
+            w.append(type_, payload)
+    wanted = sorted(data.draw(st.sets(st.sampled_from(["a", "b", "ab", "c1", "é", "zz"]), min_size=1)))
+    with Log(d) as log:
+        below = data.draw(st.integers(0, log.size))
+        start = data.draw(st.integers(0, log.size))
+        starts = {m: data.draw(st.integers(0, log.size + 1)) for m in wanted}
+        first = {m: max(start, starts[m]) for m in wanted}
+        expect = {
+            e.seq
+            for e in log.iter_entries(0, below)
+            if any(m in first and e.seq >= first[m] for m in touched(e))
+        }
+        got = entries_touching(log, wanted, below, touched, start=start, starts=starts)
+        many = touching.MANY_IDS
+        touching.MANY_IDS = 0
+        try:
+            assert set(entries_touching(log, wanted, below, touched, start=start, starts=starts)) == set(got)
+        finally:
+            touching.MANY_IDS = many
+    assert set(got) == expect

@@ -200,3 +200,68 @@ def test_parse_gives_the_macros_terms_with_or_without_a_noted_position(tmp_path:
                 assert (slow.terms, slow.words) == (fast.terms, fast.words)
                 assert slow.position == fast.position
                 s.projections.catch_up(conn)
+
+
+def test_a_project_filter_ranks_the_same_with_the_copy_as_by_sql(tmp_path: Path) -> None:
+    # A context pack's tiers ask for one project or for none: with a copy of the index the
+    # other projects' memories are left out as the guard's are, without a statement per rank.
+    home = new_home(tmp_path / "h")
+    with open_sub(home, long_lived=True, worker=False) as s:
+        s.register_project("p-a")
+        s.register_project("p-b")
+        ids = [
+            s.store(
+                " ".join(WORDS[j % len(WORDS)] for j in range(i, i + 4)),
+                project=("p-a", "", "p-b")[i % 3],
+                source=f"s{i // 6}",  # neighbours, which must pass the filter to lend
+            )["id"]
+            for i in range(36)
+        ]
+        s.archive(ids[4])
+        with s.projections.session() as conn:
+            parsed = q.parse(conn, "kafka queue disk alert")
+            bm25.forget(conn)
+            for project in ("p-a", "", "p-b", "p-none"):
+                f = q.Filters(project=project)
+                by_sql = q.rank_lexical(conn, parsed, f, 10, neighbour_weight=0.7, neighbour_decay=0.5)
+                plain_sql = q.rank_bm25(conn, parsed, f, 10)
+                for _ in range(bm25.BUILD_AFTER):
+                    copy = bm25.index_for(conn, parsed.position)
+                assert copy is not None and q.by_exclusion(f, copy) and not q.by_exclusion(f, None)
+                kw = {"neighbour_weight": 0.7, "neighbour_decay": 0.5, "copy": copy}
+                assert q.rank_lexical(conn, parsed, f, 10, **kw) == by_sql, project  # type: ignore[arg-type]
+                assert q.rank_bm25(conn, parsed, f, 10, copy=copy) == plain_sql, project
+                assert (project == "p-none") == (not by_sql)
+                bm25.forget(conn)
+
+
+def test_the_copy_outlives_a_recorded_pack_but_not_a_store(tmp_path: Path) -> None:
+    home = new_home(tmp_path / "h")
+    with open_sub(home, long_lived=True, worker=False) as s:
+        for i in range(20):
+            s.store(" ".join(WORDS[j % len(WORDS)] for j in range(i, i + 4)))
+        for _ in range(bm25.BUILD_AFTER + 1):
+            before = s.recall("kafka queue", limit=5)
+        with s.projections.session() as conn:
+            copy = bm25.current_copy(conn)
+            assert copy is not None and copy.rows and copy.left_out
+            rows, left_out = dict(copy.rows), set(copy.left_out)
+        pack = s.build_context("kafka queue", record=True)
+        assert pack["seq"] is not None
+        with s.projections.session() as conn:
+            position = bm25.known_position(conn)
+            assert position is not None and position != copy.position  # the pack moved it
+            assert bm25.index_for(conn, position) is copy
+            # Kept (the pack's own ranking may have added to them): no memory changed.
+            assert rows.items() <= copy.rows.items() and left_out <= set(copy.left_out)
+        assert s.recall("kafka queue", limit=5) == before
+        m = s.store("kafka queue kafka queue")
+        with s.projections.session() as conn:
+            position = bm25.known_position(conn)
+            assert position is not None and bm25.index_for(conn, position) is copy
+            assert not copy.rows and not copy.left_out  # a store: what was read goes
+        after = s.recall("kafka queue", limit=5)
+        assert after[0]["id"] == m["id"]
+        with s.projections.session() as conn:
+            bm25.forget(conn)
+        assert s.recall("kafka queue", limit=5) == after  # the SQL read: the same answer
