@@ -39,13 +39,14 @@ class alias(Generic[S, P, R]):  # lower case: used in a class body as `property`
     @property
     def method(self) -> Callable[Concatenate[S, P], R]:
         """The service's function (its module imported now if it was deferred)."""
-        m = self._method
+        m: Any = self._method
         if isinstance(m, _DeferredMethod):
             m = self._method = m.resolve()
-        return m
+        resolved: Callable[Concatenate[S, P], R] = m
+        return resolved
 
     @property
-    def __wrapped__(self) -> Callable[Concatenate[S, P], R]:  # type: ignore[override]
+    def __wrapped__(self) -> Callable[Concatenate[S, P], R]:
         return self.method
 
     @overload

@@ -66,6 +66,7 @@ else:
     Recall = deferred("mnemolog.substrate.recall.service", "Recall")
     AgentFolder = deferred("mnemolog.substrate.vault.folder", "AgentFolder")
 
+
 def __getattr__(name: str) -> Any:
     # `RecallReport` is part of this module's API; its module loads only when it is asked for.
     if name == "RecallReport":
@@ -381,9 +382,7 @@ class Substrate:
         with self._lock:
             self.keys.refresh()
             with self.projections.session() as conn:
-                yield Session(
-                    conn, lambda: self.writer, self.projections, self.hooks, self, self.keys
-                )
+                yield Session(conn, lambda: self.writer, self.projections, self.hooks, self, self.keys)
 
     @property
     def fusion(self) -> hybrid.Fusion:
@@ -560,6 +559,8 @@ class Substrate:
         try:
             new_size = w.size
             self.log.refresh()
+            from mnemolog.substrate.events.log import RollbackAccepted
+
             payload = RollbackAccepted(
                 old_size=found.old_size,
                 old_root=found.old_root,

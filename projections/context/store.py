@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
-import numpy as np
 
 from mnemolog.projections.context.assemble import ChunkRow
 from mnemolog.projections.embedding import vectors
@@ -38,6 +37,11 @@ from mnemolog.projections.schema import CHUNK_SHIFT
 
 if TYPE_CHECKING:
     pass
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from mnemolog.projections.lazymod import numpy as np
 
 MAX_CHUNKS_PER_DOCUMENT: Final = (1 << CHUNK_SHIFT) - 1
 K1: Final = 1.2

@@ -31,9 +31,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Literal, TypedDict
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict
 
 from mnemolog.curators.base import TierLocked
 from mnemolog.curators.embedding.embedder import (
@@ -54,6 +52,11 @@ from mnemolog.substrate.events import EmbedderConfigured, MemoryStored, MemoryUp
 from mnemolog.substrate.events.context import DocumentIngested
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.session import Session, Sessions
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from mnemolog.projections.lazymod import numpy as np
 
 __all__ = ["DRAIN_BATCH", "Embedding", "EmbeddingOutcome", "embed_text_of", "parse_fusion"]
 

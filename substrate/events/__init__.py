@@ -88,7 +88,15 @@ _HOME = {
     "EmbedderConfigured": "embedding",
     "LinkRemoved": "links",
     **dict.fromkeys(
-        ("Kind", "LinkCreated", "MemoryArchived", "MemoryRestored", "MemoryStored", "MemoryUpdated", "Relation"),
+        (
+            "Kind",
+            "LinkCreated",
+            "MemoryArchived",
+            "MemoryRestored",
+            "MemoryStored",
+            "MemoryUpdated",
+            "Relation",
+        ),
         "memory",
     ),
     **dict.fromkeys(

@@ -39,7 +39,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Final, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, NotRequired, TypedDict
 
 from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
@@ -48,13 +48,15 @@ from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.store.fsio import NotRegularFile, open_regular
 from mnemolog.projections.embedding import vectors
 from mnemolog.projections.memory import queries
-from mnemolog.substrate.embedding.service import Embedding, embed_text_of
 from mnemolog.substrate.events import AtomisationRequested, MemoryStored, Payload
 from mnemolog.substrate.events.limits import MAX_CONTENT_BYTES, MAX_METADATA_BYTES
 from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
 from mnemolog.substrate.ids import looks_like_id, new_id
 from mnemolog.substrate.memory.governance import ResolvedPolicy
 from mnemolog.substrate.session import Session, Sessions
+
+if TYPE_CHECKING:
+    from mnemolog.substrate.embedding.service import Embedding
 
 __all__ = [
     "FIELDS",
@@ -403,6 +405,8 @@ def write_checked(
             unreachable = False
             if rec is not None and rec.embeds:
                 # Before the session: embedding a batch must not hold the projection lock.
+                from mnemolog.substrate.embedding.service import embed_text_of
+
                 texts = [embed_text_of(p) for p in part]
                 try:
                     embedding.embed_into_cache(rec, {vectors.text_sha(t): t for t in texts})
