@@ -159,7 +159,7 @@ class Connection:
     def load_vss_now(self) -> None:
         """Load the vss extension now, unless it is loaded already (once per instance)."""
         if self._vss:
-            load_vss(cast(duckdb.DuckDBPyConnection, self._conn))
+            load_vss(self._conn)
             self._vss = False
 
     def load_vss_if_indexed(self) -> None:

@@ -36,6 +36,7 @@ from mnemolog.substrate.erasure.datakeys import DataKeys
 from mnemolog.substrate.events.limits import MAX_CONTENT_BYTES
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
+from mnemolog.substrate.recall.fusion import parse_fusion
 from mnemolog.substrate.session import Session
 from mnemolog.substrate.tenancy import scope
 from mnemolog.substrate.tenancy.service import Tenancy
@@ -131,6 +132,8 @@ class Substrate:
         self._curator_options = curator_options
         self._embedder = embedder
         self._long_lived = long_lived
+        # A bad `[recall]` table refuses the open, whichever command runs.
+        self._fusion = parse_fusion(self.home.config.raw.get("recall"))
         # Tokens and scopes are checked on every call, and a bad `[sharing]` refuses the open.
         self.tenancy = Tenancy(self)
         #: Namespaces declared shared (`[sharing]`), and the refusals of scoped tokens so far.
@@ -201,7 +204,6 @@ class Substrate:
     @cached_property
     def retrieval(self) -> Recall:
         """Recall, search and list, under the one recall policy."""
-        from mnemolog.substrate.embedding.service import parse_fusion
         from mnemolog.substrate.recall.service import Recall
 
         return Recall(
@@ -210,7 +212,7 @@ class Substrate:
             hooks=self.hooks,
             projects=self.knowledge,
             embedding=self.embedding,
-            fusion=parse_fusion(self.home.config.raw.get("recall")),
+            fusion=self._fusion,
             clock=self._now,
             state_dir=self.home.state_dir,
         )

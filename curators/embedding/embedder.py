@@ -20,27 +20,14 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
 
 from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
 
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
-    Vectors = npt.NDArray[np.float32]
-else:
-    from mnemolog.projections.lazymod import numpy as np
-
-
-def __getattr__(name: str) -> Any:
-    # `Vectors` is importable at run time too (embedders import it); numpy loads when it is.
-    if name == "Vectors":
-        import numpy.typing as npt
-
-        return npt.NDArray[np.float32]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+Vectors = npt.NDArray[np.float32]
 
 EmbedKind = Literal["wordllama", "minilm", "ollama", "off"]
 EMBED_KINDS: Final[tuple[str, ...]] = ("wordllama", "minilm", "ollama", "off")

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     I64 = npt.NDArray[np.int64]
     F64 = npt.NDArray[np.float64]
+    EMPTY: TermPostings
 else:
     from mnemolog.projections.lazymod import numpy as np
 
@@ -71,6 +72,12 @@ class TermPostings:
 def empty() -> TermPostings:
     """The postings of a term no doc holds (one shared instance, made when first needed)."""
     return TermPostings(np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.float64))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EMPTY":  # the shared empty postings, made (and numpy loaded) when first asked for
+        return empty()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def score(

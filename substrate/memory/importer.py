@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, NotRequired, TypedDict
 
-from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
 from mnemolog.eventlog.format.codec import is_plain
 from mnemolog.eventlog.progress import Progress
@@ -58,7 +57,7 @@ if TYPE_CHECKING:
     from mnemolog.substrate.embedding.service import Embedding
     from mnemolog.substrate.events import MemoryStored, Payload
 
-    FIELDS: Final[tuple[str, ...]]
+    FIELDS: tuple[str, ...]
 
 __all__ = [
     "FIELDS",
@@ -424,6 +423,7 @@ def write_checked(
             unreachable = False
             if rec is not None and rec.embeds:
                 # Before the session: embedding a batch must not hold the projection lock.
+                from mnemolog.curators.embedding.embedder import EmbedderFailed
                 from mnemolog.substrate.embedding.service import embed_text_of
 
                 texts = [embed_text_of(p) for p in part]
