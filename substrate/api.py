@@ -21,7 +21,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
@@ -78,6 +78,21 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["MAX_CONTENT_BYTES", "MEMORY_FIELDS", "Edge", "Memory", "RecallReport", "Substrate"]
+
+
+class _KnowledgeOnDemand:
+    """Recall's view of the knowledge loop, which builds the loop only when a recall names
+    domains or a project: a plain recall never imports it."""
+
+    def __init__(self, sub: Substrate) -> None:
+        self.sub = sub
+
+    def domains(self, values: Iterable[str]) -> builtins.list[str]:
+        given = list(values)
+        return self.sub.knowledge.domains(given) if given else []
+
+    def canonical_project(self, s: Session, project: str | None, registry: Any = None) -> str:
+        return self.sub.knowledge.canonical_project(s, project, registry)
 
 
 class Substrate:
@@ -210,7 +225,7 @@ class Substrate:
             self,
             past=self._asof,
             hooks=self.hooks,
-            projects=self.knowledge,
+            projects=_KnowledgeOnDemand(self),
             embedding=self.embedding,
             fusion=self._fusion,
             clock=self._now,
