@@ -186,7 +186,7 @@ class Connection:
                 raise
             if self._in_txn:
                 self._undo_text = text
-        if self._vss and ("USING HNSW" in query or "hnsw_" in query):
+        if self._vss and "USING HNSW" in query:
             self.load_vss_now()
         if parameters is None:
             return self._conn.execute(query)
