@@ -155,6 +155,12 @@ class Substrate:
         self.sharing = self.tenancy.sharing
         self.refusals = self.tenancy.refusals
         self._retention: Any = None
+        if long_lived:
+            # Threads (workers, a server's requests) may rank at once: numpy loads here, not
+            # lazily from two threads (projections.lazymod).
+            from mnemolog.projections import lazymod
+
+            lazymod.load_now()
         if long_lived and worker:
             from mnemolog.substrate.erasure.service import RetentionWorker
 
