@@ -27,6 +27,7 @@ from mnemolog.substrate.importers.basic_memory import map_basic_memory, relation
 from mnemolog.substrate.importers.chats import map_chatgpt, map_claude
 from mnemolog.substrate.importers.letta import map_letta
 from mnemolog.substrate.importers.mem0 import map_mem0
+from mnemolog.substrate.memory.importer import MAX_IMPORT_BYTES
 
 __all__ = ["FORMATS", "MapError", "derived_id", "read_source", "relation_links"]
 
@@ -68,10 +69,6 @@ def _text(raw: bytes, path: Path) -> str:
 
 
 def read_json(path: Path) -> Any:
-    # The JSON Lines importer (and the embedder behind it) loads only when an import runs:
-    # the command line names FORMATS for every command.
-    from mnemolog.substrate.memory.importer import MAX_IMPORT_BYTES
-
     text = _text(_read(path, MAX_IMPORT_BYTES), path)
     try:
         return json.loads(text, parse_constant=_no_constants)
@@ -86,8 +83,6 @@ def _notes(path: Path) -> list[tuple[str, str, float | None]]:
     followed (a link could leave the folder or loop); FIFOs and devices are
     refused by the read guard.
     """
-    from mnemolog.substrate.memory.importer import MAX_IMPORT_BYTES
-
     if not path.is_dir():
         return [(path.name, _text(_read(path, MAX_NOTE_BYTES), path), path.stat().st_mtime)]
     out: list[tuple[str, str, float | None]] = []
