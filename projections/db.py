@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import duckdb
 
@@ -137,7 +137,7 @@ class Connection:
     Everything else is the underlying connection's own method.
     """
 
-    __slots__ = ("_conn", "_in_txn", "_text", "_undo_text")
+    __slots__ = ("_conn", "_in_txn", "_text", "_undo_text", "_vss")
 
     def __init__(
         self,
@@ -152,6 +152,20 @@ class Connection:
         # The macros are catalog entries: set up inside a transaction that is then rolled
         # back, they vanish with it, so the set-up is owed again after that ROLLBACK.
         self._undo_text: Callable[[duckdb.DuckDBPyConnection], None] | None = None
+        # The vss extension (HNSW indexes) likewise: loaded by the first statement that names
+        # HNSW, or when a file holding such an index is attached (`load_vss_now`).
+        self._vss = True
+
+    def load_vss_now(self) -> None:
+        """Load the vss extension now, unless it is loaded already (once per instance)."""
+        if self._vss:
+            load_vss(self._conn)
+            self._vss = False
+
+    def load_vss_if_indexed(self) -> None:
+        """Load the vss extension now if the attached projection file holds an HNSW index."""
+        if self._vss and self._conn.execute(HNSW_INDEXES).fetchone() is not None:
+            self.load_vss_now()
 
     def execute(self, query: str, parameters: object = None) -> duckdb.DuckDBPyConnection:
         head = query[:32].lstrip()[:8].upper()  # a prefix: statements can carry megabytes of literals
@@ -172,6 +186,8 @@ class Connection:
                 raise
             if self._in_txn:
                 self._undo_text = text
+        if self._vss and "USING HNSW" in query:
+            self.load_vss_now()
         if parameters is None:
             return self._conn.execute(query)
         if isinstance(parameters, list | tuple):
@@ -212,8 +228,12 @@ def load_fts(conn: duckdb.DuckDBPyConnection) -> None:
 def load_vss(conn: duckdb.DuckDBPyConnection) -> None:
     """Load the vss extension (HNSW indexes, array distances) from the duckdb-extension-vss wheel.
 
-    Loaded before any file is attached: a database holding an HNSW index can
-    only be opened by an instance that knows the index type.
+    An instance loads it once, when it is first needed (`Connection.load_vss_now`):
+    before a statement that names HNSW, before attaching a file whose write-ahead
+    log may hold index changes to replay, and right after attaching a file that
+    holds an HNSW index (such a file reads without it, but its vector table
+    cannot be written, and a vector search would scan instead of using the
+    index). `mnemolog get` on a home below the HNSW threshold never loads it.
     """
     path = _extension_path("duckdb_extension_vss", "vss")
     try:
@@ -226,6 +246,13 @@ def load_vss(conn: duckdb.DuckDBPyConnection) -> None:
             "cannot load DuckDB's vss extension; install duckdb-extension-vss "
             f"matching duckdb {duckdb.__version__}: {exc}"
         ) from exc
+
+
+#: Whether the attached projection file holds an HNSW index (known without the vss extension).
+HNSW_INDEXES: Final = (
+    f"SELECT 1 FROM duckdb_indexes() WHERE database_name = '{CATALOG}' "
+    "AND upper(sql) LIKE '%USING HNSW%' LIMIT 1"
+)
 
 
 class ProjectionStore:
@@ -423,13 +450,7 @@ class ProjectionStore:
 
             # The wrapper is what every caller holds; it types as a connection.
             raw = duckdb.connect(":memory:", config=config)
-            base = cast(duckdb.DuckDBPyConnection, Connection(raw, text))
-            try:
-                load_vss(base)
-            except BaseException:
-                base.close()
-                raise
-            self._base = base
+            self._base = cast(duckdb.DuckDBPyConnection, Connection(raw, text))
         return self._base
 
     def _drop_instance(self) -> None:
@@ -478,6 +499,9 @@ class ProjectionStore:
         # postings are pruned by row group, and big groups make a recall read
         # several times the rows it needs.
         path = str(self.path).replace("'", "''")
+        conn = base if isinstance(base, Connection) else None
+        if conn is not None and os.path.exists(f"{self.path}.wal"):
+            conn.load_vss_now()  # a replayed log may hold HNSW index changes
         last: Exception | None = None
         # Another process may have just let go of the lock while DuckDB's own
         # file lock is still held for a moment: retry briefly.
@@ -486,6 +510,8 @@ class ProjectionStore:
                 base.execute(f"ATTACH '{path}' AS {CATALOG} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
                 base.execute(f"USE {CATALOG}")
                 self._private_files()
+                if conn is not None:
+                    conn.load_vss_if_indexed()
                 return
             except duckdb.IOException as exc:
                 last = exc

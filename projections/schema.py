@@ -208,6 +208,13 @@ OWNED_ELSEWHERE = ["vectors", "vector_meta", "vector_pending", "chunk_vectors", 
 #: is `doc >> CHUNK_SHIFT` (projections/context/store.py folds them, projections/embedding/vectors.py
 #: embeds those added since it last looked).
 CHUNK_SHIFT = 20
+#: The most chunks one document version may have (their numbers fill the low CHUNK_SHIFT bits).
+MAX_CHUNKS_PER_DOCUMENT = (1 << CHUNK_SHIFT) - 1
+
+
+def chunk_id(document_id: str, version: int, index: int) -> str:
+    """A chunk's id: its document, the document's version and its place in it."""
+    return f"{document_id}/{version}/{index}"
 
 
 #: Event types whose folds change no memory row, no memory's visibility and no adjacency (the

@@ -34,19 +34,23 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
-import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    F32 = npt.NDArray[np.float32]
+    I64 = npt.NDArray[np.int64]
+else:
+    from mnemolog.projections.lazymod import numpy as np
 
 #: Searches on one connection before it builds a copy (a one-shot process keeps scanning).
 BUILD_AFTER: Final = 3
 #: How far (in cosine distance) a BLAS-ordered candidate may be from the float32 sequence's value.
 MARGIN: Final = 1e-3
-
-F32 = npt.NDArray[np.float32]
-I64 = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)

@@ -21,40 +21,78 @@ from __future__ import annotations
 import builtins
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mnemolog.curators.embedding.embedder import Embedder
 from mnemolog.eventlog.errors import MnemologError, StorageError, VerificationError
 from mnemolog.eventlog.store.writer import Clock, Durability, LogWriter, TornTail, system_clock
 from mnemolog.projections.engine import Projections, Rollback, RollbackRefused
-from mnemolog.projections.knowledge import queries as kq
 from mnemolog.projections.memory.model import MEMORY_FIELDS, Edge, Memory
-from mnemolog.projections.recall import hybrid
-from mnemolog.projections.recall import query as q
-from mnemolog.substrate.alias import alias
-from mnemolog.substrate.atomise.service import Atomiser
-from mnemolog.substrate.context.service import Context
-from mnemolog.substrate.embedding.service import Embedding, parse_fusion
+from mnemolog.substrate.alias import alias, deferred
 from mnemolog.substrate.erasure.datakeys import DataKeys
-from mnemolog.substrate.erasure.service import Erasure
 from mnemolog.substrate.events.limits import MAX_CONTENT_BYTES
-from mnemolog.substrate.events.log import RollbackAccepted
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.hooks import Hook, HookChain
-from mnemolog.substrate.knowledge.service import Knowledge
-from mnemolog.substrate.memory import asof
-from mnemolog.substrate.memory.service import Memories
-from mnemolog.substrate.recall.service import Recall, RecallReport
+from mnemolog.substrate.recall.fusion import parse_fusion
 from mnemolog.substrate.session import Session
 from mnemolog.substrate.tenancy import scope
 from mnemolog.substrate.tenancy.service import Tenancy
-from mnemolog.substrate.vault.folder import AgentFolder
-from mnemolog.substrate.witness import service as witnessing
+
+if TYPE_CHECKING:
+    from mnemolog.curators.embedding.embedder import Embedder
+    from mnemolog.projections.recall import hybrid
+    from mnemolog.substrate.atomise.service import Atomiser
+    from mnemolog.substrate.context.service import Context
+    from mnemolog.substrate.embedding.service import Embedding
+    from mnemolog.substrate.erasure.service import Erasure
+    from mnemolog.substrate.events import Payload
+    from mnemolog.substrate.knowledge.service import Knowledge
+    from mnemolog.substrate.memory import asof
+    from mnemolog.substrate.memory.service import Memories
+    from mnemolog.substrate.recall.service import Recall, RecallReport
+    from mnemolog.substrate.vault.folder import AgentFolder
+else:
+    # A command pays for the features it uses only: each service's module is imported when
+    # the service is first built (the cached properties below), and a flat name (`alias`)
+    # resolves its method then. `RecallReport` stays importable from here (`__getattr__`).
+    Atomiser = deferred("mnemolog.substrate.atomise.service", "Atomiser")
+    Context = deferred("mnemolog.substrate.context.service", "Context")
+    Embedding = deferred("mnemolog.substrate.embedding.service", "Embedding")
+    Erasure = deferred("mnemolog.substrate.erasure.service", "Erasure")
+    Knowledge = deferred("mnemolog.substrate.knowledge.service", "Knowledge")
+    Memories = deferred("mnemolog.substrate.memory.service", "Memories")
+    Recall = deferred("mnemolog.substrate.recall.service", "Recall")
+    AgentFolder = deferred("mnemolog.substrate.vault.folder", "AgentFolder")
+
+
+def __getattr__(name: str) -> Any:
+    # `RecallReport` is part of this module's API; its module loads only when it is asked for.
+    if name == "RecallReport":
+        from mnemolog.substrate.recall.service import RecallReport
+
+        return RecallReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["MAX_CONTENT_BYTES", "MEMORY_FIELDS", "Edge", "Memory", "RecallReport", "Substrate"]
+
+
+class _KnowledgeOnDemand:
+    """Recall's view of the knowledge loop, which builds the loop only when a recall names
+    domains or a project: a plain recall never imports it."""
+
+    def __init__(self, sub: Substrate) -> None:
+        self.sub = sub
+
+    def domains(self, values: Iterable[str]) -> builtins.list[str]:
+        given = list(values)
+        return self.sub.knowledge.domains(given) if given else []
+
+    def canonical_project(self, s: Session, project: str | None, registry: Any = None) -> str:
+        return self.sub.knowledge.canonical_project(s, project, registry)
 
 
 class Substrate:
@@ -106,48 +144,23 @@ class Substrate:
         self._closed = False
         #: Problems closing met that lose nothing (a closing checkpoint that could not be written).
         self.close_warnings: list[str] = []
-        # The feature services; the flat names below are their methods (see substrate.alias).
-        self.atomiser = Atomiser(self.home, self, curator_options, require_writer=self.require_writer)
-        self.knowledge = Knowledge(
-            self.home,
-            self,
-            clock=clock,
-            checkpoint=self._checkpoint_now,
-            options=curator_options,
-            # Triage's duplicate check asks the recall service, built below (it reads the
-            # knowledge loop's project names): looked up when triage runs.
-            similar=lambda s, text, limit, exclude: self.retrieval.similar(s, text, limit, exclude),  # noqa: PLW0108
-            nearest=lambda s, memory_id: self.retrieval.nearest(s, memory_id),  # noqa: PLW0108
-        )
-        self.embedding = Embedding(self.home, self.projections.cache, self, embedder=embedder)
-        self._asof = asof.AsOfProjections(self.home, self.keys.upcast, self.projections.cache)
-        self.retrieval = Recall(
-            self,
-            past=self._asof,
-            hooks=self.hooks,
-            projects=self.knowledge,
-            embedding=self.embedding,
-            fusion=parse_fusion(self.home.config.raw.get("recall")),
-            clock=self._now,
-            state_dir=self.home.state_dir,
-        )
-        self.memories = Memories(self)
-        self.context = Context(
-            self,
-            home=self.home,
-            log=self.log,
-            keys=self.keys,
-            clock=self._now,
-            embedding=self.embedding,
-            retrieval=self.retrieval,
-        )
+        self._curator_options = curator_options
+        self._embedder = embedder
+        self._long_lived = long_lived
+        # A bad `[recall]` table refuses the open, whichever command runs.
+        self._fusion = parse_fusion(self.home.config.raw.get("recall"))
+        # Tokens and scopes are checked on every call, and a bad `[sharing]` refuses the open.
         self.tenancy = Tenancy(self)
-        self.agent_folder = AgentFolder(self, self.home, self._now)
-        self.erasure = Erasure(self)
         #: Namespaces declared shared (`[sharing]`), and the refusals of scoped tokens so far.
         self.sharing = self.tenancy.sharing
         self.refusals = self.tenancy.refusals
         self._retention: Any = None
+        if long_lived:
+            # Threads (workers, a server's requests) may rank at once: numpy loads here, not
+            # lazily from two threads (projections.lazymod).
+            from mnemolog.projections import lazymod
+
+            lazymod.load_now()
         if long_lived and worker:
             from mnemolog.substrate.erasure.service import RetentionWorker
 
@@ -163,11 +176,112 @@ class Substrate:
             self.knowledge.start_nightly()
             self.embedding.start_worker()
         # A long-lived process sends its checkpoints to the home's witnesses from a thread.
-        self._witnesses = (
-            witnessing.start_watcher(self.home.root, self.home.log_dir, self.home.keys_dir)
-            if long_lived
-            else None
+        self._witnesses: Any = None
+        if long_lived:
+            from mnemolog.substrate.witness import service as witnessing
+
+            self._witnesses = witnessing.start_watcher(self.home.root, self.home.log_dir, self.home.keys_dir)
+
+    # -- the feature services, each built (and its module imported) on first use -----------
+    # The flat names below are their methods (see substrate.alias). A short-lived process
+    # (one CLI command) builds only what its command touches.
+
+    @cached_property
+    def atomiser(self) -> Atomiser:
+        """Atomisation: the rule and LLM curators, the deferred queue and its worker."""
+        from mnemolog.substrate.atomise.service import Atomiser
+
+        return Atomiser(self.home, self, self._curator_options, require_writer=self.require_writer)
+
+    @cached_property
+    def knowledge(self) -> Knowledge:
+        """The knowledge loop: projects, interactions, candidates, their schedules."""
+        from mnemolog.substrate.knowledge.service import Knowledge
+
+        return Knowledge(
+            self.home,
+            self,
+            clock=self.clock,
+            checkpoint=self._checkpoint_now,
+            options=self._curator_options,
+            # Triage's duplicate check asks the recall service (which reads the knowledge
+            # loop's project names): looked up when triage runs.
+            similar=lambda s, text, limit, exclude: self.retrieval.similar(s, text, limit, exclude),  # noqa: PLW0108
+            nearest=lambda s, memory_id: self.retrieval.nearest(s, memory_id),  # noqa: PLW0108
         )
+
+    @cached_property
+    def embedding(self) -> Embedding:
+        """The home's embedder: embed-on-insert, query vectors, pending work."""
+        from mnemolog.substrate.embedding.service import Embedding
+
+        return Embedding(self.home, self.projections.cache, self, embedder=self._embedder)
+
+    @cached_property
+    def _asof(self) -> asof.AsOfProjections:
+        from mnemolog.substrate.memory import asof
+
+        return asof.AsOfProjections(self.home, self.keys.upcast, self.projections.cache)
+
+    @cached_property
+    def retrieval(self) -> Recall:
+        """Recall, search and list, under the one recall policy."""
+        from mnemolog.substrate.recall.service import Recall
+
+        return Recall(
+            self,
+            past=self._asof,
+            hooks=self.hooks,
+            projects=_KnowledgeOnDemand(self),
+            embedding=self.embedding,
+            fusion=self._fusion,
+            clock=self._now,
+            state_dir=self.home.state_dir,
+        )
+
+    @cached_property
+    def memories(self) -> Memories:
+        """Memories one by one and in bulk."""
+        from mnemolog.substrate.memory.service import Memories
+
+        return Memories(self)
+
+    @cached_property
+    def context(self) -> Context:
+        """Documents and context packs."""
+        from mnemolog.substrate.context.service import Context
+
+        return Context(
+            self,
+            home=self.home,
+            log=self.log,
+            keys=self.keys,
+            clock=self._now,
+            embedding=self.embedding,
+            retrieval=self.retrieval,
+        )
+
+    @cached_property
+    def agent_folder(self) -> AgentFolder:
+        """The agent folder (the vault)."""
+        from mnemolog.substrate.vault.folder import AgentFolder
+
+        return AgentFolder(self, self.home, self._now)
+
+    @cached_property
+    def erasure(self) -> Erasure:
+        """Forgetting."""
+        from mnemolog.substrate.erasure.service import Erasure
+
+        return Erasure(self)
+
+    def _built(self, name: str) -> Any:
+        """The service `name` if it has been built, else None (closing builds nothing)."""
+        return self.__dict__.get(name)
+
+    def before_append(self, s: Session, payloads: Sequence[Payload]) -> builtins.list[Payload]:
+        """Embed-on-insert (substrate.embedding), for every session's batches."""
+        return self.embedding.before_append(s, payloads)
 
     @classmethod
     def open(
@@ -212,10 +326,14 @@ class Substrate:
         self._closed = True
         if self._retention is not None:
             self._retention.stop()
-        self.atomiser.stop_worker()
-        self.knowledge.stop_daily()
-        self.embedding.stop_worker()
-        self._asof.close()
+        if (a := self._built("atomiser")) is not None:
+            a.stop_worker()
+        if (k := self._built("knowledge")) is not None:
+            k.stop_daily()
+        if (e := self._built("embedding")) is not None:
+            e.stop_worker()
+        if (past := self._built("_asof")) is not None:
+            past.close()
         self.projections.close()
         try:
             with self._lock:
@@ -288,9 +406,7 @@ class Substrate:
         with self._lock:
             self.keys.refresh()
             with self.projections.session() as conn:
-                yield Session(
-                    conn, lambda: self.writer, self.projections, self.hooks, self.embedding, self.keys
-                )
+                yield Session(conn, lambda: self.writer, self.projections, self.hooks, self, self.keys)
 
     @property
     def fusion(self) -> hybrid.Fusion:
@@ -376,12 +492,16 @@ class Substrate:
 
     def stats(self) -> dict[str, Any]:
         """Counts of memories, links, policies, events, the index and atomisations."""
+        from mnemolog.projections.recall import query as q
+
         sc = scope.current()
         if sc is not None and sc.bound:
             # A bound token learns about its own memories only: no home-wide counts.
             with self.session() as s:
                 f = scope.everything(sc)
                 return q.scoped_stats(s.conn, f)
+        from mnemolog.projections.knowledge import queries as kq
+
         with self.session() as s:
             out = q.stats(s.conn)
             out["atomisation"] = self.atomiser.counts(s)
@@ -463,6 +583,8 @@ class Substrate:
         try:
             new_size = w.size
             self.log.refresh()
+            from mnemolog.substrate.events.log import RollbackAccepted
+
             payload = RollbackAccepted(
                 old_size=found.old_size,
                 old_root=found.old_root,

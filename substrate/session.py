@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import duckdb
 
@@ -34,12 +34,14 @@ from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import Edge, Links, Memory
 from mnemolog.projections.recall import query as q
 from mnemolog.substrate.erasure.datakeys import DataKeys
-from mnemolog.substrate.events import CURRENT_TV, LinkCreated, MemoryStored, Payload
-from mnemolog.substrate.events.base import Chained
 from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
 from mnemolog.substrate.memory import governance
 from mnemolog.substrate.memory.governance import ResolvedPolicy
 from mnemolog.substrate.tenancy import scope
+
+if TYPE_CHECKING:
+    # The payload models load with the first write (a read-only command builds none).
+    from mnemolog.substrate.events import LinkCreated, MemoryStored, Payload
 
 __all__ = ["Follow", "ProjectionBehind", "Session", "Sessions"]
 
@@ -49,7 +51,7 @@ _Out = TypeVar("_Out", Memory, Edge)
 
 # Events that belong with a store (a deferred atomisation request), chosen once the
 # namespace's policy is known; they go into the store's own batch.
-Follow = Callable[[ResolvedPolicy], Sequence[Payload]]
+Follow = Callable[[ResolvedPolicy], Sequence["Payload"]]
 
 
 class BeforeAppend(Protocol):
@@ -122,6 +124,10 @@ class Session:
         The receipts are those of `payloads`, in order (a batch may carry one
         more event first: the home's embedder, recorded by its first write).
         """
+        # Every model of a type lives in one module (a test holds it), so the payload's own
+        # module has registered its type's current tv: no need to import every other domain.
+        from mnemolog.substrate.events.base import CURRENT_TV
+
         n = len(payloads)
         if self._before_append is not None:
             payloads = self._before_append.before_append(self, payloads)
@@ -181,6 +187,8 @@ class Session:
         self, payloads: Sequence[Payload], items: list[tuple[str, dict[str, Any], int]], writer: LogWriter
     ) -> int | None:
         """Fill each touching payload's back-chain pointers; return the seq the batch should start at."""
+        from mnemolog.substrate.events.base import Chained
+
         touched = [
             v.touched_ids(t, d) if isinstance(p, Chained) else []
             for p, (t, d, _) in zip(payloads, items, strict=True)

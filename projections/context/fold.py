@@ -17,10 +17,9 @@ import duckdb
 
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.vocabulary import events as ve
-from mnemolog.projections.context.store import MAX_CHUNKS_PER_DOCUMENT, chunk_id
 from mnemolog.projections.fold import Fold, Handler, Shared, erasure_subjects
 from mnemolog.projections.recall.text import drop_staged, stage_postings
-from mnemolog.projections.schema import CHUNK_SHIFT
+from mnemolog.projections.schema import CHUNK_SHIFT, MAX_CHUNKS_PER_DOCUMENT, chunk_id
 
 if TYPE_CHECKING:
     import pyarrow as pa

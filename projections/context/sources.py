@@ -39,10 +39,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import numpy as np
 
 from mnemolog.projections.context import store
 from mnemolog.projections.context.assemble import ChunkRow, MemoryRow, StateRow, evoked_domains
@@ -53,6 +52,11 @@ from mnemolog.projections.recall import bm25
 from mnemolog.projections.recall.hybrid import Fusion
 from mnemolog.projections.recall.query import Filters, recall
 from mnemolog.projections.schema import memory_generation, visible
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from mnemolog.projections.lazymod import numpy as np
 
 #: A recall ranking: (memory, score) best first for (query, filters, limit).
 Ranker = Callable[[str, Filters, int], list[tuple[Memory, float]]]

@@ -29,28 +29,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
-import numpy as np
 
 from mnemolog.projections.context.assemble import ChunkRow
 from mnemolog.projections.embedding import vectors
 from mnemolog.projections.recall import hybrid
-from mnemolog.projections.schema import CHUNK_SHIFT
 
 if TYPE_CHECKING:
     pass
 
-MAX_CHUNKS_PER_DOCUMENT: Final = (1 << CHUNK_SHIFT) - 1
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from mnemolog.projections.lazymod import numpy as np
+
 K1: Final = 1.2
 B: Final = 0.75
 MAX_QUERY_TERMS: Final = 64
 # Each term's contribution is rounded to a multiple of 1/SCORE_SCALE, so sums are exact
 # integers in any order and a rebuild ranks exactly as the incremental fold did.
 SCORE_SCALE: Final = 10**11
-
-
-def chunk_id(document_id: str, version: int, index: int) -> str:
-    """A chunk's id: its document, the document's version and its place in it."""
-    return f"{document_id}/{version}/{index}"
 
 
 # -- queries -------------------------------------------------------------------

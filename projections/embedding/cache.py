@@ -22,14 +22,17 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Final
 
 from mnemolog.eventlog.errors import StorageError
 
-Vector = npt.NDArray[np.float32]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Vector = npt.NDArray[np.float32]
+else:
+    from mnemolog.projections.lazymod import numpy as np
 
 CACHE_FILE: Final = "embed-cache.sqlite"
 #: Keys per lookup statement (SQLite's default limit on parameters is 32,766).

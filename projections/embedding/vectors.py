@@ -54,8 +54,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import duckdb
-import numpy as np
-import numpy.typing as npt
 
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.projections import vecmatrix
@@ -67,7 +65,13 @@ from mnemolog.projections.schema import CHUNK_SHIFT, memory_generation
 if TYPE_CHECKING:
     import pyarrow as pa
 
-Vectors = npt.NDArray[np.float32]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Vectors = npt.NDArray[np.float32]
+else:
+    from mnemolog.projections.lazymod import numpy as np
 
 VECTOR_VERSION: Final = 3  # 3: chunk vectors
 #: Below this many vectors an exact scan is used (see docs/recall.md for the measurement).

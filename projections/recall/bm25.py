@@ -25,17 +25,26 @@ Ties break by the newest memory first (higher doc = stored_seq).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
-import numpy as np
-import numpy.typing as npt
 
 from mnemolog.projections.recall.text import drop_staged, stage_postings
 from mnemolog.projections.schema import memory_generation
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    I64 = npt.NDArray[np.int64]
+    F64 = npt.NDArray[np.float64]
+    EMPTY: TermPostings
+else:
+    from mnemolog.projections.lazymod import numpy as np
 
 #: BM25's defaults; `[recall] k1` and `b` in config.toml override them (docs/recall.md).
 K1: Final = 1.2
@@ -50,9 +59,6 @@ RELOAD_SHARE: Final = 0.2
 #: Postings changed since the copy was packed before it is packed again.
 REPACK_DELTA: Final = 200_000
 
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
-
 
 @dataclass(frozen=True)
 class TermPostings:
@@ -63,7 +69,16 @@ class TermPostings:
     dl: F64
 
 
-EMPTY = TermPostings(np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.float64))
+@functools.cache
+def empty() -> TermPostings:
+    """The postings of a term no doc holds (one shared instance, made when first needed)."""
+    return TermPostings(np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.float64))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EMPTY":  # the shared empty postings, made (and numpy loaded) when first asked for
+        return empty()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def score(
@@ -156,7 +171,7 @@ def fetch_postings(conn: duckdb.DuckDBPyConnection, terms: Sequence[str]) -> lis
         [*terms, *terms],
     ).fetchnumpy()
     grouped = _group(*_arrays(tbl))
-    return [grouped.get(t, EMPTY) for t in terms]
+    return [grouped.get(t) or empty() for t in terms]
 
 
 # -- the process-local copy ----------------------------------------------------------------------
@@ -205,7 +220,7 @@ class MemoryIndex:
         assert self._changed_by_term is not None and self._changed_docs is not None
         out = []
         for t in terms:
-            p = self.packed.get(t, EMPTY)
+            p = self.packed.get(t) or empty()
             if len(self._changed_docs) and len(p.docs):
                 live = ~np.isin(p.docs, self._changed_docs)
                 p = TermPostings(p.docs[live], p.tf[live], p.dl[live])

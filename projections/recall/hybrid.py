@@ -30,10 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import duckdb
-import numpy as np
 
 from mnemolog.projections.embedding import vectors
 from mnemolog.projections.memory.model import Memory
@@ -47,6 +46,11 @@ from mnemolog.projections.recall.query import (
     rank_lexical,
     with_rows,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from mnemolog.projections.lazymod import numpy as np
 
 Mode = Literal["bm25", "vector", "hybrid"]
 MODES: Final[tuple[str, ...]] = ("bm25", "vector", "hybrid")

@@ -24,15 +24,19 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import numpy as np
 
 from mnemolog.projections.memory.model import MEMORY_FIELDS, MEMORY_SELECT, Edge, Links, Memory, row_to_memory
 from mnemolog.projections.recall import bm25
 from mnemolog.projections.recall.text import MAX_TERM_LEN, STOP_WORDS, doc_text
 from mnemolog.projections.schema import visible
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from mnemolog.projections.lazymod import numpy as np
 
 __all__ = [
     "MEMORY_FIELDS",

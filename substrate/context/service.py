@@ -36,7 +36,7 @@ from mnemolog.eventlog.format.entry import encode_payload
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import MAX_PAYLOAD_BYTES, Clock
 from mnemolog.eventlog.vocabulary.knowledge import check_project_name
-from mnemolog.projections import vecmatrix
+from mnemolog.projections import schema, vecmatrix
 from mnemolog.projections.context import sources, store
 from mnemolog.projections.context.assemble import assemble
 from mnemolog.projections.context.chunker import DEFAULT_MAX_CHARS, check_max_chars, chunk_text, is_markdown
@@ -154,9 +154,9 @@ def _payload(
 ) -> DocumentIngested:
     markdown = is_markdown(f.name)
     chunks = chunk_text(doc.text, max_chars=settings.max_chars, markdown=markdown)
-    if len(chunks) > store.MAX_CHUNKS_PER_DOCUMENT:
+    if len(chunks) > schema.MAX_CHUNKS_PER_DOCUMENT:
         raise DocumentRefused(
-            f"{f.path}: {len(chunks)} chunks, over the limit of {store.MAX_CHUNKS_PER_DOCUMENT}; skipped",
+            f"{f.path}: {len(chunks)} chunks, over the limit of {schema.MAX_CHUNKS_PER_DOCUMENT}; skipped",
             file=f.path,
             reason="too_large",
         )

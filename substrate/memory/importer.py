@@ -39,22 +39,25 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Final, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, NotRequired, TypedDict
 
-from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import BadInput, MnemologError, UsageError
 from mnemolog.eventlog.format.codec import is_plain
 from mnemolog.eventlog.progress import Progress
 from mnemolog.eventlog.store.fsio import NotRegularFile, open_regular
 from mnemolog.projections.embedding import vectors
 from mnemolog.projections.memory import queries
-from mnemolog.substrate.embedding.service import Embedding, embed_text_of
-from mnemolog.substrate.events import AtomisationRequested, MemoryStored, Payload
 from mnemolog.substrate.events.limits import MAX_CONTENT_BYTES, MAX_METADATA_BYTES
 from mnemolog.substrate.hooks import GovernanceRefused, HookChain, HookEvent
 from mnemolog.substrate.ids import looks_like_id, new_id
 from mnemolog.substrate.memory.governance import ResolvedPolicy
 from mnemolog.substrate.session import Session, Sessions
+
+if TYPE_CHECKING:
+    from mnemolog.substrate.embedding.service import Embedding
+    from mnemolog.substrate.events import MemoryStored, Payload
+
+    FIELDS: tuple[str, ...]
 
 __all__ = [
     "FIELDS",
@@ -69,12 +72,26 @@ __all__ = [
 #: What a store's payload carries that a line may not: the back-chain (the writer's), the
 #: atom fields (an atomisation's) and the status (the import's: active, or candidate).
 NOT_FROM_A_LINE: Final = frozenset({"touch_prev", "atom_of", "source_span", "status"})
-#: The fields of a line: the `memory.stored` payload's, so a new capture field reaches
-#: import and export by construction.
-FIELDS: Final = tuple(f for f in MemoryStored.model_fields if f not in NOT_FROM_A_LINE)
+
+
+@functools.cache
+def line_fields() -> tuple[str, ...]:
+    """The fields of a line (FIELDS): the `memory.stored` payload's, so a new capture field
+    reaches import and export by construction. Read from the model when first asked for."""
+    from mnemolog.substrate.events import MemoryStored
+
+    return tuple(f for f in MemoryStored.model_fields if f not in NOT_FROM_A_LINE)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FIELDS":  # the payload models load with the first import, not with this module
+        return line_fields()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: Given the checking session, what makes a line's project and domains the home's (an alias
 #: canonicalised, the domains checked against its vocabulary); identity unless a caller passes one.
-Normalise = Callable[[Session], Callable[[MemoryStored], MemoryStored]]
+Normalise = Callable[[Session], Callable[["MemoryStored"], "MemoryStored"]]
 #: A line holds one memory: its content and metadata at their limits, JSON-escaped, and the rest.
 MAX_LINE_BYTES: Final = 6 * (MAX_CONTENT_BYTES + MAX_METADATA_BYTES) + 64 * 1024
 MAX_IMPORT_BYTES: Final = 512 * 1024 * 1024
@@ -155,9 +172,12 @@ def parse_record(obj: Any, status: str = "active") -> MemoryStored:
     """One parsed line (or a format mapper's record) as a store's payload with `status`."""
     if not isinstance(obj, dict):
         raise BadInput(f"a line must be a JSON object, found {type(obj).__name__}")
-    unknown = sorted(set(obj) - set(FIELDS))
+    from mnemolog.substrate.events import MemoryStored
+
+    fields = line_fields()
+    unknown = sorted(set(obj) - set(fields))
     if unknown:
-        raise BadInput(f"unknown field(s) {unknown}; a line has {', '.join(FIELDS)}", field=unknown[0])
+        raise BadInput(f"unknown field(s) {unknown}; a line has {', '.join(fields)}", field=unknown[0])
     if "content" not in obj:
         raise BadInput("no content", field="content")
     mid = obj.get("id")
@@ -403,6 +423,9 @@ def write_checked(
             unreachable = False
             if rec is not None and rec.embeds:
                 # Before the session: embedding a batch must not hold the projection lock.
+                from mnemolog.curators.embedding.embedder import EmbedderFailed
+                from mnemolog.substrate.embedding.service import embed_text_of
+
                 texts = [embed_text_of(p) for p in part]
                 try:
                     embedding.embed_into_cache(rec, {vectors.text_sha(t): t for t in texts})
@@ -411,6 +434,8 @@ def write_checked(
                         raise
                     unreachable = True
                     warnings.append(f"embedding: {exc.message}; these memories wait for their vectors")
+            from mnemolog.substrate.events import AtomisationRequested
+
             with sessions.session() as s:
                 policies: dict[str, ResolvedPolicy] = {}
                 extra: list[Payload] = []

@@ -10,12 +10,13 @@ question or by filters are the recall service's (substrate/recall).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
@@ -27,18 +28,6 @@ from mnemolog.eventlog.vocabulary.knowledge import DEFAULT_STATUS
 from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import MEMORY_FIELDS, Edge, Memory
 from mnemolog.projections.recall import query as q
-from mnemolog.substrate.events import (
-    LinkCreated,
-    LinkRemoved,
-    MemoryArchived,
-    MemoryRestored,
-    MemoryStored,
-    MemoryUpdated,
-    Payload,
-    Policy,
-    PolicySet,
-)
-from mnemolog.substrate.events.knowledge import MemoryReinstated
 from mnemolog.substrate.events.limits import check_namespace
 from mnemolog.substrate.ids import looks_like_id
 from mnemolog.substrate.memory import governance
@@ -56,6 +45,10 @@ from mnemolog.substrate.tenancy import scope
 
 if TYPE_CHECKING:
     from mnemolog.substrate.api import Substrate
+    from mnemolog.substrate.events import (
+        MemoryStored,
+        Payload,
+    )
 
 __all__ = ["Memories"]
 
@@ -103,6 +96,8 @@ class Memories:
         durable the store succeeds: a projection that cannot fold it is a
         warning (the memory is then read from the log).
         """
+        from mnemolog.substrate.events import MemoryStored
+
         if memory_id is not None and (not isinstance(memory_id, str) or not looks_like_id(memory_id)):
             raise BadInput(
                 f"a memory id is a ULID (26 characters of Crockford base32), found {memory_id!r}",
@@ -188,18 +183,24 @@ class Memories:
     #: What makes two stores of one id the same memory: the fields a client chooses, which are
     #: the payload's but for the id itself, the writer's back-chain, the status the command sets,
     #: times the store may fill in, and an atom's span (its parent decides it).
-    SAME_STORE: Final = tuple(
-        f
-        for f in MemoryStored.model_fields
-        if f not in {"id", "touch_prev", "status", "created_at", "last_seen", "source_span"}
-    )
+    @staticmethod
+    @functools.cache
+    def same_store() -> tuple[str, ...]:
+        """The fields compared (read from the payload model when a retry first needs them)."""
+        from mnemolog.substrate.events import MemoryStored
+
+        return tuple(
+            f
+            for f in MemoryStored.model_fields
+            if f not in {"id", "touch_prev", "status", "created_at", "last_seen", "source_span"}
+        )
 
     def _already_stored(self, existing: Memory, payload: MemoryStored) -> Memory:
         """A retried store: the stored memory if the retry asks for the same one, else BadInput."""
         original = self.sub.log.entry(existing["stored_seq"])
         first = self.sub.keys.upcast(original.type, original.tv, original.data)
         asked = payload.to_data()
-        differ = [f for f in self.SAME_STORE if first.get(f) != asked.get(f)]
+        differ = [f for f in self.same_store() if first.get(f) != asked.get(f)]
         if differ:
             raise BadInput(
                 f"memory {payload.id} is already stored with a different {', '.join(differ)}; an id "
@@ -251,6 +252,8 @@ class Memories:
         The fields are the `memory.updated` model's (MUTABLE_FIELDS); None means
         "leave as it is", and the model holds every limit a store has.
         """
+        from mnemolog.substrate.events import MemoryUpdated
+
         given = dict(
             zip(
                 MUTABLE_FIELDS,
@@ -301,6 +304,8 @@ class Memories:
         An edge src -> dst of this relation that exists already is returned as it
         is, with `already_linked: true` (nothing is written; the CLI exits 1).
         """
+        from mnemolog.substrate.events import LinkCreated
+
         payload = LinkCreated.model_validate(
             {"src": src, "dst": dst, "relation": relation, "metadata": metadata}
         )
@@ -317,6 +322,8 @@ class Memories:
         self, src: str, dst: str, relation: str = "related_to", reason: str | None = None
     ) -> dict[str, Any]:
         """Take back the edge src -> dst of this relation: a signed `link.removed` (NotFound if none)."""
+        from mnemolog.substrate.events import LinkRemoved
+
         payload = LinkRemoved.model_validate({"src": src, "dst": dst, "relation": relation, "reason": reason})
         self.sub.require_writer()
         with self.sub.session() as s:
@@ -340,6 +347,8 @@ class Memories:
 
     def archive(self, memory_id: str, reason: str | None = None) -> Memory:
         """Hide a memory from recall (it stays in the log); archiving twice writes nothing."""
+        from mnemolog.substrate.events import MemoryArchived
+
         payload = MemoryArchived(id=memory_id, reason=reason) if isinstance(memory_id, str) else None
         with self.sub.session() as s:
             m = s.require(memory_id)
@@ -356,6 +365,9 @@ class Memories:
         `memory.restored`; both in one batch when both apply. A visible,
         active memory is returned as it is.
         """
+        from mnemolog.substrate.events import MemoryRestored
+        from mnemolog.substrate.events.knowledge import MemoryReinstated
+
         payload = MemoryRestored(id=memory_id, reason=reason) if isinstance(memory_id, str) else None
         reinstate = MemoryReinstated(id=memory_id, reason=reason) if isinstance(memory_id, str) else None
         with self.sub.session() as s:
@@ -385,6 +397,8 @@ class Memories:
         retention_days: int | None = None,
     ) -> dict[str, Any]:
         """Set fields of a namespace's own policy (and drop `unset` ones: they inherit again)."""
+        from mnemolog.substrate.events import Policy, PolicySet
+
         check_namespace(namespace, allow_root=True)
         try:
             policy = Policy.model_validate(
@@ -431,6 +445,8 @@ class Memories:
 
     def clear_policy(self, namespace: str) -> dict[str, Any]:
         """Drop a namespace's own policy: every field inherits again."""
+        from mnemolog.substrate.events import PolicySet
+
         check_namespace(namespace, allow_root=True)
         with self.sub.session() as s:
             if s.own_policy(namespace) is None:

@@ -18,9 +18,9 @@ the same through `recall` and through a pack.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import duckdb
-import numpy as np
 
 from mnemolog.curators.embedding.embedder import EmbedderFailed
 from mnemolog.eventlog.errors import UsageError
@@ -30,6 +30,11 @@ from mnemolog.projections.recall import hybrid
 from mnemolog.projections.recall.query import Filters
 from mnemolog.substrate.embedding.service import Embedding, require_vectors
 from mnemolog.substrate.session import Session, Sessions
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from mnemolog.projections.lazymod import numpy as np
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def test_a_read_command_does_not_import_the_curators_or_arrow(tmp_path: pytest.T
 
 
 def test_get_loads_no_model_no_arrow_no_server_and_no_yaml(tmp_path: pytest.TempPathFactory) -> None:
-    """`get` reads one row: no embedder runtime, Arrow, server framework or import-format parser."""
+    """`get` reads one row: no embedder runtime, numpy, Arrow, server framework or import-format parser."""
     import os
 
     from mnemolog.substrate.api import Substrate
@@ -92,3 +92,31 @@ def test_unknown_command_is_a_usage_error(cli: Cli) -> None:
     p = cli(None, "no-such-command", json=True)
     assert p.code == 64
     assert json.loads(p.stdout)["error"] == "usage"
+
+
+def test_get_never_loads_numpy(tmp_path: pytest.TempPathFactory) -> None:
+    """numpy is imported lazily (projections.lazymod): `get` ranks nothing, so it never loads."""
+    import os
+
+    from mnemolog.substrate.api import Substrate
+    from mnemolog.substrate.home import init_home
+
+    home = tmp_path / "h"  # type: ignore[operator]
+    init_home(home)
+    with Substrate.open(home, long_lived=False, worker=False) as s:
+        mid = s.store("one memory to get")["id"]
+    code = (
+        "import sys\n"
+        "from mnemolog.cli.main import cli\n"
+        "try:\n"
+        f"    cli.main(args=['get', {mid!r}], prog_name='mnemolog')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "sys.__stderr__.write('\\nloaded=%s\\n' % ('numpy._core' in sys.modules))\n"
+    )
+    env = {**os.environ, "MNEMOLOG_HOME": str(home)}
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+    assert mid in p.stdout  # it did read the memory
+    assert p.stderr.strip().splitlines()[-1] == "loaded=False"

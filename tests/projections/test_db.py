@@ -218,3 +218,49 @@ def test_a_corrupt_file_is_a_storage_error_naming_rebuild(d: Path) -> None:
         lock.release()
     finally:
         s.close()
+
+
+def _vss_loaded(conn: duckdb.DuckDBPyConnection) -> bool:
+    row = conn.execute("SELECT loaded FROM duckdb_extensions() WHERE extension_name = 'vss'").fetchone()
+    return bool(row and row[0])
+
+
+def test_vss_loads_only_for_hnsw_and_with_a_file_holding_an_index(d: Path) -> None:
+    """A read of a file without an HNSW index never loads vss; building one loads it first,
+    and a later process attaching that file loads it before any statement."""
+    s = make(d)
+    try:
+        with s.session() as conn:
+            conn.execute("CREATE TABLE v(id INTEGER, e FLOAT[3])")
+            conn.execute("INSERT INTO v VALUES (1, [1, 2, 3]), (2, [3, 2, 1])")
+            assert not _vss_loaded(conn)
+            conn.execute("CREATE INDEX v_hnsw ON v USING HNSW (e) WITH (metric = 'cosine')")
+            assert _vss_loaded(conn)
+            conn.execute("CHECKPOINT")
+    finally:
+        s.close()
+    again = make(d)
+    try:
+        with again.session() as conn:
+            assert _vss_loaded(conn)
+            conn.execute("INSERT INTO v VALUES (3, [1, 1, 1])")  # writable: the index type is known
+            assert conn.execute("SELECT count(*) FROM v").fetchone() == (3,)
+    finally:
+        again.close()
+
+
+def test_a_file_without_an_index_is_read_without_vss(d: Path) -> None:
+    s = make(d)
+    try:
+        with s.session() as conn:
+            conn.execute("INSERT INTO t VALUES (1)")
+            conn.execute("CHECKPOINT")
+    finally:
+        s.close()
+    again = make(d)
+    try:
+        with again.session() as conn:
+            assert conn.execute("SELECT count(*) FROM t").fetchone() == (1,)
+            assert not _vss_loaded(conn)
+    finally:
+        again.close()

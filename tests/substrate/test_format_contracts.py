@@ -57,3 +57,14 @@ def test_migrate_json_puts_the_snapshot_ref_on_stdout_first(cli: Cli, tmp_path: 
     assert first["snapshot"]["snapshot_id"] == last["event"]["snapshot_ref"]["snapshot_id"]
     assert first["snapshot"]["backend_id"] == last["event"]["snapshot_ref"]["backend_id"]
     assert "Snapshot created" in r.stderr and "Snapshot created" not in r.stdout
+
+
+def test_every_model_of_a_type_lives_in_one_module() -> None:
+    """Session.append_many checks a payload's tv against CURRENT_TV with only its own module
+    imported: that is the whole truth only while a type's models share a module."""
+    from mnemolog.substrate import events
+
+    modules: dict[str, set[str]] = {}
+    for cls in events.REGISTRY.values():
+        modules.setdefault(cls.TYPE, set()).add(cls.__module__)
+    assert {t: m for t, m in modules.items() if len(m) > 1} == {}
