@@ -11,7 +11,7 @@ import pytest
 
 from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.substrate.api import Substrate
-from mnemolog.substrate.events import CURRENT_TV, REGISTRY, MemoryUpdated
+from mnemolog.substrate.events import CURRENT_TV, REGISTRY, MemoryStored, MemoryUpdated
 
 
 def test_the_module_imports_only_the_standard_library() -> None:
@@ -59,6 +59,17 @@ def test_update_takes_exactly_the_fields_memory_updated_carries() -> None:
         == set(v.MUTABLE_FIELDS)
         == set(MemoryUpdated.model_fields) - {"id", "migration_run", v.TOUCH_PREV}
     )
+
+
+def test_store_takes_exactly_the_fields_memory_stored_carries() -> None:
+    """`store` and the payload's constructor name the model's fields and no others: the id is
+    `memory_id` (given or new), the status is the writer's (a store is active), the back-chain
+    pointers the session's."""
+    store = set(inspect.signature(Substrate.store).parameters) - {"self"}
+    new = set(inspect.signature(MemoryStored.new).parameters) - {"cls"}
+    fields = set(MemoryStored.model_fields) - {v.TOUCH_PREV}
+    assert store == new - {"status"}
+    assert new == fields - {"id"} | {"memory_id"}
 
 
 def test_readers_are_total() -> None:
