@@ -7,7 +7,7 @@ an update, an atom or an imported note are held to the same rules.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
@@ -111,47 +111,18 @@ class MemoryStored(Chained):
     status: Literal["candidate", "active"] = "active"
 
     @classmethod
-    def new(
-        cls,
-        content: str,
-        *,
-        namespace: str = "default",
-        kind: str = "observation",
-        title: str | None = None,
-        tags: Sequence[str] = (),
-        confidence: float | None = None,
-        source: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        created_at: int | None = None,
-        last_seen: int | None = None,
-        atom_of: str | None = None,
-        source_span: Sequence[int] | None = None,
-        memory_id: str | None = None,
-        project: str = "",
-        domains: Sequence[str] = (),
-        status: str = "active",
-    ) -> MemoryStored:
-        """A store's payload, with a new id unless one is given; raises what a limit refuses."""
-        return cls.model_validate(
-            {
-                "id": memory_id or new_id(),
-                "namespace": namespace,
-                "kind": kind,
-                "title": title or None,
-                "content": content,
-                "tags": tags,
-                "confidence": confidence,
-                "source": source,
-                "metadata": metadata,
-                "created_at": created_at,
-                "last_seen": last_seen,
-                "atom_of": atom_of,
-                "source_span": list(source_span) if source_span is not None else None,
-                "project": project,
-                "domains": list(domains),
-                "status": status,
-            }
-        )
+    def new(cls, content: str, *, memory_id: str | None = None, **fields: Any) -> MemoryStored:
+        """A store's payload, with a new id unless `memory_id` is given; raises what a limit refuses.
+
+        `fields` are the model's own, by the names `Substrate.store` takes (a test holds `store`
+        to this model's field list): nothing here declares them again.
+        """
+        data: dict[str, Any] = {"namespace": "default", **fields}
+        data.update(id=memory_id or new_id(), content=content, title=data.get("title") or None)
+        for name in ("source_span", "domains"):
+            if data.get(name) is not None:
+                data[name] = list(data[name])
+        return cls.model_validate(data)
 
 
 class MemoryUpdated(Chained):

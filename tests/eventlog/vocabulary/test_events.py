@@ -62,14 +62,34 @@ def test_update_takes_exactly_the_fields_memory_updated_carries() -> None:
 
 
 def test_store_takes_exactly_the_fields_memory_stored_carries() -> None:
-    """`store` and the payload's constructor name the model's fields and no others: the id is
-    `memory_id` (given or new), the status is the writer's (a store is active), the back-chain
-    pointers the session's."""
-    store = set(inspect.signature(Substrate.store).parameters) - {"self"}
-    new = set(inspect.signature(MemoryStored.new).parameters) - {"cls"}
-    fields = set(MemoryStored.model_fields) - {v.TOUCH_PREV}
-    assert store == new - {"status"}
-    assert new == fields - {"id"} | {"memory_id"}
+    """`store` names the model's fields and no others (the id is `memory_id`, given or new; the
+    status is the writer's; the back-chain pointers the session's), and the payload's constructor
+    takes every one of them under that name."""
+    store = inspect.signature(Substrate.store).parameters
+    assert set(store) - {"self"} == set(MemoryStored.model_fields) - {"id", "status", v.TOUCH_PREV} | {
+        "memory_id"
+    }
+    given = {
+        "namespace": "a/b",
+        "kind": "decision",
+        "title": "t",
+        "tags": ["x"],
+        "confidence": 0.5,
+        "source": "s",
+        "metadata": {"k": 1},
+        "created_at": 1,
+        "last_seen": 2,
+        "atom_of": "01HZZZZZZZZZZZZZZZZZZZZZZZ",
+        "source_span": (0, 1),
+        "memory_id": "01HYYYYYYYYYYYYYYYYYYYYYYY",
+        "project": "p",
+        "domains": ("software",),
+    }
+    assert set(given) == set(store) - {"self", "content"}
+    p = MemoryStored.new("body", **given)
+    assert p.id == given["memory_id"] and p.source_span == [0, 1] and p.domains == ["software"]
+    assert p.namespace == "a/b" and p.status == "active"
+    assert MemoryStored.new("body").namespace == "default"  # store's default
 
 
 def test_readers_are_total() -> None:
