@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -143,17 +144,24 @@ def test_a_zero_query_scores_every_row() -> None:
     assert len(found) == 2
 
 
+def with_a_matrix(s: Substrate) -> tuple[list[Any], vx.Meta, vecmatrix.Matrix]:
+    """Ten memories stored and recalled by vector until the connection keeps a matrix of them:
+    the first answer, the vector metadata and the matrix."""
+    for t in TEXTS[:10]:
+        s.store(t)
+    for _ in range(vecmatrix.BUILD_AFTER + 1):
+        first = s.recall("memory 3 about pools", mode="vector", limit=3)
+    with s.projections.session() as conn:
+        meta = vx.read_meta(conn)
+        assert meta is not None
+        m = vecmatrix.current(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows))
+        assert m is not None
+    return first, meta, m
+
+
 def test_the_matrix_outlives_a_recorded_pack_but_not_a_store(tmp_path: Path) -> None:
     with open_sub(new_home(tmp_path / "h"), embedder=FakeEmbedder(), long_lived=True) as s:
-        for t in TEXTS[:10]:
-            s.store(t)
-        for _ in range(vecmatrix.BUILD_AFTER + 1):
-            first = s.recall("memory 3 about pools", mode="vector", limit=3)
-        with s.projections.session() as conn:
-            meta = vx.read_meta(conn)
-            assert meta is not None
-            m = vecmatrix.current(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows))
-            assert m is not None
+        first, meta, m = with_a_matrix(s)
         s.build_context("memory about pools", record=True)
         with s.projections.session() as conn:
             moved = vx.read_meta(conn)
@@ -210,15 +218,7 @@ def test_the_matrix_outlives_letting_the_file_go(tmp_path: Path) -> None:
     # A long-lived process lets the projection file go when idle; attached again, the
     # metadata read afresh says the copy still holds, so the vectors are not loaded again.
     with open_sub(new_home(tmp_path / "h"), embedder=FakeEmbedder(), long_lived=True) as s:
-        for t in TEXTS[:10]:
-            s.store(t)
-        for _ in range(vecmatrix.BUILD_AFTER + 1):
-            first = s.recall("memory 3 about pools", mode="vector", limit=3)
-        with s.projections.session() as conn:
-            meta = vx.read_meta(conn)
-            assert meta is not None
-            m = vecmatrix.current(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows))
-            assert m is not None
+        first, meta, m = with_a_matrix(s)
         store = s.projections.store
         before = store.attachments
         store._release()

@@ -9,6 +9,8 @@ not touching) and entries that straddle segment boundaries.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,27 @@ def touched(e: Entry) -> list[str]:
     return memview.entry_touched_ids(e)
 
 
+def written(tmp_path_factory: Any, events: list[tuple[str, dict[str, Any]]]) -> Path:
+    """A new log of `events`, in segments small enough that a selection spans several."""
+    d: Path = tmp_path_factory.mktemp("log")
+    LogWriter.create(d, seeded_key(), clock=StepClock())
+    with LogWriter(d, [seeded_key()], clock=StepClock(2_000_000_000_000_000), segment_bytes=4096) as w:
+        for type_, payload in events:
+            w.append(type_, payload)
+    return d
+
+
+@contextmanager
+def one_pass() -> Iterator[None]:
+    """Past `MANY_IDS` ids (or memories) the log is read in one sequential pass: force it."""
+    many = touching.MANY_IDS
+    touching.MANY_IDS = 0
+    try:
+        yield
+    finally:
+        touching.MANY_IDS = many
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     events=st.lists(payloads(st.sampled_from(["a", "b", "ab", "c1", "é"])), min_size=1, max_size=40),
@@ -73,23 +96,14 @@ def touched(e: Entry) -> list[str]:
 def test_selection_equals_the_plain_fold(
     tmp_path_factory: Any, events: list[tuple[str, dict[str, Any]]], data: st.DataObject
 ) -> None:
-    d: Path = tmp_path_factory.mktemp("log")
-    LogWriter.create(d, seeded_key(), clock=StepClock())
-    with LogWriter(d, [seeded_key()], clock=StepClock(2_000_000_000_000_000), segment_bytes=4096) as w:
-        for type_, payload in events:
-            w.append(type_, payload)
+    d = written(tmp_path_factory, events)
     wanted = data.draw(st.sets(st.sampled_from(["a", "b", "ab", "c1", "é", "zz"]), min_size=1))
     with Log(d) as log:
         below = data.draw(st.integers(0, log.size))
         expect = {e.seq for e in log.iter_entries(0, below) if wanted.intersection(touched(e))}
         got = entries_touching(log, wanted, below, touched)
-        # Past MANY_IDS ids the selection is one sequential pass: the same entries.
-        many = touching.MANY_IDS
-        touching.MANY_IDS = 0
-        try:
+        with one_pass():  # the same entries
             assert set(entries_touching(log, wanted, below, touched)) == set(got)
-        finally:
-            touching.MANY_IDS = many
     assert set(got) == expect
     assert all(e.seq == s for s, e in got.items())
 
@@ -110,11 +124,7 @@ def _outcome(log: Log, claimed: dict[str, int], below: int) -> str:
 def test_check_heads_of_many_memories_in_one_pass_decides_as_the_head_by_head_check(
     tmp_path_factory: Any, events: list[tuple[str, dict[str, Any]]], data: st.DataObject
 ) -> None:
-    d: Path = tmp_path_factory.mktemp("log")
-    LogWriter.create(d, seeded_key(), clock=StepClock())
-    with LogWriter(d, [seeded_key()], clock=StepClock(2_000_000_000_000_000), segment_bytes=4096) as w:
-        for type_, payload in events:
-            w.append(type_, payload)
+    d = written(tmp_path_factory, events)
     with Log(d) as log:
         below = log.size
         newest: dict[str, int] = {}
@@ -128,12 +138,8 @@ def test_check_heads_of_many_memories_in_one_pass_decides_as_the_head_by_head_ch
         if not claimed:
             return
         expect = _outcome(log, claimed, below)
-        many = touching.MANY_IDS
-        touching.MANY_IDS = 0  # past MANY_IDS memories the check is one sequential pass
-        try:
+        with one_pass():
             assert _outcome(log, claimed, below) == expect
-        finally:
-            touching.MANY_IDS = many
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -145,11 +151,7 @@ def test_a_first_seq_per_id_selects_as_the_plain_fold(
     tmp_path_factory: Any, events: list[tuple[str, dict[str, Any]]], data: st.DataObject
 ) -> None:
     # What a writer's head check asks: for each memory, the entries after its own head.
-    d: Path = tmp_path_factory.mktemp("log")
-    LogWriter.create(d, seeded_key(), clock=StepClock())
-    with LogWriter(d, [seeded_key()], clock=StepClock(2_000_000_000_000_000), segment_bytes=4096) as w:
-        for type_, payload in events:
-            w.append(type_, payload)
+    d = written(tmp_path_factory, events)
     wanted = sorted(data.draw(st.sets(st.sampled_from(["a", "b", "ab", "c1", "é", "zz"]), min_size=1)))
     with Log(d) as log:
         below = data.draw(st.integers(0, log.size))
@@ -162,10 +164,6 @@ def test_a_first_seq_per_id_selects_as_the_plain_fold(
             if any(m in first and e.seq >= first[m] for m in touched(e))
         }
         got = entries_touching(log, wanted, below, touched, start=start, starts=starts)
-        many = touching.MANY_IDS
-        touching.MANY_IDS = 0
-        try:
+        with one_pass():
             assert set(entries_touching(log, wanted, below, touched, start=start, starts=starts)) == set(got)
-        finally:
-            touching.MANY_IDS = many
     assert set(got) == expect
