@@ -8,6 +8,7 @@ from typing import Any
 
 import duckdb
 
+from mnemolog.eventlog.store.writer import Clock
 from mnemolog.projections import schema
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import CONFIG_NAME, Home, init_home
@@ -24,12 +25,16 @@ class FakeClock:
         return self.now
 
 
-def new_home(path: Path, *, timed_checkpoints: bool = False) -> Home:
+def new_home(path: Path, *, timed_checkpoints: bool = False, clock: Clock | None = None) -> Home:
     """A fresh home. Unless `timed_checkpoints`, its writers never sign a checkpoint because
     wall-clock time passed (`log.checkpoint_max_s` at its largest), only by count and at
     close, so a test that compares the log before and after a call cannot see the periodic
-    checkpointer fire in between on a slow machine (tests/eventlog covers the timer)."""
-    init_home(path, key_name="test")
+    checkpointer fire in between on a slow machine (tests/eventlog covers the timer).
+
+    `clock` stamps the home's first entries. A log's timestamps never go back, so a later
+    writer's fake clock that runs behind the wall clock would stamp every entry with the
+    day the home was made: a test whose outputs hold dates gives it a fake clock here too."""
+    init_home(path, key_name="test", **({"clock": clock} if clock is not None else {}))
     if not timed_checkpoints:
         config = path / CONFIG_NAME
         text = config.read_text()

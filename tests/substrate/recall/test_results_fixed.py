@@ -9,7 +9,7 @@ compared to 9 decimals (a float summed in another order may differ in the
 last bits, a ranking change would not hide there).
 
 To record the expected outputs again, deliberately (a ranking change that an
-issue asks for): `MNEMOLOG_RECORD_FIXED=1 pytest tests/substrate/recall/test_results_fixed.py`.
+issue asks for): `RECORD_FIXED_RESULTS=1 pytest tests/substrate/recall/test_results_fixed.py`.
 """
 
 from __future__ import annotations
@@ -70,7 +70,10 @@ def corpus(n: int) -> list[dict[str, Any]]:
 
 def build(root: Path) -> dict[str, Any]:
     """Every output the guard compares, from a home built afresh at `root`."""
-    home = new_home(root)
+    # The home's first entries are stamped by a fake clock too: each memory's date is indexed
+    # as words, and a log's timestamps never go back, so the wall clock's day would otherwise
+    # stamp them all (the outputs would change with the day the test runs).
+    home = new_home(root, clock=FakeClock(1_699_000_000_000_000))
     out: dict[str, Any] = {}
     with open_sub(home, embedder=FakeEmbedder(), clock=FakeClock()) as s:
         s.register_project("shop", aliases=["store-front"])
@@ -145,7 +148,7 @@ def normalise(out: dict[str, Any], ids: list[str]) -> Any:
 
 def test_rankings_packs_and_projections_equal_the_recorded_outputs(tmp_path: Path) -> None:
     got = build(tmp_path / "h")
-    if os.environ.get("MNEMOLOG_RECORD_FIXED") == "1":
+    if os.environ.get("RECORD_FIXED_RESULTS") == "1":
         EXPECTED.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
         pytest.skip("recorded")
     expected = json.loads(EXPECTED.read_text())
