@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 15  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
+SCHEMA_VERSION = 16  # 5 context packs, 6 the knowledge loop, 7 both, 8 embedders and vectors, 9 model_calls,
 # 10 dates as words, 11 model_calls.trigger, 12 chunk vectors, 13 every stored candidate queued, 14 tokens,
-# 15 erasures
+# 15 erasures, 16 occurred_at
 
 # The one archive guard, shared by recall, search and list. A
 # memory is hidden when an operator archived it, or when atomisation archived
@@ -77,7 +77,8 @@ DDL = [
         status VARCHAR NOT NULL DEFAULT 'active',
         promoted_at BIGINT,
         reference_count INTEGER NOT NULL DEFAULT 0,
-        last_referenced_at BIGINT)""",
+        last_referenced_at BIGINT,
+        occurred_at BIGINT)""",
     """CREATE TABLE IF NOT EXISTS links(
         seq BIGINT NOT NULL, src VARCHAR NOT NULL, dst VARCHAR NOT NULL,
         relation VARCHAR NOT NULL, metadata VARCHAR NOT NULL, created_at BIGINT NOT NULL)""",
@@ -100,7 +101,7 @@ DDL = [
         project VARCHAR NOT NULL, client VARCHAR, session VARCHAR, context_id VARCHAR,
         prompt VARCHAR NOT NULL, response VARCHAR NOT NULL, reinforce BOOLEAN NOT NULL,
         captured_at BIGINT NOT NULL, seq BIGINT NOT NULL, extraction VARCHAR NOT NULL,
-        extracted_seq BIGINT, failures INTEGER NOT NULL, reinforced INTEGER NOT NULL)""",
+        extracted_seq BIGINT, failures INTEGER NOT NULL, reinforced INTEGER NOT NULL, occurred_at BIGINT)""",
     """CREATE TABLE IF NOT EXISTS candidates(id VARCHAR PRIMARY KEY, interaction_id VARCHAR NOT NULL,
         layer VARCHAR, rule VARCHAR, side VARCHAR, extractor VARCHAR NOT NULL, model VARCHAR,
         extracted_seq BIGINT NOT NULL, triage VARCHAR NOT NULL, verdict VARCHAR, verdict_confidence DOUBLE,

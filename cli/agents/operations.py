@@ -91,6 +91,11 @@ class StoreArgs(Verbose):
     metadata: dict[str, Any] | None = Field(None, description="Any JSON object (at most 64 KiB).")
     project: str = Field("", description="The project it belongs to ('': every project).")
     domains: list[str] = Field(default_factory=list, description="Knowledge domains it is filed under.")
+    occurred_at: str | int | None = Field(
+        None,
+        description="When it happened, if not now: ISO 8601 (2023-05-08 or 2023-05-08T14:30Z, UTC unless "
+        "an offset is given) or µs since the epoch. Its date is indexed as words for recall.",
+    )
     id: str | None = Field(
         None,
         description="A ULID chosen by the caller: stored at most once; a retry with the same content "
@@ -217,6 +222,11 @@ class CaptureArgs(Args):
     context_id: str | None = Field(None, description="The context pack the response was given with.")
     namespace: str = Field("default", description="Whose interaction it is.")
     reinforce: bool = Field(False, description="The active memories the response echoes gain confidence.")
+    occurred_at: str | int | None = Field(
+        None,
+        description="When it happened, if not now: ISO 8601 (2023-05-08 or 2023-05-08T14:30Z, UTC unless "
+        "an offset is given) or µs since the epoch. Its date is indexed as words for recall.",
+    )
 
 
 class StateGetArgs(Args):
@@ -292,6 +302,10 @@ MEMORY_SCHEMA: dict[str, Any] = {
         "source": _opt("string"),
         "created_at": {"type": ["string", "null"], "description": "ISO 8601, UTC"},
         "updated_at": {"type": ["string", "null"], "description": "ISO 8601, UTC"},
+        "occurred_at": {
+            "type": ["string", "null"],
+            "description": "When it happened, if given: ISO 8601, UTC",
+        },
         "archived": {"type": "boolean"},
         "score": {"type": "number"},
     },
@@ -359,6 +373,7 @@ def _store(s: Substrate, a: StoreArgs) -> dict[str, Any]:
         project=a.project,
         domains=list(a.domains),
         memory_id=a.id,
+        occurred_at=a.occurred_at,
     )
     return {"memory": views.memory_view(m, a.verbose)}
 
@@ -556,6 +571,7 @@ def _capture(s: Substrate, a: CaptureArgs) -> dict[str, Any]:
             context_id=a.context_id,
             namespace=a.namespace,
             reinforce=a.reinforce,
+            occurred_at=a.occurred_at,
         )
     )
 

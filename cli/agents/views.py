@@ -15,7 +15,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: Fields holding microseconds since the epoch.
-TIME_FIELDS = ("created_at", "updated_at", "last_seen", "archived_at", "atomisation_archived_at")
+TIME_FIELDS = (
+    "created_at",
+    "updated_at",
+    "last_seen",
+    "archived_at",
+    "atomisation_archived_at",
+    "occurred_at",
+)
 #: The compact view's fields, in order, when present and not empty.
 COMPACT_FIELDS = (
     *("id", "namespace", "kind", "title", "content", "tags", "confidence", "source", "atom_of"),
@@ -48,6 +55,8 @@ def memory_view(m: Mapping[str, Any], verbose: bool = False) -> dict[str, Any]:
     out["created_at"] = iso(m.get("created_at"))
     if m.get("updated_at") not in (None, m.get("created_at")):
         out["updated_at"] = iso(m["updated_at"])
+    if m.get("occurred_at") is not None:
+        out["occurred_at"] = iso(m["occurred_at"])
     if hidden(m):
         out["archived"] = True
     if m.get("status") not in (None, "active"):

@@ -29,6 +29,7 @@ CAPTURE_FIELDS = (
     "context_id",
     "namespace",
     "reinforce",
+    "occurred_at",
 )
 
 
@@ -205,6 +206,11 @@ def _read_capture_json() -> dict[str, Any]:
 @click.option("--context", "context_id", help="The context pack it answered from.")
 @click.option("--namespace", "-n", help="Namespace of what is extracted from it (default 'default').")
 @click.option("--reinforce", is_flag=True, default=None, help="Reinforce the memories the response echoes.")
+@click.option(
+    "--occurred-at",
+    "occurred_at",
+    help="When it happened, if not now (2023-05-08 or 2023-05-08T14:30Z): what is extracted is dated by it.",
+)
 @json_option
 @click.pass_obj
 def capture(
@@ -217,6 +223,7 @@ def capture(
     context_id: str | None,
     namespace: str | None,
     reinforce: bool | None,
+    occurred_at: str | None,
 ) -> None:
     """Record one interaction and print its id. Changes no memory unless --reinforce."""
     given: dict[str, Any] = {} if prompt is not None else _read_capture_json()
@@ -229,6 +236,7 @@ def capture(
         ("context_id", context_id),
         ("namespace", namespace),
         ("reinforce", reinforce),
+        ("occurred_at", occurred_at),
     ):
         if value is not None:
             given[name] = value
@@ -250,6 +258,7 @@ def capture(
             context_id=given.get("context_id"),
             namespace=given.get("namespace") or "default",
             reinforce=reinforce_value,
+            occurred_at=given.get("occurred_at"),
         )
 
     def text() -> str:

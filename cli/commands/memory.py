@@ -89,6 +89,8 @@ def memory_text(m: Mapping[str, Any]) -> str:
             f"referenced {m['reference_count']} time(s), last {tables.date(m.get('last_referenced_at'))}"
         )
     lines.append(f"created    {tables.date(m['created_at'])}   updated {tables.date(m['updated_at'])}")
+    if m.get("occurred_at") is not None:
+        lines.append(f"occurred   {tables.date(m['occurred_at'])}")
     for k in ("atom_of", "atomised_into", "archived_at", "atomisation_archived_at"):
         if m.get(k) is not None:
             lines.append(f"{k:<10} {m[k]}")
@@ -189,6 +191,13 @@ relation_option = click.option(
 @click.option("--project", default="", help="The project it belongs to (default: none, every project).")
 @click.option("--domain", "domains", multiple=True, help="A knowledge domain (repeatable).")
 @click.option(
+    "--occurred-at",
+    "occurred_at",
+    default=None,
+    help="When it happened, if not now: 2023-05-08 or 2023-05-08T14:30Z (UTC unless an offset is given). "
+    "Recall finds it by that date.",
+)
+@click.option(
     "--id",
     "memory_id",
     default=None,
@@ -208,6 +217,7 @@ def store(
     confidence: float | None,
     project: str,
     domains: tuple[str, ...],
+    occurred_at: str | None,
     memory_id: str | None,
 ) -> None:
     """Store TEXT (or standard input with '-') as a memory."""
@@ -226,6 +236,7 @@ def store(
             project=project,
             domains=domains,
             memory_id=memory_id,
+            occurred_at=occurred_at,
         )
     warn(ctx, m)
     if m.get("already_stored"):

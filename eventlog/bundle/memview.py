@@ -96,7 +96,15 @@ def _new_view(e: Entry, d: dict[str, Any], mid: str) -> dict[str, Any]:
         "links": {"outgoing": [], "incoming": []},  # filled in at the end of the fold
         "seqs": [],
         **_sealed(d),
+        **_occurred(d),
     }
+
+
+def _occurred(d: dict[str, Any]) -> dict[str, Any]:
+    # Shown only when the entry says when it happened: a view of any other memory is byte for
+    # byte what it was before memory.stored could carry occurred_at.
+    when = read_int(d.get("occurred_at"))
+    return {"occurred_at": when} if when is not None else {}
 
 
 def _sealed(d: dict[str, Any]) -> dict[str, Any]:

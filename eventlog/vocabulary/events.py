@@ -572,3 +572,10 @@ def seals(type_: str, tv: int) -> bool:
     """Whether entries of this type and version carry their content sealed."""
     since = SEALED_SINCE.get(type_)
     return since is not None and tv >= since
+
+
+# -- when it happened (after sealing) ----------------------------------------------------
+# memory.stored tv 5 and interaction.captured tv 3 may carry `occurred_at` (µs, UTC): when
+# what they record happened, if not when they were written. Older payloads carry none.
+upcaster(MEMORY_STORED, 4)(_opened)
+upcaster(INTERACTION_CAPTURED, 2)(_opened)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Final
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.vocabulary import events as v
 from mnemolog.eventlog.vocabulary import knowledge as vk
-from mnemolog.eventlog.vocabulary.events import read_float, read_id, read_str
+from mnemolog.eventlog.vocabulary.events import read_float, read_id, read_int, read_str
 from mnemolog.eventlog.vocabulary.knowledge import STATE_CATEGORIES
 from mnemolog.projections.fold import Fold, Handler, Shared, changed_memory, erasure_subjects, id_set
 from mnemolog.projections.knowledge.model_calls import recorded
@@ -48,6 +48,7 @@ INTERACTION_COLUMNS: Final = (
     "extracted_seq",
     "failures",
     "reinforced",
+    "occurred_at",
 )
 
 
@@ -164,6 +165,7 @@ def interaction_captured(f: KnowledgeFold, e: Entry, d: dict[str, Any]) -> None:
         None,
         0,
         0,
+        read_int(d.get("occurred_at")),
     )
 
 

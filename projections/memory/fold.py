@@ -58,7 +58,13 @@ from mnemolog.eventlog.vocabulary.events import (
 from mnemolog.eventlog.vocabulary.knowledge import status_after
 from mnemolog.projections import fold
 from mnemolog.projections.fold import Fold, Handler, RepeatedId, canonical_json, erasure_subjects
-from mnemolog.projections.recall.text import ONE_DOC_POSTINGS, doc_text_py, drop_staged, stage_postings
+from mnemolog.projections.recall.text import (
+    DATED_BY,
+    ONE_DOC_POSTINGS,
+    doc_text_py,
+    drop_staged,
+    stage_postings,
+)
 from mnemolog.projections.schema import visible
 
 if TYPE_CHECKING:
@@ -92,8 +98,10 @@ MEMORY_COLUMNS = [
     ("status", "string"),
     ("promoted_at", "int64"),
     ("stored_seq", "int64"),
+    ("occurred_at", "int64"),
 ]
 _MEMORY_NAMES = [c for c, _ in MEMORY_COLUMNS]
+_SEQ, _CREATED, _OCCURRED = (_MEMORY_NAMES.index(c) for c in ("stored_seq", "created_at", "occurred_at"))
 
 
 @functools.cache
@@ -204,9 +212,11 @@ class MemoryFold(Fold):
         conn = self.conn
         if conn.execute("SELECT 1 FROM memories WHERE id = ?", [row[0]]).fetchone():
             return  # a repeated id: the first store wins
-        dl = self._add_postings(row[-1], row[3], row[5], row[4], row[9])  # row[9]: created_at
+        # A memory is dated by when it happened, else when it was stored (created_at).
+        when = row[_OCCURRED] if row[_OCCURRED] is not None else row[_CREATED]
+        dl = self._add_postings(row[_SEQ], row[3], row[5], row[4], when)
         conn.execute(
-            f"INSERT INTO memories ({_INSERT_COLS}) VALUES ({_MEMORY_PARAMS}, ?, ?)", [*row, row[-1], dl]
+            f"INSERT INTO memories ({_INSERT_COLS}) VALUES ({_MEMORY_PARAMS}, ?, ?)", [*row, row[_SEQ], dl]
         )
         self.stats.docs += 1
         self.stats.total_len += dl
@@ -290,11 +300,14 @@ class MemoryFold(Fold):
         in_delta = int(row[0]) if row else 0
         self.stats.delta_rows -= in_delta
         if in_delta:
-            got = conn.execute("SELECT NULL, created_at FROM memories WHERE stored_seq = ?", [doc]).fetchone()
-        else:
-            # The date words (of created_at, which an update never changes) are among the old terms.
             got = conn.execute(
-                "SELECT list_distinct(ml_doc_terms(?, ?::VARCHAR[], ?, created_at)), created_at "
+                f"SELECT NULL, {DATED_BY} FROM memories WHERE stored_seq = ?", [doc]
+            ).fetchone()
+        else:
+            # The date words (of the memory's date, which an update never changes) are among the
+            # old terms.
+            got = conn.execute(
+                f"SELECT list_distinct(ml_doc_terms(?, ?::VARCHAR[], ?, {DATED_BY})), {DATED_BY} "
                 "FROM memories WHERE stored_seq = ?",
                 [old[0], old[1], old[2], doc],
             ).fetchone()
@@ -351,6 +364,7 @@ class MemoryFold(Fold):
         else:
             m["status"].append("active")
         m["stored_seq"].append(e.seq)
+        m["occurred_at"].append(read_int(get("occurred_at")))
         self.buf.ids.add(mid)
 
     def updated(self, e: Entry, d: dict[str, Any]) -> None:

@@ -42,6 +42,7 @@ MEMORY_FIELDS = [
     "promoted_at",
     "reference_count",
     "last_referenced_at",
+    "occurred_at",
 ]
 # The columns of a Memory, selected from `memories m`, in MEMORY_FIELDS order.
 MEMORY_SELECT = ", ".join(f"m.{c}" for c in MEMORY_FIELDS)

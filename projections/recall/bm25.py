@@ -324,7 +324,8 @@ def _retokenise(
     """Postings (and ids) of every memory touched after seq `since`, from its current text."""
     conn.execute(
         "CREATE OR REPLACE TEMP TABLE ml_redo AS "
-        "SELECT m.stored_seq AS doc, m.id, m.title, m.tags, m.content, m.created_at FROM memories m "
+        "SELECT m.stored_seq AS doc, m.id, m.title, m.tags, m.content, m.created_at, m.occurred_at "
+        "FROM memories m "
         "SEMI JOIN (SELECT DISTINCT memory_id FROM touches WHERE seq > ?) t ON t.memory_id = m.id",
         [since],
     )

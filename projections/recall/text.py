@@ -429,9 +429,13 @@ ONE_DOC_POSTINGS = """
 """
 
 
+#: The date a memory's words are dated by: when it happened, if given, else when it was stored.
+DATED_BY = "coalesce(occurred_at, created_at)"
+
+
 def stage_postings(conn: duckdb.DuckDBPyConnection, source: str, *, dated: bool = False) -> None:
-    """Tokenise the documents of table `source` (doc, title, tags, content, and created_at when
-    `dated`: a memory's date is indexed as words) into two temp tables.
+    """Tokenise the documents of table `source` (doc, title, tags, content, and occurred_at and
+    created_at when `dated`: a memory's date, `DATED_BY`, is indexed as words) into two temp tables.
 
     `ml_post(term, doc, tf, dl)`: their postings, the same as grouping
     `unnest(ml_doc_terms(title, tags, content, created_at))` by term, dl being the length of
@@ -439,7 +443,7 @@ def stage_postings(conn: duckdb.DuckDBPyConnection, source: str, *, dated: bool 
     when it has no terms. One statement, so that DuckDB pipelines the steps
     instead of materialising each. Drop them with `drop_staged`.
     """
-    text = doc_text("title", "tags", "content", "created_at" if dated else None)
+    text = doc_text("title", "tags", "content", DATED_BY if dated else None)
     conn.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE ml_post AS

@@ -25,7 +25,7 @@ from mnemolog.substrate.events.limits import (
     check_content,
     check_text,
 )
-from mnemolog.substrate.events.memory import DomainsField, OptionalReasonField, ProjectField
+from mnemolog.substrate.events.memory import DomainsField, OccurredAtField, OptionalReasonField, ProjectField
 
 __all__ = [
     "MAX_KEY_CHARS",
@@ -227,14 +227,17 @@ class StateInvalidated(_StateKey):
 
 
 class InteractionCaptured(Chained):
-    """`interaction.captured` tv 1: one prompt and response, as the agent saw them.
+    """`interaction.captured` tv 3: one prompt and response, as the agent saw them.
+
+    tv 3 added `occurred_at`: when the interaction happened, if not when it was
+    captured (the candidates extracted from it are dated by it).
 
     Capture changes no memory, state or chunk by itself; ``reinforce`` says
     whether the capture asked for reinforcement (whose events follow it).
     """
 
     TYPE = vk.INTERACTION_CAPTURED
-    TV = 2
+    TV = 3
 
     id: str
     namespace: str = "default"
@@ -245,6 +248,7 @@ class InteractionCaptured(Chained):
     session: str | None = None
     context_id: str | None = None
     reinforce: bool = False
+    occurred_at: OccurredAtField = None
 
     @field_validator("prompt", mode="before")
     @classmethod

@@ -37,6 +37,7 @@ __all__ = [
     "check_limit",
     "check_metadata",
     "check_namespace",
+    "check_occurred_at",
     "check_relation",
     "check_source",
     "check_tags",
@@ -212,6 +213,56 @@ def check_confidence(c: Any) -> float | None:
     if isinstance(c, bool) or not isinstance(c, int | float) or not 0.0 <= float(c) <= 1.0:
         raise BadInput(f"confidence must be a number in [0, 1], found {c!r}", field="confidence")
     return float(c)
+
+
+#: The latest instant a date may name: the end of year 9999, in µs since the epoch (UTC).
+MAX_TIMESTAMP_US: Final = 253_402_300_799_999_999
+_ISO_DATE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def check_occurred_at(value: Any, field: str = "occurred_at") -> int | None:
+    """None, or when something happened, as µs since the epoch (UTC).
+
+    Given as an integer of µs (what `created_at` is), or as ISO 8601 text: a
+    date (`2023-05-08`, midnight UTC) or a date and time (`2023-05-08T14:30`,
+    UTC unless it names an offset). From 1970 to the end of year 9999.
+    """
+    if value is None:
+        return None
+    import datetime as dt
+
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) > 64:
+            raise BadInput(
+                f"{field} must be an ISO 8601 date or time, found {len(text)} characters", field=field
+            )
+        try:
+            if _ISO_DATE.fullmatch(text):
+                when = dt.datetime.combine(dt.date.fromisoformat(text), dt.time(), dt.UTC)
+            else:
+                when = dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=dt.UTC)
+        except ValueError:
+            raise BadInput(
+                f"{field} must be an ISO 8601 date (2023-05-08) or date and time (2023-05-08T14:30Z), "
+                f"found {text[:64]!r}",
+                field=field,
+                found=text[:64],
+            ) from None
+        delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        value = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise BadInput(
+            f"{field} must be µs since the epoch or an ISO 8601 date, found {type(value).__name__}",
+            field=field,
+        )
+    if not 0 <= value <= MAX_TIMESTAMP_US:
+        raise BadInput(
+            f"{field} must lie between 1970-01-01 and the end of year 9999, found {value!r} µs", field=field
+        )
+    return int(value)
 
 
 def check_namespace(ns: Any, *, allow_root: bool = False) -> str:

@@ -23,6 +23,7 @@ from mnemolog.substrate.events.limits import (
     check_kind,
     check_metadata,
     check_namespace,
+    check_occurred_at,
     check_relation,
     check_source,
     check_tags,
@@ -67,6 +68,8 @@ MetadataField = Annotated[dict[str, Any], BeforeValidator(check_metadata)]
 #: A project name; "" is a memory of no project.
 ProjectField = Annotated[str, BeforeValidator(check_project_name)]
 DomainsField = Annotated[list[str], BeforeValidator(check_domain_names)]
+#: When what a memory says happened (µs, UTC), when not when it was stored.
+OccurredAtField = Annotated[int | None, BeforeValidator(check_occurred_at)]
 OptionalReasonField = Annotated[str | None, BeforeValidator(lambda r: check_text(r, "reason"))]
 
 GivenNamespace = Annotated[str | None, BeforeValidator(_given(check_namespace))]
@@ -79,7 +82,11 @@ GivenDomains = Annotated[list[str] | None, BeforeValidator(_given(check_domain_n
 
 
 class MemoryStored(Chained):
-    """`memory.stored` tv 4: a new memory (also every atom, which carries atom_of).
+    """`memory.stored` tv 5: a new memory (also every atom, which carries atom_of).
+
+    tv 5 added `occurred_at`: when what the memory says happened, if not when
+    it was stored (its date is indexed as words in its place). Older payloads
+    read with none.
 
     tv 4 carries the content fields sealed (eventlog.sealing; the model holds
     them in clear, Session.append seals them).
@@ -91,7 +98,7 @@ class MemoryStored(Chained):
     """
 
     TYPE = v.MEMORY_STORED
-    TV = 4
+    TV = 5
 
     id: str
     namespace: NamespaceField
@@ -109,6 +116,7 @@ class MemoryStored(Chained):
     project: ProjectField = ""
     domains: DomainsField = Field(default_factory=list)
     status: Literal["candidate", "active"] = "active"
+    occurred_at: OccurredAtField = None
 
     @classmethod
     def new(cls, content: str, *, memory_id: str | None = None, **fields: Any) -> MemoryStored:

@@ -11,7 +11,9 @@ one memory holding its body. The note's relations are kept in
 both notes are imported together also become links (relation_links) between
 the notes' first memories, since a mnemolog link joins memories and a
 relation joins notes. Times: the frontmatter's
-`created` (or `date`), else the file's modification time.
+`created` (or `date`), else the file's modification time; `occurred` (what
+`export --to basic-memory` writes for a memory's `occurred_at`) when the
+note says when it happened.
 """
 
 from __future__ import annotations
@@ -123,6 +125,9 @@ def map_note(path: str, text: str, mtime: float | None) -> list[dict[str, Any]]:
     )
     note_tags = _tags(meta.get("tags"), path)
     when = _when(meta, mtime, path)
+    occurred = meta.get("occurred")
+    if isinstance(occurred, datetime | date):
+        occurred = occurred.isoformat()
     observations: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
     relations: list[dict[str, str]] = []
@@ -151,6 +156,11 @@ def map_note(path: str, text: str, mtime: float | None) -> list[dict[str, Any]]:
         "title": title[:512],
         "source": source,
         "created_at": when,
+        **(
+            {"occurred_at": micros(occurred, f"{path}: frontmatter `occurred`")}
+            if occurred is not None
+            else {}
+        ),
     }
     if not observations:
         # The heading that repeats the title (as `export --to basic-memory` writes it) is not content.

@@ -60,6 +60,8 @@ def basic_memory_notes(memories: Iterable[Mapping[str, Any]]) -> list[tuple[str,
         if m.get("tags"):
             front["tags"] = list(m["tags"])
         front["created"] = _iso(m.get("created_at"))
+        if m.get("occurred_at") is not None:
+            front["occurred"] = _iso(m["occurred_at"])
         front["mnemolog_id"] = m["id"]
         if m.get("source"):
             front["source"] = m["source"]

@@ -74,7 +74,7 @@ from mnemolog.substrate.events.knowledge import (
     StateSet,
     TriageFailed,
 )
-from mnemolog.substrate.events.limits import check_limit, check_namespace
+from mnemolog.substrate.events.limits import check_limit, check_namespace, check_occurred_at
 from mnemolog.substrate.home import Home
 from mnemolog.substrate.ids import new_id
 from mnemolog.substrate.knowledge.config import KnowledgeSettings, parse_knowledge
@@ -344,8 +344,13 @@ class Knowledge:
         context_id: str | None = None,
         namespace: str = "default",
         reinforce: bool = False,
+        occurred_at: int | str | None = None,
     ) -> dict[str, Any]:
-        """Record an interaction; with ``reinforce``, reinforce the active memories its response echoes."""
+        """Record an interaction; with ``reinforce``, reinforce the active memories its response echoes.
+
+        ``occurred_at`` (µs or ISO 8601 text) is when it happened, if not now: the candidates
+        extracted from it are dated by it (else by when it was captured), not by the extraction.
+        """
         check_namespace(namespace)
         payload = InteractionCaptured(
             id=new_id(),
@@ -357,6 +362,7 @@ class Knowledge:
             session=session,
             context_id=context_id,
             reinforce=bool(reinforce),
+            occurred_at=check_occurred_at(occurred_at),
         )
         policy = self.settings.reinforce if reinforce else None
         with self.sessions.session() as s:
@@ -562,6 +568,8 @@ class Knowledge:
                     project=registry.canonical(c.project) if c.layer == "project" else "",
                     domains=[d for d in c.domains if d in vocabulary],
                     status="candidate",
+                    # What the interaction says happened when it happened, not when it was read.
+                    occurred_at=row.get("occurred_at") or row.get("captured_at"),
                 )
                 mine.append(store)
                 described[store.id] = {

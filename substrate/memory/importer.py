@@ -199,6 +199,7 @@ def parse_record(obj: Any, status: str = "active") -> MemoryStored:
             "project": obj.get("project", ""),
             "domains": obj.get("domains") or [],
             "status": status,
+            "occurred_at": obj.get("occurred_at"),
         }
     )
     # What the log's encoder would refuse (an integer beyond 64 bits, nesting too deep) is

@@ -77,8 +77,14 @@ class Memories:
         memory_id: str | None = None,
         project: str = "",
         domains: Sequence[str] = (),
+        occurred_at: int | str | None = None,
     ) -> Memory:
         """Store a memory; returns it as recall would show it.
+
+        ``occurred_at`` is when what it says happened, if not now: µs since the
+        epoch or ISO 8601 text (`2023-05-08`, `2023-05-08T14:30Z`). The memory's
+        date, indexed as words for recall, is this one when given, else its
+        ``created_at``.
 
         ``project`` is canonicalised (a registered name or alias becomes the
         registered name; "" means every project); ``domains`` must be domains
@@ -120,6 +126,7 @@ class Memories:
             memory_id=memory_id,
             project=project,
             domains=self.sub.knowledge.domains(domains),
+            occurred_at=occurred_at,
         )
         self.sub.require_writer()  # after the checks: bad input is refused before any file is touched
         planned: list[tuple[str, str | None]] = []

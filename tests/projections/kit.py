@@ -124,13 +124,14 @@ def check_invariants(conn: duckdb.DuckDBPyConnection) -> None:
     expected = conn.execute(
         """SELECT term, stored_seq, count(*)::INTEGER, any_value(doc_len)
            FROM (SELECT stored_seq, doc_len,
-                        unnest(ml_doc_terms(title, tags, content, created_at)) AS term
+                        unnest(ml_doc_terms(title, tags, content, coalesce(occurred_at, created_at))) AS term
                  FROM memories)
            GROUP BY term, stored_seq ORDER BY ALL"""
     ).fetchall()
     assert index == expected
     lens = conn.execute(
-        "SELECT doc_len, len(ml_doc_terms(title, tags, content, created_at)) FROM memories"
+        "SELECT doc_len, len(ml_doc_terms(title, tags, content, coalesce(occurred_at, created_at))) "
+        "FROM memories"
     ).fetchall()
     assert all(a == b for a, b in lens)
     # Every memory is found through its primary key (the index a killed process must not lose).

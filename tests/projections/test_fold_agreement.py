@@ -67,6 +67,7 @@ stored = st.fixed_dictionaries(
     optional={
         **memory_fields,
         "created_at": field(st.integers(0, 2**50)),
+        "occurred_at": field(st.integers(0, 2**50)),
         "atom_of": field(IDS),
         "source_span": field(st.lists(st.integers(0, 99), min_size=2, max_size=2)),
     },

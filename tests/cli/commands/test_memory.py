@@ -236,3 +236,19 @@ def test_a_diverged_projection_refuses_until_rebuild(cli: Cli, home: Path, tmp_p
         "memories of another home"
     ]
     assert cli.ok(home, "recall", "deploy")["results"] == []
+
+
+def test_store_and_capture_take_when_it_happened(cli: Cli, tmp_path: Path) -> None:
+    home = new_home(tmp_path / "home")
+    m = cli.ok(home, "store", "The kiln was relined", "--occurred-at", "2023-05-08T14:30Z")["memory"]
+    assert m["occurred_at"] == 1_683_556_200_000_000
+    shown = cli(home, "get", m["id"])
+    assert shown.code == 0 and "occurred   2023-05-08 14:30" in shown.stdout
+    assert [r["id"] for r in cli.ok(home, "recall", "what happened in May 2023")["results"]] == [m["id"]]
+    before = log_digest(home)
+    code, doc = cli.json(home, "store", "when?", "--occurred-at", "last week")
+    assert (code, doc["error"]) == (65, "bad_input") and "occurred_at" in doc["message"]
+    assert log_digest(home) == before
+    iid = cli.ok(home, "capture", "--prompt", "q", "--occurred-at", "2023-05-08")["interaction"]["id"]
+    got = cli.ok(home, "capture", stdin=json.dumps({"prompt": "q2", "occurred_at": "2023-05-09"}))
+    assert got["interaction"]["id"] != iid

@@ -84,11 +84,13 @@ def test_store_takes_exactly_the_fields_memory_stored_carries() -> None:
         "memory_id": "01HYYYYYYYYYYYYYYYYYYYYYYY",
         "project": "p",
         "domains": ("software",),
+        "occurred_at": "2023-05-08",
     }
     assert set(given) == set(store) - {"self", "content"}
     p = MemoryStored.new("body", **given)
     assert p.id == given["memory_id"] and p.source_span == [0, 1] and p.domains == ["software"]
     assert p.namespace == "a/b" and p.status == "active"
+    assert p.occurred_at == 1_683_504_000_000_000  # 2023-05-08T00:00Z
     assert MemoryStored.new("body").namespace == "default"  # store's default
 
 

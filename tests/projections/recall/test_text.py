@@ -163,10 +163,12 @@ def test_bulk_and_single_document_postings_equal_the_macro(
     load_fts(c)
     install_macros(c)
     c.execute(
-        "CREATE TABLE src(doc BIGINT, title VARCHAR, content VARCHAR, tags VARCHAR[], created_at BIGINT)"
+        "CREATE TABLE src(doc BIGINT, title VARCHAR, content VARCHAR, tags VARCHAR[], created_at BIGINT, "
+        "occurred_at BIGINT)"  # no occurred_at: each document is dated by its created_at
     )
     c.executemany(
-        "INSERT INTO src VALUES (?, ?, ?, ?, ?)", [(i, t, b, g, w) for i, (t, b, g, w) in enumerate(docs)]
+        "INSERT INTO src (doc, title, content, tags, created_at) VALUES (?, ?, ?, ?, ?)",
+        [(i, t, b, g, w) for i, (t, b, g, w) in enumerate(docs)],
     )
     expected = c.execute(
         """SELECT term, doc, count(*)::INTEGER, any_value(n)::INTEGER FROM (
