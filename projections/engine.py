@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import duckdb
 
@@ -293,12 +293,15 @@ class Projections:
         compact: bool = False,
         stop: int | None = None,
         signed_here: Mapping[int, bytes] | None = None,
+        opened_here: Mapping[int, tuple[bytes, dict[str, Any]]] | None = None,
     ) -> int:
         """Fold what the projection has not seen yet; return how many entries were applied.
 
         `compact=True` sorts the whole index at the end whatever its state (rebuild);
         `stop` folds only the first `stop` entries of the log; `signed_here`: the leaf
-        hashes of entries this process's writer just appended (`KeySchedule.admit`).
+        hashes of entries this process's writer just appended (`KeySchedule.admit`);
+        `opened_here` (seq -> (leaf hash, the values its writer sealed)): what the fold takes
+        instead of opening the box of an entry read back with that leaf hash (`FoldPass`).
         """
         log = self.log
         size = log.refresh()
@@ -323,13 +326,29 @@ class Projections:
                 hi = min(lo + CATCH_UP_BATCH, size)
                 try:
                     stats, last = self._apply_batch(
-                        conn, lo, hi, size, stats, compact, careful=False, signed_here=signed_here
+                        conn,
+                        lo,
+                        hi,
+                        size,
+                        stats,
+                        compact,
+                        careful=False,
+                        signed_here=signed_here,
+                        opened_here=opened_here,
                     )
                 except RepeatedId:
                     # A bulk insert met a repeated id (a hostile or replayed log): the batch
                     # was rolled back; redo it with the slower insert that skips repeats.
                     stats, last = self._apply_batch(
-                        conn, lo, hi, size, stats, compact, careful=True, signed_here=signed_here
+                        conn,
+                        lo,
+                        hi,
+                        size,
+                        stats,
+                        compact,
+                        careful=True,
+                        signed_here=signed_here,
+                        opened_here=opened_here,
                     )
                 if last is not None:
                     root = self.log.root(last.seq + 1)
@@ -360,9 +379,10 @@ class Projections:
         *,
         careful: bool,
         signed_here: Mapping[int, bytes] | None = None,
+        opened_here: Mapping[int, tuple[bytes, dict[str, Any]]] | None = None,
     ) -> tuple[IndexStats, Entry | None]:
         """Fold entries lo..hi-1 and record the position, in one transaction."""
-        fold = FoldPass(conn, self.upcast, replace(stats), FOLDS, careful=careful)
+        fold = FoldPass(conn, self.upcast, replace(stats), FOLDS, careful=careful, opened=opened_here)
         # Nothing is folded (and so served) that the key history did not sign: an entry a
         # rogue key appended after the last checkpoint fails here, before any table changes.
         # Key ids are compared for every entry; signatures (~0.1 ms each) for every entry of

@@ -43,6 +43,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import duckdb
 
+from mnemolog.eventlog.format import sealing
 from mnemolog.eventlog.format.entry import Entry, to_jsonable
 from mnemolog.eventlog.vocabulary.events import read_id, touched_ids
 from mnemolog.eventlog.vocabulary.knowledge import PROJECT_NAME, PROJECT_REGISTERED
@@ -297,9 +298,14 @@ class FoldPass:
         folds: Sequence[type[Fold]],
         *,
         careful: bool = False,
+        opened: Mapping[int, tuple[bytes, dict[str, Any]]] | None = None,
     ) -> None:
         self.conn = conn
         self.upcast = upcast
+        # seq -> (leaf hash, the values its box holds): entries this process's writer sealed and
+        # just appended. Taken only for an entry whose bytes hash to that leaf (those very bytes,
+        # so that very box); any other entry's box is opened with the keys, as always.
+        self.opened = opened or {}
         self.shared = Shared(conn, stats, careful, ProjectIndex(conn), self._flush_folds)
         self.folds = [f(self.shared) for f in folds]
         self._dispatch = _dispatch(self.folds)
@@ -319,12 +325,17 @@ class FoldPass:
         last: Entry | None = None
         dispatch = self._dispatch
         upcast = self.upcast
+        opened = self.opened
         pending = len(self.touches)
         for e in entries:
             t = e.type
             handle = dispatch.get(t)
             if handle is not None:
-                data = upcast(t, e.tv, e.data)
+                own = opened.get(e.seq) if opened else None
+                if own is not None and own[0] == e.leaf:
+                    data = upcast(t, e.tv, sealing.opened_with(e.data, own[1]))
+                else:
+                    data = upcast(t, e.tv, e.data)
                 if isinstance(data, dict):
                     handle(e, data)
                     for mid in touched_ids(t, data):
