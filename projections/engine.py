@@ -294,6 +294,7 @@ class Projections:
         stop: int | None = None,
         signed_here: Mapping[int, bytes] | None = None,
         opened_here: Mapping[int, tuple[bytes, dict[str, Any]]] | None = None,
+        settle: bool = True,
     ) -> int:
         """Fold what the projection has not seen yet; return how many entries were applied.
 
@@ -301,7 +302,10 @@ class Projections:
         `stop` folds only the first `stop` entries of the log; `signed_here`: the leaf
         hashes of entries this process's writer just appended (`KeySchedule.admit`);
         `opened_here` (seq -> (leaf hash, the values its writer sealed)): what the fold takes
-        instead of opening the box of an entry read back with that leaf hash (`FoldPass`).
+        instead of opening the box of an entry read back with that leaf hash (`FoldPass`);
+        `settle=False` leaves the end-of-catch-up work (the index compaction) to a later
+        catch-up: a bulk import defers it to its last batch, so that the main index is
+        rewritten once for the whole import, not once per batch.
         """
         log = self.log
         size = log.refresh()
@@ -335,6 +339,7 @@ class Projections:
                         careful=False,
                         signed_here=signed_here,
                         opened_here=opened_here,
+                        settle=settle,
                     )
                 except RepeatedId:
                     # A bulk insert met a repeated id (a hostile or replayed log): the batch
@@ -349,6 +354,7 @@ class Projections:
                         careful=True,
                         signed_here=signed_here,
                         opened_here=opened_here,
+                        settle=settle,
                     )
                 if last is not None:
                     root = self.log.root(last.seq + 1)
@@ -380,6 +386,7 @@ class Projections:
         careful: bool,
         signed_here: Mapping[int, bytes] | None = None,
         opened_here: Mapping[int, tuple[bytes, dict[str, Any]]] | None = None,
+        settle: bool = True,
     ) -> tuple[IndexStats, Entry | None]:
         """Fold entries lo..hi-1 and record the position, in one transaction."""
         fold = FoldPass(conn, self.upcast, replace(stats), FOLDS, careful=careful, opened=opened_here)
@@ -397,7 +404,7 @@ class Projections:
             )
             # Compaction only at the end: within a long catch-up the delta would
             # otherwise be merged (and the main table rewritten) over and over.
-            if hi == size:
+            if hi == size and (settle or compact):
                 fold.settle(force=compact)
             if last is not None:
                 self._save_state(conn, last.seq, last.leaf, self.log.root(last.seq + 1), fold.stats)

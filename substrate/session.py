@@ -106,6 +106,9 @@ class Session:
         self.skip_embedding: dict[str, str] = {}
         # What embed-on-insert did for each memory this session wrote (see substrate.embedding).
         self.embedded: dict[str, str] = {}
+        # True while a bulk import writes a batch that is not its last: the catch-up after the
+        # append leaves the index compaction to the last batch's (Projections.catch_up `settle`).
+        self.defer_settle = False
 
     @property
     def conn(self) -> duckdb.DuckDBPyConnection:
@@ -167,7 +170,10 @@ class Session:
                     opened[r.seq] = (r.leaf, values)
         try:
             self._projections.catch_up(
-                self._conn, signed_here={r.seq: r.leaf for r in receipts}, opened_here=opened
+                self._conn,
+                signed_here={r.seq: r.leaf for r in receipts},
+                opened_here=opened,
+                settle=not self.defer_settle,
             )
         except (MnemologError, OSError, duckdb.Error) as exc:
             # Durable already: the projection is derived and catches up later.

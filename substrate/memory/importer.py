@@ -22,7 +22,8 @@ the report names each bad line by its number (up to MAX_REPORTED of them).
 Then the texts are embedded, a batch at a time, into the embedding cache
 (nothing in the log yet: an embedder that answers with bad vectors stops
 the import before its batch is written), and each batch is appended as one
-group (one signature pass, one sync) and folded in bulk. An import that is
+group (one signature pass, one sync) and folded in bulk (the search index
+is compacted once, after the last batch). An import that is
 interrupted leaves whole batches: every memory written is complete, with its
 vector, and a re-run with ids and `skip_existing` continues where it
 stopped.
@@ -476,6 +477,9 @@ def write_checked(
                 report["atomisation_requested"] += len(extra)
                 if unreachable:
                     s.skip_embedding.update(dict.fromkeys((p.id for p in part), "pending"))
+                # The index is compacted after the last batch only: once per import, instead
+                # of a rewrite of the whole main index after every batch.
+                s.defer_settle = lo + batch < len(payloads)
                 receipts = s.append_many([*part, *extra])
                 for p in part:
                     out = s.embedded.get(p.id)

@@ -318,3 +318,36 @@ def test_a_byte_order_mark_is_refused_as_json_loads_refuses_it() -> None:
     with pytest.raises(importer.BadInput) as info:
         importer.parse_line(b'\xef\xbb\xbf{"content": "x"}')
     assert "Unexpected UTF-8 BOM" in info.value.message
+
+
+def test_a_bulk_import_compacts_the_index_once_after_its_last_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch's catch-up would compact (a tiny threshold); the import defers it to the last
+    batch, and the tables are those a rebuild makes."""
+    from mnemolog.projections.memory import fold as memory_fold
+    from tests.projections.kit import logical_rows
+
+    monkeypatch.setattr(memory_fold, "COMPACT_MIN_ROWS", 10)
+    compactions: list[int] = []
+    real = memory_fold.MemoryFold.compact
+    monkeypatch.setattr(
+        memory_fold.MemoryFold, "compact", lambda self: (compactions.append(1), real(self))[1]
+    )
+    home = new_home(tmp_path / "h")
+    f = write(
+        tmp_path / "in.jsonl", [{"content": f"memory number {i} about topic {i % 7}"} for i in range(25)]
+    )
+    with open_sub(home) as s:
+        s.store("one before the import")
+        compactions.clear()
+        report = s.import_jsonl(f, batch=4, progress=False)
+        assert report["batches"] == 7
+        assert len(compactions) == 1
+        with s.session() as ses:
+            imported = logical_rows(ses.conn)
+            delta = ses.conn.execute("SELECT count(*) FROM postings_delta").fetchone()
+        assert delta == (0,)
+        s.projections.rebuild()
+        with s.session() as ses:
+            assert logical_rows(ses.conn) == imported
