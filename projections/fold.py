@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -98,6 +98,37 @@ def insert_rows(
         conn.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM ml_rows")
     finally:
         conn.unregister("ml_rows")
+
+
+@contextmanager
+def threads(conn: duckdb.DuckDBPyConnection, n: int | None) -> Iterator[None]:
+    """DuckDB's worker threads set to `n` inside the block (None: left as they are).
+
+    The setting is the database instance's: the caller holds the projection session, so no
+    other statement of this process runs meanwhile, and the previous value is put back.
+    """
+    if n is None:
+        yield
+        return
+    row = conn.execute("SELECT current_setting('threads')").fetchone()
+    before = int(row[0]) if row else None
+    conn.execute(f"SET threads = {int(n)}")
+    try:
+        yield
+    except BaseException:
+        # The failed statement may have aborted the transaction (a repeated id, which the
+        # engine redoes carefully): a SET there would fail too and hide the error. Another
+        # connection of the same instance puts it back (the setting is the instance's).
+        if before is not None:
+            with suppress(duckdb.Error):
+                other = conn.cursor()
+                try:
+                    other.execute(f"SET threads = {before}")
+                finally:
+                    other.close()
+        raise
+    if before is not None:
+        conn.execute(f"SET threads = {before}")
 
 
 #: At most this many ids go inline as literals; more are registered as a table (`id_set`).
