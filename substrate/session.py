@@ -163,7 +163,10 @@ class Session:
         # byte (the leaf hashes match), those entries need no second signature check, and their
         # boxes hold the values sealed here (the fold takes them instead of opening the boxes).
         opened: dict[int, tuple[bytes, dict[str, Any]]] = {}
-        for r, (t, d, _), (_, sd, _) in zip(receipts, plain, items, strict=True):
+        # One receipt per item, in order; were it ever otherwise, nothing is handed over (the
+        # fold opens every box), rather than values paired with another entry's receipt.
+        pairs = zip(receipts, plain, items, strict=True) if len(receipts) == len(items) else ()
+        for r, (t, d, _), (_, sd, _) in pairs:
             if sd is not d:
                 values = sealing.sealed_values(t, d, sd)
                 if values is not None:
