@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import duckdb
 
@@ -293,12 +293,19 @@ class Projections:
         compact: bool = False,
         stop: int | None = None,
         signed_here: Mapping[int, bytes] | None = None,
+        opened_here: Mapping[int, tuple[bytes, dict[str, Any]]] | None = None,
+        settle: bool = True,
     ) -> int:
         """Fold what the projection has not seen yet; return how many entries were applied.
 
         `compact=True` sorts the whole index at the end whatever its state (rebuild);
         `stop` folds only the first `stop` entries of the log; `signed_here`: the leaf
-        hashes of entries this process's writer just appended (`KeySchedule.admit`).
+        hashes of entries this process's writer just appended (`KeySchedule.admit`);
+        `opened_here` (seq -> (leaf hash, the values its writer sealed)): what the fold takes
+        instead of opening the box of an entry read back with that leaf hash (`FoldPass`);
+        `settle=False` leaves the end-of-catch-up work (the index compaction) to a later
+        catch-up: a bulk import defers it to its last batch, so that the main index is
+        rewritten once for the whole import, not once per batch.
         """
         log = self.log
         size = log.refresh()
@@ -323,13 +330,31 @@ class Projections:
                 hi = min(lo + CATCH_UP_BATCH, size)
                 try:
                     stats, last = self._apply_batch(
-                        conn, lo, hi, size, stats, compact, careful=False, signed_here=signed_here
+                        conn,
+                        lo,
+                        hi,
+                        size,
+                        stats,
+                        compact,
+                        careful=False,
+                        signed_here=signed_here,
+                        opened_here=opened_here,
+                        settle=settle,
                     )
                 except RepeatedId:
                     # A bulk insert met a repeated id (a hostile or replayed log): the batch
                     # was rolled back; redo it with the slower insert that skips repeats.
                     stats, last = self._apply_batch(
-                        conn, lo, hi, size, stats, compact, careful=True, signed_here=signed_here
+                        conn,
+                        lo,
+                        hi,
+                        size,
+                        stats,
+                        compact,
+                        careful=True,
+                        signed_here=signed_here,
+                        opened_here=opened_here,
+                        settle=settle,
                     )
                 if last is not None:
                     root = self.log.root(last.seq + 1)
@@ -360,9 +385,11 @@ class Projections:
         *,
         careful: bool,
         signed_here: Mapping[int, bytes] | None = None,
+        opened_here: Mapping[int, tuple[bytes, dict[str, Any]]] | None = None,
+        settle: bool = True,
     ) -> tuple[IndexStats, Entry | None]:
         """Fold entries lo..hi-1 and record the position, in one transaction."""
-        fold = FoldPass(conn, self.upcast, replace(stats), FOLDS, careful=careful)
+        fold = FoldPass(conn, self.upcast, replace(stats), FOLDS, careful=careful, opened=opened_here)
         # Nothing is folded (and so served) that the key history did not sign: an entry a
         # rogue key appended after the last checkpoint fails here, before any table changes.
         # Key ids are compared for every entry; signatures (~0.1 ms each) for every entry of
@@ -377,7 +404,7 @@ class Projections:
             )
             # Compaction only at the end: within a long catch-up the delta would
             # otherwise be merged (and the main table rewritten) over and over.
-            if hi == size:
+            if hi == size and (settle or compact):
                 fold.settle(force=compact)
             if last is not None:
                 self._save_state(conn, last.seq, last.leaf, self.log.root(last.seq + 1), fold.stats)

@@ -37,12 +37,13 @@ from __future__ import annotations
 import json
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import duckdb
 
+from mnemolog.eventlog.format import sealing
 from mnemolog.eventlog.format.entry import Entry, to_jsonable
 from mnemolog.eventlog.vocabulary.events import read_id, touched_ids
 from mnemolog.eventlog.vocabulary.knowledge import PROJECT_NAME, PROJECT_REGISTERED
@@ -97,6 +98,37 @@ def insert_rows(
         conn.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM ml_rows")
     finally:
         conn.unregister("ml_rows")
+
+
+@contextmanager
+def threads(conn: duckdb.DuckDBPyConnection, n: int | None) -> Iterator[None]:
+    """DuckDB's worker threads set to `n` inside the block (None: left as they are).
+
+    The setting is the database instance's: the caller holds the projection session, so no
+    other statement of this process runs meanwhile, and the previous value is put back.
+    """
+    if n is None:
+        yield
+        return
+    row = conn.execute("SELECT current_setting('threads')").fetchone()
+    before = int(row[0]) if row else None
+    conn.execute(f"SET threads = {int(n)}")
+    try:
+        yield
+    except BaseException:
+        # The failed statement may have aborted the transaction (a repeated id, which the
+        # engine redoes carefully): a SET there would fail too and hide the error. Another
+        # connection of the same instance puts it back (the setting is the instance's).
+        if before is not None:
+            with suppress(duckdb.Error):
+                other = conn.cursor()
+                try:
+                    other.execute(f"SET threads = {before}")
+                finally:
+                    other.close()
+        raise
+    if before is not None:
+        conn.execute(f"SET threads = {before}")
 
 
 #: At most this many ids go inline as literals; more are registered as a table (`id_set`).
@@ -297,9 +329,14 @@ class FoldPass:
         folds: Sequence[type[Fold]],
         *,
         careful: bool = False,
+        opened: Mapping[int, tuple[bytes, dict[str, Any]]] | None = None,
     ) -> None:
         self.conn = conn
         self.upcast = upcast
+        # seq -> (leaf hash, the values its box holds): entries this process's writer sealed and
+        # just appended. Taken only for an entry whose bytes hash to that leaf (those very bytes,
+        # so that very box); any other entry's box is opened with the keys, as always.
+        self.opened = opened or {}
         self.shared = Shared(conn, stats, careful, ProjectIndex(conn), self._flush_folds)
         self.folds = [f(self.shared) for f in folds]
         self._dispatch = _dispatch(self.folds)
@@ -319,12 +356,17 @@ class FoldPass:
         last: Entry | None = None
         dispatch = self._dispatch
         upcast = self.upcast
+        opened = self.opened
         pending = len(self.touches)
         for e in entries:
             t = e.type
             handle = dispatch.get(t)
             if handle is not None:
-                data = upcast(t, e.tv, e.data)
+                own = opened.get(e.seq) if opened else None
+                if own is not None and own[0] == e.leaf:
+                    data = upcast(t, e.tv, sealing.opened_with(e.data, own[1]))
+                else:
+                    data = upcast(t, e.tv, e.data)
                 if isinstance(data, dict):
                     handle(e, data)
                     for mid in touched_ids(t, data):

@@ -106,6 +106,9 @@ class Session:
         self.skip_embedding: dict[str, str] = {}
         # What embed-on-insert did for each memory this session wrote (see substrate.embedding).
         self.embedded: dict[str, str] = {}
+        # True while a bulk import writes a batch that is not its last: the catch-up after the
+        # append leaves the index compaction to the last batch's (Projections.catch_up `settle`).
+        self.defer_settle = False
 
     @property
     def conn(self) -> duckdb.DuckDBPyConnection:
@@ -138,6 +141,7 @@ class Session:
                 # A programming error, not bad input: only the current model of a type is written.
                 raise TypeError(f"{cls.__qualname__} is not the payload model written for its type")
             items.append((cls.TYPE, p.to_data(), cls.TV))
+        plain = items
         items = self._seal(items)
         writer = self._writer()
         for attempt in range(APPEND_ATTEMPTS):
@@ -155,10 +159,25 @@ class Session:
         # What went wrong without failing the write (a derived index, a listener) is reported
         # with the command's result, like a post hook's failure.
         self.warnings += writer.take_warnings()
+        # This writer signed what it just appended, and sealed its content: read back byte for
+        # byte (the leaf hashes match), those entries need no second signature check, and their
+        # boxes hold the values sealed here (the fold takes them instead of opening the boxes).
+        opened: dict[int, tuple[bytes, dict[str, Any]]] = {}
+        # One receipt per item, in order; were it ever otherwise, nothing is handed over (the
+        # fold opens every box), rather than values paired with another entry's receipt.
+        pairs = zip(receipts, plain, items, strict=True) if len(receipts) == len(items) else ()
+        for r, (t, d, _), (_, sd, _) in pairs:
+            if sd is not d:
+                values = sealing.sealed_values(t, d, sd)
+                if values is not None:
+                    opened[r.seq] = (r.leaf, values)
         try:
-            # This writer signed what it just appended: read back byte for byte (the leaf
-            # hashes match), those entries need no second signature check.
-            self._projections.catch_up(self._conn, signed_here={r.seq: r.leaf for r in receipts})
+            self._projections.catch_up(
+                self._conn,
+                signed_here={r.seq: r.leaf for r in receipts},
+                opened_here=opened,
+                settle=not self.defer_settle,
+            )
         except (MnemologError, OSError, duckdb.Error) as exc:
             # Durable already: the projection is derived and catches up later.
             raise ProjectionBehind(receipts, exc) from exc

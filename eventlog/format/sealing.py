@@ -68,10 +68,12 @@ __all__ = [
     "new_key_id",
     "new_keys",
     "open_payload",
+    "opened_with",
     "record_subject",
     "reseal_payload",
     "seal_payload",
     "sealed_fields",
+    "sealed_values",
     "subject_of",
     "subjects_of",
 ]
@@ -331,6 +333,32 @@ def _open(type_: str, subject: str, box: dict[str, Any], keys: KeyLookup) -> tup
     if not isinstance(values, dict) or sorted(values) != sorted(fields):
         return {}, sorted(fields)
     return values, []
+
+
+def sealed_values(type_: str, plain: Mapping[str, Any], sealed: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The fields `seal_payload(type_, plain, ...)` put in `sealed`'s one box, taken from `plain`.
+
+    What `open_payload` gives back for that box, without its key: the writer
+    that sealed the payload keeps them for the fold of the entry it just
+    appended (`opened_with`). None when opening takes more than the one box
+    (a pack's quoted entries) or when the box is not what sealing `plain` makes.
+    """
+    box = _box_of(sealed)
+    names = box.get("fields") if box is not None else None
+    if type_ == CONTEXT_BUILT or not isinstance(names, list) or SEALED_FIELD in plain:
+        return None
+    if not all(isinstance(f, str) and f in plain for f in names):
+        return None
+    return {f: plain[f] for f in names}
+
+
+def opened_with(data: dict[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """`open_payload` of a payload whose one box holds `values` (`sealed_values`): the box's
+    fields given back, the rest of `data` as it is. The caller vouches for `values` (the
+    entry's bytes are those its own writer sealed and signed)."""
+    out = {k: x for k, x in data.items() if k != SEALED_FIELD}
+    out.update(values)
+    return out
 
 
 def open_payload(type_: str, data: dict[str, Any], keys: KeyLookup) -> dict[str, Any]:

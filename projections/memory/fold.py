@@ -241,8 +241,13 @@ class MemoryFold(Fold):
         tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=ARROW_CHUNK))
         conn.register("ml_rows", tbl)
         try:
-            stage_postings(conn, _STAGE, dated=True)
-            self._insert_staged(tbl)
+            # One chunk (an import's batch, a store's few rows) is one thread's scan: the other
+            # threads only add the cost of splitting and merging the joins and aggregates
+            # (tokenising 2,000 memories: about 115 ms of CPU on two threads, 72 ms on one,
+            # and less wall time too on a busy machine). A rebuild's batches keep every thread.
+            with fold.threads(conn, 1 if tbl.num_rows <= ARROW_CHUNK else None):
+                stage_postings(conn, _STAGE, dated=True)
+                self._insert_staged(tbl)
         finally:
             conn.unregister("ml_rows")
 

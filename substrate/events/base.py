@@ -9,15 +9,26 @@ and tv from the class: a payload cannot be signed under another type's name.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
-from pydantic import BaseModel, ConfigDict, ModelWrapValidatorHandler, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from mnemolog.eventlog.errors import BadInput
 from mnemolog.eventlog.vocabulary.events import NO_TOUCHES, TOUCH_PREV, TOUCHES, chained, upcast_chain_end
 from mnemolog.substrate.events.limits import check_unicode
 
-__all__ = ["CURRENT_TV", "REGISTRY", "Chained", "Payload", "payload_class"]
+__all__ = ["CURRENT_TV", "REGISTRY", "UNICODE_CHECKED", "Chained", "Payload", "payload_class"]
+
+#: Validation context key (`model_validate(..., context={UNICODE_CHECKED: True})`): the caller
+#: has shown that no text in the input holds a lone surrogate.
+UNICODE_CHECKED: Final = "unicode_checked"
 
 # (type, tv) -> the model of that payload version; type -> the tv written today.
 REGISTRY: dict[tuple[str, int], type[Payload]] = {}
@@ -76,8 +87,12 @@ class Payload(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _valid_unicode(cls, data: Any) -> Any:
-        # Every text field, nested ones included: a lone surrogate cannot be encoded.
+    def _valid_unicode(cls, data: Any, info: ValidationInfo) -> Any:
+        # Every text field, nested ones included: a lone surrogate cannot be encoded. A caller
+        # that has shown the whole input holds none (UNICODE_CHECKED: an import's line, strict
+        # UTF-8 without a surrogate escape) spares the walk; the fields' own checks still run.
+        if info.context is not None and info.context.get(UNICODE_CHECKED):
+            return data
         if isinstance(data, dict):
             for k, v in data.items():
                 check_unicode(v, str(k))

@@ -22,7 +22,8 @@ the report names each bad line by its number (up to MAX_REPORTED of them).
 Then the texts are embedded, a batch at a time, into the embedding cache
 (nothing in the log yet: an embedder that answers with bad vectors stops
 the import before its batch is written), and each batch is appended as one
-group (one signature pass, one sync) and folded in bulk. An import that is
+group (one signature pass, one sync) and folded in bulk (the search index
+is compacted once, after the last batch). An import that is
 interrupted leaves whole batches: every memory written is complete, with its
 vector, and a re-run with ids and `skip_existing` continues where it
 stopped.
@@ -36,6 +37,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +155,14 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: One decoder for every line (json.loads would build one per call): constants (NaN,
+#: Infinity) and repeated keys refused.
+_DECODER: Final = json.JSONDecoder(parse_constant=_no_constants, object_pairs_hook=_unique_keys)
+#: Where a JSON text can hold a surrogate: strict UTF-8 decoding never yields one, so only a
+#: \uD800-\uDFFF escape can (one that stands in a valid pair is checked too, to be simple).
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def parse_line(raw: bytes, status: str = "active") -> MemoryStored:
     """One line as a store's payload, or BadInput/UsageError saying what is wrong with it."""
     if len(raw) > MAX_LINE_BYTES:
@@ -162,17 +172,25 @@ def parse_line(raw: bytes, status: str = "active") -> MemoryStored:
     except UnicodeDecodeError as exc:
         raise BadInput(f"not valid UTF-8 at byte {exc.start}") from exc
     try:
-        obj = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys)
+        if text.startswith("\ufeff"):  # what json.loads says of it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        obj = _DECODER.decode(text)
     except (json.JSONDecodeError, ValueError, RecursionError) as exc:
         raise BadInput(f"not valid JSON: {exc}") from exc
-    return parse_record(obj, status)
+    # A line without a surrogate escape holds no lone surrogate anywhere: the model's walk over
+    # every nested text is spared (a line with one takes it, and gets its error).
+    return parse_record(obj, status, unicode_checked=_SURROGATE_ESCAPE.search(raw) is None)
 
 
-def parse_record(obj: Any, status: str = "active") -> MemoryStored:
-    """One parsed line (or a format mapper's record) as a store's payload with `status`."""
+def parse_record(obj: Any, status: str = "active", *, unicode_checked: bool = False) -> MemoryStored:
+    """One parsed line (or a format mapper's record) as a store's payload with `status`.
+
+    `unicode_checked`: the caller has shown that no text in `obj` holds a lone surrogate.
+    """
     if not isinstance(obj, dict):
         raise BadInput(f"a line must be a JSON object, found {type(obj).__name__}")
     from mnemolog.substrate.events import MemoryStored
+    from mnemolog.substrate.events.base import UNICODE_CHECKED
 
     fields = line_fields()
     unknown = sorted(set(obj) - set(fields))
@@ -200,7 +218,8 @@ def parse_record(obj: Any, status: str = "active") -> MemoryStored:
             "domains": obj.get("domains") or [],
             "status": status,
             "occurred_at": obj.get("occurred_at"),
-        }
+        },
+        context={UNICODE_CHECKED: True} if unicode_checked else None,
     )
     # What the log's encoder would refuse (an integer beyond 64 bits, nesting too deep) is
     # refused here, before any batch is written.
@@ -356,7 +375,8 @@ def _check_stored(
             policy = policies.get(p.namespace) or policies.setdefault(p.namespace, s.policy(p.namespace))
             try:
                 s.check_write(policy, p.namespace)
-                hooks.pre(HookEvent("pre_store", p.namespace, p.to_data(), None))
+                if hooks:  # the payload's map is built for a hook only
+                    hooks.pre(HookEvent("pre_store", p.namespace, p.to_data(), None))
             except MnemologError as exc:
                 out.fail(n, exc)
                 continue
@@ -458,6 +478,9 @@ def write_checked(
                 report["atomisation_requested"] += len(extra)
                 if unreachable:
                     s.skip_embedding.update(dict.fromkeys((p.id for p in part), "pending"))
+                # The index is compacted after the last batch only: once per import, instead
+                # of a rewrite of the whole main index after every batch.
+                s.defer_settle = lo + batch < len(payloads)
                 receipts = s.append_many([*part, *extra])
                 for p in part:
                     out = s.embedded.get(p.id)

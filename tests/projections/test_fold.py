@@ -270,3 +270,32 @@ def test_an_id_set_refuses_text_that_is_not_unicode_whatever_its_size() -> None:
             fold.id_set(conn, "ml_test", ["a"] * n + ["\udcff"]),
         ):
             pass
+
+
+def test_threads_are_set_inside_the_block_and_put_back_whatever_happens() -> None:
+    import duckdb
+
+    conn = duckdb.connect()
+    conn.execute("SET threads = 3")
+
+    def now() -> int:
+        row = conn.execute("SELECT current_setting('threads')").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    with fold.threads(conn, 1):
+        assert now() == 1
+    assert now() == 3
+    with pytest.raises(RuntimeError), fold.threads(conn, 1):
+        raise RuntimeError("a failed statement")
+    assert now() == 3
+    # A statement that aborts the transaction: its error comes out, and the setting is put back.
+    conn.execute("CREATE TABLE t (i INTEGER PRIMARY KEY)")
+    conn.execute("BEGIN TRANSACTION")
+    conn.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(duckdb.ConstraintException), fold.threads(conn, 1):
+        conn.execute("INSERT INTO t VALUES (1)")
+    conn.execute("ROLLBACK")
+    assert now() == 3
+    with fold.threads(conn, None):
+        assert now() == 3

@@ -280,3 +280,74 @@ def test_an_unknown_domain_or_a_bad_project_is_a_numbered_bad_line_and_nothing_i
     [bad] = info.value.details["bad_lines"]
     assert bad["line"] == 2 and "astrology" in bad["message"]
     assert log_digest(home) == before
+
+
+def _parsed_or_error(raw: bytes, *, shortcut: bool) -> Any:
+    """What parse_line makes of `raw` (the payload's map without its random id, or the error),
+    with the surrogate-escape shortcut on or forced off."""
+    try:
+        if shortcut:
+            p = importer.parse_line(raw)
+        else:
+            p = importer.parse_record(json.loads(raw.decode()), unicode_checked=False)
+    except Exception as exc:  # the error itself is what is compared
+        return (type(exc).__name__, str(exc))
+    return {k: v for k, v in p.to_data().items() if k != "id"}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        rb'{"content": "lone \ud800 surrogate"}',
+        rb'{"content": "low \udc00 alone"}',
+        rb'{"content": "x", "metadata": {"k\udfff": 1}}',
+        rb'{"content": "x", "metadata": {"a": ["deep", {"b": "\uDBFF"}]}}',
+        rb'{"content": "x", "tags": ["\ud83d"]}',
+        rb'{"content": "pair \ud83d\ude00 is fine", "title": "\ud83d\ude00"}',
+        rb'{"content": "an escaped backslash \\ud800 is text"}',
+        '{"content": "plain UTF-8 \u00e9\u4e2d\U0001f600", "metadata": {"\u00e9": ["\u00e9"]}}'.encode(),
+    ],
+)
+def test_the_unicode_shortcut_gives_what_the_full_walk_gives(raw: bytes) -> None:
+    """A line without a surrogate escape skips the model's walk over nested text: whatever the
+    line, the result (payload or error message) is the one the walk gives."""
+    assert _parsed_or_error(raw, shortcut=True) == _parsed_or_error(raw, shortcut=False)
+
+
+def test_a_byte_order_mark_is_refused_as_json_loads_refuses_it() -> None:
+    with pytest.raises(importer.BadInput) as info:
+        importer.parse_line(b'\xef\xbb\xbf{"content": "x"}')
+    assert "Unexpected UTF-8 BOM" in info.value.message
+
+
+def test_a_bulk_import_compacts_the_index_once_after_its_last_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch's catch-up would compact (a tiny threshold); the import defers it to the last
+    batch, and the tables are those a rebuild makes."""
+    from mnemolog.projections.memory import fold as memory_fold
+    from tests.projections.kit import logical_rows
+
+    monkeypatch.setattr(memory_fold, "COMPACT_MIN_ROWS", 10)
+    compactions: list[int] = []
+    real = memory_fold.MemoryFold.compact
+    monkeypatch.setattr(
+        memory_fold.MemoryFold, "compact", lambda self: (compactions.append(1), real(self))[1]
+    )
+    home = new_home(tmp_path / "h")
+    f = write(
+        tmp_path / "in.jsonl", [{"content": f"memory number {i} about topic {i % 7}"} for i in range(25)]
+    )
+    with open_sub(home) as s:
+        s.store("one before the import")
+        compactions.clear()
+        report = s.import_jsonl(f, batch=4, progress=False)
+        assert report["batches"] == 7
+        assert len(compactions) == 1
+        with s.session() as ses:
+            imported = logical_rows(ses.conn)
+            delta = ses.conn.execute("SELECT count(*) FROM postings_delta").fetchone()
+        assert delta == (0,)
+        s.projections.rebuild()
+        with s.session() as ses:
+            assert logical_rows(ses.conn) == imported
