@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -149,6 +150,39 @@ def score(
         keep &= ~np.isin(uniq, exclude)
     cand = best(uniq, tot, np.flatnonzero(keep), limit)
     return list(zip(uniq[cand].tolist(), tot[cand].astype(np.int64).tolist(), strict=True))
+
+
+# Per thread, inside `one_question`: the scores computed so far, by question and position.
+_shared = threading.local()
+
+
+@contextmanager
+def one_question() -> Iterator[None]:
+    """Rankings of one question share its BM25 scores while this lasts: a context pack ranks each
+    tier with the same question at the same position (the same floats, computed once), as
+    `vecmatrix.one_question` shares the product with the matrix."""
+    outer = getattr(_shared, "memo", None)
+    if outer is None:
+        _shared.memo = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _shared.memo = None
+
+
+def shared_totals(
+    key: tuple[object, ...], compute: Callable[[], tuple[I64, F64, I64]]
+) -> tuple[I64, F64, I64]:
+    """`compute()` (a `totals`), or what it gave for `key` earlier within `one_question`. The
+    arrays are shared: callers only read them."""
+    memo: dict[tuple[object, ...], tuple[I64, F64, I64]] | None = getattr(_shared, "memo", None)
+    if memo is None:
+        return compute()
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = compute()
+    return hit
 
 
 def _arrays(tbl: dict[str, Any]) -> tuple[list[str], I64, F64, F64]:

@@ -519,11 +519,18 @@ def rank_lexical(
     alpha = float(neighbour_weight)
     if alpha <= 0:
         return [Lexical(d, s, s) for d, s in rank_bm25(conn, parsed, filters, limit, copy=copy, k1=k1, b=b)]
-    postings = copy.postings(parsed.terms) if copy is not None else bm25.fetch_postings(conn, parsed.terms)
     n_docs, total_len = parsed.position[2], parsed.position[3]
     pool = max(limit * 4, NEIGHBOUR_POOL)
+
+    def scores() -> tuple[bm25.I64, bm25.F64, bm25.I64]:
+        terms = parsed.terms
+        postings = copy.postings(terms) if copy is not None else bm25.fetch_postings(conn, terms)
+        return bm25.totals(postings, n_docs, total_len, k1=k1, b=b)
+
     # Every match's score, as arrays (no list of every match): `own` looks neighbours up in them.
-    uniq, tot, _ = bm25.totals(postings, n_docs, total_len, k1=k1, b=b)
+    # The filters apply after, so a pack's tiers (one question, one position) share them.
+    key = ("lexical", parsed.position, tuple(parsed.terms), k1, b)
+    uniq, tot, _ = bm25.shared_totals(key, scores)
     live = np.ones(len(uniq), dtype=bool)
     if by_exclusion(filters, copy):
         exclude = excluded(conn, copy, filters)

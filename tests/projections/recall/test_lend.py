@@ -159,3 +159,23 @@ def test_score_excludes_requires_and_cuts_as_the_reference(
     ][:limit]
     ex = np.asarray(sorted(exclude), np.int64)
     assert bm25.score(postings, 40, 800, limit=limit, require_all=require_all, exclude=ex) == want
+
+
+def test_one_question_computes_a_question_s_scores_once_and_only_while_it_lasts() -> None:
+    calls: list[int] = []
+
+    def compute() -> tuple[bm25.I64, bm25.F64, bm25.I64]:
+        calls.append(1)
+        return np.asarray([1], np.int64), np.asarray([5.0]), np.asarray([1], np.int64)
+
+    bm25.shared_totals(("k",), compute)
+    bm25.shared_totals(("k",), compute)
+    assert len(calls) == 2  # outside: every call computes
+    with bm25.one_question():
+        a = bm25.shared_totals(("k",), compute)
+        with bm25.one_question():  # nested: the outer memo stands
+            b = bm25.shared_totals(("k",), compute)
+        bm25.shared_totals(("other",), compute)
+    assert a is b and len(calls) == 4
+    bm25.shared_totals(("k",), compute)
+    assert len(calls) == 5
