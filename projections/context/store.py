@@ -24,6 +24,7 @@ projections/embedding/vectors.py keeps beside the memories').
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -32,13 +33,11 @@ import duckdb
 
 from mnemolog.projections.context.assemble import ChunkRow
 from mnemolog.projections.embedding import vectors
-from mnemolog.projections.recall import hybrid
-
-if TYPE_CHECKING:
-    pass
+from mnemolog.projections.recall import bm25, hybrid
 
 if TYPE_CHECKING:
     import numpy as np
+    import numpy.typing as npt
 else:
     from mnemolog.projections.lazymod import numpy as np
 
@@ -137,12 +136,137 @@ def chunk_count(conn: duckdb.DuckDBPyConnection) -> int:
     return int(row[0]) if row else 0
 
 
+#: A connection's packs before it keeps a copy of the chunks' index (one-shot processes build one).
+CHUNK_COPY_AFTER: Final = 3
+#: Chunk postings beyond which no copy is kept: the SQL statement serves instead.
+MAX_CHUNK_POSTINGS: Final = 5_000_000
+
+
+@dataclass(frozen=True)
+class ChunkIndex:
+    """The chunks' inverted index in numpy arrays, as it was at `key` (see `_chunk_state`)."""
+
+    key: tuple[object, ...]
+    n: float  # count(*) of ctx_chunks, as the statement computes it
+    avgdl: float  # greatest(avg(dl), 1), read from DuckDB: the statement's very value
+    postings: dict[str, bm25.TermPostings]
+    docs: bm25.I64  # every chunk, ascending
+    projects: npt.NDArray[np.object_]  # each one's project
+
+
+_chunk_copies: dict[int, ChunkIndex] = {}
+_chunk_uses: dict[int, int] = {}
+_chunk_lock = threading.Lock()
+
+# What the chunks are: a chunk's doc is its entry's seq and index, never reused, so any added
+# chunk raises the largest doc and a removal alone lowers the count; the log tells homes apart.
+_CHUNK_STATE = (
+    "SELECT count(*), max(doc), sum(doc), count(*)::DOUBLE, greatest(avg(dl), 1)::DOUBLE, "
+    "(SELECT log_id FROM proj_state) FROM ctx_chunks"
+)
+
+
+def _chunk_copy(conn: duckdb.DuckDBPyConnection) -> ChunkIndex | None:
+    """This connection's copy of the chunks' index as they are now, once it has ranked chunks
+    CHUNK_COPY_AFTER times (a one-shot process keeps none)."""
+    cid = id(conn)
+    with _chunk_lock:
+        uses = _chunk_uses.get(cid, 0) + 1
+        _chunk_uses[cid] = uses
+        copy = _chunk_copies.get(cid)
+    if copy is None and uses < CHUNK_COPY_AFTER:
+        return None
+    row = conn.execute(_CHUNK_STATE).fetchone()
+    if row is None:
+        return None
+    key = (int(row[0]), row[1], row[2], row[5])
+    if copy is not None and copy.key == key:
+        return copy
+    count = conn.execute("SELECT count(*) FROM ctx_chunk_postings").fetchone()
+    if count is None or int(count[0]) > MAX_CHUNK_POSTINGS:
+        with _chunk_lock:
+            _chunk_copies.pop(cid, None)
+        return None
+    tbl = conn.execute("SELECT term, doc, tf, dl FROM ctx_chunk_postings").fetchnumpy()
+    chunks = conn.execute("SELECT doc, project FROM ctx_chunks ORDER BY doc").fetchnumpy()
+    fresh = ChunkIndex(
+        key,
+        float(row[3]),
+        float(row[4]) if row[4] is not None else 1.0,
+        bm25.grouped(tbl),
+        np.asarray(chunks["doc"], dtype=np.int64),
+        np.asarray(chunks["project"], dtype=object),
+    )
+    with _chunk_lock:
+        _chunk_copies[cid] = fresh
+    return fresh
+
+
+def forget_chunks(conn: duckdb.DuckDBPyConnection) -> None:
+    """Drop this connection's copy of the chunks' index (tests; a closed store)."""
+    with _chunk_lock:
+        _chunk_copies.pop(id(conn), None)
+        _chunk_uses.pop(id(conn), None)
+
+
+def _copy_scores(copy: ChunkIndex, terms: Sequence[str], project: str | None, limit: int) -> dict[int, float]:
+    """What `_bm25`'s statement gives, from the copy: the same IEEE double operations in the
+    same order (ln is the C library's in both; `round` is C's, half away from zero), summed
+    as exact integers, cut and ordered as its ORDER BY and LIMIT are."""
+    docs_parts: list[bm25.I64] = []
+    contrib_parts: list[bm25.F64] = []
+    for t in dict.fromkeys(terms):
+        p = copy.postings.get(t)
+        if p is None or not len(p.docs):
+            continue
+        df = float(len(p.docs))
+        idf = math.log(1 + (copy.n - df + 0.5) / (df + 0.5))
+        raw = (
+            idf
+            * p.tf
+            * float(f"{K1 + 1}")
+            / (p.tf + K1 * (1 - B + B * p.dl / copy.avgdl))
+            * float(SCORE_SCALE)
+        )
+        low = np.floor(raw)
+        docs_parts.append(p.docs)
+        contrib_parts.append(low + (raw - low >= 0.5))  # C's round: raw - floor(raw) is exact
+    if not docs_parts:
+        return {}
+    uniq, inv = np.unique(np.concatenate(docs_parts), return_inverse=True)
+    scores = np.bincount(inv, weights=np.concatenate(contrib_parts), minlength=len(uniq))
+
+    def top(cand: bm25.I64) -> list[int]:
+        best: list[int] = cand[np.lexsort((uniq[cand], -scores[cand]))][:limit].tolist()
+        return best
+
+    chosen = top(np.arange(len(uniq)))
+    if project:
+        at = np.searchsorted(copy.docs, uniq)
+        mine = np.flatnonzero((at < len(copy.docs)) & (copy.docs[np.minimum(at, len(copy.docs) - 1)] == uniq))
+        mine = mine[copy.projects[at[mine]] == project]
+        chosen += top(mine)
+    return {int(uniq[i]): float(scores[i]) if math.isfinite(float(scores[i])) else 0.0 for i in chosen}
+
+
 def _bm25(conn: duckdb.DuckDBPyConnection, query: str, project: str | None, limit: int) -> dict[int, float]:
-    """BM25 scores (scaled by SCORE_SCALE) of the `limit` best chunks, and of `project`'s best `limit`."""
+    """BM25 scores (scaled by SCORE_SCALE) of the `limit` best chunks, and of `project`'s best `limit`.
+
+    From the connection's copy of the chunks' index when it keeps one (`_copy_scores`, the
+    same floats), else one statement."""
     got = conn.execute("SELECT list_distinct(ml_terms(?))", [query]).fetchone()
     terms = list(got[0] or [])[:MAX_QUERY_TERMS] if got else []
     if not terms:
         return {}
+    copy = _chunk_copy(conn)
+    if copy is not None:
+        return _copy_scores(copy, terms, project, limit)
+    return _sql_bm25(conn, terms, project, limit)
+
+
+def _sql_bm25(
+    conn: duckdb.DuckDBPyConnection, terms: list[str], project: str | None, limit: int
+) -> dict[int, float]:
     ph = ", ".join("?" * len(terms))
     project_top = ""
     args: list[Any] = [*terms, limit]

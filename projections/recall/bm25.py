@@ -210,6 +210,11 @@ def _group(terms: list[str], docs: I64, tf: F64, dl: F64) -> dict[str, TermPosti
     return out
 
 
+def grouped(tbl: dict[str, Any]) -> dict[str, TermPostings]:
+    """Postings by term from a `term, doc, tf, dl` read (`fetchnumpy`)."""
+    return _group(*_arrays(tbl))
+
+
 def fetch_postings(conn: duckdb.DuckDBPyConnection, terms: Sequence[str]) -> list[TermPostings]:
     """The live postings of these terms, read from the index tables (main and delta)."""
     if not terms:
