@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
@@ -152,6 +152,8 @@ class ChunkIndex:
     postings: dict[str, bm25.TermPostings]
     docs: bm25.I64  # every chunk, ascending
     projects: npt.NDArray[np.object_]  # each one's project
+    # Chunk rows read at `key`, by doc (a doc's row never changes: a new version is new docs).
+    rows: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
 _chunk_copies: dict[int, ChunkIndex] = {}
@@ -249,19 +251,22 @@ def _copy_scores(copy: ChunkIndex, terms: Sequence[str], project: str | None, li
     return {int(uniq[i]): float(scores[i]) if math.isfinite(float(scores[i])) else 0.0 for i in chosen}
 
 
-def _bm25(conn: duckdb.DuckDBPyConnection, query: str, project: str | None, limit: int) -> dict[int, float]:
+def _bm25(
+    conn: duckdb.DuckDBPyConnection, query: str, project: str | None, limit: int
+) -> tuple[dict[int, float], ChunkIndex | None]:
     """BM25 scores (scaled by SCORE_SCALE) of the `limit` best chunks, and of `project`'s best `limit`.
 
     From the connection's copy of the chunks' index when it keeps one (`_copy_scores`, the
-    same floats), else one statement."""
+    same floats), else one statement; and the copy that scored (checked against the chunks
+    just now), whose row cache `_rows` may then use."""
     got = conn.execute("SELECT list_distinct(ml_terms(?))", [query]).fetchone()
     terms = list(got[0] or [])[:MAX_QUERY_TERMS] if got else []
     if not terms:
-        return {}
+        return {}, None
     copy = _chunk_copy(conn)
     if copy is not None:
-        return _copy_scores(copy, terms, project, limit)
-    return _sql_bm25(conn, terms, project, limit)
+        return _copy_scores(copy, terms, project, limit), copy
+    return _sql_bm25(conn, terms, project, limit), None
 
 
 def _sql_bm25(
@@ -295,14 +300,31 @@ def _sql_bm25(
     return {int(d): float(sc) if math.isfinite(float(sc)) else 0.0 for d, sc in best}
 
 
-def _rows(conn: duckdb.DuckDBPyConnection, scores: Mapping[int, float]) -> list[ChunkRow]:
-    """The chunk rows of these docs with their scores, best first (ties: the older chunk first)."""
+def _rows(
+    conn: duckdb.DuckDBPyConnection, scores: Mapping[int, float], copy: ChunkIndex | None = None
+) -> list[ChunkRow]:
+    """The chunk rows of these docs with their scores, best first (ties: the older chunk first).
+
+    `copy`, checked against the chunks in this session, keeps the rows it has served: a doc it
+    does not hold is no chunk (as the statement would find no row), the others are read once."""
     if not scores:
         return []
-    ints = ", ".join(str(d) for d in sorted(scores))
-    rows = conn.execute(
-        f"SELECT doc, chunk_id, text, name, heading_path, project FROM ctx_chunks WHERE doc IN ({ints})"
-    ).fetchall()
+    want = sorted(scores)
+    rows: list[tuple[Any, ...]] = []
+    if copy is not None:
+        arr = np.asarray(want, dtype=np.int64)
+        at = np.minimum(np.searchsorted(copy.docs, arr), max(len(copy.docs) - 1, 0))
+        present = arr[copy.docs[at] == arr] if len(copy.docs) else arr[:0]
+        rows = [copy.rows[d] for d in present.tolist() if d in copy.rows]
+        want = [d for d in present.tolist() if d not in copy.rows]
+    if want:
+        ints = ", ".join(str(d) for d in want)
+        fetched = conn.execute(
+            f"SELECT doc, chunk_id, text, name, heading_path, project FROM ctx_chunks WHERE doc IN ({ints})"
+        ).fetchall()
+        if copy is not None:
+            copy.rows.update((int(r[0]), tuple(r)) for r in fetched)
+        rows += fetched
     rows.sort(key=lambda r: (-scores[int(r[0])], int(r[0])))
     return [
         ChunkRow(
@@ -339,10 +361,12 @@ def chunk_candidates(
     """
     meta = vectors.read_meta(conn) if query_vector is not None else None
     if query_vector is None or meta is None:
-        return _rows(conn, {d: sc / SCORE_SCALE for d, sc in _bm25(conn, query, project, limit).items()})
+        scores, copy = _bm25(conn, query, project, limit)
+        return _rows(conn, {d: sc / SCORE_SCALE for d, sc in scores.items()}, copy)
     fusion = fusion or hybrid.Fusion()
     depth = max(limit, fusion.depth)
-    lex = {d: sc / SCORE_SCALE for d, sc in _bm25(conn, query, project, depth).items()}
+    scores, copy = _bm25(conn, query, project, depth)
+    lex = {d: sc / SCORE_SCALE for d, sc in scores.items()}
     near = vectors.chunk_search(conn, query_vector, depth, meta=meta)
     if project:
         near += vectors.chunk_search(conn, query_vector, depth, meta=meta, project=project)
@@ -371,7 +395,7 @@ def chunk_candidates(
     kept = {
         d: sc for d, sc in fused if lex.get(d, 0.0) > 0 or (d in dist and 1.0 - dist[d] >= fusion.min_cosine)
     }
-    rows = _rows(conn, kept)
+    rows = _rows(conn, kept, copy)
     own = [r for r in rows if project and r.project == project][:limit]
     chosen = {r.id for r in rows[:limit]} | {r.id for r in own}
     return [r for r in rows if r.id in chosen]

@@ -74,3 +74,47 @@ def test_the_copy_follows_the_chunks() -> None:
     finally:
         store.forget_chunks(conn)
         conn.close()
+
+
+def test_rows_from_the_copy_are_the_rows_of_the_table() -> None:
+    conn = home([("a", 10, {"alpha": 1}), ("b", 20, {"alpha": 2}), ("", 5, {"beta": 1})])
+    conn.execute("ALTER TABLE ctx_chunks ADD COLUMN chunk_id VARCHAR DEFAULT 'c'")
+    conn.execute("ALTER TABLE ctx_chunks ADD COLUMN text VARCHAR DEFAULT 't'")
+    conn.execute("ALTER TABLE ctx_chunks ADD COLUMN name VARCHAR DEFAULT 'n'")
+    conn.execute("ALTER TABLE ctx_chunks ADD COLUMN heading_path VARCHAR[] DEFAULT ['h']")
+    conn.execute("UPDATE ctx_chunks SET chunk_id = 'c' || doc, text = 'text of ' || doc")
+    try:
+        store._chunk_uses[id(conn)] = store.CHUNK_COPY_AFTER
+        copy = store._chunk_copy(conn)
+        assert copy is not None
+        docs = [int(d) for d in copy.docs] + [12345]  # one that is no chunk: no row, either way
+        scores = {d: float(i % 2) for i, d in enumerate(docs)}  # ties: the older chunk first
+        plain = store._rows(conn, scores)
+        assert store._rows(conn, scores, copy) == plain  # read, and kept
+        assert len(copy.rows) == 3
+        assert store._rows(conn, scores, copy) == plain  # from the copy
+        assert store._rows(conn, dict(list(scores.items())[:2]), copy) == store._rows(
+            conn, dict(list(scores.items())[:2])
+        )
+    finally:
+        store.forget_chunks(conn)
+        conn.close()
+
+
+def test_within_question_reads_once_per_question() -> None:
+    from mnemolog.projections import vecmatrix
+
+    calls: list[int] = []
+
+    def count() -> int:
+        calls.append(1)
+        return 7
+
+    assert vecmatrix.within_question(("k",), count) == 7
+    assert vecmatrix.within_question(("k",), count) == 7 and len(calls) == 2
+    with vecmatrix.one_question():
+        assert vecmatrix.within_question(("k",), count) == 7
+        assert vecmatrix.within_question(("k",), count) == 7
+    assert len(calls) == 3
+    vecmatrix.within_question(("k",), count)
+    assert len(calls) == 4
