@@ -34,6 +34,7 @@ import duckdb
 from mnemolog.projections.context.assemble import ChunkRow
 from mnemolog.projections.embedding import vectors
 from mnemolog.projections.recall import bm25, hybrid
+from mnemolog.projections.recall.query import parse
 
 if TYPE_CHECKING:
     import numpy as np
@@ -259,8 +260,12 @@ def _bm25(
     From the connection's copy of the chunks' index when it keeps one (`_copy_scores`, the
     same floats), else one statement; and the copy that scored (checked against the chunks
     just now), whose row cache `_rows` may then use."""
-    got = conn.execute("SELECT list_distinct(ml_terms(?))", [query]).fetchone()
-    terms = list(got[0] or [])[:MAX_QUERY_TERMS] if got else []
+    # The memories' parse (an ASCII query's stems from the process's cache, no statement) gives
+    # the same terms when they are fewer than MAX_QUERY_TERMS: only their set counts here.
+    terms = parse(conn, query).terms
+    if not terms or len(terms) >= MAX_QUERY_TERMS:  # none, or cut: the statement's to say
+        got = conn.execute("SELECT list_distinct(ml_terms(?))", [query]).fetchone()
+        terms = list(got[0] or [])[:MAX_QUERY_TERMS] if got else []
     if not terms:
         return {}, None
     copy = _chunk_copy(conn)
