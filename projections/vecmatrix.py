@@ -184,11 +184,24 @@ def one_question() -> Iterator[None]:
     outer = getattr(_shared, "memo", None)
     if outer is None:
         _shared.memo = {}
+        _shared.values = {}
     try:
         yield
     finally:
         if outer is None:
             _shared.memo = None
+            _shared.values = None
+
+
+def within_question(key: tuple[object, ...], compute: Callable[[], Any]) -> Any:
+    """`compute()`, or within `one_question` what it gave for `key` earlier in it: for what one
+    question's searches read alike and nothing between them changes (they share a session)."""
+    values: dict[tuple[object, ...], Any] | None = getattr(_shared, "values", None)
+    if values is None:
+        return compute()
+    if key not in values:
+        values[key] = compute()
+    return values[key]
 
 
 _uses: dict[Any, int] = {}

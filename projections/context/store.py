@@ -24,21 +24,21 @@ projections/embedding/vectors.py keeps beside the memories').
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
 
 from mnemolog.projections.context.assemble import ChunkRow
 from mnemolog.projections.embedding import vectors
-from mnemolog.projections.recall import hybrid
-
-if TYPE_CHECKING:
-    pass
+from mnemolog.projections.recall import bm25, hybrid
+from mnemolog.projections.recall.query import parse
 
 if TYPE_CHECKING:
     import numpy as np
+    import numpy.typing as npt
 else:
     from mnemolog.projections.lazymod import numpy as np
 
@@ -137,12 +137,146 @@ def chunk_count(conn: duckdb.DuckDBPyConnection) -> int:
     return int(row[0]) if row else 0
 
 
-def _bm25(conn: duckdb.DuckDBPyConnection, query: str, project: str | None, limit: int) -> dict[int, float]:
-    """BM25 scores (scaled by SCORE_SCALE) of the `limit` best chunks, and of `project`'s best `limit`."""
-    got = conn.execute("SELECT list_distinct(ml_terms(?))", [query]).fetchone()
-    terms = list(got[0] or [])[:MAX_QUERY_TERMS] if got else []
-    if not terms:
+#: A connection's packs before it keeps a copy of the chunks' index (one-shot processes build one).
+CHUNK_COPY_AFTER: Final = 3
+#: Chunk postings beyond which no copy is kept: the SQL statement serves instead.
+MAX_CHUNK_POSTINGS: Final = 5_000_000
+
+
+@dataclass(frozen=True)
+class ChunkIndex:
+    """The chunks' inverted index in numpy arrays, as it was at `key` (see `_chunk_state`)."""
+
+    key: tuple[object, ...]
+    n: float  # count(*) of ctx_chunks, as the statement computes it
+    avgdl: float  # greatest(avg(dl), 1), read from DuckDB: the statement's very value
+    postings: dict[str, bm25.TermPostings]
+    docs: bm25.I64  # every chunk, ascending
+    projects: npt.NDArray[np.object_]  # each one's project
+    # Chunk rows read at `key`, by doc (a doc's row never changes: a new version is new docs).
+    rows: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+
+
+_chunk_copies: dict[int, ChunkIndex] = {}
+_chunk_uses: dict[int, int] = {}
+_chunk_lock = threading.Lock()
+
+# What the chunks are: a chunk's doc is its entry's seq and index, never reused, so any added
+# chunk raises the largest doc and a removal alone lowers the count; the log tells homes apart.
+_CHUNK_STATE = (
+    "SELECT count(*), max(doc), sum(doc), count(*)::DOUBLE, greatest(avg(dl), 1)::DOUBLE, "
+    "(SELECT log_id FROM proj_state) FROM ctx_chunks"
+)
+
+
+def _chunk_copy(conn: duckdb.DuckDBPyConnection) -> ChunkIndex | None:
+    """This connection's copy of the chunks' index as they are now, once it has ranked chunks
+    CHUNK_COPY_AFTER times (a one-shot process keeps none)."""
+    cid = id(conn)
+    with _chunk_lock:
+        uses = _chunk_uses.get(cid, 0) + 1
+        _chunk_uses[cid] = uses
+        copy = _chunk_copies.get(cid)
+    if copy is None and uses < CHUNK_COPY_AFTER:
+        return None
+    row = conn.execute(_CHUNK_STATE).fetchone()
+    if row is None:
+        return None
+    key = (int(row[0]), row[1], row[2], row[5])
+    if copy is not None and copy.key == key:
+        return copy
+    count = conn.execute("SELECT count(*) FROM ctx_chunk_postings").fetchone()
+    if count is None or int(count[0]) > MAX_CHUNK_POSTINGS:
+        with _chunk_lock:
+            _chunk_copies.pop(cid, None)
+        return None
+    tbl = conn.execute("SELECT term, doc, tf, dl FROM ctx_chunk_postings").fetchnumpy()
+    chunks = conn.execute("SELECT doc, project FROM ctx_chunks ORDER BY doc").fetchnumpy()
+    fresh = ChunkIndex(
+        key,
+        float(row[3]),
+        float(row[4]) if row[4] is not None else 1.0,
+        bm25.grouped(tbl),
+        np.asarray(chunks["doc"], dtype=np.int64),
+        np.asarray(chunks["project"], dtype=object),
+    )
+    with _chunk_lock:
+        _chunk_copies[cid] = fresh
+    return fresh
+
+
+def forget_chunks(conn: duckdb.DuckDBPyConnection) -> None:
+    """Drop this connection's copy of the chunks' index (tests; a closed store)."""
+    with _chunk_lock:
+        _chunk_copies.pop(id(conn), None)
+        _chunk_uses.pop(id(conn), None)
+
+
+def _copy_scores(copy: ChunkIndex, terms: Sequence[str], project: str | None, limit: int) -> dict[int, float]:
+    """What `_bm25`'s statement gives, from the copy: the same IEEE double operations in the
+    same order (ln is the C library's in both; `round` is C's, half away from zero), summed
+    as exact integers, cut and ordered as its ORDER BY and LIMIT are."""
+    docs_parts: list[bm25.I64] = []
+    contrib_parts: list[bm25.F64] = []
+    for t in dict.fromkeys(terms):
+        p = copy.postings.get(t)
+        if p is None or not len(p.docs):
+            continue
+        df = float(len(p.docs))
+        idf = math.log(1 + (copy.n - df + 0.5) / (df + 0.5))
+        raw = (
+            idf
+            * p.tf
+            * float(f"{K1 + 1}")
+            / (p.tf + K1 * (1 - B + B * p.dl / copy.avgdl))
+            * float(SCORE_SCALE)
+        )
+        low = np.floor(raw)
+        docs_parts.append(p.docs)
+        contrib_parts.append(low + (raw - low >= 0.5))  # C's round: raw - floor(raw) is exact
+    if not docs_parts:
         return {}
+    uniq, inv = np.unique(np.concatenate(docs_parts), return_inverse=True)
+    scores = np.bincount(inv, weights=np.concatenate(contrib_parts), minlength=len(uniq))
+
+    def top(cand: bm25.I64) -> list[int]:
+        best: list[int] = cand[np.lexsort((uniq[cand], -scores[cand]))][:limit].tolist()
+        return best
+
+    chosen = top(np.arange(len(uniq)))
+    if project:
+        at = np.searchsorted(copy.docs, uniq)
+        mine = np.flatnonzero((at < len(copy.docs)) & (copy.docs[np.minimum(at, len(copy.docs) - 1)] == uniq))
+        mine = mine[copy.projects[at[mine]] == project]
+        chosen += top(mine)
+    return {int(uniq[i]): float(scores[i]) if math.isfinite(float(scores[i])) else 0.0 for i in chosen}
+
+
+def _bm25(
+    conn: duckdb.DuckDBPyConnection, query: str, project: str | None, limit: int
+) -> tuple[dict[int, float], ChunkIndex | None]:
+    """BM25 scores (scaled by SCORE_SCALE) of the `limit` best chunks, and of `project`'s best `limit`.
+
+    From the connection's copy of the chunks' index when it keeps one (`_copy_scores`, the
+    same floats), else one statement; and the copy that scored (checked against the chunks
+    just now), whose row cache `_rows` may then use."""
+    # The memories' parse (an ASCII query's stems from the process's cache, no statement) gives
+    # the same terms when they are fewer than MAX_QUERY_TERMS: only their set counts here.
+    terms = parse(conn, query).terms
+    if not terms or len(terms) >= MAX_QUERY_TERMS:  # none, or cut: the statement's to say
+        got = conn.execute("SELECT list_distinct(ml_terms(?))", [query]).fetchone()
+        terms = list(got[0] or [])[:MAX_QUERY_TERMS] if got else []
+    if not terms:
+        return {}, None
+    copy = _chunk_copy(conn)
+    if copy is not None:
+        return _copy_scores(copy, terms, project, limit), copy
+    return _sql_bm25(conn, terms, project, limit), None
+
+
+def _sql_bm25(
+    conn: duckdb.DuckDBPyConnection, terms: list[str], project: str | None, limit: int
+) -> dict[int, float]:
     ph = ", ".join("?" * len(terms))
     project_top = ""
     args: list[Any] = [*terms, limit]
@@ -171,14 +305,31 @@ def _bm25(conn: duckdb.DuckDBPyConnection, query: str, project: str | None, limi
     return {int(d): float(sc) if math.isfinite(float(sc)) else 0.0 for d, sc in best}
 
 
-def _rows(conn: duckdb.DuckDBPyConnection, scores: Mapping[int, float]) -> list[ChunkRow]:
-    """The chunk rows of these docs with their scores, best first (ties: the older chunk first)."""
+def _rows(
+    conn: duckdb.DuckDBPyConnection, scores: Mapping[int, float], copy: ChunkIndex | None = None
+) -> list[ChunkRow]:
+    """The chunk rows of these docs with their scores, best first (ties: the older chunk first).
+
+    `copy`, checked against the chunks in this session, keeps the rows it has served: a doc it
+    does not hold is no chunk (as the statement would find no row), the others are read once."""
     if not scores:
         return []
-    ints = ", ".join(str(d) for d in sorted(scores))
-    rows = conn.execute(
-        f"SELECT doc, chunk_id, text, name, heading_path, project FROM ctx_chunks WHERE doc IN ({ints})"
-    ).fetchall()
+    want = sorted(scores)
+    rows: list[tuple[Any, ...]] = []
+    if copy is not None:
+        arr = np.asarray(want, dtype=np.int64)
+        at = np.minimum(np.searchsorted(copy.docs, arr), max(len(copy.docs) - 1, 0))
+        present = arr[copy.docs[at] == arr] if len(copy.docs) else arr[:0]
+        rows = [copy.rows[d] for d in present.tolist() if d in copy.rows]
+        want = [d for d in present.tolist() if d not in copy.rows]
+    if want:
+        ints = ", ".join(str(d) for d in want)
+        fetched = conn.execute(
+            f"SELECT doc, chunk_id, text, name, heading_path, project FROM ctx_chunks WHERE doc IN ({ints})"
+        ).fetchall()
+        if copy is not None:
+            copy.rows.update((int(r[0]), tuple(r)) for r in fetched)
+        rows += fetched
     rows.sort(key=lambda r: (-scores[int(r[0])], int(r[0])))
     return [
         ChunkRow(
@@ -215,10 +366,12 @@ def chunk_candidates(
     """
     meta = vectors.read_meta(conn) if query_vector is not None else None
     if query_vector is None or meta is None:
-        return _rows(conn, {d: sc / SCORE_SCALE for d, sc in _bm25(conn, query, project, limit).items()})
+        scores, copy = _bm25(conn, query, project, limit)
+        return _rows(conn, {d: sc / SCORE_SCALE for d, sc in scores.items()}, copy)
     fusion = fusion or hybrid.Fusion()
     depth = max(limit, fusion.depth)
-    lex = {d: sc / SCORE_SCALE for d, sc in _bm25(conn, query, project, depth).items()}
+    scores, copy = _bm25(conn, query, project, depth)
+    lex = {d: sc / SCORE_SCALE for d, sc in scores.items()}
     near = vectors.chunk_search(conn, query_vector, depth, meta=meta)
     if project:
         near += vectors.chunk_search(conn, query_vector, depth, meta=meta, project=project)
@@ -247,7 +400,7 @@ def chunk_candidates(
     kept = {
         d: sc for d, sc in fused if lex.get(d, 0.0) > 0 or (d in dist and 1.0 - dist[d] >= fusion.min_cosine)
     }
-    rows = _rows(conn, kept)
+    rows = _rows(conn, kept, copy)
     own = [r for r in rows if project and r.project == project][:limit]
     chosen = {r.id for r in rows[:limit]} | {r.id for r in own}
     return [r for r in rows if r.id in chosen]

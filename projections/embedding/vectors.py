@@ -604,8 +604,17 @@ def pending_texts(conn: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[byt
 def _chunk_key(conn: duckdb.DuckDBPyConnection, meta: Meta) -> tuple[object, ...]:
     # The chunks' vectors change in a sync (which moves the synced seq) and in a fill, which
     # only adds rows: the seq and the row count tell every change apart.
-    row = conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()
-    return (meta.model_id, meta.dim, meta.synced_seq, int(row[0]) if row else -1)
+    # A pack's chunk searches ask it three times in one session: once is enough.
+    def count() -> int:
+        row = conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()
+        return int(row[0]) if row else -1
+
+    return (
+        meta.model_id,
+        meta.dim,
+        meta.synced_seq,
+        vecmatrix.within_question(("chunk_vectors", id(conn)), count),
+    )
 
 
 def _chunk_matrix(

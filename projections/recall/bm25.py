@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -81,6 +82,44 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def totals(
+    postings: Sequence[TermPostings], n_docs: int, total_len: int, *, k1: float = K1, b: float = B
+) -> tuple[I64, F64, I64]:
+    """Every matching doc (ascending), its score (an integer multiple of 1/SCORE_SCALE held in
+    float64) and how many of the non-empty terms it holds: BM25 before any cut or order."""
+    n = float(n_docs)
+    avgdl = max(total_len, 1) / max(n_docs, 1)
+    docs_parts: list[I64] = []
+    contrib_parts: list[F64] = []
+    for p in postings:
+        if not len(p.docs):
+            continue
+        df = float(len(p.docs))
+        idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        raw = idf * p.tf * (k1 + 1.0) / (p.tf + k1 * (1.0 - b + b * p.dl / avgdl)) * SCORE_SCALE
+        docs_parts.append(p.docs)
+        contrib_parts.append(np.floor(raw + 0.5))  # half away from zero: raw > 0
+    if not docs_parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.int64)
+    docs = np.concatenate(docs_parts)
+    contrib = np.concatenate(contrib_parts)
+    uniq, inv = np.unique(docs, return_inverse=True)
+    scores: F64 = np.bincount(inv, weights=contrib, minlength=len(uniq)).astype(np.float64, copy=False)
+    held: I64 = np.bincount(inv, minlength=len(uniq)).astype(np.int64, copy=False)
+    return uniq, scores, held
+
+
+def best(docs: I64, scores: F64, cand: I64, limit: int | None) -> I64:
+    """The positions `cand` (into `docs` and `scores`) in rank order, best first and newest
+    first on ties, cut to `limit`: the order `score` gives."""
+    if limit is not None and len(cand) > limit:
+        # Everything scoring at least the limit-th best score (ties at the cut included).
+        kth = np.partition(scores[cand], len(cand) - limit)[len(cand) - limit]
+        cand = cand[scores[cand] >= kth]
+    cand = cand[np.lexsort((-docs[cand], -scores[cand]))]
+    return cand if limit is None else cand[:limit]
+
+
 def score(
     postings: Sequence[TermPostings],
     n_docs: int,
@@ -98,41 +137,52 @@ def score(
     only docs holding every term; `exclude` docs are left out (the archive
     guard) after the scores are computed, so they never change another's.
     """
-    n = float(n_docs)
-    avgdl = max(total_len, 1) / max(n_docs, 1)
-    docs_parts: list[I64] = []
-    contrib_parts: list[F64] = []
-    for p in postings:
-        if not len(p.docs):
-            continue
-        df = float(len(p.docs))
-        idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        raw = idf * p.tf * (k1 + 1.0) / (p.tf + k1 * (1.0 - b + b * p.dl / avgdl)) * SCORE_SCALE
-        docs_parts.append(p.docs)
-        contrib_parts.append(np.floor(raw + 0.5))  # half away from zero: raw > 0
-    if not docs_parts:
+    uniq, tot, held = totals(postings, n_docs, total_len, k1=k1, b=b)
+    if not len(uniq):
         return []
-    docs = np.concatenate(docs_parts)
-    contrib = np.concatenate(contrib_parts)
-    uniq, inv = np.unique(docs, return_inverse=True)
-    totals = np.bincount(inv, weights=contrib, minlength=len(uniq))
     keep = np.ones(len(uniq), dtype=bool)
     if require_all:
-        keep &= np.bincount(inv, minlength=len(uniq)) == len([p for p in postings if len(p.docs)])
-        if len([p for p in postings if len(p.docs)]) < len(postings):
+        terms = len([p for p in postings if len(p.docs)])
+        if terms < len(postings):
             return []  # a term no memory holds: nothing holds them all
+        keep &= held == terms
     if exclude is not None and len(exclude):
         keep &= ~np.isin(uniq, exclude)
-    cand = np.flatnonzero(keep)
-    if limit is not None and len(cand) > limit:
-        # Everything scoring at least the limit-th best score (ties at the cut included).
-        kth = np.partition(totals[cand], len(cand) - limit)[len(cand) - limit]
-        cand = cand[totals[cand] >= kth]
-    order = np.lexsort((-uniq[cand], -totals[cand]))
-    cand = cand[order]
-    if limit is not None:
-        cand = cand[:limit]
-    return [(int(d), int(s)) for d, s in zip(uniq[cand], totals[cand], strict=True)]
+    cand = best(uniq, tot, np.flatnonzero(keep), limit)
+    return list(zip(uniq[cand].tolist(), tot[cand].astype(np.int64).tolist(), strict=True))
+
+
+# Per thread, inside `one_question`: the scores computed so far, by question and position.
+_shared = threading.local()
+
+
+@contextmanager
+def one_question() -> Iterator[None]:
+    """Rankings of one question share its BM25 scores while this lasts: a context pack ranks each
+    tier with the same question at the same position (the same floats, computed once), as
+    `vecmatrix.one_question` shares the product with the matrix."""
+    outer = getattr(_shared, "memo", None)
+    if outer is None:
+        _shared.memo = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _shared.memo = None
+
+
+def shared_totals(
+    key: tuple[object, ...], compute: Callable[[], tuple[I64, F64, I64]]
+) -> tuple[I64, F64, I64]:
+    """`compute()` (a `totals`), or what it gave for `key` earlier within `one_question`. The
+    arrays are shared: callers only read them."""
+    memo: dict[tuple[object, ...], tuple[I64, F64, I64]] | None = getattr(_shared, "memo", None)
+    if memo is None:
+        return compute()
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = compute()
+    return hit
 
 
 def _arrays(tbl: dict[str, Any]) -> tuple[list[str], I64, F64, F64]:
@@ -158,6 +208,11 @@ def _group(terms: list[str], docs: I64, tf: F64, dl: F64) -> dict[str, TermPosti
         idx = order[s:e]
         out[str(keys[s])] = TermPostings(docs[idx], tf[idx], dl[idx])
     return out
+
+
+def grouped(tbl: dict[str, Any]) -> dict[str, TermPostings]:
+    """Postings by term from a `term, doc, tf, dl` read (`fetchnumpy`)."""
+    return _group(*_arrays(tbl))
 
 
 def fetch_postings(conn: duckdb.DuckDBPyConnection, terms: Sequence[str]) -> list[TermPostings]:

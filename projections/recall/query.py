@@ -35,6 +35,7 @@ from mnemolog.projections.schema import visible
 
 if TYPE_CHECKING:
     import numpy as np
+    import numpy.typing as npt
 else:
     from mnemolog.projections.lazymod import numpy as np
 
@@ -434,6 +435,20 @@ _NEIGHBOURS = f"""SELECT m.stored_seq AS doc, lag(m.stored_seq, 1, -1) OVER w AS
                   WINDOW w AS (PARTITION BY m.namespace, {_GROUP} ORDER BY m.stored_seq)"""
 
 
+def _neighbour_table(
+    conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex
+) -> tuple[bm25.I64, bm25.I64, bm25.I64]:
+    """Every doc's neighbours as the copy keeps them (docs sorted, previous, next), read once."""
+    if copy.neighbours is None:
+        t = conn.execute(f"{_NEIGHBOURS} ORDER BY doc").fetchnumpy()
+        copy.neighbours = (
+            np.asarray(t["doc"], dtype=np.int64),
+            np.asarray(t["prev"], dtype=np.int64),
+            np.asarray(t["next"], dtype=np.int64),
+        )
+    return copy.neighbours
+
+
 def neighbours(
     conn: duckdb.DuckDBPyConnection, docs: list[int], copy: bm25.MemoryIndex | None = None
 ) -> dict[int, tuple[int, int]]:
@@ -453,14 +468,7 @@ def neighbours(
         rows = conn.execute(f"SELECT doc, prev, next FROM ({_NEIGHBOURS}) WHERE doc IN ({ints})").fetchall()
         got = {int(d): (int(p), int(n)) for d, p, n in rows}
         return {d: got.get(d, (-1, -1)) for d in docs}
-    if copy.neighbours is None:
-        t = conn.execute(f"{_NEIGHBOURS} ORDER BY doc").fetchnumpy()
-        copy.neighbours = (
-            np.asarray(t["doc"], dtype=np.int64),
-            np.asarray(t["prev"], dtype=np.int64),
-            np.asarray(t["next"], dtype=np.int64),
-        )
-    all_docs, prev, nxt = copy.neighbours
+    all_docs, prev, nxt = _neighbour_table(conn, copy)
     want = np.asarray(docs, dtype=np.int64)
     at = np.minimum(np.searchsorted(all_docs, want), max(len(all_docs) - 1, 0))
     found = (all_docs[at] == want) if len(all_docs) else np.zeros(len(want), dtype=bool)
@@ -511,58 +519,151 @@ def rank_lexical(
     alpha = float(neighbour_weight)
     if alpha <= 0:
         return [Lexical(d, s, s) for d, s in rank_bm25(conn, parsed, filters, limit, copy=copy, k1=k1, b=b)]
-    postings = copy.postings(parsed.terms) if copy is not None else bm25.fetch_postings(conn, parsed.terms)
     n_docs, total_len = parsed.position[2], parsed.position[3]
     pool = max(limit * 4, NEIGHBOUR_POOL)
+
+    def scores() -> tuple[bm25.I64, bm25.F64, bm25.I64]:
+        terms = parsed.terms
+        postings = copy.postings(terms) if copy is not None else bm25.fetch_postings(conn, terms)
+        return bm25.totals(postings, n_docs, total_len, k1=k1, b=b)
+
+    # Every match's score, as arrays (no list of every match): `own` looks neighbours up in them.
+    # The filters apply after, so a pack's tiers (one question, one position) share them.
+    key = ("lexical", parsed.position, tuple(parsed.terms), k1, b)
+    uniq, tot, _ = bm25.shared_totals(key, scores)
+    live = np.ones(len(uniq), dtype=bool)
     if by_exclusion(filters, copy):
         exclude = excluded(conn, copy, filters)
-        full = bm25.score(postings, n_docs, total_len, limit=None, exclude=exclude, k1=k1, b=b)
-        base = full[:pool]
+        if len(exclude):
+            live &= ~np.isin(uniq, exclude)
+        base = uniq[bm25.best(uniq, tot, np.flatnonzero(live), pool)]
 
-        def allowed(docs: list[int]) -> set[int]:
-            arr = np.asarray(docs, dtype=np.int64)
-            return set(arr[~np.isin(arr, exclude)].tolist())
+        def allowed(docs: bm25.I64) -> bm25.I64:
+            return docs[~np.isin(docs, exclude)] if len(exclude) else docs
     else:
-        full = bm25.score(postings, n_docs, total_len, limit=None, k1=k1, b=b)
-        base = _filtered(conn, full, pool, lambda docs: _allowed(conn, docs, filters))
+        ranked = bm25.best(uniq, tot, np.arange(len(uniq)), None)
+        full = list(zip(uniq[ranked].tolist(), tot[ranked].astype(np.int64).tolist(), strict=True))
+        base = np.asarray(
+            [d for d, _ in _filtered(conn, full, pool, lambda docs: _allowed(conn, docs, filters))],
+            dtype=np.int64,
+        )
 
-        def allowed(docs: list[int]) -> set[int]:
-            return _allowed(conn, docs, filters) if docs else set()
+        def allowed(docs: bm25.I64) -> bm25.I64:
+            if not len(docs):
+                return docs
+            return docs[
+                np.isin(docs, np.asarray(sorted(_allowed(conn, docs.tolist(), filters)), dtype=np.int64))
+            ]
 
-    own = dict(full)
-    ok = {d for d, _ in base}
-    nb = neighbours(conn, sorted(ok), copy)
-    joined = sorted({n for pair in nb.values() for n in pair if n >= 0} - ok)
-    ok |= allowed(joined)
-    nb.update(neighbours(conn, [d for d in joined if d in ok], copy))
-    decay = float(neighbour_decay)
+    if not len(base):
+        return []
+    return lend(
+        uniq,
+        tot,
+        live,
+        base,
+        _adjacency(conn, copy),
+        allowed,
+        alpha=alpha,
+        decay=float(neighbour_decay),
+        limit=limit,
+    )
+
+
+Lookup = Callable[["bm25.I64"], tuple["bm25.I64", "bm25.I64"]]
+
+
+def lend(
+    uniq: bm25.I64,
+    tot: bm25.F64,
+    live: npt.NDArray[np.bool_],
+    base: bm25.I64,
+    lookup: Lookup,
+    allowed: Callable[[bm25.I64], bm25.I64],
+    *,
+    alpha: float,
+    decay: float,
+    limit: int,
+) -> list[Lexical]:
+    """The neighbour term over BM25's pool, as arrays (`rank_lexical`).
+
+    `uniq` (ascending), `tot` and `live` are every matching doc, its own
+    score and whether it may be shown; `base` is the pool (BM25's best
+    allowed docs); `lookup` gives docs' previous and next neighbours (-1:
+    none, and for -1); `allowed` keeps the docs the filters allow. The
+    pool's allowed adjacent docs join it; each member then gains α times the
+    best of w · own(n) over its ring (before and after at weight 1, two
+    before and two after at `decay` when it is above 0), n counted only when
+    recall could show it, the first best winning ties.
+    """
+
+    def own(docs: bm25.I64) -> bm25.F64:
+        """Each doc's own BM25 score (0: no match, or not live)."""
+        if not len(uniq):
+            return np.zeros(docs.shape, dtype=np.float64)
+        at = np.minimum(np.searchsorted(uniq, docs), len(uniq) - 1)
+        return np.where((uniq[at] == docs) & live[at], tot[at], 0.0)
+
+    prev, nxt = lookup(base)
+    ring1 = np.concatenate((prev, nxt))
+    joined = allowed(np.setdiff1d(ring1[ring1 >= 0], base))
+    jprev, jnxt = lookup(joined)
+    ok = np.concatenate((base, joined))
+    prev, nxt = np.concatenate((prev, jprev)), np.concatenate((nxt, jnxt))
+    cols = [prev, nxt]
+    weights = [1.0, 1.0]
     if decay > 0:
         # The second ring is reached through the first, shown or not: adjacency is stored order.
-        first = sorted({n for d in ok for n in nb[d] if n >= 0} - nb.keys())
-        nb.update(neighbours(conn, first, copy))
+        cols += [lookup(prev)[0], lookup(nxt)[1]]
+        weights += [decay, decay]
+    rings = np.stack(cols, axis=1)
+    outer = np.setdiff1d(rings[rings >= 0], ok)
+    shown = np.union1d(ok, allowed(outer))
+    # w · own(n) for each ring member n that recall could show (0 otherwise); the first best
+    # wins ties, as the members are tried in order: before, after, two before, two after.
+    lent = np.where((rings >= 0) & np.isin(rings, shown), np.asarray(weights) * own(rings), 0.0)
+    pick = np.argmax(lent, axis=1)
+    best = lent[np.arange(len(ok)), pick]
+    add = np.floor(alpha * best + 0.5)
+    mine = own(ok)
+    total = mine + add
+    keep = np.flatnonzero(total > 0)
+    keep = keep[np.lexsort((-ok[keep], -total[keep]))][:limit]
+    by = rings[keep, pick[keep]]
+    return [
+        Lexical(d, t, o, a, n if a else None)
+        for d, t, o, a, n in zip(
+            ok[keep].tolist(),
+            total[keep].astype(np.int64).tolist(),
+            mine[keep].astype(np.int64).tolist(),
+            add[keep].astype(np.int64).tolist(),
+            by.tolist(),
+            strict=True,
+        )
+    ]
 
-    def ring(d: int) -> list[tuple[int, float]]:
-        p, n = nb.get(d, (-1, -1))
-        out = [(p, 1.0), (n, 1.0)]
-        if decay > 0:
-            out += [(nb[p][0] if p >= 0 else -1, decay), (nb[n][1] if n >= 0 else -1, decay)]
-        return out
 
-    rings = {d: ring(d) for d in ok}
-    outer = sorted({n for r in rings.values() for n, _ in r if n >= 0} - ok)
-    shown = ok | allowed(outer)
-    out: list[Lexical] = []
-    for d in ok:
-        best, best_doc = 0.0, None
-        for n, w in rings[d]:
-            if n >= 0 and n in shown and w * own.get(n, 0) > best:
-                best, best_doc = w * own[n], n
-        add = int(np.floor(alpha * best + 0.5))
-        total = own.get(d, 0) + add
-        if total > 0:
-            out.append(Lexical(d, total, own.get(d, 0), add, best_doc if add else None))
-    out.sort(key=lambda x: (-x.score, -x.doc))
-    return out[:limit]
+def _adjacency(conn: duckdb.DuckDBPyConnection, copy: bm25.MemoryIndex | None) -> Lookup:
+    """A lookup of docs' previous and next neighbours (-1: none, and for -1), as `neighbours`."""
+
+    def lookup(docs: bm25.I64) -> tuple[bm25.I64, bm25.I64]:
+        if copy is not None:
+            all_docs, prev, nxt = _neighbour_table(conn, copy)
+            if not len(all_docs) or not len(docs):
+                none = np.full(len(docs), -1, dtype=np.int64)
+                return none, none.copy()
+            at = np.minimum(np.searchsorted(all_docs, docs), len(all_docs) - 1)
+            found = all_docs[at] == docs
+            return np.where(found, prev[at], -1), np.where(found, nxt[at], -1)
+        want = [d for d in dict.fromkeys(docs.tolist()) if d >= 0]
+        nb = neighbours(conn, want, None)
+        pairs = [nb.get(d, (-1, -1)) for d in docs.tolist()]
+        return (
+            np.asarray([p for p, _ in pairs], dtype=np.int64).reshape(len(docs)),
+            np.asarray([n for _, n in pairs], dtype=np.int64).reshape(len(docs)),
+        )
+
+    return lookup
 
 
 MAX_CACHED_ROWS = 20_000

@@ -176,3 +176,42 @@ def test_hybrid_chunks_take_words_or_a_close_meaning(conn: duckdb.DuckDBPyConnec
     strict = hybrid.Fusion(method=method, min_cosine=0.99)  # type: ignore[arg-type]
     hits = store.chunk_candidates(conn, "thermal drift", None, 10, query_vector=q, fusion=strict)
     assert [h.id for h in hits] == ["A/1/0"]
+
+
+WORDS = ["thermal", "drift", "polisher", "zerodur", "vendor", "notes", "heat", "Kälte", "the", "of", "mirror"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(WORDS), min_size=1, max_size=12), st.sampled_from(["", "p06", "p07"])
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.lists(st.lists(st.sampled_from([*WORDS, "absent"]), min_size=1, max_size=6), min_size=1, max_size=4),
+    st.sampled_from([None, "p06", "p07"]),
+)
+def test_chunks_rank_the_same_from_the_copy_as_by_the_statement(
+    docs: list[tuple[list[str], str]], queries: list[list[str]], project: str | None
+) -> None:
+    """Real text, parsed queries (ASCII from the stem cache, others by the macros, more than
+    MAX_QUERY_TERMS by the statement): the copy and its row cache rank as the statement does."""
+    c = duckdb.connect()
+    load_fts(c)
+    install_macros(c)
+    schema.create(c)
+    try:
+        for i, (words, proj) in enumerate(docs):
+            cfold.fold_ingested(c, 10 + i, 1, ingested(f"D{i}", 1, [" ".join(words)], project=proj))
+        long = " ".join(f"word{i}" for i in range(store.MAX_QUERY_TERMS + 3)) + " thermal"
+        for q in [" ".join(w) for w in queries] + [long]:
+            store.forget_chunks(c)
+            plain = [(h.id, h.score) for h in store.chunk_candidates(c, q, project, 3)]
+            store._chunk_uses[id(c)] = store.CHUNK_COPY_AFTER
+            for _ in range(2):  # the copy built, then its rows kept
+                assert [(h.id, h.score) for h in store.chunk_candidates(c, q, project, 3)] == plain, q
+    finally:
+        store.forget_chunks(c)
+        c.close()
