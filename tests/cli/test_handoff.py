@@ -36,6 +36,7 @@ class Server:
             port = int(s.getsockname()[1])
         env = {k: v for k, v in os.environ.items() if k != handoff.ENV}
         self.home = home
+        self.port = port
         self.p = subprocess.Popen(
             [sys.executable, "-m", "mnemolog.cli.main", "--home", str(home), "serve", "--listen",
              f"127.0.0.1:{port}"],
@@ -164,6 +165,24 @@ def test_errors_are_the_same_exit_code_and_message(
     assert ran.code >= 2, ran.output
     doc = both(cli, home, *argv, json=True).single
     assert doc["ok"] is False and doc["exit_code"] == ran.code and doc["error"]
+
+
+def test_the_network_api_has_no_command_line_route(served_home: tuple[Path, Server]) -> None:
+    """POST /cli is served on the home's socket only: over TCP it is no route of the HTTP API."""
+    import http.client
+
+    _, server = served_home
+    body = json.dumps({"protocol": 1, "command": "get", "args": {"memory_id": "x"}})
+    for host in ("localhost", "evil.example"):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("POST", "/cli", body=body, headers={"Content-Type": "application/json", "Host": host})
+        resp = conn.getresponse()
+        doc = json.loads(resp.read())
+        conn.close()
+        assert (resp.status, doc["error"]) == (
+            (404, "no_route") if host == "localhost" else (421, "forbidden_host")
+        )
+        assert resp.getheader(handoff.REFUSED_HEADER) is None
 
 
 def test_off_by_env_or_config(cli: Cli, served_home: tuple[Path, Server]) -> None:
