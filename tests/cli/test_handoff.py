@@ -27,6 +27,14 @@ ON = {handoff.ENV: None}
 TOKEN = "t0ken-for-the-handoff-0123456789"
 
 
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.2).close()
+    except OSError:
+        return False
+    return True
+
+
 class Server:
     """A real `mnemolog serve` of `home` on a free loopback port, started and waited for."""
 
@@ -44,9 +52,10 @@ class Server:
             env=env,
         )  # fmt: skip
         deadline = time.monotonic() + 90
-        while handoff.find(str(home)) is None:
+        # The socket is announced before the TCP listener is up: wait for both.
+        while handoff.find(str(home)) is None or not _listening(port):
             assert self.p.poll() is None, self.p.stderr.read() if self.p.stderr else ""
-            assert time.monotonic() < deadline, "the server did not announce itself"
+            assert time.monotonic() < deadline, "the server did not start"
             time.sleep(0.1)
 
     def served(self) -> dict[str, int]:
