@@ -307,7 +307,13 @@ def call(
         try:
             resp = conn.getresponse()
             raw = resp.read()
-            refused = resp.getheader(REFUSED_HEADER) == "refused"
+            # Refused before anything ran (a token, a protocol, a bound; or uvicorn's own 503
+            # when every connection slot is taken, sent before the app is called): in process.
+            refused = resp.getheader(REFUSED_HEADER) == "refused" or (
+                resp.status == 503 and resp.getheader("content-type", "").startswith("text/plain")
+            )
+            if refused:
+                return None
             doc = json.loads(raw.decode("utf-8"))
             if not isinstance(doc, dict):
                 raise ValueError("not an object")
@@ -322,8 +328,6 @@ def call(
             return None
     finally:
         conn.close()
-    if refused:
-        return None  # refused before anything ran (a token, a protocol, a bound): work in process
     return _answer(doc)
 
 

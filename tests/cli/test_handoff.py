@@ -409,6 +409,20 @@ def test_a_store_sent_but_not_answered_is_not_written_again(cli: Cli, home: Path
     assert memories(cli, home) == 0  # the command did not store it a second time itself
 
 
+def test_a_store_refused_before_it_ran_is_stored_in_process_once(cli: Cli, home: Path) -> None:
+    sock = announce(home)
+    refusals = [
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        b"Content-Length: 19\r\n\r\nService Unavailable",
+        b"HTTP/1.1 401 Unauthorized\r\nX-Mnemolog-Handoff: refused\r\nContent-Length: 2\r\n\r\n{}",
+    ]
+    for n, reply in enumerate(refusals, start=1):
+        with answering(sock, reply) as got:
+            ran = cli(home, "store", f"stored here {n}", json=True, env=ON)
+        assert got and ran.code == 0, ran.output
+        assert memories(cli, home) == n
+
+
 def test_a_server_error_is_raised_as_the_command_would(cli: Cli, home: Path) -> None:
     sock = announce(home)
     err = {"ok": False, "error": "not_found", "message": "no memory with id 'x'", "exit_code": 2,
