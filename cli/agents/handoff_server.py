@@ -35,7 +35,7 @@ from typing import Any
 
 import anyio.to_thread
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -85,6 +85,8 @@ def app(sub: Substrate, settings: HttpSettings, counter: Counter | None = None) 
             raw = await read_body(request, settings.max_json_bytes, settings.body_timeout_s)
         except HttpError as exc:
             return _refusal(exc.slug, exc.message, status_for(exc))
+        except ClientDisconnect:
+            return _refusal("bad_request", "the body was cut off", 400)  # nothing ran; nobody reads it
         try:
             doc = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
