@@ -13,6 +13,13 @@ run:
     most 1.5x): the libraries every such command needs, so the ratio is what
     mnemolog adds on top of them.
 
+The same three commands are also run with a `mnemolog serve` of the home
+running (`store_handoff`, `recall_handoff`, `get_handoff`): they hand the call
+to it over its Unix socket (cli.handoff) and print its answer. The in-process
+cases run beside them with MNEMOLOG_HANDOFF=0; the server's own CPU per
+handed-off call (from /proc, in clock ticks, so a mean over the rounds) is
+reported beside, and the server's count of calls it answered is checked.
+
 CPU time (user + system, from wait4) is the target's measure: it moves far
 less than wall time when other work shares the machine (wall time is
 reported beside it). `get`'s peak RSS has its own target (at most 100 MiB).
@@ -40,6 +47,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +68,7 @@ TARGETS = {
 BASE_IMPORTS = "import duckdb, nacl.signing, cbor2, click; from pydantic import BaseModel"
 BARE_IMPORTS = "import duckdb, pydantic, nacl.signing, cbor2, click"
 COMMANDS = ("store", "recall", "get")
+HANDED = tuple(f"{c}_handoff" for c in COMMANDS)
 
 
 def log(msg: str) -> None:
@@ -101,7 +111,7 @@ class Spawner:
             [sys.executable, "-c", _SPAWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
 
-    def run(self, argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    def run(self, argv: list[str], env: Mapping[str, str]) -> tuple[float, float, float]:
         """Wall seconds, CPU seconds and peak RSS (MiB) of one process; it must exit 0."""
         assert self.p.stdin and self.p.stdout
         self.p.stdin.write(json.dumps([argv, env]) + "\n")
@@ -150,6 +160,55 @@ def make_home(root: Path, n: int, embed: str | None) -> str:
         return s.list(limit=1)[0]["id"]
 
 
+def cpu_ticks_s(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc; clock-tick resolution)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def server(home: Path, env: Mapping[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A `mnemolog serve` of `home` on a free loopback port, announced for the command line."""
+    import socket
+    import time
+
+    from mnemolog.cli import handoff
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    p = subprocess.Popen(
+        [*mnemolog_argv(), "serve", "--listen", f"127.0.0.1:{port}"],
+        env=dict(env),
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while handoff.find(str(home)) is None:
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the server did not start")
+            time.sleep(0.1)
+        yield p
+    finally:
+        p.terminate()
+        p.wait(60)
+
+
+def served(home: Path) -> dict[str, int]:
+    """The server's count of handed-off calls (GET /cli/served over its socket)."""
+    import socket
+
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(home / "run" / "serve.sock"))
+    s.sendall(b"GET /cli/served HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    raw = b""
+    while chunk := s.recv(65536):
+        raw += chunk
+    s.close()
+    counts: dict[str, int] = json.loads(raw.split(b"\r\n\r\n", 1)[1])["served"]
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memories", type=int, default=10_000)
@@ -169,32 +228,48 @@ def main(argv: list[str] | None = None) -> int:
         compile_package()
         home = args.home.resolve() if args.home is not None else work / "home"
         some_id = make_home(home, args.memories, args.embed)
-        env = {**os.environ, "MNEMOLOG_HOME": str(home)}
+        base = {k: v for k, v in os.environ.items() if k != "MNEMOLOG_HANDOFF"}
+        env_on = {**base, "MNEMOLOG_HOME": str(home)}
+        env_off = {**env_on, "MNEMOLOG_HANDOFF": "0"}
         m = mnemolog_argv()
+        store_argv = [*m, "store", "the bench stores one more memory about table rewrites", "-n", "bench"]
         cases: dict[str, list[str]] = {
             "python_pass": [sys.executable, "-c", "pass"],
             "help": [*m, "--help"],
             "imports_only": [sys.executable, "-c", BASE_IMPORTS],
             "imports_only_bare": [sys.executable, "-c", BARE_IMPORTS],
-            "store": [*m, "store", "the bench stores one more memory about table rewrites", "-n", "bench"],
+            "store": store_argv,
             "recall": [*m, "recall", "how do I rewrite a big table"],
             "get": [*m, "get", some_id],
         }
+        for c in COMMANDS:
+            cases[f"{c}_handoff"] = cases[c]
         walls: dict[str, list[float]] = {k: [] for k in cases}
         cpus: dict[str, list[float]] = {k: [] for k in cases}
         rss: dict[str, list[float]] = {k: [] for k in cases}
-        for cmd in cases.values():  # warm the page cache once; not measured
-            spawner.run(cmd, env)
-        names = list(cases)
-        for r in range(args.rounds):
-            # The first case rotates round by round, so none always runs on the coldest machine.
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                cmd = cases[name]
-                w, c, mib = spawner.run(cmd, env)
-                walls[name].append(w)
-                cpus[name].append(c)
-                rss[name].append(mib)
-            log(f"round {r + 1}/{args.rounds}")
+        server_cpu: dict[str, list[float]] = {k: [] for k in HANDED}
+        with server(home, env_on) as srv:
+            for name, cmd in cases.items():  # warm the page cache (and the server) once; not measured
+                spawner.run(cmd, env_on if name in HANDED else env_off)
+            before = served(home)
+            names = list(cases)
+            for r in range(args.rounds):
+                # The first case rotates round by round, so none always runs on the coldest machine.
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    cmd = cases[name]
+                    handed = name in HANDED
+                    c0 = cpu_ticks_s(srv.pid) if handed else 0.0
+                    w, c, mib = spawner.run(cmd, env_on if handed else env_off)
+                    if handed:
+                        server_cpu[name].append(cpu_ticks_s(srv.pid) - c0)
+                    walls[name].append(w)
+                    cpus[name].append(c)
+                    rss[name].append(mib)
+                log(f"round {r + 1}/{args.rounds}")
+            after = served(home)
+        handed_off = {c: after[c] - before[c] for c in COMMANDS}
+        if any(n != args.rounds for n in handed_off.values()):
+            raise SystemExit(f"the server answered {handed_off}, not {args.rounds} of each")
         wall = {k: statistics.median(v) for k, v in walls.items()}
         cpu = {k: statistics.median(v) for k, v in cpus.items()}
 
@@ -203,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 "help_vs_python": round(med["help"] / med["python_pass"], 2),
                 **{f"{c}_vs_imports": round(med[c] / med["imports_only"], 2) for c in COMMANDS},
                 **{f"{c}_vs_bare_imports": round(med[c] / med["imports_only_bare"], 2) for c in COMMANDS},
+                **{f"{c}_vs_imports": round(med[c] / med["imports_only"], 2) for c in HANDED},
             }
 
         with Substrate.open(Home(home), long_lived=False, worker=False) as s:
@@ -218,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
             "load_avg_after": os.getloadavg(),
             "median_cpu_ms": {k: round(v * 1e3, 1) for k, v in cpu.items()},
             "median_peak_rss_mib": {k: round(statistics.median(v), 1) for k, v in rss.items()},
+            "handed_off_calls": handed_off,
+            "server_cpu_ms_mean_per_call": {
+                k: round(statistics.fmean(v) * 1e3, 1) for k, v in server_cpu.items()
+            },
             "wall_ratios": ratios(wall),
             "cpu_ratios": ratios(cpu),
             "targets": TARGETS,
@@ -231,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             },
             "help_peak_rss": rss_med["help"] <= TARGETS["help_peak_rss_mib_max"],
             "get_peak_rss": rss_med["get"] <= TARGETS["get_peak_rss_mib_max"],
+            **{f"{c}_vs_imports": r[f"{c}_vs_imports"] <= TARGETS["command_vs_imports_max"] for c in HANDED},
+            "get_handoff_peak_rss": rss_med["get_handoff"] <= TARGETS["get_peak_rss_mib_max"],
         }
         out["ok"] = all(out["met"].values())
         print(json.dumps(out))

@@ -86,7 +86,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "commands.bundle:export_forensic_bundle",
         "Write a sparse, signed, offline-verifiable bundle of everything about one memory.",
     ),
-    "get": ("commands.memory:get", "Show one memory with its links."),
+    "get": ("commands.memory_front:get", "Show one memory with its links."),
     "import": (
         "commands.memory:import_cmd",
         "Store the memories of a JSON Lines FILE: every line checked first, then written in batches.",
@@ -110,7 +110,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Drop every projection and replay the whole log (refused over a rolled-back log).",
     ),
     "recall": (
-        "commands.memory:recall",
+        "commands.memory_front:recall",
         "Rank memories for a question: BM25 over title, tags and content, vectors, or both fused.",
     ),
     "replay": (
@@ -135,7 +135,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "commands.tenant:token_group",
         "Scoped tokens: made once, stored as a hash, issued and revoked as signed events.",
     ),
-    "store": ("commands.memory:store", "Store TEXT (or standard input with '-') as a memory."),
+    "store": ("commands.memory_front:store", "Store TEXT (or standard input with '-') as a memory."),
     "unlink": (
         "commands.memory:unlink",
         "Take back the edge SRC -> DST (a signed link.removed; the edge stays in the log's history).",

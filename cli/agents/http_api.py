@@ -825,7 +825,11 @@ def serve(home: Any, host: str, port: int, settings: HttpSettings) -> None:
         with Substrate.open(home, long_lived=True) as sub:
             for t in sub.recovered:
                 log.warning("recovery: %s", t.describe())
-            _run(app(sub, settings, limiter=RateLimiter(None)), host, port, settings)
+            # The command line's door (cli.handoff): a Unix socket in the home, never on the network.
+            from mnemolog.cli.agents.handoff_server import announced
+
+            with announced(sub, settings):
+                _run(app(sub, settings, limiter=RateLimiter(None)), host, port, settings)
     finally:
         lease.release()
 

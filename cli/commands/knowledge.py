@@ -11,7 +11,8 @@ from typing import Any
 import click
 
 from mnemolog.cli.app import Ctx, json_option, parse_json_object
-from mnemolog.cli.commands.memory import opened, warn
+from mnemolog.cli.commands.memory import opened
+from mnemolog.cli.commands.memory_front import warn
 from mnemolog.cli.tables import date, memory_line, one_line
 from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.eventlog.vocabulary.knowledge import DOMAIN_DESCRIPTIONS, STATE_CATEGORIES
