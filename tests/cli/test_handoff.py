@@ -143,12 +143,17 @@ def test_a_new_store_prints_the_same_either_way(cli: Cli, served_home: tuple[Pat
     home, _ = served_home
     docs = []
     for env, mid in ((ON, "01KA0000000000000000000001"), (OFF, "01KA0000000000000000000002")):
-        ran = cli.process(home, "store", "A fresh memory", "--id", mid, "--json", env=env)
+        ran = cli.process(
+            home, "store", "A fresh memory", "--id", mid, "--occurred-at", "2023-05-08", "--json", env=env
+        )
         assert ran.code == 0, ran.output
         doc = json.loads(ran.stdout)
         masked = {"id", "created_at", "updated_at", "stored_seq", "last_event_seq"}
         docs.append({k: v for k, v in doc["memory"].items() if k not in masked})
-        human = cli.process(home, "store", "A fresh memory", "--id", mid, env=env)
+        assert doc["memory"]["occurred_at"] == 1_683_504_000_000_000
+        human = cli.process(
+            home, "store", "A fresh memory", "--id", mid, "--occurred-at", "2023-05-08", env=env
+        )
         assert human.stdout == f"already stored {mid}\n"
     assert docs[0] == docs[1]
 
@@ -162,6 +167,7 @@ def test_a_new_store_prints_the_same_either_way(cli: Cli, served_home: tuple[Pat
         ("store", "x", "--meta", "[1]"),
         ("store", "x", "--domain", "no-such-domain"),
         ("store", ""),
+        ("store", "x", "--occurred-at", "last week"),
         ("recall", "pool", "--as-of", "not-a-time"),
         ("recall", "pool", "--as-of", "99999"),
     ],
