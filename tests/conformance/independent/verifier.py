@@ -1504,6 +1504,8 @@ def _stored_view(e: Entry) -> tuple[dict[str, Any], dict[str, Any], bool]:
         "last_event_seq": e.seq,
         "atom_ids": [],
     }
+    if _int(d.get("occurred_at")) is not None:  # only when the entry says when it happened
+        view["occurred_at"] = _int(d.get("occurred_at"))
     block = {
         "status": "candidate" if d.get("status") == "candidate" else "active",
         "project": _str(d.get("project")) or "",

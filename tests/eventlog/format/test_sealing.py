@@ -183,7 +183,9 @@ def test_an_oversized_key_file_is_refused_before_it_is_parsed(monkeypatch: pytes
 
 def test_every_sealing_type_has_a_later_tv_than_any_plaintext_one() -> None:
     for t, since in v.SEALED_SINCE.items():
-        assert v.upcast_chain_end(t) == since and v.seals(t, since) and not v.seals(t, since - 1)
+        assert v.upcast_chain_end(t) >= since and v.seals(t, since) and not v.seals(t, since - 1)
+        # Every tv after sealing seals too (occurred_at came later for two types).
+        assert all(v.seals(t, tv) for tv in range(since, v.upcast_chain_end(t) + 1))
 
 
 def test_new_keys_are_distinct_random_ids_of_32_hex_digits_with_32_byte_keys() -> None:
