@@ -374,7 +374,9 @@ def chunk_candidates(
     lex = {d: sc / SCORE_SCALE for d, sc in scores.items()}
     near = vectors.chunk_search(conn, query_vector, depth, meta=meta)
     if project:
-        near += vectors.chunk_search(conn, query_vector, depth, meta=meta, project=project)
+        # The project's chunks from the copy `_bm25` just checked, when it scored with one.
+        mine = copy.docs[copy.projects == project] if copy is not None else None
+        near += vectors.chunk_search(conn, query_vector, depth, meta=meta, project=project, project_docs=mine)
     near = sorted(set(near), key=lambda x: (x[1], x[0]))
     dist = dict(near)
     missing = [d for d in lex if d not in dist]

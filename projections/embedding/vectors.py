@@ -629,20 +629,30 @@ def _chunk_matrix(
 
 
 def chunk_search(
-    conn: duckdb.DuckDBPyConnection, query: np.ndarray, limit: int, *, meta: Meta, project: str | None = None
+    conn: duckdb.DuckDBPyConnection,
+    query: np.ndarray,
+    limit: int,
+    *,
+    meta: Meta,
+    project: str | None = None,
+    project_docs: npt.NDArray[np.int64] | None = None,
 ) -> list[tuple[int, float]]:
     """(chunk doc, cosine distance) of the `limit` nearest chunks (of `project` when given), nearest first.
 
     An exact scan: from the connection's matrix copy of the chunks' vectors when it has one
     (the same floats, see projections/vecmatrix.py), else in SQL. Ties break by the older
-    chunk first (lower doc), as the chunks' BM25 does.
+    chunk first (lower doc), as the chunks' BM25 does. `project_docs`, when the caller knows
+    them as they are now, are `project`'s chunks (else a statement reads them).
     """
     m = _chunk_matrix(conn, meta)
     if m is not None:
         q = np.asarray(query, dtype=np.float32)
         exclude = None
         if project is not None:
-            mine = conn.execute("SELECT doc FROM ctx_chunks WHERE project = ?", [project]).fetchnumpy()["doc"]
+            mine = project_docs
+            if mine is None:
+                sql = "SELECT doc FROM ctx_chunks WHERE project = ?"
+                mine = conn.execute(sql, [project]).fetchnumpy()["doc"]
             exclude = m.docs[~np.isin(m.docs, np.asarray(mine, dtype=np.int64))]
             if len(exclude) == len(m.docs):
                 return []
