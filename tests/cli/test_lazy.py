@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -120,3 +121,14 @@ def test_get_never_loads_numpy(tmp_path: pytest.TempPathFactory) -> None:
     )
     assert mid in p.stdout  # it did read the memory
     assert p.stderr.strip().splitlines()[-1] == "loaded=False"
+
+
+def test_the_command_asks_for_one_blas_thread_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's own choice (OPENBLAS_NUM_THREADS) wins; otherwise one thread, set by `main` only."""
+    seen: list[str | None] = []
+    monkeypatch.setattr(cli_main.cli, "main", lambda **_: seen.append(os.environ.get("OPENBLAS_NUM_THREADS")))
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    cli_main.main()
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    cli_main.main()
+    assert seen == ["1", "3"]
