@@ -228,3 +228,32 @@ def test_the_matrix_outlives_letting_the_file_go(tmp_path: Path) -> None:
             again = vx.read_meta(conn)
             assert again == meta
             assert vecmatrix.current(conn, (meta.model_id, meta.dim, meta.synced_seq, meta.rows)) is m
+
+
+def test_the_product_runs_on_one_blas_thread_and_gives_the_setting_back() -> None:
+    import threading
+
+    from threadpoolctl import ThreadpoolController
+
+    from mnemolog.projections import vecmatrix
+
+    def blas_threads() -> list[int]:
+        return [p["num_threads"] for p in ThreadpoolController().info() if p["user_api"] == "blas"]
+
+    before = blas_threads()
+    with vecmatrix._one_blas_thread():
+        assert all(n == 1 for n in blas_threads())
+    assert blas_threads() == before
+
+    # Threads taking turns: none may keep another's limit as "the setting" (serialised).
+    def many() -> None:
+        for _ in range(50):
+            with vecmatrix._one_blas_thread():
+                pass
+
+    ts = [threading.Thread(target=many) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert blas_threads() == before
