@@ -16,6 +16,7 @@ from mnemolog.cli import handoff, tables
 from mnemolog.cli.app import Ctx, json_option, parse_json_object
 from mnemolog.cli.commands.memory_front import (
     Scope,
+    as_of_option,
     filter_options,
     get,
     read_text_arg,
@@ -245,14 +246,7 @@ def forget(
 @click.command("search")
 @click.argument("query")
 @filter_options
-@click.option(
-    "--as-of",
-    "as_of",
-    metavar="SEQ|TIME",
-    default=None,
-    help="Answer from the log as it stood then: a seq (entries 0..SEQ) or an ISO 8601 UTC time "
-    "(the entries stamped at or before it), e.g. 2026-12-04T17:00:00Z.",
-)
+@as_of_option
 @json_option
 @click.pass_obj
 def search(
@@ -270,14 +264,7 @@ def search(
 @click.command("list")
 @filter_options
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip the first N (for paging).")
-@click.option(
-    "--as-of",
-    "as_of",
-    metavar="SEQ|TIME",
-    default=None,
-    help="Answer from the log as it stood then: a seq (entries 0..SEQ) or an ISO 8601 UTC time "
-    "(the entries stamped at or before it), e.g. 2026-12-04T17:00:00Z.",
-)
+@as_of_option
 @json_option
 @click.pass_obj
 def list_cmd(

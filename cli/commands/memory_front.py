@@ -118,6 +118,17 @@ class Scope(TypedDict):
     domains: tuple[str, ...]
 
 
+#: --as-of, for recall, search and list alike.
+as_of_option = click.option(
+    "--as-of",
+    "as_of",
+    metavar="SEQ|TIME",
+    default=None,
+    help="Answer from the log as it stood then: a seq (entries 0..SEQ) or an ISO 8601 UTC time "
+    "(the entries stamped at or before it), e.g. 2026-12-04T17:00:00Z.",
+)
+
+
 def filter_options(f: Any) -> Any:
     """The filter options, handed to the command as one ``scope`` (a Scope)."""
 
@@ -294,14 +305,7 @@ def explained(results: Sequence[Mapping[str, Any]]) -> str:
     default=None,
     help="Only results scoring at least this (the score shown; default: any above 0).",
 )
-@click.option(
-    "--as-of",
-    "as_of",
-    metavar="SEQ|TIME",
-    default=None,
-    help="Answer from the log as it stood then: a seq (entries 0..SEQ) or an ISO 8601 UTC time "
-    "(the entries stamped at or before it), e.g. 2026-12-04T17:00:00Z.",
-)
+@as_of_option
 @json_option
 @click.pass_obj
 def recall(
