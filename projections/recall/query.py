@@ -573,6 +573,29 @@ def rank_lexical(
 Lookup = Callable[["bm25.I64"], tuple["bm25.I64", "bm25.I64"]]
 
 
+# Set operations on the few hundred docs of a pool, by sorting: numpy's own (setdiff1d,
+# union1d, isin) go through its hash-based unique and cost 3-5 times more at this size
+# (setdiff1d of 800 against 200: 78 µs, this 15 µs). Results are the same sorted, unique docs.
+def _sorted_unique(a: bm25.I64) -> bm25.I64:
+    s = np.sort(a)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
+
+
+def _member(a: bm25.I64, sorted_b: bm25.I64) -> npt.NDArray[np.bool_]:
+    """Whether each of `a` is in `sorted_b` (ascending)."""
+    if not len(sorted_b):
+        return np.zeros(a.shape, dtype=np.bool_)
+    at = np.minimum(np.searchsorted(sorted_b, a), len(sorted_b) - 1)
+    out: npt.NDArray[np.bool_] = sorted_b[at] == a
+    return out
+
+
+def _setdiff(a: bm25.I64, b: bm25.I64) -> bm25.I64:
+    """np.setdiff1d(a, b): the sorted unique docs of `a` not in `b`."""
+    u = _sorted_unique(a)
+    return u[~_member(u, np.sort(b))]
+
+
 def lend(
     uniq: bm25.I64,
     tot: bm25.F64,
@@ -606,7 +629,7 @@ def lend(
 
     prev, nxt = lookup(base)
     ring1 = np.concatenate((prev, nxt))
-    joined = allowed(np.setdiff1d(ring1[ring1 >= 0], base))
+    joined = allowed(_setdiff(ring1[ring1 >= 0], base))
     jprev, jnxt = lookup(joined)
     ok = np.concatenate((base, joined))
     prev, nxt = np.concatenate((prev, jprev)), np.concatenate((nxt, jnxt))
@@ -617,11 +640,11 @@ def lend(
         cols += [lookup(prev)[0], lookup(nxt)[1]]
         weights += [decay, decay]
     rings = np.stack(cols, axis=1)
-    outer = np.setdiff1d(rings[rings >= 0], ok)
-    shown = np.union1d(ok, allowed(outer))
+    outer = _setdiff(rings[rings >= 0], ok)
+    shown = _sorted_unique(np.concatenate((ok, allowed(outer))))
     # w · own(n) for each ring member n that recall could show (0 otherwise); the first best
     # wins ties, as the members are tried in order: before, after, two before, two after.
-    lent = np.where((rings >= 0) & np.isin(rings, shown), np.asarray(weights) * own(rings), 0.0)
+    lent = np.where((rings >= 0) & _member(rings, shown), np.asarray(weights) * own(rings), 0.0)
     pick = np.argmax(lent, axis=1)
     best = lent[np.arange(len(ok)), pick]
     add = np.floor(alpha * best + 0.5)
