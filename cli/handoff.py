@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemolog.eventlog.errors import MnemologError, StorageError
+from mnemolog.substrate.paths import default_home
 
 if TYPE_CHECKING:
     from mnemolog.substrate.api import Substrate
@@ -149,15 +150,7 @@ def home_root(home_arg: str | None, tenant: str | None) -> str | None:
     the in-process command reports)."""
     if tenant is not None or home_arg == "":
         return None
-    if home_arg:
-        return home_arg
-    env = os.environ.get("MNEMOLOG_HOME")
-    if env:
-        return env
-    xdg = os.environ.get("XDG_DATA_HOME")
-    if xdg:
-        return os.path.join(xdg, "mnemolog")
-    return os.path.join(os.path.expanduser("~"), ".local", "share", "mnemolog")
+    return home_arg or str(default_home())
 
 
 def _ours(st: os.stat_result, kind: int) -> bool:
@@ -209,11 +202,7 @@ def _config(root: str) -> tuple[bool, str | None]:
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False  # another user's process: not a server of this home
-    except OSError:
+    except OSError:  # none, or another user's process: not a server of this home
         return False
     return True
 

@@ -20,6 +20,7 @@ records it in the log first: the projection is the last witness of it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -328,34 +329,24 @@ class Projections:
         try:
             for lo in range(start, size, CATCH_UP_BATCH):
                 hi = min(lo + CATCH_UP_BATCH, size)
+                batch = functools.partial(
+                    self._apply_batch,
+                    conn,
+                    lo,
+                    hi,
+                    size,
+                    stats,
+                    compact,
+                    signed_here=signed_here,
+                    opened_here=opened_here,
+                    settle=settle,
+                )
                 try:
-                    stats, last = self._apply_batch(
-                        conn,
-                        lo,
-                        hi,
-                        size,
-                        stats,
-                        compact,
-                        careful=False,
-                        signed_here=signed_here,
-                        opened_here=opened_here,
-                        settle=settle,
-                    )
+                    stats, last = batch(careful=False)
                 except RepeatedId:
                     # A bulk insert met a repeated id (a hostile or replayed log): the batch
                     # was rolled back; redo it with the slower insert that skips repeats.
-                    stats, last = self._apply_batch(
-                        conn,
-                        lo,
-                        hi,
-                        size,
-                        stats,
-                        compact,
-                        careful=True,
-                        signed_here=signed_here,
-                        opened_here=opened_here,
-                        settle=settle,
-                    )
+                    stats, last = batch(careful=True)
                 if last is not None:
                     root = self.log.root(last.seq + 1)
                     self._remember(State(st.version, last.seq, last.leaf, st.log_id, stats, root))

@@ -56,6 +56,7 @@ from mnemolog.eventlog.store.lock import FileLock
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.writer import Clock, Durability, LogWriter, system_clock
 from mnemolog.eventlog.verify.trust import ORIGIN_PREFIX, HomeAnchor, origin_for
+from mnemolog.substrate.paths import default_home
 
 CONFIG_NAME = "config.toml"
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -72,16 +73,6 @@ def _writable_dir(path: Path) -> bool:
         return False
     db = path / "mnemolog.duckdb"
     return not db.exists() or os.access(db, os.R_OK | os.W_OK)
-
-
-def default_home() -> Path:
-    env = os.environ.get("MNEMOLOG_HOME")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_DATA_HOME")
-    if xdg:
-        return Path(xdg) / "mnemolog"
-    return Path.home() / ".local" / "share" / "mnemolog"
 
 
 @dataclass(frozen=True)

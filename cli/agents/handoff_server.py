@@ -43,6 +43,7 @@ from mnemolog.cli import handoff
 from mnemolog.cli.agents.http_api import HttpError, HttpSettings, bearer, read_body, status_for
 from mnemolog.cli.app import _os_error
 from mnemolog.eventlog.errors import MnemologError
+from mnemolog.eventlog.store.fsio import atomic_write
 from mnemolog.substrate.api import Substrate
 
 log = logging.getLogger("mnemolog.handoff")
@@ -147,15 +148,6 @@ def _prepare(root: Path) -> tuple[Path, Path]:
     return run_dir, sock
 
 
-def _write_state(run_dir: Path, doc: dict[str, Any]) -> None:
-    tmp = run_dir / f".{handoff.STATE_NAME}.{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(doc))
-    os.replace(tmp, run_dir / handoff.STATE_NAME)
-
-
 class Announced:
     """The socket's server (uvicorn, in a thread of its own) and the announcement."""
 
@@ -204,7 +196,7 @@ class Announced:
             "version": server_version(),
             "log_id": sub.log.log_id.hex(),
         }
-        _write_state(self.run_dir, self.state)
+        atomic_write(self.run_dir / handoff.STATE_NAME, json.dumps(self.state).encode(), 0o600)
 
     def close(self) -> None:
         state = self.run_dir / handoff.STATE_NAME

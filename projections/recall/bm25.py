@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
 
+from mnemolog.projections import vecmatrix
 from mnemolog.projections.recall.text import drop_staged, stage_postings
 from mnemolog.projections.schema import memory_generation
 
@@ -152,23 +152,10 @@ def score(
     return list(zip(uniq[cand].tolist(), tot[cand].astype(np.int64).tolist(), strict=True))
 
 
-# Per thread, inside `one_question`: the scores computed so far, by question and position.
-_shared = threading.local()
-
-
-@contextmanager
-def one_question() -> Iterator[None]:
-    """Rankings of one question share its BM25 scores while this lasts: a context pack ranks each
-    tier with the same question at the same position (the same floats, computed once), as
-    `vecmatrix.one_question` shares the product with the matrix."""
-    outer = getattr(_shared, "memo", None)
-    if outer is None:
-        _shared.memo = {}
-    try:
-        yield
-    finally:
-        if outer is None:
-            _shared.memo = None
+#: Rankings of one question share its BM25 scores while this lasts (a context pack ranks each
+#: tier with the same question at the same position): the one per-question memo of the
+#: projections, which also shares the product with the vector matrix.
+one_question = vecmatrix.one_question
 
 
 def shared_totals(
@@ -176,13 +163,8 @@ def shared_totals(
 ) -> tuple[I64, F64, I64]:
     """`compute()` (a `totals`), or what it gave for `key` earlier within `one_question`. The
     arrays are shared: callers only read them."""
-    memo: dict[tuple[object, ...], tuple[I64, F64, I64]] | None = getattr(_shared, "memo", None)
-    if memo is None:
-        return compute()
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = compute()
-    return hit
+    got: tuple[I64, F64, I64] = vecmatrix.within_question(("bm25", *key), compute)
+    return got
 
 
 def _arrays(tbl: dict[str, Any]) -> tuple[list[str], I64, F64, F64]:

@@ -45,7 +45,6 @@ from mnemolog.projections.context.decode import DEFAULT_FALLBACKS, DocumentRefus
 from mnemolog.projections.knowledge import queries as kq
 from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import Memory
-from mnemolog.projections.recall import bm25
 from mnemolog.projections.recall.query import Filters, allowed_ids
 from mnemolog.substrate.context.config import pack_config
 from mnemolog.substrate.context.documents import (
@@ -366,7 +365,7 @@ def build_context(
         # Chunks are ranked in the mode memories are: hybrid with the same query vector and
         # fusion (both fall back to BM25 when the projection has no vectors).
         # The tiers share one product of the query with the matrix, and its BM25 scores.
-        with vecmatrix.one_question(), bm25.one_question():
+        with vecmatrix.one_question():  # the question's matrix product and BM25 scores, once
             c = sources.candidates(
                 s.conn,
                 query,
