@@ -154,6 +154,11 @@ class UpdateArgs(Verbose):
     metadata: dict[str, Any] | None = Field(None, description="Keys to set; a null value removes a key.")
     project: str | None = None
     domains: list[str] | None = Field(None, description="Replaces the domains.")
+    occurred_at: str | int | None = Field(
+        None,
+        description="When it happened, put right: ISO 8601 (2023-05-08 or 2023-05-08T14:30Z) or µs since "
+        "the epoch. Its date words in the index follow.",
+    )
 
 
 class ArchiveArgs(Verbose):

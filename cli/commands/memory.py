@@ -76,6 +76,12 @@ relation_option = click.option(
 @click.option("--seen", is_flag=True, help="Mark as seen now (last_seen).")
 @click.option("--project", default=None, help="Move it to this project ('' for none).")
 @click.option("--domain", "domains", multiple=True, help="Replace the domains (repeatable).")
+@click.option(
+    "--occurred-at",
+    "occurred_at",
+    default=None,
+    help="Put right when it happened (2023-05-08 or 2023-05-08T14:30Z, UTC unless an offset is given).",
+)
 @json_option
 @click.pass_obj
 def update(
@@ -92,6 +98,7 @@ def update(
     seen: bool,
     project: str | None,
     domains: tuple[str, ...],
+    occurred_at: str | None,
 ) -> None:
     """Change fields of a memory (a memory.updated event)."""
     meta = parse_json_object(meta_json, "--meta") if meta_json is not None else None
@@ -109,6 +116,7 @@ def update(
             last_seen=s.clock() if seen else None,
             project=project,
             domains=list(domains) if domains else None,
+            occurred_at=occurred_at,
         )
     warn(ctx, m)
     ctx.emit({"memory": m}, f"updated {m['id']}")

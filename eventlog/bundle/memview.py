@@ -211,6 +211,9 @@ def _updated(v: dict[str, Any], e: Entry, d: dict[str, Any]) -> None:
         v["title"] = str(d["title"])
     if d.get("content") is not None:
         v["content"] = str(d["content"])
+    when = read_int(d.get("occurred_at"))
+    if when is not None:
+        v["occurred_at"] = when
     closed = _sealed(d).get("sealed")
     if closed:
         v["sealed"] = sorted({*v.get("sealed", []), *closed})
@@ -288,6 +291,7 @@ def fold_views(
             if d.get("migration_run"):
                 before = {k: copy.deepcopy(target[k]) for k in UNDO_FIELDS if k in target}
                 before.update({k: copy.deepcopy(block[k]) for k in ("project", "domains")})
+                before.setdefault("occurred_at", None)  # none shown: none put back
                 undo.append((e.seq, target["id"], before))
             _updated(target, e, d)
             if isinstance(d.get("project"), str):
@@ -303,7 +307,13 @@ def fold_views(
                 if seq >= size and mid in views:
                     block = blocks[mid]
                     block["project"], block["domains"] = before["project"], before["domains"]
-                    views[mid].update({k: x for k, x in before.items() if k not in ("project", "domains")})
+                    views[mid].update(
+                        {k: x for k, x in before.items() if k not in ("project", "domains", "occurred_at")}
+                    )
+                    if before["occurred_at"] is None:
+                        views[mid].pop("occurred_at", None)  # a view shows a date only when it has one
+                    else:
+                        views[mid]["occurred_at"] = before["occurred_at"]
             undo = [u for u in undo if u[0] < size]
         elif e.type == "memory.archived" and target is not None:
             if d.get("by") == "atomisation":

@@ -204,6 +204,7 @@ MUTABLE_FIELDS: Final[tuple[str, ...]] = (
     "last_seen",
     "project",
     "domains",
+    "occurred_at",
 )
 # What a migration's update replaced and its rollback puts back.
 UNDO_FIELDS: Final[tuple[str, ...]] = (*MUTABLE_FIELDS, "updated_at", "last_event_seq")
@@ -579,3 +580,5 @@ def seals(type_: str, tv: int) -> bool:
 # what they record happened, if not when they were written. Older payloads carry none.
 upcaster(MEMORY_STORED, 4)(_opened)
 upcaster(INTERACTION_CAPTURED, 2)(_opened)
+# memory.updated tv 5 may change it (a date given wrong is put right); older updates never did.
+upcaster(MEMORY_UPDATED, 4)(_opened)

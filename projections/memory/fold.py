@@ -290,8 +290,10 @@ class MemoryFold(Fold):
         title: str | None,
         tags: list[str],
         content: str,
+        occurred_at: int | None = None,
     ) -> int:
-        """Re-index a memory whose text changed; returns the new length in terms.
+        """Re-index a memory whose text (or, with `occurred_at`, whose date) changed; returns the
+        new length in terms. The row still holds the old date when this runs.
 
         The old postings are deleted at once, so the index never holds a stale
         version: the delta is small, and in the main table the old terms' row
@@ -309,8 +311,7 @@ class MemoryFold(Fold):
                 f"SELECT NULL, {DATED_BY} FROM memories WHERE stored_seq = ?", [doc]
             ).fetchone()
         else:
-            # The date words (of the memory's date, which an update never changes) are among the
-            # old terms.
+            # The date words of the memory's date as it was are among the old terms.
             got = conn.execute(
                 f"SELECT list_distinct(ml_doc_terms(?, ?::VARCHAR[], ?, {DATED_BY})), {DATED_BY} "
                 "FROM memories WHERE stored_seq = ?",
@@ -324,7 +325,8 @@ class MemoryFold(Fold):
             else:
                 row = conn.execute("DELETE FROM postings WHERE doc = ?", [doc]).fetchone()
             self.stats.main_rows -= int(row[0]) if row else 0
-        dl = self._add_postings(doc, title, tags, content, got[1] if got else None)
+        dated = occurred_at if occurred_at is not None else (got[1] if got else None)
+        dl = self._add_postings(doc, title, tags, content, dated)
         self.stats.total_len += dl - old[3]
         return dl
 
@@ -376,7 +378,9 @@ class MemoryFold(Fold):
         self.shared.flush()
         mid = read_id(d.get("id"))
         row = self.conn.execute(
-            "SELECT metadata, title, content, stored_seq, doc_len, tags FROM memories WHERE id = ?", [mid]
+            "SELECT metadata, title, content, stored_seq, doc_len, tags, occurred_at "
+            "FROM memories WHERE id = ?",
+            [mid],
         ).fetchone()
         if row is None:
             return
@@ -412,12 +416,17 @@ class MemoryFold(Fold):
             args.append(canonical_json(merge_metadata(json.loads(row[0]), d["metadata"])))
         title = str(d["title"]) if d.get("title") is not None else row[1]
         content = str(d["content"]) if d.get("content") is not None else row[2]
-        if title != row[1] or content != row[2] or tags != old_tags:
+        occurred = read_int(d.get("occurred_at"))
+        redate = occurred is not None and occurred != row[6]
+        if title != row[1] or content != row[2] or tags != old_tags or redate:
             dl = self._replace_text(
-                int(row[3]), (row[1], old_tags, row[2], int(row[4])), title, tags, content
+                int(row[3]), (row[1], old_tags, row[2], int(row[4])), title, tags, content, occurred
             )
             sets += ["title = ?", "content = ?", "doc_len = ?"]
             args += [title, content, dl]
+        if redate:
+            sets.append("occurred_at = ?")
+            args.append(occurred)
         self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])
 
     def _refresh_hidden(self, mid: str) -> None:
@@ -558,24 +567,33 @@ class MemoryFold(Fold):
         for _, mid, before_json in rows:
             b = json.loads(before_json)
             cur = self.conn.execute(
-                "SELECT title, content, stored_seq, doc_len, tags FROM memories WHERE id = ?", [mid]
+                "SELECT title, content, stored_seq, doc_len, tags, occurred_at, created_at "
+                "FROM memories WHERE id = ?",
+                [mid],
             ).fetchone()
             if cur is None:
                 continue
+            # A snapshot taken before tv 5 of memory.updated has no date: the memory's stays.
+            occurred = b.get("occurred_at", cur[5])
             sets = [
                 "title = ?", "content = ?", "kind = ?", "namespace = ?", "tags = ?::VARCHAR[]",
                 "confidence = ?", "source = ?", "metadata = ?", "last_seen = ?", "updated_at = ?",
-                "last_event_seq = ?", "project = ?", "domains = ?::VARCHAR[]",
+                "last_event_seq = ?", "project = ?", "domains = ?::VARCHAR[]", "occurred_at = ?",
             ]  # fmt: skip
             args: list[Any] = [
                 b["title"], b["content"], b["kind"], b["namespace"], b["tags"], b["confidence"],
                 b["source"], b["metadata"], b["last_seen"], b["updated_at"], b["last_event_seq"],
-                b["project"], b["domains"],
+                b["project"], b["domains"], occurred,
             ]  # fmt: skip
             cur_tags = list(cur[4] or [])
-            if b["title"] != cur[0] or b["content"] != cur[1] or list(b["tags"] or []) != cur_tags:
+            redate = occurred != cur[5]
+            if b["title"] != cur[0] or b["content"] != cur[1] or list(b["tags"] or []) != cur_tags or redate:
                 old = (cur[0], cur_tags, cur[1], int(cur[3]))
-                dl = self._replace_text(int(cur[2]), old, b["title"], list(b["tags"] or []), b["content"])
+                # The date put back may be none: the memory is then dated by when it was created.
+                dated = (occurred if occurred is not None else cur[6]) if redate else None
+                dl = self._replace_text(
+                    int(cur[2]), old, b["title"], list(b["tags"] or []), b["content"], dated
+                )
                 sets.append("doc_len = ?")
                 args.append(dl)
             self.conn.execute(f"UPDATE memories SET {', '.join(sets)} WHERE id = ?", [*args, mid])

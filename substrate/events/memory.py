@@ -134,7 +134,9 @@ class MemoryStored(Chained):
 
 
 class MemoryUpdated(Chained):
-    """`memory.updated` tv 4: fields given replace; metadata keys merge (null removes).
+    """`memory.updated` tv 5: fields given replace; metadata keys merge (null removes).
+
+    tv 5 may change `occurred_at` (when what the memory says happened; its date words follow).
 
     tv 4 carries the content fields it changes sealed (eventlog.sealing).
 
@@ -145,7 +147,7 @@ class MemoryUpdated(Chained):
     """
 
     TYPE = v.MEMORY_UPDATED
-    TV = 4
+    TV = 5
 
     id: str
     title: TitleField = None
@@ -159,6 +161,7 @@ class MemoryUpdated(Chained):
     last_seen: int | None = None
     project: GivenProject = None
     domains: GivenDomains = None
+    occurred_at: OccurredAtField = None
     migration_run: str | None = None  # set by a log-backed migration; rollbacks undo these
 
 

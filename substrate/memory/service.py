@@ -253,11 +253,14 @@ class Memories:
         last_seen: int | None = None,
         project: str | None = None,
         domains: Sequence[str] | None = None,
+        occurred_at: int | str | None = None,
     ) -> Memory:
         """Change fields of a memory (a `memory.updated`): given fields replace, metadata keys merge.
 
         The fields are the `memory.updated` model's (MUTABLE_FIELDS); None means
         "leave as it is", and the model holds every limit a store has.
+        `occurred_at` (µs or ISO 8601 text, as for `store`) puts a memory's date
+        right: its date words in the index follow. It can be changed, not removed.
         """
         from mnemolog.substrate.events import MemoryUpdated
 
@@ -276,6 +279,7 @@ class Memories:
                     last_seen,
                     project,
                     self.sub.knowledge.domains(domains) if domains is not None else None,
+                    occurred_at,
                 ),
                 strict=True,
             )

@@ -396,10 +396,10 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
 
 def _diff(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    # What an update may change, but for the source (a note does not carry it) and the metadata
+    # What an update may change, but for the source and the date (a note carries neither) and the metadata
     # (a note owns only its vault part, compared below).
     for k in MUTABLE_FIELDS:
-        if k in ("source", "metadata"):
+        if k in ("source", "metadata", "occurred_at"):
             continue
         if have[k] != want[k]:
             out[k] = want[k]

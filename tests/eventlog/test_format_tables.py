@@ -146,6 +146,7 @@ def test_the_older_versions_paragraph_names_every_upcaster() -> None:
         # occurred_at, after sealing: the step changes nothing.
         ("memory.stored", 4),
         ("interaction.captured", 2),
+        ("memory.updated", 4),
     }
     assert set(vocabulary.UPCASTERS) == described
     old = vocabulary.upcast("memory.stored", 1, {"id": "m"})

@@ -87,7 +87,12 @@ stored_v2 = st.fixed_dictionaries(
 )
 updated = st.fixed_dictionaries(
     {"id": IDS},
-    optional={**memory_fields, "content": field(text), "migration_run": st.just("run-1")},
+    optional={
+        **memory_fields,
+        "content": field(text),
+        "occurred_at": field(st.integers(0, 2**50)),
+        "migration_run": st.just("run-1"),
+    },
 )
 updated_v2 = st.fixed_dictionaries(
     {"id": IDS},

@@ -252,3 +252,12 @@ def test_store_and_capture_take_when_it_happened(cli: Cli, tmp_path: Path) -> No
     iid = cli.ok(home, "capture", "--prompt", "q", "--occurred-at", "2023-05-08")["interaction"]["id"]
     got = cli.ok(home, "capture", stdin=json.dumps({"prompt": "q2", "occurred_at": "2023-05-09"}))
     assert got["interaction"]["id"] != iid
+    # `update --occurred-at` puts the date right; recall's date words follow.
+    fixed = cli.ok(home, "update", m["id"], "--occurred-at", "2024-02-10")["memory"]
+    assert fixed["occurred_at"] == 1_707_523_200_000_000
+    assert [r["id"] for r in cli.ok(home, "recall", "what happened in February 2024")["results"]] == [m["id"]]
+    assert cli.ok(home, "recall", "what happened in May 2023")["results"] == []
+    before = log_digest(home)
+    code, doc = cli.json(home, "update", m["id"], "--occurred-at", "2024-02-30")
+    assert (code, doc["error"]) == (65, "bad_input") and "occurred_at" in doc["message"]
+    assert log_digest(home) == before

@@ -1556,6 +1556,8 @@ def _updated(e: Entry, v: dict[str, Any], block: dict[str, Any]) -> bool:
         v["confidence"] = _num(d["confidence"])
     if _int(d.get("last_seen")) is not None:
         v["last_seen"] = d["last_seen"]
+    if _int(d.get("occurred_at")) is not None:  # memory.updated tv 5 may put a date right
+        v["occurred_at"] = d["occurred_at"]
     if isinstance(d.get("tags"), list):
         v["tags"] = [str(t) for t in d["tags"]]
     patch = d.get("metadata") if isinstance(d.get("metadata"), dict) else {}

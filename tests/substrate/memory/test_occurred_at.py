@@ -1,4 +1,4 @@
-"""`occurred_at`: when what a memory says happened, given at store, import and capture.
+"""`occurred_at`: when what a memory says happened, given at store, import and capture, put right by update.
 
 A memory is dated (its date indexed as words for recall) by `occurred_at` when
 given, else by `created_at`; the field reaches every door and survives an
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from mnemolog.cli.agents import operations
-from mnemolog.eventlog.errors import BadInput
+from mnemolog.eventlog.errors import BadInput, UsageError
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.events import MemoryStored
 from mnemolog.substrate.events.limits import MAX_TIMESTAMP_US, check_occurred_at
@@ -90,7 +90,7 @@ def test_recall_finds_a_memory_by_when_it_happened_not_when_it_was_stored(sub: S
     assert ranked(sub, "what shipped in May 2023")[0] == may["id"]
     # The other is dated by when it was stored (the session's clock, 2096), so 2096 names it.
     assert ranked(sub, "what shipped in 2096")[0] == now["id"]
-    # An update changes the text, not the date: the date words stay indexed.
+    # An update of the text alone leaves the date: the date words stay indexed.
     sub.update(may["id"], content="We shipped the billing rewrite, finally, to every region.")
     assert ranked(sub, "what shipped in May 2023")[0] == may["id"]
     with sub.projections.session() as conn:
@@ -99,6 +99,48 @@ def test_recall_finds_a_memory_by_when_it_happened_not_when_it_was_stored(sub: S
     with sub.projections.session() as conn:
         assert logical_rows(conn) == before  # a rebuild folds occurred_at exactly as the catch-up did
     assert ranked(sub, "what shipped in May 2023")[0] == may["id"]
+
+
+def test_an_update_puts_a_date_right_and_its_words_follow(sub: Substrate) -> None:
+    m = sub.store("The kiln was relined with new firebrick.", occurred_at="2023-05-08")
+    other = sub.store("The kiln was fired for the first time.", occurred_at="2023-05-09")
+    got = sub.update(m["id"], occurred_at="2024-02-10T09:00Z")
+    assert got["occurred_at"] == sub.get(m["id"])["occurred_at"] == 1_707_555_600_000_000
+    assert ranked(sub, "what happened in February 2024") == [m["id"]]
+    assert ranked(sub, "what happened on 8 May 2023") == [other["id"]]  # 8 no longer names it
+    # Text and date in one update; then an update without a date keeps the one it has.
+    sub.update(m["id"], content="The kiln was relined again.", occurred_at=MAY_8_2023)
+    sub.update(m["id"], title="Kiln relining")
+    assert sub.get(m["id"])["occurred_at"] == MAY_8_2023
+    assert ranked(sub, "relined 8 May 2023")[0] == m["id"]
+    assert ranked(sub, "February 2024") == []
+    with sub.projections.session() as conn:
+        before = logical_rows(conn)
+    sub.rebuild()
+    with sub.projections.session() as conn:
+        assert logical_rows(conn) == before  # the re-dating folds the same on a rebuild
+
+
+def test_a_bad_date_at_update_writes_nothing(sub: Substrate) -> None:
+    m = sub.store("a memory with no date")
+    before = log_digest(sub.home)
+    for bad in ("2023-13-01", "soon", -5, True, "9" * 65):
+        with pytest.raises(BadInput) as info:
+            sub.update(m["id"], occurred_at=bad)
+        assert info.value.exit_code == 65 and info.value.details["field"] == "occurred_at"
+        # An argument of the wrong JSON type is the schema's (a usage error); a bad date, the field's.
+        with pytest.raises((BadInput, UsageError)) as err:
+            operations.invoke(sub, "memory_update", {"id": m["id"], "occurred_at": bad})
+        assert err.value.exit_code == (64 if isinstance(bad, bool) else 65)
+    assert log_digest(sub.home) == before
+    assert sub.get(m["id"])["occurred_at"] is None
+
+
+def test_the_update_operation_takes_it(sub: Substrate) -> None:
+    m = sub.store("The dome was resurfaced")
+    out = operations.invoke(sub, "memory_update", {"id": m["id"], "occurred_at": "2023-05-08"})
+    assert out["memory"]["occurred_at"] == "2023-05-08T00:00:00Z"
+    assert ranked(sub, "May 2023") == [m["id"]]
 
 
 def test_a_bad_date_at_store_writes_nothing(sub: Substrate) -> None:
@@ -181,3 +223,12 @@ def test_payloads_before_occurred_at_read_without_it() -> None:
     old = {"id": "01HYYYYYYYYYYYYYYYYYYYYYYY", "namespace": "a", "content": "c", "tags": [], "metadata": {}}
     assert "occurred_at" not in upcast("memory.stored", 4, dict(old))
     assert MemoryStored.model_validate(upcast("memory.stored", 4, dict(old))).occurred_at is None
+
+
+def test_updates_before_occurred_at_read_without_it() -> None:
+    from mnemolog.eventlog.vocabulary.events import upcast
+    from mnemolog.substrate.events import MemoryUpdated
+
+    old = {"id": "01HYYYYYYYYYYYYYYYYYYYYYYY", "title": "t"}
+    assert MemoryUpdated.model_validate(upcast("memory.updated", 4, dict(old))).occurred_at is None
+    assert MemoryUpdated.TV == 5
