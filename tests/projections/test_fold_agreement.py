@@ -250,3 +250,27 @@ def test_a_rollback_touches_the_memories_its_payload_names(tmp_path: Path) -> No
         assert sorted(queries.touching_seqs(conn, {"A"}, 10)) == [1, 2, 3, 4]
         assert conn.execute("SELECT count(*) FROM touches WHERE seq = 4").fetchone() == (1,)
         assert sub.get("A")["title"] is None
+
+
+def test_a_rollback_takes_back_a_date_a_migration_gave(tmp_path: Path) -> None:
+    # A memory without a date, dated by a migration's update, then the migration rolled back:
+    # both folds show no date again, and the index holds the words of its created_at.
+    home = new_home(tmp_path / "home")
+    assert write(
+        home,
+        [
+            (v.MEMORY_STORED, {"id": "A", "namespace": "default", "content": "alpha", "created_at": 0}),
+            (v.MEMORY_UPDATED, {"id": "A", "occurred_at": 1_683_504_000_000_000, "migration_run": "r"}),
+            (v.MIGRATION_ROLLED_BACK, {"run_id": "r", "snapshot_size": 2, "memory_ids": ["A"]}),
+        ],
+    )
+    with Log(home.log_dir) as log:
+        entries = list(log.iter_entries(0))
+    views = memview.fold_views(entries, {"A"})
+    assert "occurred_at" not in views["A"]
+    with open_sub(home) as sub, sub.projections.session() as conn:
+        check_invariants(conn)
+        assert sub.get("A")["occurred_at"] is None
+        assert as_row(views["A"]) == q.list_memories(conn, q.Filters(include_archived=True), limit=5)[0]
+        assert [r["id"] for r in sub.recall("alpha 1970", mode="bm25")] == ["A"]
+        assert sub.recall("May 2023", mode="bm25") == []
