@@ -74,7 +74,7 @@ class Memory(TypedDict):
     The knowledge loop's fields: `project` ("" = every project), `domains`,
     `status` (candidate, active, superseded, invalid), `promoted_at` (when
     it became active), `reference_count` and `last_referenced_at` (its
-    reinforcements).
+    reinforcements). `occurred_at`: when what it records happened, if given.
     """
 
     id: str
@@ -103,6 +103,7 @@ class Memory(TypedDict):
     promoted_at: int | None
     reference_count: int
     last_referenced_at: int | None
+    occurred_at: int | None  # when what it says happened (µs), when it says
     links: NotRequired[Links]
     score: NotRequired[float]
     warnings: NotRequired[list[str]]

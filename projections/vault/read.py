@@ -67,6 +67,15 @@ def _date(meta: Mapping[str, Any], key: str, problems: list[str]) -> date | None
     return d
 
 
+def _instant(meta: Mapping[str, Any], key: str, problems: list[str]) -> int | None:
+    if meta.get(key) is None:
+        return None
+    micros = schema.as_instant(meta[key])
+    if micros is None:
+        problems.append(f"{key}: expected a UTC time (2023-05-08T14:30:00Z) or a date, found {meta[key]!r}")
+    return micros
+
+
 def _strs(meta: Mapping[str, Any], key: str, problems: list[str]) -> tuple[str, ...]:
     value = meta.get(key, [])
     if isinstance(value, str):
@@ -163,8 +172,11 @@ def _record(
     extra = {k: v for k, v in meta.items() if k not in RESERVED_KEYS and not k.startswith(RESERVED_PREFIX)}
     if unit_type == "wiki":
         extra.pop("provenance", None)
+    occurred_at = _instant(meta, "mnemolog_occurred_at", problems)
     if kind is None or captured is None or last_seen is None:
         return None, problems
+    if occurred_at is None and meta.get("mnemolog_occurred_at") is not None:
+        return None, problems  # dropped, it would leave the memory dated wrong without a word
     try:
         record = NoteRecord(
             memory_id=memory_id,
@@ -188,6 +200,7 @@ def _record(
             links=_links(meta, problems),
             project=_opt_str(meta, "mnemolog_project") or "",
             domains=_strs(meta, "mnemolog_domains", problems),
+            occurred_at=occurred_at,
         )
     except BadInput as exc:
         return None, [*problems, exc.message]

@@ -147,6 +147,7 @@ class NoteRecord:
     links: Sequence[NoteLink] = ()
     project: str = ""  # the knowledge loop's project ("" = every project)
     domains: Sequence[str] = ()
+    occurred_at: int | None = None  # µs: when what the memory says happened, if it says
 
     def __post_init__(self) -> None:
         rid = self.memory_id if isinstance(self.memory_id, str) else repr(self.memory_id)
@@ -182,6 +183,9 @@ class NoteRecord:
         if not isinstance(self.project, str) or not all(isinstance(d, str) for d in self.domains):
             raise _bad(rid, "project must be a string and domains a list of strings")
         object.__setattr__(self, "domains", tuple(self.domains))
+        occ = self.occurred_at
+        if occ is not None and (isinstance(occ, bool) or not isinstance(occ, int) or occ < 0):
+            raise _bad(rid, f"occurred_at must be µs since the epoch or None, found {occ!r}")
         extra = dict(self.extra_frontmatter)
         for key in extra:
             if not isinstance(key, str):
@@ -347,6 +351,8 @@ def _frontmatter(p: _Placed, placed: Mapping[str, _Placed]) -> dict[str, Any]:
         meta["mnemolog_project"] = r.project
     if r.domains:
         meta["mnemolog_domains"] = list(r.domains)
+    if r.occurred_at is not None:
+        meta["mnemolog_occurred_at"] = schema.instant_text(r.occurred_at)
     return meta
 
 

@@ -15,7 +15,7 @@ characters (hard errors here too), the format asks for a ~150 character hook
 from __future__ import annotations
 
 import re
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Literal
 
 from mnemolog.projections.vault import naming
@@ -55,6 +55,34 @@ def describe(value: Any) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{type(value).__name__} {text}"
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_INSTANT_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+
+
+def instant_text(micros: int) -> str:
+    """µs since the epoch as UTC ISO 8601 text, exactly (`2023-05-08T14:30:00Z`; a fraction only
+    when there is one): how a note carries a memory's `occurred_at`."""
+    at = _EPOCH + timedelta(microseconds=micros)
+    spec = "microseconds" if at.microsecond else "seconds"
+    return at.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
+
+
+def as_instant(value: Any) -> int | None:
+    """The µs since the epoch a frontmatter value denotes (`instant_text`'s form, or a date:
+    its midnight UTC), or None when it denotes none or one before 1970."""
+    if isinstance(value, date) and not isinstance(value, datetime):
+        at = datetime(value.year, value.month, value.day, tzinfo=UTC)
+    elif isinstance(value, str) and _INSTANT_TEXT.fullmatch(value):
+        try:
+            at = datetime.fromisoformat(value[:-1]).replace(tzinfo=UTC)
+        except ValueError:
+            return None
+    else:
+        return None
+    micros = (at - _EPOCH) // timedelta(microseconds=1)
+    return micros if micros >= 0 else None
 
 
 def as_date(value: Any) -> date | None:

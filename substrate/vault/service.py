@@ -174,6 +174,7 @@ def memory_to_record(
         links=note_links(m, edges),
         project=m.get("project") or "",
         domains=tuple(m.get("domains") or ()),
+        occurred_at=m.get("occurred_at"),
     )
 
 
@@ -264,6 +265,7 @@ def _fields(r: NoteRecord) -> dict[str, Any]:
         "last_seen": midnight(r.last_seen),
         "project": r.project,
         "domains": list(r.domains),
+        "occurred_at": r.occurred_at,
     }
 
 
@@ -311,6 +313,7 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
                     memory_id=mid,
                     project=r.project,
                     domains=r.domains,
+                    occurred_at=r.occurred_at,
                 )
                 s.write_memory(payload)
                 report.stored.append(mid)
@@ -396,10 +399,11 @@ def import_notes(sessions: Sessions, notes: Sequence[ParsedNote], agent: str) ->
 
 def _diff(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    # What an update may change, but for the source and the date (a note carries neither) and the metadata
-    # (a note owns only its vault part, compared below).
+    # What an update may change, but for the source (a note does not carry it) and the metadata
+    # (a note owns only its vault part, compared below). A note without a date leaves the
+    # memory's as it is: an update can change a date, not remove one.
     for k in MUTABLE_FIELDS:
-        if k in ("source", "metadata", "occurred_at"):
+        if k in ("source", "metadata") or (k == "occurred_at" and want[k] is None):
             continue
         if have[k] != want[k]:
             out[k] = want[k]

@@ -18,6 +18,7 @@ from mnemolog.projections.memory import queries
 from mnemolog.substrate.api import Substrate
 from mnemolog.substrate.home import init_home
 from mnemolog.substrate.vault import service as v
+from tests.projections.kit import log_digest
 from tests.substrate.atomise.test_service import POST_MORTEM
 from tests.support.cli import Cli
 
@@ -36,6 +37,8 @@ memory_st = st.fixed_dictionaries(
         "source": st.one_of(st.none(), st.just("conversation_7")),
         "project": st.sampled_from(["", "p04-gigabit"]),
         "domains": st.lists(st.sampled_from(["materials", "optics"]), max_size=2, unique=True),
+        # When it happened: none, a midnight, or a time to the µs.
+        "occurred_at": st.sampled_from([None, 1_683_504_000_000_000, 1_683_556_200_123_456]),
     }
 )
 
@@ -66,6 +69,7 @@ def populate(
             domains=m.get("domains", ()),
             namespace=m["namespace"],
             source=m["source"],
+            occurred_at=m.get("occurred_at"),
         )
         ids.append(stored["id"])
     for a, b in supersede:
@@ -337,3 +341,26 @@ def test_promoted_knowledge_is_rendered_with_its_project_and_domains(sub: Substr
     archived = next(x for x in notes.values() if "An old fact" in x and "mnemolog_id" in x)
     assert old["id"] in archived and "archived: true" in archived
     assert not [p for p in v.validate(tmp_path / "vault") if p.severity == "error"]
+
+
+def test_a_note_carries_when_its_memory_happened(sub: Substrate, tmp_path: Path) -> None:
+    m = sub.store("The kiln was relined.", kind="project", occurred_at="2023-05-08T14:30Z")
+    v.render(sub, tmp_path / "v", "agent")
+    (note,) = (tmp_path / "v" / "agent" / "memory").glob("project_*.md")
+    assert 'mnemolog_occurred_at: "2023-05-08T14:30:00Z"' in note.read_text()
+    # Put right in the note, the import updates the memory's date (and its date words).
+    note.write_text(note.read_text().replace("2023-05-08T14:30:00Z", "2024-02-10T00:00:00Z"))
+    report = v.import_vault(sub, tmp_path / "v")
+    assert report.updated == [m["id"]]
+    assert sub.get(m["id"])["occurred_at"] == 1_707_523_200_000_000
+    assert [r["id"] for r in sub.recall("February 2024", mode="bm25")] == [m["id"]]
+    # A note without the field leaves the date as it is; a date that is no time is a problem.
+    note.write_text(note.read_text().replace('mnemolog_occurred_at: "2024-02-10T00:00:00Z"\n', ""))
+    assert not v.import_vault(sub, tmp_path / "v").updated
+    assert sub.get(m["id"])["occurred_at"] == 1_707_523_200_000_000
+    note.write_text(note.read_text().replace("---\n", "---\nmnemolog_occurred_at: soon\n", 1))
+    before = log_digest(sub.home)
+    with pytest.raises(BadInput) as info:
+        v.import_vault(sub, tmp_path / "v")
+    assert info.value.exit_code == 65 and "mnemolog_occurred_at" in info.value.message
+    assert log_digest(sub.home) == before
