@@ -70,6 +70,10 @@ IGNORED: frozenset[str] = frozenset(
 ENGINE_TABLES = ("proj_state",)
 
 CATCH_UP_BATCH = 50_000
+# A rebuild's batch: each commits, and all but the last write the postings they tokenised
+# into the delta; the last writes its own straight into the sorted main table (`settle`).
+# Up to this many entries, a rebuild is one transaction and never writes the delta.
+REBUILD_BATCH = 200_000
 SIGN_CHECK_ALL = 4096  # a catch-up of at most this many entries checks every signature
 NOTHING_APPLIED = -1
 
@@ -326,9 +330,10 @@ class Projections:
         )
         stats = st.stats
         applied = 0
+        step = REBUILD_BATCH if compact else CATCH_UP_BATCH
         try:
-            for lo in range(start, size, CATCH_UP_BATCH):
-                hi = min(lo + CATCH_UP_BATCH, size)
+            for lo in range(start, size, step):
+                hi = min(lo + step, size)
                 batch = functools.partial(
                     self._apply_batch,
                     conn,
@@ -380,7 +385,9 @@ class Projections:
         settle: bool = True,
     ) -> tuple[IndexStats, Entry | None]:
         """Fold entries lo..hi-1 and record the position, in one transaction."""
-        fold = FoldPass(conn, self.upcast, replace(stats), FOLDS, careful=careful, opened=opened_here)
+        fold = FoldPass(
+            conn, self.upcast, replace(stats), FOLDS, careful=careful, opened=opened_here, bulk=compact
+        )
         # Nothing is folded (and so served) that the key history did not sign: an entry a
         # rogue key appended after the last checkpoint fails here, before any table changes.
         # Key ids are compared for every entry; signatures (~0.1 ms each) for every entry of
@@ -397,6 +404,8 @@ class Projections:
             # otherwise be merged (and the main table rewritten) over and over.
             if hi == size and (settle or compact):
                 fold.settle(force=compact)
+            else:
+                fold.end_batch()
             if last is not None:
                 self._save_state(conn, last.seq, last.leaf, self.log.root(last.seq + 1), fold.stats)
             conn.execute("COMMIT")

@@ -296,6 +296,11 @@ class Shared:
     careful: bool
     projects: ProjectIndex
     flush: Callable[[], None] = field(repr=False)
+    # A rebuild (a replay into empty tables that settles with force at its end): a fold may
+    # hold rows back for `settle` to write at once (the postings, sorted) instead of
+    # appending them batch by batch; `end_batch` writes what it holds when a batch commits
+    # before the end.
+    bulk: bool = False
 
 
 class Fold:
@@ -314,12 +319,17 @@ class Fold:
     def settle(self, *, force: bool) -> None:
         """The end of a catch-up (`force`: of a rebuild): work deferred to the last batch."""
 
+    def end_batch(self) -> None:
+        """The end of a batch that commits before the last: what `settle` would have written goes
+        into the tables now, so that what commits is complete (a `bulk` pass's held rows)."""
+
 
 F = TypeVar("F", bound=Fold)
 
 
 class FoldPass:
-    """One pass of the folds over a batch of entries. `careful=True` redoes a batch that repeats an id."""
+    """One pass of the folds over a batch of entries. `careful=True` redoes a batch that repeats an id;
+    `bulk=True`: a rebuild's (`Shared.bulk`)."""
 
     def __init__(
         self,
@@ -330,6 +340,7 @@ class FoldPass:
         *,
         careful: bool = False,
         opened: Mapping[int, tuple[bytes, dict[str, Any]]] | None = None,
+        bulk: bool = False,
     ) -> None:
         self.conn = conn
         self.upcast = upcast
@@ -337,7 +348,7 @@ class FoldPass:
         # just appended. Taken only for an entry whose bytes hash to that leaf (those very bytes,
         # so that very box); any other entry's box is opened with the keys, as always.
         self.opened = opened or {}
-        self.shared = Shared(conn, stats, careful, ProjectIndex(conn), self._flush_folds)
+        self.shared = Shared(conn, stats, careful, ProjectIndex(conn), self._flush_folds, bulk)
         self.folds = [f(self.shared) for f in folds]
         self._dispatch = _dispatch(self.folds)
         self.touches: list[tuple[str, int, str]] = []
@@ -386,6 +397,11 @@ class FoldPass:
         """The end of a catch-up: every fold's deferred work (the index compaction)."""
         for f in self.folds:
             f.settle(force=force)
+
+    def end_batch(self) -> None:
+        """The end of a batch that is not the catch-up's last: every fold's held rows."""
+        for f in self.folds:
+            f.end_batch()
 
     def _flush_folds(self) -> None:
         for f in self.folds:

@@ -160,6 +160,7 @@ def test_any_payload_folds_and_rebuilds_the_same(
 
 def test_the_first_store_of_an_id_wins(tmp_path: Path, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "CATCH_UP_BATCH", 3)
+    monkeypatch.setattr(engine, "REBUILD_BATCH", 3)
     home = new_home(tmp_path / "home")
     append(
         home,
