@@ -306,9 +306,6 @@ def _class(ranges: tuple[tuple[int, int], ...]) -> str:
 
 
 SEPARATORS = _class(SEPARATOR_RANGES)
-#: SEPARATORS within lowercased ASCII: every ASCII character but the digits and a-z (a test
-#: derives it from SEPARATOR_RANGES).
-ASCII_SEPARATORS = "[^0-9a-z]+"
 
 
 def is_separator(ch: str) -> bool:
@@ -391,17 +388,13 @@ def date_words_sql(micros: str) -> str:
 
 def install_macros(conn: duckdb.DuckDBPyConnection) -> None:
     """Create the tokenizer macros on a connection (temporary: they use fts's stem)."""
-    # ASCII text (as many bytes as characters) takes a shorter path that gives the same words:
-    # strip_accents costs a third of the tokenizer and changes nothing there, and in lowercased
-    # ASCII the separator class is exactly "not a digit or a lowercase letter" (ASCII_SEPARATORS),
-    # which RE2 splits on in 60 % of the time the full class takes (1.05 s -> 0.64 s for the
-    # 100k memories of bench/rebuild_bench, one thread).
+    # strip_accents costs a third of the tokenizer and changes nothing in ASCII text.
     conn.execute(
         f"""
         CREATE OR REPLACE TEMP MACRO ml_words(s) AS list_filter(
-            CASE WHEN strlen(s) = length(s)
-                THEN regexp_split_to_array(lower(s), '{ASCII_SEPARATORS}')
-                ELSE regexp_split_to_array(lower(strip_accents(s)), '{SEPARATORS}') END,
+            regexp_split_to_array(
+                lower(CASE WHEN strlen(s) = length(s) THEN s ELSE strip_accents(s) END),
+                '{SEPARATORS}'),
             t -> length(t) BETWEEN 1 AND {MAX_TERM_LEN})
         """
     )
@@ -448,7 +441,10 @@ def stage_postings(conn: duckdb.DuckDBPyConnection, source: str, *, dated: bool 
     `unnest(ml_doc_terms(title, tags, content, created_at))` by term, dl being the length of
     that list. `ml_dl(doc, dl)`: the length of every document of `source`, 0
     when it has no terms. One statement, so that DuckDB pipelines the steps
-    instead of materialising each. Drop them with `drop_staged`.
+    instead of materialising each. Drop them with `drop_staged`. The text is built in a
+    subquery and named: the macro, given the expression itself, spells it out once per use
+    of its argument, and DuckDB then builds each document's text several times (10 % of
+    the statement, 100k memories).
     """
     text = doc_text("title", "tags", "content", DATED_BY if dated else None)
     conn.execute(
@@ -456,7 +452,7 @@ def stage_postings(conn: duckdb.DuckDBPyConnection, source: str, *, dated: bool 
         CREATE OR REPLACE TEMP TABLE ml_post AS
         WITH tok AS MATERIALIZED (
             SELECT doc, w
-            FROM (SELECT doc, unnest(ml_words({text})) AS w FROM {source})
+            FROM (SELECT doc, unnest(ml_words(s)) AS w FROM (SELECT doc, {text} AS s FROM {source}))
             WHERE w NOT IN (SELECT w FROM ml_stop_words)),
         vocab AS (SELECT w, stem(w, 'english') AS term FROM (SELECT DISTINCT w FROM tok)),
         tf AS (

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from mnemolog.projections.db import load_fts
 from mnemolog.projections.recall.text import (
-    ASCII_SEPARATORS,
     MAX_TERM_LEN,
     ONE_DOC_POSTINGS,
     SEPARATOR_RANGES,
@@ -118,29 +117,6 @@ def test_the_separator_class_is_exactly_the_ranges(conn: duckdb.DuckDBPyConnecti
     assert wrong == []
     assert all(lo <= hi for lo, hi in SEPARATOR_RANGES)
     assert is_separator(" ") and is_separator("—") and not is_separator("é") and not is_separator("語")
-
-
-def test_the_ascii_class_is_the_separator_class_within_lowercased_ascii() -> None:
-    """ASCII text is split on ASCII_SEPARATORS: the same characters as the full class there."""
-    ascii_class = re.compile(ASCII_SEPARATORS)
-    for cp in range(128):
-        ch = chr(cp).lower()
-        assert bool(ascii_class.fullmatch(ch)) == is_separator(ch), cp
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.characters(min_codepoint=1, max_codepoint=127), max_size=200))
-def test_ascii_words_equal_the_full_class_split(text: str) -> None:
-    c = duckdb.connect()
-    load_fts(c)
-    install_macros(c)
-    row = c.execute(
-        f"SELECT list_filter(regexp_split_to_array(lower(?), '{SEPARATORS}'), "
-        f"t -> length(t) BETWEEN 1 AND {MAX_TERM_LEN})",
-        [text],
-    ).fetchone()
-    assert row is not None and words(c, text) == list(row[0])
-    c.close()
 
 
 ASCII_SEP = re.compile("[" + re.escape("".join(chr(c) for c in range(128) if not chr(c).isalnum())) + "]+")
