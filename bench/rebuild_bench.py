@@ -10,6 +10,7 @@ round runs, in fresh child processes and in an order that rotates:
   bound      a raw DuckDB insert of the same decoded rows: `pa.Table.from_pylist` of the memory
              rows the fold produces, CREATE TABLE AS into a fresh DuckDB file, CHECKPOINT
              (reading and decoding the log excluded: it is done before the clock starts)
+  before     (--before DIR) the same rebuild by another version of mnemolog (its package in DIR)
   indexed    the bound plus the inverted index built set-wise from those rows (the same
              tokenizer statement the fold runs, `stage_postings`, and the postings written
              sorted by term): what the same rows cost with the index every rebuild must build
@@ -93,13 +94,17 @@ def child_bound(log_dir: str, db_path: str, indexed: bool) -> dict[str, Any]:
     return out
 
 
-def in_child(*args: str) -> dict[str, Any]:
+def in_child(*args: str, code: str | None = None) -> dict[str, Any]:
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = code  # a directory holding another version's `mnemolog` package
     p = subprocess.run(
         [sys.executable, "-m", "bench.rebuild_bench", *args],
         capture_output=True,
         text=True,
         check=False,
         cwd=Path(__file__).resolve().parent.parent,
+        env=env,
     )
     if p.returncode != 0:
         raise RuntimeError(f"child {args[0]} failed: {p.stderr[-2000:]}")
@@ -110,31 +115,34 @@ def spread(xs: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3), "max": round(max(xs), 3)}
 
 
-def one_size(root: Path, corpus: Corpus, n: int, rounds: int) -> dict[str, Any]:
+def one_size(root: Path, corpus: Corpus, n: int, rounds: int, before: str | None) -> dict[str, Any]:
     home = Home(root)
     if not (root / "log").exists():
         init_home(root, key_name="bench")
         home = Home(root)
         log(f"{n} events written in {fill(home, corpus, n):.1f} s")
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
+    sides = SIDES + (("before",) if before else ())
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     db = str(root.parent / f"bound-{n}.duckdb")
     for r in range(rounds):
-        order = SIDES[r % 3 :] + SIDES[: r % 3]
-        for side in order:
+        k = r % len(sides)
+        for side in sides[k:] + sides[:k]:
             if side == "rebuild":
                 res = in_child("--child-rebuild", str(root))
+            elif side == "before":
+                res = in_child("--child-rebuild", str(root), code=before)
             else:
                 res = in_child("--child-bound", str(home.log_dir), db, "1" if side == "indexed" else "0")
             runs[side].append(res)
             log(f"{n}: round {r + 1} {side} {res['wall']:.2f} s wall, {res['cpu']:.2f} s CPU")
     out: dict[str, Any] = {"memories": n, "rounds": rounds}
-    for side in SIDES:
+    for side in sides:
         out[side] = {
             "wall_s": spread([x["wall"] for x in runs[side]]),
             "cpu_s": spread([x["cpu"] for x in runs[side]]),
             "peak_rss_mib": max(x["rss_mib"] for x in runs[side]),
         }
-    for side in ("rebuild", "indexed"):
+    for side in [s for s in sides if s != "bound"]:
         for k in ("wall_s", "cpu_s"):
             out[f"{side}_to_bound_{k[:-2]}"] = round(out[side][k]["median"] / out["bound"][k]["median"], 2)
     out["met"] = out["rebuild_to_bound_wall"] <= TARGET_RATIO
@@ -147,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per size (default 3)")
     ap.add_argument("--dir", help="work directory; homes found there are reused (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument(
+        "--before",
+        metavar="DIR",
+        help="also rebuild with the `mnemolog` package found in DIR (another version, e.g. a "
+        "`git archive` of main), interleaved with the rest",
+    )
     ap.add_argument("--child-rebuild", help=argparse.SUPPRESS)
     ap.add_argument("--child-bound", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -170,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         for n in (int(x) for x in args.sizes.split(",")):
-            out[f"at_{n}"] = one_size(work / f"home-{n}", corpus, n, args.rounds)
+            out[f"at_{n}"] = one_size(work / f"home-{n}", corpus, n, args.rounds, args.before)
     finally:
         if not args.keep and not args.dir:
             shutil.rmtree(work, ignore_errors=True)
