@@ -296,10 +296,9 @@ class Shared:
     careful: bool
     projects: ProjectIndex
     flush: Callable[[], None] = field(repr=False)
-    # A rebuild (a replay into empty tables that settles with force at its end): a fold may
-    # hold rows back for `settle` to write at once (the postings, sorted) instead of
-    # appending them batch by batch; `end_batch` writes what it holds when a batch commits
-    # before the end.
+    # The last batch of a rebuild, which ends with `settle(force=True)` before it commits: a
+    # fold may hold rows back for `settle` to write at once (the postings, sorted) instead
+    # of appending them flush by flush.
     bulk: bool = False
 
 
@@ -319,17 +318,13 @@ class Fold:
     def settle(self, *, force: bool) -> None:
         """The end of a catch-up (`force`: of a rebuild): work deferred to the last batch."""
 
-    def end_batch(self) -> None:
-        """The end of a batch that commits before the last: what `settle` would have written goes
-        into the tables now, so that what commits is complete (a `bulk` pass's held rows)."""
-
 
 F = TypeVar("F", bound=Fold)
 
 
 class FoldPass:
     """One pass of the folds over a batch of entries. `careful=True` redoes a batch that repeats an id;
-    `bulk=True`: a rebuild's (`Shared.bulk`)."""
+    `bulk=True`: a rebuild's last batch (`Shared.bulk`)."""
 
     def __init__(
         self,
@@ -397,11 +392,6 @@ class FoldPass:
         """The end of a catch-up: every fold's deferred work (the index compaction)."""
         for f in self.folds:
             f.settle(force=force)
-
-    def end_batch(self) -> None:
-        """The end of a batch that is not the catch-up's last: every fold's held rows."""
-        for f in self.folds:
-            f.end_batch()
 
     def _flush_folds(self) -> None:
         for f in self.folds:

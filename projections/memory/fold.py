@@ -30,6 +30,13 @@ rows: the main table grows geometrically between compactions, so the work
 per stored memory is constant (amortised), and a compaction is rare — at
 100k memories about one store in 6,000 pays for one, far beyond the 99th
 percentile. Query results never depend on when it ran.
+
+The last batch of a rebuild (`Shared.bulk`; the whole rebuild up to
+engine.REBUILD_BATCH entries) writes no delta: each flush's postings go into
+a temporary table (HELD: memory, spilling to the projection's temp
+directory, never the database file), which the final compaction of the same
+transaction sorts into the main table with the rest: one write of each
+posting instead of two and a copy.
 """
 
 from __future__ import annotations
@@ -158,8 +165,8 @@ class MemoryFold(Fold):
         self.stats = shared.stats
         self.careful = shared.careful
         self.buf = _Buffer()
-        # A rebuild's postings, held in a temporary table (HELD) until `settle` writes them
-        # sorted with the rest: they count as the delta's rows (`stats.delta_rows`).
+        # The postings of a rebuild's last batch, held in a temporary table (HELD) until
+        # `settle` writes them sorted with the rest: they count as delta rows meanwhile.
         self.holding = False
 
     def flush(self) -> None:
@@ -188,11 +195,6 @@ class MemoryFold(Fold):
     def settle(self, *, force: bool) -> None:
         if force or self.needs_compaction():
             self.compact()
-
-    def end_batch(self) -> None:
-        if self.holding:
-            self.conn.execute(f"INSERT INTO postings_delta SELECT term, doc, tf, dl FROM {HELD}")
-            self._drop_held()
 
     def _drop_held(self) -> None:
         self.conn.execute(f"DROP TABLE IF EXISTS {HELD}")
