@@ -77,7 +77,7 @@ CATCH_UP_BATCH = 50_000
 # delta, the last holds its own back and writes them with the rest, sorted, once (`bulk`).
 # Up to this many entries (a home of 100k memories), a rebuild is one transaction that never
 # writes the delta; what the last batch holds (about 3 M postings at most) costs memory:
-# 846 against 567 MiB peak at 100k memories.
+# 864 against 571 MiB peak at 100k memories (docs/performance.md, "Rebuild (seventh pass)").
 REBUILD_BATCH = 131_072
 SIGN_CHECK_ALL = 4096  # a catch-up of at most this many entries checks every signature
 NOTHING_APPLIED = -1
