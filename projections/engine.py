@@ -12,7 +12,10 @@ continues from there. A database written by another SCHEMA_VERSION is
 rebuilt.
 
 `rebuild` starts from an empty database file (dropping tables would leave
-the old file's size behind) and replays the whole log, then sorts the index.
+the old file's size behind) and replays the whole log in batches of
+REBUILD_BATCH entries (one transaction up to there), then sorts the index:
+the postings its last batch tokenises are held back (`Shared.bulk`) and
+written once, sorted, with the rest, not appended to the delta and copied again.
 Over a log that no longer holds the recorded position (`rollback()`), the
 substrate refuses to rebuild unless the operator accepts the rollback, which
 records it in the log first: the projection is the last witness of it.
@@ -70,6 +73,12 @@ IGNORED: frozenset[str] = frozenset(
 ENGINE_TABLES = ("proj_state",)
 
 CATCH_UP_BATCH = 50_000
+# A rebuild's batch: each commits; all but the last append the postings they tokenise to the
+# delta, the last holds its own back and writes them with the rest, sorted, once (`bulk`).
+# Up to this many entries (a home of 100k memories), a rebuild is one transaction that never
+# writes the delta; what the last batch holds (about 3 M postings at most) costs memory:
+# 864 against 571 MiB peak at 100k memories (docs/performance.md, "Rebuild (seventh pass)").
+REBUILD_BATCH = 131_072
 SIGN_CHECK_ALL = 4096  # a catch-up of at most this many entries checks every signature
 NOTHING_APPLIED = -1
 
@@ -326,9 +335,10 @@ class Projections:
         )
         stats = st.stats
         applied = 0
+        step = REBUILD_BATCH if compact else CATCH_UP_BATCH
         try:
-            for lo in range(start, size, CATCH_UP_BATCH):
-                hi = min(lo + CATCH_UP_BATCH, size)
+            for lo in range(start, size, step):
+                hi = min(lo + step, size)
                 batch = functools.partial(
                     self._apply_batch,
                     conn,
@@ -380,7 +390,16 @@ class Projections:
         settle: bool = True,
     ) -> tuple[IndexStats, Entry | None]:
         """Fold entries lo..hi-1 and record the position, in one transaction."""
-        fold = FoldPass(conn, self.upcast, replace(stats), FOLDS, careful=careful, opened=opened_here)
+        last_batch = hi == size
+        fold = FoldPass(
+            conn,
+            self.upcast,
+            replace(stats),
+            FOLDS,
+            careful=careful,
+            opened=opened_here,
+            bulk=compact and last_batch,
+        )
         # Nothing is folded (and so served) that the key history did not sign: an entry a
         # rogue key appended after the last checkpoint fails here, before any table changes.
         # Key ids are compared for every entry; signatures (~0.1 ms each) for every entry of
@@ -395,7 +414,7 @@ class Projections:
             )
             # Compaction only at the end: within a long catch-up the delta would
             # otherwise be merged (and the main table rewritten) over and over.
-            if hi == size and (settle or compact):
+            if last_batch and (settle or compact):
                 fold.settle(force=compact)
             if last is not None:
                 self._save_state(conn, last.seq, last.leaf, self.log.root(last.seq + 1), fold.stats)

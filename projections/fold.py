@@ -296,6 +296,10 @@ class Shared:
     careful: bool
     projects: ProjectIndex
     flush: Callable[[], None] = field(repr=False)
+    # The last batch of a rebuild, which ends with `settle(force=True)` before it commits: a
+    # fold may hold rows back for `settle` to write at once (the postings, sorted) instead
+    # of appending them flush by flush.
+    bulk: bool = False
 
 
 class Fold:
@@ -319,7 +323,8 @@ F = TypeVar("F", bound=Fold)
 
 
 class FoldPass:
-    """One pass of the folds over a batch of entries. `careful=True` redoes a batch that repeats an id."""
+    """One pass of the folds over a batch of entries. `careful=True` redoes a batch that repeats an id;
+    `bulk=True`: a rebuild's last batch (`Shared.bulk`)."""
 
     def __init__(
         self,
@@ -330,6 +335,7 @@ class FoldPass:
         *,
         careful: bool = False,
         opened: Mapping[int, tuple[bytes, dict[str, Any]]] | None = None,
+        bulk: bool = False,
     ) -> None:
         self.conn = conn
         self.upcast = upcast
@@ -337,7 +343,7 @@ class FoldPass:
         # just appended. Taken only for an entry whose bytes hash to that leaf (those very bytes,
         # so that very box); any other entry's box is opened with the keys, as always.
         self.opened = opened or {}
-        self.shared = Shared(conn, stats, careful, ProjectIndex(conn), self._flush_folds)
+        self.shared = Shared(conn, stats, careful, ProjectIndex(conn), self._flush_folds, bulk)
         self.folds = [f(self.shared) for f in folds]
         self._dispatch = _dispatch(self.folds)
         self.touches: list[tuple[str, int, str]] = []

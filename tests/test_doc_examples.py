@@ -49,7 +49,7 @@ docs/curators.md
   89-91   the atomise envelope; `already_atomised: true` (exit 1)            -> here
 docs/recall.md
   197-198 `matched: false` in the recall and search answers (HTTP)          -> here
-  361-375 the limits table's "refused with" (slug, exit code)                -> here
+  398-412 the limits table's "refused with" (slug, exit code)                -> here
 docs/robustness.md
   178-179 the orphans' archive reason and `by`                               -> here
   88-98 and the other tables: exit codes per damage -> the tests each row cites ([`tests/...`])
@@ -446,7 +446,7 @@ def test_verify_bundle_reports_what_forensics_md_says(cli: Cli, home: Path, tmp_
     assert list(failure) == ["ok", *re.findall(r'"(\w+)"', shown.group(1))]
 
 
-# docs/recall.md:362-375: the limits table, each row's "refused with" (error slug and exit code).
+# docs/recall.md:398-412: the limits table, each row's "refused with" (error slug and exit code).
 
 UNKNOWN = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 LIMIT_CASES: dict[str, list[tuple[str, ...]]] = {

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import os
 import stat
@@ -60,8 +61,9 @@ class VerifierKey:
         if len(self.public_key) != 32:
             raise SignerError("an Ed25519 public key is 32 bytes", found=len(self.public_key))
 
-    @property
+    @functools.cached_property
     def kid(self) -> bytes:
+        # Cached: a catch-up compares every entry's key id with its epoch key's (a SHA-256 each).
         return key_id(self.public_key)
 
     @property

@@ -30,6 +30,13 @@ rows: the main table grows geometrically between compactions, so the work
 per stored memory is constant (amortised), and a compaction is rare — at
 100k memories about one store in 6,000 pays for one, far beyond the 99th
 percentile. Query results never depend on when it ran.
+
+The last batch of a rebuild (`Shared.bulk`; the whole rebuild up to
+engine.REBUILD_BATCH entries) writes no delta: each flush's postings go into
+a temporary table (HELD: memory, spilling to the projection's temp
+directory, never the database file), which the final compaction of the same
+transaction sorts into the main table with the rest: one write of each
+posting instead of two and a copy.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ if TYPE_CHECKING:
 COMPACT_MIN_ROWS = 50_000
 COMPACT_FRACTION = 16
 ARROW_CHUNK = 4096
+HELD = "ml_post_held"  # a rebuild's postings until its end (temporary: never in the file)
 MAX_DELETE_TERMS = 256  # a text update deletes old postings by term (zone maps) up to this many
 
 
@@ -157,6 +165,9 @@ class MemoryFold(Fold):
         self.stats = shared.stats
         self.careful = shared.careful
         self.buf = _Buffer()
+        # The postings of a rebuild's last batch, held in a temporary table (HELD) until
+        # `settle` writes them sorted with the rest: they count as delta rows meanwhile.
+        self.holding = False
 
     def flush(self) -> None:
         b = self.buf
@@ -184,6 +195,10 @@ class MemoryFold(Fold):
     def settle(self, *, force: bool) -> None:
         if force or self.needs_compaction():
             self.compact()
+
+    def _drop_held(self) -> None:
+        self.conn.execute(f"DROP TABLE IF EXISTS {HELD}")
+        self.holding = False
 
     def _flush_memories(self) -> None:
         b = self.buf
@@ -279,7 +294,16 @@ class MemoryFold(Fold):
             live = {int(r[0]) for r in inserted}
             dups = [d for d in tbl.column("stored_seq").to_pylist() if d not in live]
             conn.execute("DELETE FROM ml_post WHERE list_contains(?::BIGINT[], doc)", [dups])
-        row = conn.execute("INSERT INTO postings_delta SELECT term, doc, tf, dl FROM ml_post").fetchone()
+        if self.shared.bulk:
+            # A rebuild holds them (in memory, not written to the file) for `compact`, which
+            # writes every posting once, sorted, instead of appending them to the delta here and
+            # copying them into the main table at the end.
+            if not self.holding:
+                conn.execute(f"CREATE OR REPLACE TEMP TABLE {HELD} AS FROM postings_delta LIMIT 0")
+                self.holding = True
+            row = conn.execute(f"INSERT INTO {HELD} SELECT term, doc, tf, dl FROM ml_post").fetchone()
+        else:
+            row = conn.execute("INSERT INTO postings_delta SELECT term, doc, tf, dl FROM ml_post").fetchone()
         self.stats.delta_rows += int(row[0]) if row else 0
         drop_staged(conn)
 
@@ -305,6 +329,9 @@ class MemoryFold(Fold):
         conn = self.conn
         row = conn.execute("DELETE FROM postings_delta WHERE doc = ?", [doc]).fetchone()
         in_delta = int(row[0]) if row else 0
+        if self.holding:
+            row = conn.execute(f"DELETE FROM {HELD} WHERE doc = ?", [doc]).fetchone()
+            in_delta += int(row[0]) if row else 0
         self.stats.delta_rows -= in_delta
         if in_delta:
             got = conn.execute(
@@ -609,11 +636,15 @@ class MemoryFold(Fold):
         """Merge the delta into the main postings, sorted by term (deleted rows drop out)."""
         self.shared.flush()
         conn = self.conn
+        held = f" UNION ALL SELECT * FROM {HELD}" if self.holding else ""
         conn.execute(
-            """CREATE OR REPLACE TABLE postings_new AS
-               SELECT term, doc, tf, dl FROM (SELECT * FROM postings UNION ALL SELECT * FROM postings_delta)
+            f"""CREATE OR REPLACE TABLE postings_new AS
+               SELECT term, doc, tf, dl FROM (
+                   SELECT * FROM postings UNION ALL SELECT * FROM postings_delta{held})
                ORDER BY term"""
         )
+        if self.holding:
+            self._drop_held()
         conn.execute("DROP TABLE postings")
         conn.execute("ALTER TABLE postings_new RENAME TO postings")
         conn.execute("DELETE FROM postings_delta")
@@ -755,6 +786,9 @@ class MemoryFold(Fold):
                 docs = f"(SELECT stored_seq FROM memories WHERE id IN {ids})"
                 got = conn.execute(f"DELETE FROM postings_delta WHERE doc IN {docs}").fetchone()
                 self.stats.delta_rows -= int(got[0]) if got else 0
+                if self.holding:
+                    got = conn.execute(f"DELETE FROM {HELD} WHERE doc IN {docs}").fetchone()
+                    self.stats.delta_rows -= int(got[0]) if got else 0
                 got = conn.execute(f"DELETE FROM postings WHERE doc IN {docs}").fetchone()
                 self.stats.main_rows -= int(got[0]) if got else 0
             for table, col in (

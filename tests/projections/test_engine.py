@@ -16,7 +16,7 @@ from mnemolog.eventlog.verify.verifier import verify_log
 from mnemolog.projections import engine, fold, schema
 from mnemolog.projections.engine import ProjectionDiverged, RollbackRefused
 from mnemolog.substrate.home import Home
-from tests.projections.kit import check_invariants, new_home, open_sub, table_rows
+from tests.projections.kit import check_invariants, logical_rows, new_home, open_sub, table_rows
 
 
 def store_n(home: Home, n: int, word: str = "alpha") -> list[str]:
@@ -200,6 +200,55 @@ def test_an_interrupted_catch_up_keeps_a_consistent_prefix(
             rebuilt = table_rows(conn)
     for t in ("memories", "links", "touches", "event_counts", "hidden"):
         assert incremental[t] == rebuilt[t], t
+
+
+def test_an_interrupted_rebuild_commits_complete_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild's last batch holds its postings back for the end; the batches before it commit
+    theirs in the delta, and a rebuild cut short leaves a consistent prefix."""
+    home = new_home(tmp_path / "home")
+    with home.open_writer(durability=Durability("group")) as w:
+        w.append_many(
+            [
+                ("memory.stored", {"id": f"M{i:04d}", "namespace": "default", "content": f"alpha w{i}"}, 1)
+                for i in range(40)
+            ]
+        )
+        w.append_many([("memory.updated", {"id": "M0003", "content": "beta gamma"}, 1)])
+        w.append_many([("memory.erased", {"ids": ["M0005"], "reason": "test"}, 1)])
+    monkeypatch.setattr(fold, "SMALL_FLUSH", 1)
+    monkeypatch.setattr(fold, "FLUSH_ROWS", 4)
+    with open_sub(home) as s:
+        with s.projections.session() as conn:
+            incremental = logical_rows(conn)
+            check_invariants(conn)
+        monkeypatch.setattr(engine, "REBUILD_BATCH", 10)
+        s.rebuild()  # five batches: four commit their postings in the delta, the last holds its own
+        with s.projections.session() as conn:
+            check_invariants(conn)
+            assert logical_rows(conn) == incremental
+            assert [r["id"] for r in s.recall("beta gamma")] == ["M0003"]
+        calls = [0]
+        real = fold.FoldPass.apply
+
+        def failing(self: fold.FoldPass, entries: Any) -> Any:
+            calls[0] += 1
+            if calls[0] == 3:
+                raise RuntimeError("power cut")
+            return real(self, entries)
+
+        monkeypatch.setattr(fold.FoldPass, "apply", failing)
+        with pytest.raises(RuntimeError):
+            s.rebuild()
+        with s.projections.raw_session() as conn:
+            st = engine.read_state(conn)
+            assert st is not None and st.last_seq == 19  # two batches committed, the third rolled back
+            check_invariants(conn)  # their postings are in the delta
+            assert (conn.execute("SELECT count(*) FROM postings_delta").fetchone() or (0,))[0] > 0
+        with s.projections.session() as conn:
+            check_invariants(conn)
+            assert logical_rows(conn) == incremental
 
 
 def check_invariants_of(s: Any) -> None:

@@ -179,6 +179,7 @@ def tiny_thresholds() -> Iterator[list[int]]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine, "CATCH_UP_BATCH", 3)
+        mp.setattr(engine, "REBUILD_BATCH", 3)
         mp.setattr(fold, "SMALL_FLUSH", 1)
         mp.setattr(fold, "FLUSH_ROWS", 4)
         mp.setattr(memory_fold, "COMPACT_MIN_ROWS", 6)
