@@ -242,7 +242,7 @@ class KnownHeads:
     """
 
     #: Past this many memories the per-memory knowledge is dropped and gathered again.
-    LIMIT = 200_000
+    LIMIT = 100_000
     #: Checks on one open log before the copy of every memory's head is made.
     COPY_AFTER = 3
 
