@@ -8,7 +8,8 @@ read is kept under the projection's memory state, (the log's id, that
 generation): counts only grow along one log, so an equal state means no such
 entry was folded since, and the read would give the same rows. The state
 comes from the connection's BM25 copy when it stands at the engine's
-position (no statement), else from one statement.
+position (no statement), else from one statement. Reads are kept per
+connection (a long-lived process keeps one per home).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def kept(
     read: Callable[[], _T],
 ) -> _T:
     """`read()`, or what it gave at this memory state before (the caller must not change it)."""
-    key = (*memory_state(conn), name, arg)
+    # The connection too: two homes copied from one log could reach one generation apart.
+    key = (id(conn), *memory_state(conn), name, arg)
     with _lock:
         if key in _kept:
             got: _T = _kept[key]
