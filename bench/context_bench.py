@@ -22,7 +22,8 @@ chunks) with the default embedder's vectors, a pack without and with its
 record beside the recall it gathers with (Substrate.recall of the same
 query in the same mode, limit = the pack's candidates per tier), the three
 sides interleaved query by query (the first side rotating), medians with
-min-max. Targets (issue 21): pack p50 <= 1.5x that recall, recorded pack <= 2x.
+min-max, with this process's CPU time per call beside the wall clock and the load average
+before and after. Targets (issue 21): pack p50 <= 1.5x that recall, recorded pack <= 2x.
 
 Memories come from CPython's pydoc topics (bench.recall_bench's corpus),
 appended with the group-commit writer; one in ten is a user or feedback
@@ -237,7 +238,9 @@ def packs_beside_recall(
         shutil.rmtree(tree, ignore_errors=True)
     names = ["pack", "pack_recorded", "recall"]
     times: dict[str, list[float]] = {k: [] for k in names}
+    cpu: dict[str, list[float]] = {k: [] for k in names}  # this process's CPU time, beside the wall
     modes: set[str] = set()
+    load_before = os.getloadavg()
     with Substrate.open(home, long_lived=True, worker=False) as s:
         cfg = pack_config(s.home.config.raw)
         queries = corpus.queries(nq)
@@ -251,7 +254,7 @@ def packs_beside_recall(
             s.recall(q, limit=cfg.candidates)
             k = i % len(names)
             for name in names[k:] + names[:k]:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 if name == "recall":
                     r = s.retrieval.report(q, limit=cfg.candidates)
                     modes.add("recall:" + r["mode"])
@@ -259,8 +262,11 @@ def packs_beside_recall(
                     p = s.build_context(q, project="p-bench", record=name == "pack_recorded")
                     modes.add("pack:" + p["config"]["recall_mode"])
                 times[name].append(time.perf_counter() - t0)
+                cpu[name].append(time.process_time() - c0)
         st = s.embedding_status()
     med = {k: statistics.median(v) for k, v in times.items()}
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    load = os.getloadavg()
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
     return {
@@ -273,11 +279,17 @@ def packs_beside_recall(
         "candidates_per_tier": cfg.candidates,
         "prepare": prep,
         **{k: spread(v) for k, v in times.items()},
+        "cpu": {k: spread(v) for k, v in cpu.items()},
         "ratios_of_medians": {
             "pack_vs_recall": round(med["pack"] / med["recall"], 3),
             "pack_recorded_vs_recall": round(med["pack_recorded"] / med["recall"], 3),
         },
-        "load_avg_after": os.getloadavg(),
+        "cpu_ratios_of_medians": {
+            "pack_vs_recall": round(med_cpu["pack"] / med_cpu["recall"], 3),
+            "pack_recorded_vs_recall": round(med_cpu["pack_recorded"] / med_cpu["recall"], 3),
+        },
+        "load_avg_before": load_before,
+        "load_avg_after": load,
         "met": {
             "pack p50 <= 1.5 x recall": med["pack"] <= 1.5 * med["recall"],
             "recorded pack p50 <= 2 x recall": med["pack_recorded"] <= 2 * med["recall"],

@@ -156,6 +156,10 @@ class Session:
                 if attempt == APPEND_ATTEMPTS - 1:
                     raise
                 self._projections.catch_up(self._conn)
+        known = touching.known_heads(self._projections.log)
+        if known.learning:
+            # The heads just signed, read from the very payloads by the head check's own rule.
+            known.signed([memview.payload_touched_ids(t, tv, d) for t, d, tv in items], receipts)
         # What went wrong without failing the write (a derived index, a listener) is reported
         # with the command's result, like a post hook's failure.
         self.warnings += writer.take_warnings()
@@ -222,7 +226,11 @@ class Session:
         # The pointers are signed forever: hold the projection's heads to the log first, so a
         # row deleted from `touches` cannot make this writer sign a pointer that skips an entry.
         # (A memory the projection never saw is taken as new; `log verify` folds every pointer.)
-        touching.check_heads(self._projections.log, heads, applied, memview.entry_touched_ids)
+        # What this process checked or signed before is not read again (`touching.KnownHeads`):
+        # only the claims it has not seen and the log appended since.
+        touching.known_heads(self._projections.log).check(
+            self._projections.log, heads, applied, memview.entry_touched_ids
+        )
         base = max(applied, writer.size)
         for i, ms in enumerate(touched):
             if ms:

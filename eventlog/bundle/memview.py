@@ -233,7 +233,13 @@ def _no_key(_subject: str) -> None:
 
 def entry_touched_ids(e: Entry) -> list[str]:
     """The memories entry `e` touches, read at its current tv."""
-    return touched_ids(e.type, upcast(e.type, e.tv, e.data))
+    return payload_touched_ids(e.type, e.tv, e.data)
+
+
+def payload_touched_ids(type_: str, tv: int, data: dict[str, Any]) -> list[str]:
+    """The memories an entry of this type, tv and payload touches (`entry_touched_ids`'s rule,
+    for a payload a writer is about to sign)."""
+    return touched_ids(type_, upcast(type_, tv, data))
 
 
 def _mirror(meta: dict[str, Any], archived_us: int | None) -> dict[str, Any]:

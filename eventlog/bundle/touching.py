@@ -22,13 +22,16 @@ property of the vocabulary: every touched id occurs in the entry's bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from mnemolog.eventlog.errors import DecodeError, VerificationError
+from mnemolog.eventlog.errors import DecodeError, MnemologError, VerificationError
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.format.merkle import hash_leaf
 from mnemolog.eventlog.store.fsio import open_regular, read_regular
+from mnemolog.eventlog.store.group_commit import Receipt
 from mnemolog.eventlog.store.index import HASH as HASH_SIZE
 from mnemolog.eventlog.store.log import Log
 from mnemolog.eventlog.store.segments import list_segments
@@ -169,32 +172,195 @@ def check_heads(log: Log, claimed: Mapping[str, int], below: int, touched: Touch
     VerificationError (`projection.head`) naming the memory, the claim and the
     log's answer.
     """
+    _check_heads(log, claimed, below, touched, {})
+
+
+def _check_heads(
+    log: Log,
+    claimed: Mapping[str, int],
+    below: int,
+    touched: Touched,
+    known: Mapping[str, int],
+    leaves: dict[int, bytes] | None = None,
+) -> None:
+    """`check_heads`, where `known[m]` (for some m with a claim) says the log's entry `claimed[m]`
+    was found to touch m, and no entry after it below `known[m]`: those heads are not read, and m
+    is searched for from `known[m]` on. `leaves` receives the leaf hash of each head it reads."""
     if not claimed:
         return
-    if len(claimed) > MANY_IDS and all(0 <= h < below for h in claimed.values()):
+    if not known and len(claimed) > MANY_IDS and all(0 <= h < below for h in claimed.values()):
         _check_many_heads(log, claimed, below, touched)
         return
     at: dict[int, set[str]] = {}  # each head entry read once (a pack is the head of many)
     for m, h in sorted(claimed.items()):
+        if m in known:
+            continue  # found to touch m already (never a bad head: the first one raised is the same)
         if 0 <= h < below and h not in at:
-            at[h] = set(touched(log.entry(h)))
+            e = log.entry(h)
+            at[h] = set(touched(e))
+            if leaves is not None:
+                leaves[h] = hash_leaf(e.raw)
         if not 0 <= h < below or m not in at[h]:
             raise _bad_head(m, h)
     # Each memory is searched for only after its own head: a memory touched by every recent
     # entry (one that every context pack quotes) does not make the others' older heads select
     # all those entries for decoding.
-    later = entries_touching(
-        log,
-        claimed,
-        below,
-        touched,
-        start=min(claimed.values()) + 1,
-        starts={m: h + 1 for m, h in claimed.items()},
-    )
+    starts = {m: known[m] if m in known else h + 1 for m, h in claimed.items()}
+    later = entries_touching(log, claimed, below, touched, start=min(starts.values()), starts=starts)
     for seq, e in sorted(later.items()):
         for m in touched(e):
             if m in claimed and seq > claimed[m]:
                 raise _missing_touch(m, claimed[m], seq)
+
+
+class KnownHeads:
+    """What one process has found out about its memories' heads, so a writer's next head check
+    reads only what it has not seen (`check_heads`, with a memory of the log).
+
+    Two kinds of knowledge, both held to the log's leaves:
+
+    * per memory, from a `check` that read its head entry and searched the log after it, or from
+      `signed` (the entries this process's writer has just signed: their leaves are the
+      writer's receipts, what each touches is read from the very payload it encoded, by the same
+      rule): a head seq, that entry's leaf, and a seq `upto` such that no entry after the head
+      below `upto` touches the memory;
+    * after `COPY_AFTER` checks on one open log (a long-lived process: a one-shot command never
+      pays for it), a copy of every memory's newest touch, made in one pass over the log with
+      each entry's bytes held to the index's leaf (the index is written under the writer lock)
+      and then kept up with the log: by `signed`, or by reading the entries appended since.
+
+    A memory's knowledge is used only when the projection claims that same head, and only after
+    the head entry's bytes, read again from the segment, still hash to the leaf the knowledge
+    came with (`Log.raw` holds them to the index too). A claim that differs (a row deleted or
+    altered by another process, a log appended by another writer and folded since) or a head
+    rewritten on disk takes the full check, entry by entry, and raises what `check_heads`
+    raises; the log after what is known is searched as before. What is taken on trust is that
+    an entry already read, or searched, has not been rewritten in place since, and that the
+    entries the copy was made from are canonical CBOR (their leaves match the index, but only
+    `Log.entry` re-encodes them): both are the log's own promises, which `mnemolog log verify`
+    holds.
+    """
+
+    #: Past this many memories the per-memory knowledge is dropped and gathered again.
+    LIMIT = 100_000
+    #: Checks on one open log before the copy of every memory's head is made.
+    COPY_AFTER = 3
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._log_id: bytes | None = None
+        self._heads: dict[str, tuple[int, bytes, int]] = {}
+        self._checks = 0
+        # The copy: every memory's newest touching seq among entries [0, _upto), and the leaf of
+        # entry _upto - 1 (a log replaced under the same directory shows there first).
+        self._copy: dict[str, int] | None = None
+        self._upto = 0
+        self._upto_leaf = b""
+
+    def _for(self, log: Log) -> dict[str, tuple[int, bytes, int]]:
+        """The knowledge about `log` (dropped when the home's log is another one)."""
+        if self._log_id != log.log_id or len(self._heads) > self.LIMIT:
+            self._log_id = log.log_id
+            self._heads = {}
+            self._copy = None
+        return self._heads
+
+    def _follow(self, log: Log, below: int, touched: Touched) -> dict[str, int] | None:
+        """The copy of every memory's head among entries [0, below), made or brought up to it
+        (None: not made yet, or it cannot answer for `below`)."""
+        if self._copy is None:
+            if self._checks < self.COPY_AFTER:
+                return None
+            self._copy, self._upto, self._upto_leaf = {}, 0, b""
+        if below < self._upto or (self._upto and log.leaf(self._upto - 1) != self._upto_leaf):
+            self._copy = None  # the log is not the one copied (or the tables are behind it)
+            return None
+        if below > self._upto:
+            leaf = _leaves(log, self._upto, below)
+            copy = self._copy
+            last = b""
+            for e in log.iter_entries(self._upto, below):
+                last = leaf(e.seq)
+                if hash_leaf(e.raw) != last:
+                    self._copy = None
+                    return None  # the full check reads it again and says why
+                for m in touched(e):
+                    copy[m] = e.seq
+            self._upto, self._upto_leaf = below, last
+        return self._copy
+
+    def check(self, log: Log, claimed: Mapping[str, int], below: int, touched: Touched) -> None:
+        """`check_heads(log, claimed, below, touched)`: the same answer and the same error."""
+        if not claimed:
+            return
+        with self._lock:
+            heads = self._for(log)
+            self._checks += 1
+            try:
+                copy = self._follow(log, below, touched)
+            except (MnemologError, OSError):
+                self._copy, copy = None, None  # the full check reads the log and says why
+            known: dict[str, int] = {}
+            same: dict[int, bool] = {}  # each head entry's bytes hashed once
+            leaves: dict[int, bytes] = {}
+            for m, h in claimed.items():
+                if not 0 <= h < below:
+                    continue
+                k = heads.get(m)
+                if copy is not None and copy.get(m) == h:
+                    leaf, upto = (k[1] if k is not None and k[0] == h else log.leaf(h)), below
+                elif k is not None and k[0] == h:
+                    leaf, upto = k[1], min(k[2], below)
+                else:
+                    continue
+                if h not in same:
+                    try:
+                        same[h] = hash_leaf(log.raw(h)) == leaf
+                    except (MnemologError, OSError):
+                        same[h] = False  # the full check reads it again and says why
+                if same[h]:
+                    known[m] = upto
+                    leaves[h] = leaf
+            try:
+                _check_heads(log, claimed, below, touched, known, leaves)
+            except BaseException:
+                for m in claimed:
+                    heads.pop(m, None)  # what a failed check named is read afresh next time
+                raise
+            if copy is not None and any(m not in known and copy.get(m) != h for m, h in claimed.items()):
+                self._copy = None  # the log's answer differs from the copy's: make it again
+            for m, h in claimed.items():
+                if h in leaves:
+                    heads[m] = (h, leaves[h], below)
+
+    @property
+    def learning(self) -> bool:
+        """Whether `signed` would keep anything (a check has read this log since it was made)."""
+        return self._log_id is not None
+
+    def signed(self, touches: Sequence[Iterable[str]], receipts: Sequence[Receipt]) -> None:
+        """After this process's writer appended a batch: `touches[i]` are the memories the i-th
+        entry touches (by the check's rule, from the payload it signed), `receipts` the batch's."""
+        if len(touches) != len(receipts) or not receipts:
+            return
+        first = receipts[0].seq
+        if any(r.seq != first + i for i, r in enumerate(receipts)):
+            return  # not one run of entries: learn nothing
+        end = first + len(receipts)
+        with self._lock:
+            if self._log_id is None:
+                return  # nothing learnt about any log yet: the first check reads the log
+            if len(self._heads) > self.LIMIT:
+                self._heads = {}
+            extend = self._copy is not None and self._upto == first
+            for ms, r in zip(touches, receipts, strict=True):
+                for m in ms:
+                    self._heads[m] = (r.seq, r.leaf, end)
+                    if extend:
+                        assert self._copy is not None
+                        self._copy[m] = r.seq
+            if extend:
+                self._upto, self._upto_leaf = end, receipts[-1].leaf
 
 
 def _check_many_heads(log: Log, claimed: Mapping[str, int], below: int, touched: Touched) -> None:
@@ -250,3 +416,16 @@ def _missing_touch(m: str, claim: int, seq: int) -> VerificationError:
         expected=seq,
         found=claim,
     )
+
+
+_KNOWN: weakref.WeakKeyDictionary[Log, KnownHeads] = weakref.WeakKeyDictionary()
+_KNOWN_LOCK = threading.Lock()
+
+
+def known_heads(log: Log) -> KnownHeads:
+    """The process's `KnownHeads` for this open log (one per `Log` object, gone with it)."""
+    with _KNOWN_LOCK:
+        k = _KNOWN.get(log)
+        if k is None:
+            k = _KNOWN[log] = KnownHeads()
+        return k

@@ -43,15 +43,15 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from mnemolog.projections import standing
 from mnemolog.projections.context import store
 from mnemolog.projections.context.assemble import ChunkRow, MemoryRow, StateRow, evoked_domains
 from mnemolog.projections.context.config import PackConfig
 from mnemolog.projections.knowledge import queries as kq
 from mnemolog.projections.memory.model import MEMORY_SELECT, Memory, row_to_memory
-from mnemolog.projections.recall import bm25
 from mnemolog.projections.recall.hybrid import Fusion
 from mnemolog.projections.recall.query import Filters, recall
-from mnemolog.projections.schema import memory_generation, visible
+from mnemolog.projections.schema import visible
 
 if TYPE_CHECKING:
     import numpy as np
@@ -92,15 +92,21 @@ def expiry_us(value: Any) -> int | None:
 
 
 def _superseded(conn: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> set[str]:
-    wanted = sorted(set(ids))
+    wanted = set(ids)
     if not wanted:
         return set()
-    rows = conn.execute(
-        "SELECT DISTINCT dst FROM links "
-        "WHERE relation = 'supersedes' AND dst IN (SELECT unnest(?::VARCHAR[]))",
-        [wanted],
-    ).fetchall()
-    return {str(r[0]) for r in rows}
+    # Every superseded memory, kept while no memory-changing entry is folded (links are such
+    # entries): the statement's rows for any ids are this set's members among them.
+    every: frozenset[str] = standing.kept(
+        conn,
+        "superseded",
+        None,
+        lambda: frozenset(
+            str(r[0])
+            for r in conn.execute("SELECT DISTINCT dst FROM links WHERE relation = 'supersedes'").fetchall()
+        ),
+    )
+    return wanted & every
 
 
 def _fetch(conn: duckdb.DuckDBPyConnection, ids: list[str]) -> list[Memory]:
@@ -118,20 +124,9 @@ def _fetch(conn: duckdb.DuckDBPyConnection, ids: list[str]) -> list[Memory]:
 _ALWAYS_CACHE: dict[tuple[Any, ...], list[Memory]] = {}
 
 
-def _memory_state(conn: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
-    copy = bm25.current_copy(conn)
-    if copy is not None and copy.generation is not None:  # the copy read it at this position
-        return (copy.position[1], copy.generation)
-    position = bm25.known_position(conn)
-    if position is not None:
-        return (position[1], memory_generation(conn))
-    row = conn.execute("SELECT log_id FROM proj_state").fetchone()
-    return (bytes(row[0]) if row and row[0] is not None else b"", memory_generation(conn))
-
-
 def _always(conn: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], limit: int) -> list[Memory]:
     """Pinned memories, and the newest identity/preference ones (wanted whatever the query)."""
-    key = (*_memory_state(conn), kinds, limit)
+    key = (*standing.memory_state(conn), kinds, limit)
     hit = _ALWAYS_CACHE.get(key)
     if hit is None:
         hit = _always_now(conn, kinds, limit)
@@ -232,6 +227,11 @@ def state_rows(conn: duckdb.DuckDBPyConnection, project: str | None) -> list[Sta
     """The project's state: the newest version of each entry, current (enters) or invalidated (listed)."""
     if not project:
         return []
+    # Kept while no memory-changing entry is folded (state events are such entries).
+    return list(standing.kept(conn, "state_rows", project, lambda: tuple(_state_rows(conn, project))))
+
+
+def _state_rows(conn: duckdb.DuckDBPyConnection, project: str) -> list[StateRow]:
     newest: dict[tuple[str, str], dict[str, Any]] = {}
     for r in kq.state_entries(conn, project, history=True):
         newest[(r["category"], r["key"])] = r  # ordered by seq within an entry: the last is the newest
@@ -257,9 +257,12 @@ def candidates(
     ``query_vector`` (the recall policy's, when it ranks hybrid) ranks the chunks hybrid too,
     with ``fusion``; without it they are ranked by BM25.
     """
+    # The memories first: their ranking brings the BM25 copy to the engine's position, whose
+    # memory generation the state rows are then kept under (no statement to read it).
+    memories = memory_candidates(conn, query, project, cfg, rank)
     return Candidates(
         state=state_rows(conn, project),
-        memories=memory_candidates(conn, query, project, cfg, rank),
+        memories=memories,
         chunks=store.chunk_candidates(
             conn, query, project, cfg.candidates, query_vector=query_vector, fusion=fusion
         ),

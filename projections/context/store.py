@@ -159,6 +159,9 @@ class ChunkIndex:
 
 _chunk_copies: dict[int, ChunkIndex] = {}
 _chunk_uses: dict[int, int] = {}
+# The engine's position (bm25.known_position) at which each copy was last found to stand: at
+# the same position the projection has folded the same entries, so the chunks are the same.
+_chunk_confirmed: dict[int, bm25.Position | None] = {}
 _chunk_lock = threading.Lock()
 
 # What the chunks are: a chunk's doc is its entry's seq and index, never reused, so any added
@@ -177,13 +180,19 @@ def _chunk_copy(conn: duckdb.DuckDBPyConnection) -> ChunkIndex | None:
         uses = _chunk_uses.get(cid, 0) + 1
         _chunk_uses[cid] = uses
         copy = _chunk_copies.get(cid)
+        confirmed = _chunk_confirmed.get(cid)
     if copy is None and uses < CHUNK_COPY_AFTER:
         return None
+    at = bm25.known_position(conn)
+    if copy is not None and at is not None and confirmed == at:
+        return copy  # nothing folded since it was found to stand
     row = conn.execute(_CHUNK_STATE).fetchone()
     if row is None:
         return None
     key = (int(row[0]), row[1], row[2], row[5])
     if copy is not None and copy.key == key:
+        with _chunk_lock:
+            _chunk_confirmed[cid] = at
         return copy
     count = conn.execute("SELECT count(*) FROM ctx_chunk_postings").fetchone()
     if count is None or int(count[0]) > MAX_CHUNK_POSTINGS:
@@ -202,7 +211,16 @@ def _chunk_copy(conn: duckdb.DuckDBPyConnection) -> ChunkIndex | None:
     )
     with _chunk_lock:
         _chunk_copies[cid] = fresh
+        _chunk_confirmed[cid] = at
     return fresh
+
+
+def moved(conn: duckdb.DuckDBPyConnection, old: bm25.Position, new: bm25.Position) -> None:
+    """The engine went from position `old` to `new` folding only entries that change no chunk
+    (the caller's own recorded pack): a copy that stood at `old` stands at `new`."""
+    with _chunk_lock:
+        if _chunk_confirmed.get(id(conn)) == old:
+            _chunk_confirmed[id(conn)] = new
 
 
 def forget_chunks(conn: duckdb.DuckDBPyConnection) -> None:
@@ -210,6 +228,7 @@ def forget_chunks(conn: duckdb.DuckDBPyConnection) -> None:
     with _chunk_lock:
         _chunk_copies.pop(id(conn), None)
         _chunk_uses.pop(id(conn), None)
+        _chunk_confirmed.pop(id(conn), None)
 
 
 def _copy_scores(copy: ChunkIndex, terms: Sequence[str], project: str | None, limit: int) -> dict[int, float]:

@@ -411,6 +411,16 @@ def index_for(conn: duckdb.DuckDBPyConnection, position: Position) -> MemoryInde
         return fresh
 
 
+def moved(conn: duckdb.DuckDBPyConnection, old: Position, new: Position) -> None:
+    """The engine went from `old` to `new` folding only entries that change no memory (the
+    caller's own recorded pack): a copy at `old` is the copy at `new`, as `index_for` would
+    find once it had read the unchanged memory generation."""
+    with _lock:
+        copy = _copies.get(id(conn))
+        if copy is not None and copy.position == old and old[1:] == new[1:]:
+            copy.position = new
+
+
 def forget(conn: duckdb.DuckDBPyConnection) -> None:
     """Drop this connection's copy (tests; a closed store)."""
     with _lock:

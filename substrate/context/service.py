@@ -45,6 +45,7 @@ from mnemolog.projections.context.decode import DEFAULT_FALLBACKS, DocumentRefus
 from mnemolog.projections.knowledge import queries as kq
 from mnemolog.projections.memory import queries
 from mnemolog.projections.memory.model import Memory
+from mnemolog.projections.recall import bm25
 from mnemolog.projections.recall.query import Filters, allowed_ids
 from mnemolog.substrate.context.config import pack_config
 from mnemolog.substrate.context.documents import (
@@ -404,7 +405,14 @@ def build_context(
             memory_ids=[e.id for e in pack.entries() if e.source == "memory"],
             **recorded,
         )
+        before = bm25.known_position(s.conn)
         r = s.append(payload)
+        after = bm25.known_position(s.conn)
+        if before is not None and after is not None and after[0] == r.seq == before[0] + 1:
+            # Only this pack's entry was folded, and a pack changes no memory and no chunk: the
+            # connection's copies stand at the new position without a statement to say so.
+            bm25.moved(s.conn, before, after)
+            store.moved(s.conn, before, after)
         return {"pack_id": payload.pack_id, "seq": r.seq, **out}
 
     # One session when the plan needs no model call (bm25, or a query whose vector the process

@@ -38,6 +38,7 @@ from mnemolog.eventlog.vocabulary.knowledge import (
     check_project_name,
     status_after,
 )
+from mnemolog.projections import standing
 from mnemolog.projections.knowledge import queries as kq
 from mnemolog.projections.knowledge.match import echo, normalised, terms
 from mnemolog.projections.knowledge.rules import (
@@ -242,7 +243,9 @@ class Knowledge:
 
     @staticmethod
     def registry(s: Session) -> ProjectRegistry:
-        return kq.project_registry(s.conn)
+        # Kept while no memory-changing entry is folded (project events are such entries); a
+        # registry is immutable, so every caller may hold the same one.
+        return standing.kept(s.conn, "project_registry", None, lambda: kq.project_registry(s.conn))
 
     def canonical_project(
         self, s: Session, project: str | None, registry: ProjectRegistry | None = None

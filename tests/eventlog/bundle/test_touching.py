@@ -22,6 +22,7 @@ from mnemolog.eventlog.bundle.touching import entries_touching
 from mnemolog.eventlog.format import codec
 from mnemolog.eventlog.format.entry import Entry
 from mnemolog.eventlog.store.log import Log
+from mnemolog.eventlog.store.segments import list_segments
 from mnemolog.eventlog.store.writer import LogWriter
 from tests.eventlog.logkit import StepClock, seeded_key
 
@@ -167,3 +168,99 @@ def test_a_first_seq_per_id_selects_as_the_plain_fold(
         with one_pass():
             assert set(entries_touching(log, wanted, below, touched, start=start, starts=starts)) == set(got)
     assert set(got) == expect
+
+
+# -- a writer's knowledge of its heads (KnownHeads) -----------------------------------------------
+
+
+def _known_outcome(k: touching.KnownHeads, log: Log, claimed: dict[str, int], below: int) -> str:
+    try:
+        k.check(log, claimed, below, touched)
+    except Exception as exc:  # the outcome compared is the error itself
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+def _true_heads(log: Log, below: int) -> dict[str, int]:
+    newest: dict[str, int] = {}
+    for e in log.iter_entries(0, below):
+        for m in touched(e):
+            newest[m] = e.seq
+    return newest
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rounds=st.lists(
+        st.tuples(
+            st.lists(payloads(st.sampled_from(["a", "b", "ab", "c1", "é"])), min_size=1, max_size=6),
+            st.booleans(),  # appended by the process that checks (its receipts handed over), or another
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    copy_after=st.sampled_from([0, 1, 100]),
+    data=st.data(),
+)
+def test_known_heads_decide_every_claim_as_the_full_check(
+    tmp_path_factory: Any,
+    rounds: list[tuple[list[tuple[str, dict[str, Any]]], bool]],
+    copy_after: int,
+    data: st.DataObject,
+) -> None:
+    # Round after round, entries are appended (by this process's writer, which hands its receipts
+    # over, or by another one, which does not), and the projection's claims are the true heads or
+    # (a table damaged or stale) any other entry: the check that remembers what it found gives
+    # the very outcome of the check that reads everything again, error and message included.
+    d = written(tmp_path_factory, [("note.added", {"text": "start"})])
+    k = touching.KnownHeads()
+    k.COPY_AFTER = copy_after
+    before: dict[str, int] = {}
+    with LogWriter(d, [seeded_key()], clock=StepClock(3_000_000_000_000_000), segment_bytes=4096) as w:
+        for events, mine in rounds:
+            receipts = [w.append(t, p) for t, p in events]
+            if mine and k.learning:
+                k.signed([memview.payload_touched_ids(t, 1, p) for t, p in events], receipts)
+            with Log(d) as fresh:
+                below = fresh.size
+                heads = _true_heads(fresh, below)
+            if not heads:
+                continue
+            # The true head; the one before this round's entries (stale: what the check may know);
+            # or any entry.
+            claimed = {
+                m: data.draw(
+                    st.one_of(st.just(h), st.just(before.get(m, h)), st.integers(0, below - 1)), label=m
+                )
+                for m, h in heads.items()
+            }
+            before = heads
+            with Log(d) as fresh:
+                expect = _outcome(fresh, claimed, below)
+            with Log(d) as log:
+                assert _known_outcome(k, log, claimed, below) == expect
+                if expect == "ok":  # and again, from what it now knows
+                    assert _known_outcome(k, log, claimed, below) == "ok"
+
+
+def test_a_known_head_rewritten_on_disk_is_judged_again(tmp_path_factory: Any) -> None:
+    # The head entry's bytes are read again and held to the leaf kept: rewritten in place (the id
+    # it touches changed, the entry still decoding), the claim is refused as by the full check.
+    d = written(
+        tmp_path_factory, [("note.added", {"text": "y"}), ("memory.stored", {"id": "abc", "content": "x"})]
+    )
+    k = touching.KnownHeads()
+    k.COPY_AFTER = 0
+    with Log(d) as log:
+        claim = {"abc": log.size - 1}
+        k.check(log, claim, log.size, touched)  # learnt: the last entry is abc's head
+        loc = log.location(claim["abc"])
+    path = dict(list_segments(d))[loc.segment]
+    raw = path.read_bytes()
+    at = raw.index(b"abc", loc.offset)
+    path.write_bytes(raw[:at] + b"abd" + raw[at + 3 :])
+    with Log(d) as fresh:
+        expect = _outcome(fresh, claim, fresh.size)
+    assert expect != "ok"
+    with Log(d) as log:
+        assert _known_outcome(k, log, claim, log.size) == expect
